@@ -1,0 +1,70 @@
+"""Contracts of the coordinator's parts. Read this before any implementation."""
+
+from __future__ import annotations
+
+import abc
+from typing import Iterable
+
+from ringleader.v1 import jobs_pb2 as pb
+
+
+class JobStore(abc.ABC):
+    """Durable record of jobs, their specs, state changes (events) and results.
+
+    Contract (tests/unit/test_store_contract.py runs it against every implementation):
+    - `create` MUST fail with AlreadyExists if the id is known; it records the submission order.
+    - `get`, `update`, `add_event`, `add_result`, `clear_results` MUST fail with NotFound if
+      the job is unknown.
+    - `get` returns the job with its results in the order they were added.
+    - `update` stores every field of the given Job except results and progress-free fields it
+      ignores: it replaces spec-independent fields (state, reason, timestamps, workers, backend,
+      progress, warm_start).
+    - `list` returns newest first, without results, filtered by states (any of) and op, at most
+      `limit`, only jobs submitted before `before_id` when it is given.
+    - `unfinished` returns QUEUED and RUNNING jobs in submission order (oldest first).
+    - `events` returns a job's events in the order they were added.
+    - What was written before `close` is there after reopening the same path (SQL store).
+    """
+
+    @abc.abstractmethod
+    def create(self, job: pb.Job) -> None: ...
+
+    @abc.abstractmethod
+    def get(self, job_id: str) -> pb.Job: ...
+
+    @abc.abstractmethod
+    def update(self, job: pb.Job) -> None: ...
+
+    @abc.abstractmethod
+    def add_event(self, event: pb.JobEvent) -> None: ...
+
+    @abc.abstractmethod
+    def events(self, job_id: str) -> list[pb.JobEvent]: ...
+
+    @abc.abstractmethod
+    def add_result(self, job_id: str, result: pb.SizeResult) -> None: ...
+
+    @abc.abstractmethod
+    def clear_results(self, job_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def list(
+        self, states: Iterable[int] = (), op: str = "", limit: int = 50, before_id: str = ""
+    ) -> list[pb.Job]: ...
+
+    @abc.abstractmethod
+    def unfinished(self) -> list[pb.Job]: ...
+
+    def close(self) -> None:  # noqa: B027 - optional for stores without resources
+        pass
+
+
+def open_store(url: str) -> JobStore:
+    """Factory: ':memory:' gives the in-memory store, anything else is an SQLite path."""
+    if url == ":memory:":
+        from coordinator.store_memory import MemoryJobStore
+
+        return MemoryJobStore()
+    from coordinator.store_sqlite import SqliteJobStore
+
+    return SqliteJobStore(url)

@@ -1,0 +1,3 @@
+"""ringleader: a gRPC service that orchestrates GPU collective jobs."""
+
+__version__ = "0.1.0"

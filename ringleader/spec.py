@@ -1,0 +1,198 @@
+"""The collective-benchmark vocabulary shared by CLI, coordinator and worker (no torch here).
+
+Measurement conventions follow nccl-tests so that numbers compare:
+size is the bytes of the op's largest buffer, algbw = size / time, busbw = algbw * factor.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from ringleader.errors import InvalidSpec
+
+OPS = (
+    "all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter",
+    "alltoall", "gather", "scatter", "sendrecv", "barrier",
+)
+ROOTED_OPS = ("reduce", "broadcast", "gather", "scatter")
+REDUCING_OPS = ("all_reduce", "reduce", "reduce_scatter")
+# Ops whose largest buffer is split into world_size equal chunks, so sizes round to a multiple.
+CHUNKED_OPS = ("all_gather", "reduce_scatter", "alltoall", "gather", "scatter")
+REDUCE_OPS = ("sum", "prod", "min", "max", "avg")
+DTYPE_SIZES = {
+    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
+    "int8": 1, "uint8": 1, "int32": 4, "int64": 8,
+}
+BACKENDS = ("nccl", "gloo")
+
+# What each backend cannot do (checked at submit time and again at placement).
+_UNSUPPORTED_REDUCE = {"gloo": {"avg"}, "nccl": set()}
+
+DEFAULTS = dict(
+    dtype="float32", reduce_op="sum", min_bytes=8, max_bytes=64 << 20, factor=2.0,
+    iters=20, warmup=5,
+)
+DEFAULT_OP_TIMEOUT_S = 120.0
+MAX_SIZES = 64
+MAX_ITERS = 100_000
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str, field: str = "size") -> int:
+    """Parse '8', '64K', '1M', '8G' (binary suffixes, as nccl-tests) into bytes."""
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise InvalidSpec(field, f"cannot parse size {text!r} (use e.g. 8, 64K, 1M, 8G)")
+    value = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if value != int(value):
+        raise InvalidSpec(field, f"size {text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def format_size(n: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def busbw_factor(op: str, world_size: int) -> float:
+    """nccl-tests' bus-bandwidth factor: busbw = algbw * factor."""
+    n = world_size
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in CHUNKED_OPS:
+        return (n - 1) / n
+    if op in ("broadcast", "reduce", "sendrecv"):
+        return 1.0
+    return 0.0  # barrier moves no payload
+
+
+def effective_size(op: str, size_bytes: int, dtype: str, world_size: int) -> int:
+    """Round a requested size down to what the op can move (whole elements, equal chunks)."""
+    if op == "barrier":
+        return 0
+    unit = DTYPE_SIZES[dtype] * (world_size if op in CHUNKED_OPS else 1)
+    return max(unit, size_bytes // unit * unit)
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    sizes, s = [], min_bytes
+    while s <= max_bytes and len(sizes) <= MAX_SIZES:
+        sizes.append(s)
+        s = int(s * factor) if factor > 1 else max_bytes + 1
+    return sizes
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A validated collective sweep (the domain form of CollectiveSpec)."""
+
+    op: str
+    dtype: str
+    reduce_op: str
+    sizes: tuple[int, ...]  # requested sizes; per-job rounding happens with world_size known
+    iters: int
+    warmup: int
+    in_place: bool
+    root: int
+
+    def sizes_for(self, world_size: int) -> list[int]:
+        """The distinct effective sizes this sweep runs on `world_size` ranks."""
+        out: list[int] = []
+        for s in self.sizes:
+            e = effective_size(self.op, s, self.dtype, world_size)
+            if e not in out:
+                out.append(e)
+        return out
+
+
+def validate_collective(
+    *, op: str, dtype: str, reduce_op: str, sizes: list[int], min_bytes: int, max_bytes: int,
+    factor: float, iters: int, warmup: int, in_place: bool, root: int, world_size: int,
+    backend: str | None = None,
+) -> Collective:
+    """Check every field, naming the first bad one; fill defaults for empty ones."""
+    if world_size < 1:
+        raise InvalidSpec("world_size", "must be at least 1")
+    if op not in OPS:
+        raise InvalidSpec("op", f"unknown op {op!r}; expected one of {', '.join(OPS)}")
+    dtype = dtype or DEFAULTS["dtype"]
+    if dtype not in DTYPE_SIZES:
+        raise InvalidSpec("dtype", f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_SIZES)}")
+    reduce_op = reduce_op or DEFAULTS["reduce_op"]
+    if reduce_op not in REDUCE_OPS:
+        raise InvalidSpec("reduce_op", f"unknown reduce op {reduce_op!r}; expected one of {', '.join(REDUCE_OPS)}")
+    if backend is not None:
+        check_backend(backend, op=op, reduce_op=reduce_op)
+    if op == "sendrecv" and world_size < 2:
+        raise InvalidSpec("world_size", "sendrecv needs at least 2 ranks")
+    if op in ROOTED_OPS and root >= world_size:
+        raise InvalidSpec("root", f"root {root} is out of range for world_size {world_size}")
+    if sizes:
+        bad = [s for s in sizes if s < 1]
+        if bad:
+            raise InvalidSpec("sizes", "every size must be at least 1 byte")
+        if len(sizes) > MAX_SIZES:
+            raise InvalidSpec("sizes", f"at most {MAX_SIZES} sizes per job")
+        chosen = list(sizes)
+    else:
+        min_bytes = min_bytes or DEFAULTS["min_bytes"]
+        max_bytes = max_bytes or DEFAULTS["max_bytes"]
+        factor = factor or DEFAULTS["factor"]
+        if max_bytes < min_bytes:
+            raise InvalidSpec("max_bytes", f"{max_bytes} is below min_bytes {min_bytes}")
+        if not math.isfinite(factor) or factor < 1:
+            raise InvalidSpec("factor", f"must be at least 1, got {factor}")
+        if factor == 1 and max_bytes != min_bytes:
+            raise InvalidSpec("factor", "1 only makes sense with min_bytes == max_bytes")
+        chosen = sweep_sizes(min_bytes, max_bytes, factor)
+        if len(chosen) > MAX_SIZES:
+            raise InvalidSpec("factor", f"the sweep would have more than {MAX_SIZES} sizes")
+    iters = iters or DEFAULTS["iters"]
+    if iters > MAX_ITERS:
+        raise InvalidSpec("iters", f"at most {MAX_ITERS}")
+    warmup = DEFAULTS["warmup"] if warmup is None else warmup
+    if warmup > MAX_ITERS:
+        raise InvalidSpec("warmup", f"at most {MAX_ITERS}")
+    if op == "barrier":
+        chosen = [0]
+    return Collective(op, dtype, reduce_op, tuple(chosen), iters, warmup, bool(in_place), root)
+
+
+def check_backend(backend: str, *, op: str, reduce_op: str) -> None:
+    """Raise InvalidSpec if `backend` cannot run this op/reduce op."""
+    if op in REDUCING_OPS and reduce_op in _UNSUPPORTED_REDUCE.get(backend, set()):
+        raise InvalidSpec("reduce_op", f"{reduce_op} is not supported by the {backend} backend")
+
+
+def backend_supports(backend: str, *, op: str, reduce_op: str) -> bool:
+    try:
+        check_backend(backend, op=op, reduce_op=reduce_op)
+    except InvalidSpec:
+        return False
+    return True
+
+
+def bytes_needed(op: str, size_bytes: int, world_size: int, in_place: bool) -> int:
+    """Device bytes one rank allocates for one size (buffers plus the data check's reference).
+
+    Conservative: counts a send and a receive buffer of the largest size plus an expected-result
+    buffer for the check, so a size that passes here fits with the allocator's slack.
+    """
+    if op == "barrier":
+        return 0
+    n = world_size
+    largest = size_bytes
+    if op in ("all_gather", "gather"):
+        other = largest // n  # send chunk
+    elif op in ("reduce_scatter", "scatter"):
+        other = largest // n  # receive chunk
+    else:
+        other = largest
+    buffers = largest if in_place else largest + other
+    return buffers + largest  # + expected values for the check

@@ -16,13 +16,15 @@ class JobStore(abc.ABC):
     - `get`, `update`, `add_event`, `add_result`, `clear_results` MUST fail with NotFound if
       the job is unknown.
     - `get` returns the job with its results in the order they were added.
-    - `update` stores every field of the given Job except results and progress-free fields it
-      ignores: it replaces spec-independent fields (state, reason, timestamps, workers, backend,
-      progress, warm_start).
-    - `list` returns newest first, without results, filtered by states (any of) and op, at most
-      `limit`, only jobs submitted before `before_id` when it is given.
-    - `unfinished` returns QUEUED and RUNNING jobs in submission order (oldest first).
-    - `events` returns a job's events in the order they were added.
+    - `update` replaces only the fields that change over a job's life (state, reason,
+      started_at, finished_at, workers, backend, progress, warm_start); it keeps the stored spec
+      and created_at and ignores the given Job's results (see add_result/clear_results).
+    - `list` returns newest first, without results, filtered by states (any of; empty: all) and
+      op (spec.collective.op; empty: all), at most `limit` (0: 50; capped at 1000), only jobs
+      submitted before `before_id` when it is given (NotFound if that id is unknown).
+    - `unfinished` returns QUEUED and RUNNING jobs in submission order (oldest first), with
+      their results as `get` returns them.
+    - `events` returns a job's events in the order they were added (NotFound if unknown).
     - What was written before `close` is there after reopening the same path (SQL store).
     """
 

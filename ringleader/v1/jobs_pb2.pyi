@@ -137,7 +137,7 @@ class CollectiveSpec(_message.Message):
     iters: _builtins.int
     """timed iterations, default 20"""
     warmup: _builtins.int
-    """warm-up iterations, default 5"""
+    """warm-up iterations, default 5 (0 allowed)"""
     in_place: _builtins.bool
     root: _builtins.int
     """for reduce, broadcast, gather, scatter"""
@@ -156,15 +156,17 @@ class CollectiveSpec(_message.Message):
         max_bytes: _builtins.int = ...,
         factor: _builtins.float = ...,
         iters: _builtins.int = ...,
-        warmup: _builtins.int = ...,
+        warmup: _builtins.int | None = ...,
         in_place: _builtins.bool = ...,
         root: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "warmup", b"warmup"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dtype", b"dtype", "factor", b"factor", "in_place", b"in_place", "iters", b"iters", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "op", b"op", "reduce_op", b"reduce_op", "root", b"root", "sizes", b"sizes", "warmup", b"warmup"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "dtype", b"dtype", "factor", b"factor", "in_place", b"in_place", "iters", b"iters", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "op", b"op", "reduce_op", b"reduce_op", "root", b"root", "sizes", b"sizes", "warmup", b"warmup"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__warmup: _TypeAlias = _typing.Literal["warmup"]  # noqa: Y015
+    _WhichOneofArgType__warmup: _TypeAlias = _typing.Literal["_warmup", b"_warmup"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__warmup) -> _WhichOneofReturnType__warmup | None: ...
 
 Global___CollectiveSpec: _TypeAlias = CollectiveSpec  # noqa: Y015
 

@@ -161,6 +161,7 @@ class JobDone(_message.Message):
     STORE_PORT_FIELD_NUMBER: _builtins.int
     WARM_START_FIELD_NUMBER: _builtins.int
     EXECUTOR_RESTARTS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     rank: _builtins.int
     ok: _builtins.bool
@@ -172,6 +173,10 @@ class JobDone(_message.Message):
     warm_start: _builtins.bool
     """this job reused an initialised group"""
     executor_restarts: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[_jobs_pb2.SizeResult]:
+        """Rank 0 repeats every size's result here, so a stream lost mid-job loses no row."""
+
     def __init__(
         self,
         *,
@@ -183,10 +188,11 @@ class JobDone(_message.Message):
         store_port: _builtins.int = ...,
         warm_start: _builtins.bool = ...,
         executor_restarts: _builtins.int = ...,
+        results: _abc.Iterable[_jobs_pb2.SizeResult] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "executor_restarts", b"executor_restarts", "job_id", b"job_id", "ok", b"ok", "rank", b"rank", "store_port", b"store_port", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "executor_restarts", b"executor_restarts", "job_id", b"job_id", "ok", b"ok", "rank", b"rank", "results", b"results", "store_port", b"store_port", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,77 @@
+"""The coordinator process: startup -> serve -> shutdown. First SIGTERM/SIGINT drains, a second forces exit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from coordinator.api import open_store
+from coordinator.core import Coordinator, Timings
+from coordinator.server import create_server
+
+log = logging.getLogger("ringleader.coordinator")
+
+
+def default_db_path() -> str:
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(state) / "ringleader" / "jobs.db")
+
+
+@dataclass
+class CoordinatorConfig:
+    grpc_address: str = "127.0.0.1:50051"
+    http_address: str = "127.0.0.1:8080"  # "" disables the HTTP side
+    db: str = ""
+    timings: Timings | None = None
+    drain_s: float = 5.0
+
+
+class RunningCoordinator:
+    """A started coordinator (gRPC server + domain); `async with` it or call start/stop."""
+
+    def __init__(self, config: CoordinatorConfig) -> None:
+        self.config = config
+        self.store = open_store(config.db or default_db_path())
+        self.core = Coordinator(self.store, config.timings)
+        self.server, self.grpc_port = create_server(self.core, config.grpc_address)
+        self.grpc_target = f"{config.grpc_address.rsplit(':', 1)[0]}:{self.grpc_port}"
+        self.http_url = ""
+
+    async def start(self) -> "RunningCoordinator":
+        await self.core.start()
+        await self.server.start()
+        log.info("coordinator gRPC on %s (db %s)", self.grpc_target, self.config.db or default_db_path())
+        return self
+
+    async def stop(self, grace: float | None = None) -> None:
+        await self.core.stop()
+        await self.server.stop(self.config.drain_s if grace is None else grace)
+        self.store.close()
+
+    async def __aenter__(self) -> "RunningCoordinator":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop(grace=0)
+
+
+async def serve(config: CoordinatorConfig) -> None:
+    running = await RunningCoordinator(config).start()
+    print(f"ringleader coordinator: gRPC {running.grpc_target}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            os._exit(1)  # second signal: the user wants out now
+        log.info("draining (signal again to force exit)")
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    await stop.wait()
+    await running.stop()

@@ -1,0 +1,42 @@
+"""Wiring of the coordinator process: gRPC server (jobs, workers, health, reflection)."""
+
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from coordinator.core import Coordinator
+from coordinator.servicers import JobServicer, WorkerServicer
+from ringleader.v1 import jobs_pb2, jobs_pb2_grpc, workers_pb2, workers_pb2_grpc
+
+# Shared by server and clients: long-lived worker streams need keepalive both ways, and a
+# sweep's results (64 rows) fit easily in the default message size.
+KEEPALIVE_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+SERVER_OPTIONS = KEEPALIVE_OPTIONS + [("grpc.http2.min_ping_interval_without_data_ms", 5_000)]
+
+SERVICE_NAMES = (
+    jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+    workers_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+)
+
+
+def create_server(coordinator: Coordinator, address: str) -> tuple[grpc.aio.Server, int]:
+    """Build the gRPC server on `address` (port 0 picks one); returns it unstarted with its port."""
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(coordinator), server)
+    workers_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(coordinator), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in (*SERVICE_NAMES, ""):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    return server, port

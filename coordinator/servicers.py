@@ -1,0 +1,115 @@
+"""Thin gRPC servicers: each RPC calls one Coordinator method; errors map to status codes here."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+
+import grpc
+
+from coordinator.core import Coordinator
+from ringleader.errors import RingleaderError
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import jobs_pb2_grpc, workers_pb2_grpc
+
+log = logging.getLogger("ringleader.coordinator")
+
+
+async def abort_with(context: grpc.aio.ServicerContext, exc: RingleaderError) -> None:
+    """The one place where domain errors become gRPC statuses."""
+    await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
+
+
+def _rpc(method):
+    @functools.wraps(method)
+    async def wrapper(self, request, context):
+        try:
+            return method(self, request, context)
+        except RingleaderError as exc:
+            await abort_with(context, exc)
+
+    return wrapper
+
+
+class JobServicer(jobs_pb2_grpc.JobServiceServicer):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.c = coordinator
+
+    @_rpc
+    def SubmitJob(self, request, context):
+        return self.c.submit(request.spec)
+
+    @_rpc
+    def GetJob(self, request, context):
+        return self.c.get(request.job_id)
+
+    @_rpc
+    def ListJobs(self, request, context):
+        jobs = self.c.list(states=request.states, op=request.op, limit=request.limit,
+                           before_id=request.before_id)
+        limit = request.limit or 50
+        return pb.ListJobsResponse(jobs=jobs, next_before_id=jobs[-1].id if len(jobs) == limit else "")
+
+    @_rpc
+    def CancelJob(self, request, context):
+        return self.c.cancel(request.job_id, request.reason)
+
+    @_rpc
+    def ListWorkers(self, request, context):
+        return pb.ListWorkersResponse(workers=self.c.list_workers())
+
+    async def WatchJob(self, request, context):
+        try:
+            async for event in self.c.watch(request.job_id):
+                yield event
+        except RingleaderError as exc:
+            await abort_with(context, exc)
+
+
+class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
+    """One long-lived stream per daemon: the first message registers, the rest flow both ways."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.c = coordinator
+
+    async def Connect(self, request_iterator, context):
+        first = await context.read()
+        if first is grpc.aio.EOF or first.WhichOneof("msg") != "register":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must be Register")
+        try:
+            conn = self.c.register(first.register)
+        except RingleaderError as exc:
+            await abort_with(context, exc)
+        reader = asyncio.create_task(self._read(conn, context))
+        writer = asyncio.create_task(self._write(conn, context))
+        why = "stream closed by the worker"
+        try:
+            # Either side may end the stream: the worker closing it, or the coordinator
+            # dropping the worker (missed heartbeats), which ends the writer.
+            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            if reader.done() and reader.exception():
+                why = f"stream broken ({type(reader.exception()).__name__})"
+        except asyncio.CancelledError:
+            why = "stream cancelled"
+            raise
+        finally:
+            for task in (reader, writer):
+                task.cancel()
+            await asyncio.gather(reader, writer, return_exceptions=True)
+            self.c.disconnect(conn, why)
+
+    async def _read(self, conn, context) -> None:
+        while True:
+            msg = await context.read()
+            if msg is grpc.aio.EOF:
+                return
+            self.c.on_message(conn, msg)
+
+    @staticmethod
+    async def _write(conn, context) -> None:
+        while True:
+            msg = await conn.outbox.get()
+            if msg is None:  # the coordinator dropped this worker
+                return
+            await context.write(msg)

@@ -1,0 +1,205 @@
+"""SQLite JobStore: the coordinator's durable record, so jobs survive a coordinator restart.
+
+Messages are stored as serialized protobuf blobs; only the columns that `list`/`unfinished`
+filter or order on (submission seq, state, op) are broken out, so a proto change needs no
+schema change. The `update` and `list` rules are shared with the memory store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from coordinator.api import JobStore
+from coordinator.store_memory import apply_update, job_op, page_limit
+from ringleader.errors import AlreadyExists, NotFound
+from ringleader.v1 import jobs_pb2 as pb
+
+# Migration i (0-based) brings the schema from version i to i + 1; PRAGMA user_version records
+# the version reached. Append new migrations, never edit applied ones.
+MIGRATIONS: list[list[str]] = [
+    [
+        # seq gives submission order; AUTOINCREMENT so a seq is never reused.
+        """CREATE TABLE jobs (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            state INTEGER NOT NULL,
+            op TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            job BLOB NOT NULL  -- serialized pb.Job without results
+        )""",
+        "CREATE INDEX jobs_by_state ON jobs (state, seq)",
+        "CREATE INDEX jobs_by_op ON jobs (op, seq)",
+        # n orders events as added; seq is the event's own JobEvent.seq.
+        """CREATE TABLE events (
+            n INTEGER PRIMARY KEY,
+            job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            blob BLOB NOT NULL
+        )""",
+        "CREATE INDEX events_by_job ON events (job_id, n)",
+        """CREATE TABLE results (
+            job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,
+            blob BLOB NOT NULL,
+            PRIMARY KEY (job_id, idx)
+        ) WITHOUT ROWID""",
+    ],
+]
+
+_UNFINISHED = (pb.QUEUED, pb.RUNNING)
+
+
+class SqliteJobStore(JobStore):
+    def __init__(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: the module never opens transactions behind our back; _tx opens
+        # exactly one per public method, reads included, so each sees a consistent snapshot.
+        # check_same_thread=False plus the lock: the event loop thread is the only caller by
+        # design, but a helper thread calling in must be serialized, not corrupt the connection.
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()
+        try:
+            # WAL: readers (a CLI peeking at the file) do not block the coordinator's writes.
+            # NORMAL is durable across process crashes in WAL mode; only an OS crash may lose
+            # the last commits, acceptable for benchmark records.
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _migrate(self) -> None:
+        with self._tx() as c:
+            version = c.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(MIGRATIONS):
+                raise RuntimeError(f"store schema v{version} is newer than this code knows")
+            for i in range(version, len(MIGRATIONS)):
+                for stmt in MIGRATIONS[i]:
+                    c.execute(stmt)
+            # DDL and user_version are transactional in SQLite: a failed migration leaves the
+            # old schema and old version together.
+            c.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        # `with conn` commits on success and rolls back on an exception.
+        with self._lock, self._conn:
+            self._conn.execute("BEGIN")
+            yield self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()  # idempotent
+
+    @staticmethod
+    def _seq_of(c: sqlite3.Connection, job_id: str) -> int:
+        row = c.execute("SELECT seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"job {job_id} not found")
+        return row[0]
+
+    @staticmethod
+    def _load(c: sqlite3.Connection, job_id: str, with_results: bool) -> pb.Job:
+        row = c.execute("SELECT job FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"job {job_id} not found")
+        job = pb.Job.FromString(row[0])
+        if with_results:
+            rows = c.execute(
+                "SELECT blob FROM results WHERE job_id = ? ORDER BY idx", (job_id,)
+            ).fetchall()
+            job.results.extend(pb.SizeResult.FromString(r[0]) for r in rows)
+        return job
+
+    def create(self, job: pb.Job) -> None:
+        stored = pb.Job()
+        stored.CopyFrom(job)
+        stored.ClearField("results")  # results live in their own table
+        with self._tx() as c:
+            if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone():
+                raise AlreadyExists(f"job {job.id} already exists")
+            c.execute(
+                "INSERT INTO jobs (id, state, op, created_at, job) VALUES (?, ?, ?, ?, ?)",
+                (job.id, job.state, job_op(job), job.created_at, stored.SerializeToString()),
+            )
+            c.executemany(
+                "INSERT INTO results (job_id, idx, blob) VALUES (?, ?, ?)",
+                [(job.id, i, r.SerializeToString()) for i, r in enumerate(job.results)],
+            )
+
+    def get(self, job_id: str) -> pb.Job:
+        with self._tx() as c:
+            return self._load(c, job_id, with_results=True)
+
+    def update(self, job: pb.Job) -> None:
+        with self._tx() as c:
+            stored = self._load(c, job.id, with_results=False)
+            apply_update(stored, job)
+            c.execute(
+                "UPDATE jobs SET state = ?, job = ? WHERE id = ?",
+                (stored.state, stored.SerializeToString(), job.id),
+            )
+
+    def add_event(self, event: pb.JobEvent) -> None:
+        with self._tx() as c:
+            self._seq_of(c, event.job_id)
+            c.execute(
+                "INSERT INTO events (job_id, seq, blob) VALUES (?, ?, ?)",
+                (event.job_id, event.seq, event.SerializeToString()),
+            )
+
+    def events(self, job_id: str) -> list[pb.JobEvent]:
+        with self._tx() as c:
+            self._seq_of(c, job_id)
+            rows = c.execute(
+                "SELECT blob FROM events WHERE job_id = ? ORDER BY n", (job_id,)
+            ).fetchall()
+        return [pb.JobEvent.FromString(r[0]) for r in rows]
+
+    def add_result(self, job_id: str, result: pb.SizeResult) -> None:
+        with self._tx() as c:
+            self._seq_of(c, job_id)
+            c.execute(
+                "INSERT INTO results (job_id, idx, blob) SELECT ?, COALESCE(MAX(idx) + 1, 0), ?"
+                " FROM results WHERE job_id = ?",
+                (job_id, result.SerializeToString(), job_id),
+            )
+
+    def clear_results(self, job_id: str) -> None:
+        with self._tx() as c:
+            self._seq_of(c, job_id)
+            c.execute("DELETE FROM results WHERE job_id = ?", (job_id,))
+
+    def list(
+        self, states: Iterable[int] = (), op: str = "", limit: int = 50, before_id: str = ""
+    ) -> list[pb.Job]:
+        wanted = sorted({int(s) for s in states})
+        where, args = ["1"], []
+        with self._tx() as c:
+            if before_id:
+                where.append("seq < ?")
+                args.append(self._seq_of(c, before_id))
+            if wanted:
+                where.append(f"state IN ({', '.join('?' * len(wanted))})")
+                args.extend(wanted)
+            if op:
+                where.append("op = ?")
+                args.append(op)
+            rows = c.execute(
+                f"SELECT job FROM jobs WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
+                (*args, page_limit(limit)),
+            ).fetchall()
+        return [pb.Job.FromString(r[0]) for r in rows]
+
+    def unfinished(self) -> list[pb.Job]:
+        with self._tx() as c:
+            ids = c.execute(
+                "SELECT id FROM jobs WHERE state IN (?, ?) ORDER BY seq", _UNFINISHED
+            ).fetchall()
+            return [self._load(c, r[0], with_results=True) for r in ids]

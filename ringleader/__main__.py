@@ -1,0 +1,3 @@
+from ringleader.cli import main
+
+main()

@@ -1,0 +1,99 @@
+"""Sizes, bandwidth factors and spec validation (no servers)."""
+
+import pytest
+
+from ringleader import jobspec
+from ringleader import spec as specs
+from ringleader.errors import InvalidSpec
+from ringleader.v1 import jobs_pb2 as pb
+
+
+@pytest.mark.parametrize("text,expected", [("8", 8), ("1K", 1024), ("64M", 64 << 20), ("8G", 8 << 30),
+                                           ("2k", 2048), ("1MiB", 1 << 20), ("1.5K", 1536)])
+def test_parse_size_binary_suffixes(text, expected):
+    assert specs.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "abc", "-1", "1.3", "1X"])
+def test_parse_size_rejects_garbage(text):
+    with pytest.raises(InvalidSpec) as err:
+        specs.parse_size(text, "max_bytes")
+    assert err.value.field == "max_bytes"
+
+
+@pytest.mark.parametrize("op,n,factor", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 8, 1.75), ("all_gather", 4, 0.75), ("reduce_scatter", 2, 0.5),
+    ("alltoall", 8, 0.875), ("gather", 4, 0.75), ("scatter", 2, 0.5), ("broadcast", 8, 1.0),
+    ("reduce", 8, 1.0), ("sendrecv", 2, 1.0), ("barrier", 2, 0.0),
+])
+def test_busbw_factor_matches_nccl_tests(op, n, factor):
+    assert specs.busbw_factor(op, n) == pytest.approx(factor)
+
+
+def test_effective_size_rounds_to_whole_chunks():
+    assert specs.effective_size("all_reduce", 10, "float32", 2) == 8
+    assert specs.effective_size("all_gather", 8, "float32", 4) == 16  # at least one element per rank
+    assert specs.effective_size("alltoall", 100, "float64", 3) == 96
+    assert specs.effective_size("barrier", 1 << 20, "float32", 3) == 0
+
+
+def test_sweep_sizes_geometric():
+    assert specs.sweep_sizes(8, 64, 2) == [8, 16, 32, 64]
+    assert specs.sweep_sizes(1 << 20, 1 << 20, 1) == [1 << 20]
+
+
+def test_bytes_needed_counts_buffers_and_check():
+    # all_gather 1 GiB on 8 ranks out-of-place: 1 GiB output + 128 MiB input + 1 GiB expected
+    assert specs.bytes_needed("all_gather", 1 << 30, 8, False) == (1 << 30) + (1 << 27) + (1 << 30)
+    assert specs.bytes_needed("all_reduce", 1 << 30, 2, True) == 2 << 30
+
+
+def _spec(**kw):
+    coll = {k: kw.pop(k) for k in list(kw) if k in pb.CollectiveSpec.DESCRIPTOR.fields_by_name}
+    coll.setdefault("op", "all_reduce")
+    return pb.JobSpec(world_size=kw.pop("world_size", 2), collective=pb.CollectiveSpec(**coll), **kw)
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(op="allreduce"), "collective.op"),
+    (dict(dtype="float8"), "collective.dtype"),
+    (dict(reduce_op="xor"), "collective.reduce_op"),
+    (dict(world_size=0), "world_size"),
+    (dict(op="broadcast", root=2), "collective.root"),
+    (dict(min_bytes=64, max_bytes=8), "collective.max_bytes"),
+    (dict(factor=0.5), "collective.factor"),
+    (dict(op="sendrecv", world_size=1), "world_size"),
+    (dict(placement=pb.Placement(worker_ids=["a"])), "placement.worker_ids"),
+    (dict(placement=pb.Placement(device_type="tpu")), "placement.device_type"),
+    (dict(op_timeout_s=-1), "op_timeout_s"),
+])
+def test_invalid_specs_name_the_field(kw, field):
+    with pytest.raises(InvalidSpec) as err:
+        jobspec.normalize(_spec(**kw))
+    assert err.value.field == field
+    assert str(err.value).startswith(field + ":")
+
+
+def test_missing_kind_is_invalid():
+    with pytest.raises(InvalidSpec) as err:
+        jobspec.normalize(pb.JobSpec(world_size=2))
+    assert err.value.field == "kind"
+
+
+def test_normalize_fills_defaults():
+    s = jobspec.normalize(_spec())
+    c = s.collective
+    assert (c.dtype, c.reduce_op, c.iters, c.warmup) == ("float32", "sum", 20, 5)
+    assert (c.min_bytes, c.max_bytes, c.factor) == (8, 64 << 20, 2.0)
+    assert s.op_timeout_s == specs.DEFAULT_OP_TIMEOUT_S
+
+
+def test_zero_warmup_is_kept():
+    assert jobspec.normalize(_spec(warmup=0)).collective.warmup == 0
+
+
+def test_backend_check_rejects_avg_on_gloo():
+    with pytest.raises(InvalidSpec) as err:
+        jobspec.collective(_spec(reduce_op="avg"), backend="gloo")
+    assert err.value.field == "collective.reduce_op"
+    jobspec.collective(_spec(reduce_op="avg"), backend="nccl")

@@ -1,0 +1,325 @@
+"""The JobStore contract (coordinator/api.py), run against every implementation."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from coordinator.api import JobStore, open_store
+from coordinator.store_memory import MemoryJobStore
+from coordinator.store_sqlite import SqliteJobStore
+from ringleader.errors import AlreadyExists, NotFound
+from ringleader.v1 import jobs_pb2 as pb
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request, tmp_path):
+    s: JobStore = MemoryJobStore() if request.param == "memory" else SqliteJobStore(
+        tmp_path / "db" / "jobs.sqlite"  # parent dir does not exist yet: the store creates it
+    )
+    yield s
+    s.close()
+
+
+def make_job(job_id: str, op: str = "all_reduce", state: int = pb.QUEUED, t: float = 1.0) -> pb.Job:
+    job = pb.Job(id=job_id, state=state, created_at=t)
+    job.spec.world_size = 2
+    job.spec.name = f"name-{job_id}"
+    job.spec.collective.op = op
+    job.spec.collective.sizes.extend([8, 1024])
+    return job
+
+
+def result(size: int) -> pb.SizeResult:
+    return pb.SizeResult(op="all_reduce", size_bytes=size, time_us=size / 10, busbw_gbps=1.5)
+
+
+def ids(jobs: list[pb.Job]) -> list[str]:
+    return [j.id for j in jobs]
+
+
+def test_open_store_picks_implementation(tmp_path):
+    mem = open_store(":memory:")
+    sql = open_store(str(tmp_path / "x.sqlite"))
+    try:
+        assert isinstance(mem, MemoryJobStore) and isinstance(sql, SqliteJobStore)
+    finally:
+        mem.close()
+        sql.close()
+
+
+def test_create_and_get_roundtrip(store):
+    job = make_job("a")
+    store.create(job)
+    assert store.get("a") == job
+
+
+def test_duplicate_create_fails(store):
+    store.create(make_job("a"))
+    with pytest.raises(AlreadyExists):
+        store.create(make_job("a", op="broadcast"))
+    assert store.get("a").spec.collective.op == "all_reduce"  # the first one is kept
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.get("nope"),
+        lambda s: s.update(make_job("nope")),
+        lambda s: s.add_event(pb.JobEvent(job_id="nope", seq=1)),
+        lambda s: s.events("nope"),
+        lambda s: s.add_result("nope", result(8)),
+        lambda s: s.clear_results("nope"),
+        lambda s: s.list(before_id="nope"),
+    ],
+    ids=["get", "update", "add_event", "events", "add_result", "clear_results", "list_before"],
+)
+def test_unknown_job_is_not_found(store, call):
+    store.create(make_job("a"))
+    with pytest.raises(NotFound, match="job nope not found"):
+        call(store)
+
+
+def test_results_in_order_and_clear(store):
+    store.create(make_job("a"))
+    store.create(make_job("b"))
+    for size in (8, 64, 16, 1024):
+        store.add_result("a", result(size))
+    store.add_result("b", result(4))
+    assert [r.size_bytes for r in store.get("a").results] == [8, 64, 16, 1024]
+    assert store.get("a").results[2] == result(16)
+    store.clear_results("a")
+    assert list(store.get("a").results) == []
+    assert [r.size_bytes for r in store.get("b").results] == [4]  # other jobs untouched
+    store.add_result("a", result(32))  # appending works again after a clear
+    assert [r.size_bytes for r in store.get("a").results] == [32]
+
+
+def test_update_replaces_mutable_fields_only(store):
+    store.create(make_job("a", t=100.0))
+    store.add_result("a", result(8))
+    new = make_job("a", op="broadcast", state=pb.RUNNING, t=999.0)  # other spec, other created_at
+    new.reason = "placed"
+    new.started_at = 101.0
+    new.finished_at = 102.0
+    new.workers.add(worker_id="w1", rank=0, host="h", device="cuda:0")
+    new.workers.add(worker_id="w2", rank=1, host="h", device="cuda:1")
+    new.backend = "nccl"
+    new.progress.done = 1
+    new.progress.total = 2
+    new.warm_start = True
+    new.results.append(result(4096))  # ignored: results change only via add/clear_results
+    store.update(new)
+
+    got = store.get("a")
+    assert got.spec == make_job("a").spec and got.created_at == 100.0
+    assert got.state == pb.RUNNING and got.reason == "placed"
+    assert (got.started_at, got.finished_at) == (101.0, 102.0)
+    assert [w.worker_id for w in got.workers] == ["w1", "w2"]
+    assert got.backend == "nccl" and got.warm_start
+    assert got.progress == pb.Progress(done=1, total=2)
+    assert [r.size_bytes for r in got.results] == [8]
+    # The op filter keeps following the stored spec, not the one passed to update.
+    assert ids(store.list(op="all_reduce")) == ["a"] and store.list(op="broadcast") == []
+
+    # A second update replaces (not merges) repeated and message fields.
+    shrink = pb.Job(id="a", state=pb.QUEUED)
+    store.update(shrink)
+    got = store.get("a")
+    assert got.state == pb.QUEUED and got.reason == "" and not got.warm_start
+    assert list(got.workers) == [] and not got.HasField("progress")
+    assert got.spec == make_job("a").spec and got.created_at == 100.0
+    assert ids(store.list(states=[pb.QUEUED])) == ["a"]  # the state column follows updates
+
+
+def test_list_newest_first_without_results(store):
+    for i in range(5):
+        store.create(make_job(f"j{i}", t=float(i)))
+    store.add_result("j3", result(8))
+    jobs = store.list()
+    assert ids(jobs) == ["j4", "j3", "j2", "j1", "j0"]
+    assert all(len(j.results) == 0 for j in jobs)
+    assert jobs[0] == make_job("j4", t=4.0)
+
+
+def test_list_order_is_submission_not_created_at(store):
+    store.create(make_job("late", t=50.0))
+    store.create(make_job("early", t=10.0))
+    assert ids(store.list()) == ["early", "late"]
+
+
+def test_list_state_filter(store):
+    states = [pb.QUEUED, pb.RUNNING, pb.SUCCEEDED, pb.FAILED, pb.CANCELLED, pb.RUNNING]
+    for i, st in enumerate(states):
+        store.create(make_job(f"j{i}", state=st))
+    assert ids(store.list(states=[pb.RUNNING])) == ["j5", "j1"]
+    assert ids(store.list(states=[pb.SUCCEEDED, pb.FAILED, pb.CANCELLED])) == ["j4", "j3", "j2"]
+    assert ids(store.list(states=(pb.QUEUED, pb.RUNNING))) == ["j5", "j1", "j0"]
+    assert ids(store.list(states=[])) == ["j5", "j4", "j3", "j2", "j1", "j0"]  # empty: all
+
+
+def test_list_op_filter(store):
+    store.create(make_job("a", op="all_reduce"))
+    store.create(make_job("b", op="broadcast"))
+    store.create(make_job("c", op="all_reduce", state=pb.SUCCEEDED))
+    assert ids(store.list(op="all_reduce")) == ["c", "a"]
+    assert ids(store.list(op="broadcast")) == ["b"]
+    assert ids(store.list(op="alltoall")) == []
+    assert ids(store.list(op="all_reduce", states=[pb.QUEUED])) == ["a"]
+
+
+def test_list_limit(store):
+    for i in range(60):
+        store.create(make_job(f"j{i:02}"))
+    assert ids(store.list(limit=3)) == ["j59", "j58", "j57"]
+    assert len(store.list(limit=0)) == 50  # 0 (unset in the request): the default
+    assert len(store.list()) == 50
+
+
+def test_list_limit_capped_at_1000(store):
+    for i in range(1001):
+        store.create(pb.Job(id=f"j{i}", state=pb.SUCCEEDED))
+    assert len(store.list(limit=5000)) == 1000
+
+
+def test_list_before_id_pages(store):
+    for i in range(7):
+        store.create(make_job(f"j{i}", op="all_reduce" if i % 2 == 0 else "broadcast"))
+    seen, before = [], ""
+    while True:
+        page = store.list(limit=3, before_id=before)
+        if not page:
+            break
+        seen += ids(page)
+        before = page[-1].id
+    assert seen == [f"j{i}" for i in range(6, -1, -1)]
+    assert ids(store.list(limit=2, before_id="j4")) == ["j3", "j2"]
+    assert ids(store.list(before_id="j0")) == []
+    # Paging combined with a filter: before_id may itself be filtered out.
+    assert ids(store.list(op="all_reduce", before_id="j5")) == ["j4", "j2", "j0"]
+
+
+def test_unfinished_oldest_first(store):
+    states = [pb.RUNNING, pb.SUCCEEDED, pb.QUEUED, pb.FAILED, pb.CANCELLED, pb.QUEUED]
+    for i, st in enumerate(states):
+        store.create(make_job(f"j{i}", state=st, t=100.0 - i))  # created_at order is reversed
+    store.add_result("j0", result(8))
+    got = store.unfinished()
+    assert ids(got) == ["j0", "j2", "j5"]
+    assert [r.size_bytes for r in got[0].results] == [8]
+    store.update(pb.Job(id="j0", state=pb.SUCCEEDED))
+    store.update(pb.Job(id="j1", state=pb.QUEUED))
+    assert ids(store.unfinished()) == ["j1", "j2", "j5"]
+
+
+def test_events_in_order(store):
+    store.create(make_job("a"))
+    store.create(make_job("b"))
+    sent = [
+        pb.JobEvent(job_id="a", seq=1, time=1.0, state=pb.StateChange(state=pb.QUEUED)),
+        pb.JobEvent(job_id="a", seq=2, time=2.0, state=pb.StateChange(state=pb.RUNNING)),
+        pb.JobEvent(job_id="a", seq=3, time=3.0, progress=pb.Progress(done=1, total=2)),
+        pb.JobEvent(job_id="a", seq=4, time=4.0, result=result(8)),
+    ]
+    store.add_event(sent[0])
+    store.add_event(pb.JobEvent(job_id="b", seq=1, time=1.5))
+    for e in sent[1:]:
+        store.add_event(e)
+    assert store.events("a") == sent
+    assert [e.seq for e in store.events("b")] == [1]
+
+
+def test_returned_and_given_objects_are_copies(store):
+    job = make_job("a")
+    store.create(job)
+    job.spec.collective.op = "broadcast"  # mutate what was given to create
+    job.state = pb.FAILED
+
+    got = store.get("a")
+    assert got.spec.collective.op == "all_reduce" and got.state == pb.QUEUED
+    got.spec.world_size = 99
+    got.workers.add(worker_id="x")
+    assert store.get("a").spec.world_size == 2 and list(store.get("a").workers) == []
+
+    listed = store.list()[0]
+    listed.reason = "changed"
+    store.unfinished()[0].spec.name = "changed"
+    assert store.get("a").reason == "" and store.get("a").spec.name == "name-a"
+
+    upd = pb.Job(id="a", state=pb.RUNNING)
+    upd.progress.done = 1
+    store.update(upd)
+    upd.progress.done = 7
+    assert store.get("a").progress.done == 1
+
+    r = result(8)
+    store.add_result("a", r)
+    r.size_bytes = 1
+    store.get("a").results[0].size_bytes = 2
+    assert store.get("a").results[0].size_bytes == 8
+
+    ev = pb.JobEvent(job_id="a", seq=1, state=pb.StateChange(state=pb.RUNNING))
+    store.add_event(ev)
+    ev.seq = 5
+    store.events("a")[0].seq = 6
+    assert store.events("a")[0].seq == 1
+
+
+# --- SQLite only ---------------------------------------------------------------------------
+
+
+def test_sqlite_survives_reopen(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    s = SqliteJobStore(path)
+    s.create(make_job("a", t=5.0))
+    s.create(make_job("b", state=pb.RUNNING))
+    s.add_result("b", result(8))
+    s.add_result("b", result(16))
+    s.add_event(pb.JobEvent(job_id="b", seq=1, state=pb.StateChange(state=pb.RUNNING)))
+    s.update(pb.Job(id="a", state=pb.SUCCEEDED, reason="done", finished_at=9.0))
+    s.close()
+    s.close()  # idempotent
+
+    s = SqliteJobStore(str(path))
+    try:
+        a = s.get("a")
+        assert a.state == pb.SUCCEEDED and a.reason == "done" and a.created_at == 5.0
+        assert a.spec == make_job("a").spec
+        assert [r.size_bytes for r in s.get("b").results] == [8, 16]
+        assert [e.seq for e in s.events("b")] == [1]
+        assert ids(s.list()) == ["b", "a"] and ids(s.unfinished()) == ["b"]
+        s.create(make_job("c"))  # submission order continues after the reopened rows
+        assert ids(s.list()) == ["c", "b", "a"]
+        with pytest.raises(AlreadyExists):
+            s.create(make_job("a"))
+    finally:
+        s.close()
+
+
+def test_sqlite_pragmas_and_schema_version(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    SqliteJobStore(path).close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent in file
+        assert conn.execute("PRAGMA user_version").fetchone()[0] >= 1
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"jobs", "events", "results"} <= tables
+    finally:
+        conn.close()
+    s = SqliteJobStore(path)  # reopening an up-to-date schema migrates nothing and succeeds
+    try:
+        fk = s._conn.execute("PRAGMA foreign_keys").fetchone()[0]
+        assert fk == 1
+    finally:
+        s.close()
+
+
+def test_sqlite_rejects_newer_schema(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 999")
+    conn.close()
+    with pytest.raises(RuntimeError, match="newer"):
+        SqliteJobStore(path)

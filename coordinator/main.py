@@ -9,9 +9,11 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
+
 from coordinator.api import open_store
 from coordinator.core import Coordinator, Timings
-from coordinator.server import create_server
+from coordinator.server import start_server
 
 log = logging.getLogger("ringleader.coordinator")
 
@@ -37,19 +39,21 @@ class RunningCoordinator:
         self.config = config
         self.store = open_store(config.db or default_db_path())
         self.core = Coordinator(self.store, config.timings)
-        self.server, self.grpc_port = create_server(self.core, config.grpc_address)
-        self.grpc_target = f"{config.grpc_address.rsplit(':', 1)[0]}:{self.grpc_port}"
+        self.server: grpc.aio.Server | None = None
+        self.grpc_target = ""
         self.http_url = ""
 
     async def start(self) -> "RunningCoordinator":
         await self.core.start()
-        await self.server.start()
+        self.server, port = await start_server(self.core, self.config.grpc_address)
+        self.grpc_target = f"{self.config.grpc_address.rsplit(':', 1)[0]}:{port}"
         log.info("coordinator gRPC on %s (db %s)", self.grpc_target, self.config.db or default_db_path())
         return self
 
     async def stop(self, grace: float | None = None) -> None:
         await self.core.stop()
-        await self.server.stop(self.config.drain_s if grace is None else grace)
+        if self.server:
+            await self.server.stop(self.config.drain_s if grace is None else grace)
         self.store.close()
 
     async def __aenter__(self) -> "RunningCoordinator":

@@ -26,17 +26,18 @@ SERVICE_NAMES = (
 )
 
 
-def create_server(coordinator: Coordinator, address: str) -> tuple[grpc.aio.Server, int]:
-    """Build the gRPC server on `address` (port 0 picks one); returns it unstarted with its port."""
+async def start_server(coordinator: Coordinator, address: str) -> tuple[grpc.aio.Server, int]:
+    """Build and start the gRPC server on `address` (port 0 picks one); returns it with its port."""
     server = grpc.aio.server(options=SERVER_OPTIONS)
     jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(coordinator), server)
     workers_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(coordinator), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in (*SERVICE_NAMES, ""):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
+    await server.start()
+    for name in (*SERVICE_NAMES, ""):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, port

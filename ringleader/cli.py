@@ -57,14 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--advertise-host", default="", help="address peers use to reach this host")
 
     s = sub.add_parser("submit", help="submit a collective benchmark job")
-    s.add_argument("--op", required=True, choices=specs.OPS)
+    # op, dtype and reduce op are checked by the spec validation, for a one-line error naming the field.
+    s.add_argument("--op", required=True, help=", ".join(specs.OPS))
     s.add_argument("--world-size", "-n", type=int, required=True)
     s.add_argument("--min-bytes", "-b", type=_size, default=8)
     s.add_argument("--max-bytes", "-e", type=_size, default=64 << 20)
     s.add_argument("--factor", "-f", type=float, default=2.0)
     s.add_argument("--sizes", type=_sizes, help="explicit sizes, e.g. 1K,1M,1G (overrides min/max/factor)")
-    s.add_argument("--dtype", "-d", default="float32", choices=list(specs.DTYPE_SIZES))
-    s.add_argument("--reduce-op", "-o", default="sum", choices=specs.REDUCE_OPS)
+    s.add_argument("--dtype", "-d", default="float32", help=", ".join(specs.DTYPE_SIZES))
+    s.add_argument("--reduce-op", "-o", default="sum", help=", ".join(specs.REDUCE_OPS))
     s.add_argument("--iters", "-i", type=int, default=20)
     s.add_argument("--warmup", "-w", type=int, default=5)
     s.add_argument("--in-place", action="store_true")
@@ -208,9 +209,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"ringleader: error: {exc}", file=sys.stderr)
         code = EXIT_USAGE
     except grpc.RpcError as exc:
-        code = EXIT_USAGE if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT,) else EXIT_FAILED
-        where = f" ({coordinator_address(a.coordinator)})" if exc.code() == grpc.StatusCode.UNAVAILABLE else ""
-        print(f"ringleader: error: {exc.code().name.lower()}{where}: {exc.details()}", file=sys.stderr)
+        if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # details start with the field's name
+            code, message = EXIT_USAGE, exc.details()
+        else:
+            where = f" ({coordinator_address(a.coordinator)})" if exc.code() == grpc.StatusCode.UNAVAILABLE else ""
+            code, message = EXIT_FAILED, f"{exc.code().name.lower()}{where}: {exc.details()}"
+        print(f"ringleader: error: {message}", file=sys.stderr)
     except CliError as exc:
         print(f"ringleader: error: {exc}", file=sys.stderr)
         code = exc.code

@@ -39,7 +39,8 @@ def state_name(state: int) -> str:
 
 
 def result_dict(r: pb.SizeResult) -> dict:
-    return json_format.MessageToDict(r, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    # Field by field rather than MessageToDict, which renders 64-bit integers as strings.
+    return {f.name: getattr(r, f.name) for f in r.DESCRIPTOR.fields}
 
 
 def job_json(job: pb.Job) -> str:

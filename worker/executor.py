@@ -117,8 +117,21 @@ class Executor:
         return results
 
 
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this process when its daemon dies, even by SIGKILL."""
+    try:
+        import ctypes
+        import signal
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the executor notices the closed pipe at its next receive instead
+
+
 def main(conn, device_arg: str, counter) -> None:
     """Entry point of the executor process (multiprocessing 'spawn' target)."""
+    _die_with_parent()
     try:
         Executor(conn, device_arg, counter).serve()
     except (EOFError, KeyboardInterrupt):  # the daemon went away: nothing left to report to

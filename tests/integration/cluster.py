@@ -1,0 +1,125 @@
+"""A real coordinator and real worker daemons as separate processes on loopback (gloo on CPU)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ringleader.client import Client
+from ringleader.v1 import jobs_pb2 as pb
+
+TERMINAL = (pb.SUCCEEDED, pb.FAILED, pb.CANCELLED)
+
+
+def ringleader_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ringleader", *args]
+
+
+class Cluster:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.db = str(tmp / "jobs.db")
+        self.address = ""
+        self.coordinator: subprocess.Popen | None = None
+        self.workers: dict[str, subprocess.Popen] = {}
+        self._client: Client | None = None
+
+    # ---- processes -------------------------------------------------------------------------
+
+    def start_coordinator(self, port: int = 0) -> str:
+        log = open(self.tmp / "coordinator.log", "ab")
+        self.coordinator = subprocess.Popen(
+            ringleader_cmd("coordinator", "--grpc-address", f"127.0.0.1:{port}", "--http-address", "",
+                           "--db", self.db),
+            stdout=subprocess.PIPE, stderr=log, text=True)
+        log.close()
+        line = _readline_with_timeout(self.coordinator, 60)
+        assert line.startswith("ringleader coordinator: gRPC "), line
+        self.address = line.split()[-1]
+        self._client = None
+        return self.address
+
+    def stop_coordinator(self, sig: int = signal.SIGTERM) -> None:
+        self.coordinator.send_signal(sig)
+        self.coordinator.wait(30)
+
+    def start_worker(self, worker_id: str) -> subprocess.Popen:
+        log = open(self.tmp / f"{worker_id}.log", "ab")
+        p = subprocess.Popen(ringleader_cmd("--coordinator", self.address, "worker", "--device", "cpu",
+                                            "--worker-id", worker_id),
+                             stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        self.workers[worker_id] = p
+        return p
+
+    def kill_worker(self, worker_id: str) -> None:
+        self.workers.pop(worker_id).kill()
+
+    def close(self) -> None:
+        for p in self.workers.values():
+            p.terminate()
+        if self.coordinator and self.coordinator.poll() is None:
+            self.coordinator.terminate()
+        for p in [*self.workers.values(), self.coordinator]:
+            if p is None:
+                continue
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if self.coordinator and self.coordinator.stdout:
+            self.coordinator.stdout.close()
+        if self._client:
+            self._client.close()
+
+    # ---- client helpers --------------------------------------------------------------------
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.address)
+        return self._client
+
+    def wait_idle(self, ids, timeout: float = 90) -> None:
+        ids = set(ids)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            idle = {w.worker_id for w in self.client.workers() if w.state == pb.IDLE}
+            if ids <= idle:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"workers {sorted(ids - idle)} not idle after {timeout} s; see {self.tmp}")
+
+    def submit(self, world_size: int = 2, workers=(), **collective) -> pb.Job:
+        collective.setdefault("sizes", [1024, 65536])
+        collective.setdefault("iters", 3)
+        collective.setdefault("warmup", 1)
+        spec = pb.JobSpec(world_size=world_size, placement=pb.Placement(worker_ids=list(workers)),
+                          collective=pb.CollectiveSpec(**collective))
+        return self.client.submit(spec)
+
+    def wait_job(self, job_id: str, states=TERMINAL, timeout: float = 120) -> pb.Job:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            job = self.client.get(job_id)
+            if job.state in states:
+                return job
+            time.sleep(0.05)
+        raise AssertionError(f"job {job_id} still {pb.JobState.Name(job.state)} ({job.reason}) after {timeout} s")
+
+
+def _readline_with_timeout(proc: subprocess.Popen, timeout: float) -> str:
+    out: list[str] = []
+    t = threading.Thread(target=lambda: out.append(proc.stdout.readline()), daemon=True)
+    t.start()
+    t.join(timeout)
+    if not out:
+        proc.kill()
+        raise AssertionError("coordinator did not start")
+    return out[0].strip()
+

@@ -1,0 +1,96 @@
+"""Failures end to end: a worker or executor killed mid-job, a coordinator restart."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from ringleader.v1 import jobs_pb2 as pb
+
+pytestmark = pytest.mark.integration
+
+LONG = dict(op="all_reduce", sizes=[8 << 20], iters=100000, warmup=0)  # runs until killed
+
+
+def _executor_pid(cluster, worker_id: str) -> int:
+    """The executor is the daemon's only child process."""
+    daemon = cluster.workers[worker_id].pid
+    with open(f"/proc/{daemon}/task/{daemon}/children") as f:
+        children = [int(x) for x in f.read().split()]
+    assert len(children) == 1, children
+    return children[0]
+
+
+def _wait_running_with_progress(cluster, job_id):
+    cluster.wait_job(job_id, states=(pb.RUNNING,))
+    time.sleep(1.5)  # inside the timed loop by now
+
+
+def test_worker_killed_mid_job_fails_it_naming_the_rank(cluster):
+    cluster.wait_idle(["w0", "w1", "w2", "w3"])
+    job = cluster.submit(workers=["w0", "w3"], **LONG)
+    _wait_running_with_progress(cluster, job.id)
+    killed_at = time.monotonic()
+    cluster.kill_worker("w3")
+    done = cluster.wait_job(job.id, timeout=30)
+    assert time.monotonic() - killed_at < 10
+    assert done.state == pb.FAILED
+    assert "rank 1 (worker w3)" in done.reason, done.reason
+    # The survivor drops its broken group, is idle again, and the next job succeeds.
+    cluster.wait_idle(["w0"], timeout=30)
+    nxt = cluster.wait_job(cluster.submit(workers=["w0", "w1"], op="all_reduce").id)
+    assert nxt.state == pb.SUCCEEDED, nxt.reason
+    assert not nxt.warm_start
+
+
+def test_executor_killed_fails_job_but_daemon_survives(cluster):
+    cluster.wait_idle(["w0", "w1"])
+    job = cluster.submit(workers=["w0", "w1"], **LONG)
+    _wait_running_with_progress(cluster, job.id)
+    os.kill(_executor_pid(cluster, "w1"), signal.SIGKILL)
+    done = cluster.wait_job(job.id, timeout=30)
+    assert done.state == pb.FAILED
+    assert "rank 1 (worker w1) failed: executor process killed by signal 9" in done.reason, done.reason
+    assert cluster.workers["w1"].poll() is None, "the daemon must survive its executor"
+    cluster.wait_idle(["w0", "w1"], timeout=60)
+    w1 = next(w for w in cluster.client.workers() if w.worker_id == "w1")
+    assert w1.executor_restarts == 1
+    nxt = cluster.wait_job(cluster.submit(workers=["w0", "w1"], op="all_reduce").id)
+    assert nxt.state == pb.SUCCEEDED, nxt.reason
+
+
+def test_cancel_running_job_frees_its_workers(cluster):
+    cluster.wait_idle(["w0", "w1"])
+    job = cluster.submit(workers=["w0", "w1"], **LONG)
+    _wait_running_with_progress(cluster, job.id)
+    assert cluster.client.cancel(job.id).state == pb.CANCELLED
+    cluster.wait_idle(["w0", "w1"], timeout=30)
+
+
+def test_coordinator_restart_keeps_queued_jobs(fresh_cluster):
+    c = fresh_cluster
+    address = c.start_coordinator()
+    queued = [c.submit(op="all_reduce").id, c.submit(op="all_gather").id]  # no workers yet
+    assert all(c.client.get(j).state == pb.QUEUED for j in queued)
+    c.stop_coordinator(signal.SIGKILL)  # no chance to flush anything: SQLite/WAL must hold it
+    c.start_coordinator(port=int(address.rsplit(":", 1)[1]))
+    c.start_worker("r0")
+    c.start_worker("r1")
+    for job_id in queued:
+        done = c.wait_job(job_id)
+        assert done.state == pb.SUCCEEDED, done.reason
+        assert all(r.wrong == 0 for r in done.results)
+
+
+def test_workers_reconnect_after_coordinator_restart(fresh_cluster):
+    c = fresh_cluster
+    address = c.start_coordinator()
+    c.start_worker("r0")
+    c.start_worker("r1")
+    c.wait_idle(["r0", "r1"])
+    c.stop_coordinator()
+    c.start_coordinator(port=int(address.rsplit(":", 1)[1]))
+    c.wait_idle(["r0", "r1"], timeout=60)
+    done = c.wait_job(c.submit(op="broadcast").id)
+    assert done.state == pb.SUCCEEDED, done.reason

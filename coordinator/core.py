@@ -231,7 +231,7 @@ class Coordinator:
         s, p = job.spec, job.spec.placement
         return scheduler.PendingJob(
             job_id=job.id, world_size=s.world_size, priority=s.priority, submitted_at=job.created_at,
-            op=s.collective.op, reduce_op=s.collective.reduce_op, needs_bytes=jobspec.needs_bytes(s),
+            op=s.collective.op, dtype=s.collective.dtype, reduce_op=s.collective.reduce_op, needs_bytes=jobspec.needs_bytes(s),
             host=p.host, gpu_model=p.gpu_model, worker_ids=tuple(p.worker_ids), device_type=p.device_type,
         )
 

@@ -40,6 +40,7 @@ class PendingJob:
     priority: int
     submitted_at: float
     op: str = "all_reduce"
+    dtype: str = "float32"
     reduce_op: str = "sum"
     needs_bytes: int = 0  # device bytes per rank for the largest size
     host: str = ""
@@ -73,7 +74,7 @@ def eligible(job: PendingJob, w: WorkerView) -> bool:
         return False
     if w.memory_bytes and job.needs_bytes > w.memory_bytes:
         return False
-    return specs.backend_supports(w.backend, op=job.op, reduce_op=job.reduce_op)
+    return specs.backend_supports(w.backend, op=job.op, dtype=job.dtype, reduce_op=job.reduce_op)
 
 
 def queue_order(jobs: list[PendingJob], now: float) -> list[PendingJob]:

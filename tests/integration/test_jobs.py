@@ -16,6 +16,7 @@ pytestmark = pytest.mark.integration
 CASES = [
     ("all_reduce", "float32", "sum", False), ("all_reduce", "int32", "prod", False),
     ("all_reduce", "float64", "min", False), ("all_reduce", "int8", "max", True),
+    ("all_reduce", "bfloat16", "avg", False), ("reduce_scatter", "float16", "sum", False),
     ("reduce", "float32", "sum", False), ("reduce", "int64", "max", False),
     ("broadcast", "uint8", "sum", False), ("broadcast", "float64", "sum", False),
     ("all_gather", "float32", "sum", False), ("all_gather", "int32", "sum", True),
@@ -102,8 +103,9 @@ def test_invalid_spec_is_invalid_argument_naming_the_field(cluster):
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details().startswith("collective.root:")
     with pytest.raises(grpc.RpcError) as err:
-        cluster.client.submit(pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="all_reduce", reduce_op="avg")))
-    assert err.value.details() == "collective.reduce_op: avg is not supported by the gloo backend"
+        cluster.client.submit(pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(
+            op="all_reduce", dtype="int64", reduce_op="avg")))
+    assert err.value.details() == "collective.reduce_op: avg on int64 is not supported by the gloo backend"
 
 
 def test_size_beyond_device_memory_is_rejected_with_numbers(cluster):

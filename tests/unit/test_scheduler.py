@@ -72,8 +72,8 @@ def test_constraints_host_model_ids_device_type_memory():
 
 def test_backend_capability_filters_workers():
     fleet = [w("g0", backend="gloo", dtype="cpu"), w("g1", idx=1, backend="gloo", dtype="cpu")]
-    assert plan([job("j", reduce_op="avg")], fleet, 0).decisions == []
-    assert plan([job("j", reduce_op="sum")], fleet, 0).decisions[0].backend == "gloo"
+    assert plan([job("j", dtype="int32", reduce_op="avg")], fleet, 0).decisions == []
+    assert plan([job("j", dtype="float32", reduce_op="avg")], fleet, 0).decisions[0].backend == "gloo"
 
 
 def test_gang_never_mixes_backends():

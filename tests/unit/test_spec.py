@@ -43,9 +43,11 @@ def test_sweep_sizes_geometric():
 
 
 def test_bytes_needed_counts_buffers_and_check():
-    # all_gather 1 GiB on 8 ranks out-of-place: 1 GiB output + 128 MiB input + 1 GiB expected
+    # all_gather 1 GiB on 8 ranks out-of-place: 1 GiB output + 128 MiB input + 1 GiB check reserve
     assert specs.bytes_needed("all_gather", 1 << 30, 8, False) == (1 << 30) + (1 << 27) + (1 << 30)
-    assert specs.bytes_needed("all_reduce", 1 << 30, 2, True) == 2 << 30
+    # torch's all_reduce is always in place; alltoall never is
+    assert specs.bytes_needed("all_reduce", 1 << 30, 2, False) == 2 << 30
+    assert specs.bytes_needed("alltoall", 1 << 30, 2, True) == 3 << 30
 
 
 def _spec(**kw):
@@ -92,8 +94,14 @@ def test_zero_warmup_is_kept():
     assert jobspec.normalize(_spec(warmup=0)).collective.warmup == 0
 
 
-def test_backend_check_rejects_avg_on_gloo():
+def test_backend_check_rejects_integer_avg_on_gloo_only():
     with pytest.raises(InvalidSpec) as err:
-        jobspec.collective(_spec(reduce_op="avg"), backend="gloo")
-    assert err.value.field == "collective.reduce_op"
-    jobspec.collective(_spec(reduce_op="avg"), backend="nccl")
+        jobspec.collective(_spec(reduce_op="avg", dtype="int32"), backend="gloo")
+    assert str(err.value) == "collective.reduce_op: avg on int32 is not supported by the gloo backend"
+    jobspec.collective(_spec(reduce_op="avg", dtype="float32"), backend="gloo")
+    jobspec.collective(_spec(reduce_op="avg", dtype="int32"), backend="nccl")
+
+
+def test_small_factor_still_progresses():
+    sizes = specs.sweep_sizes(8, 64, 1.1)
+    assert sizes == sorted(set(sizes)) and sizes[-1] <= 64 and len(sizes) > 4

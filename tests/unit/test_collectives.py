@@ -1,0 +1,299 @@
+"""worker.collectives on real gloo groups (spawned CPU processes), and the data check on its own.
+
+Process start is slow, so every case of one world size runs in a single spawned group (a
+module-scoped fixture); the parametrized tests then only look at the collected rows.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import multiprocessing
+import socket
+import traceback
+import types
+
+import pytest
+import torch
+
+from ringleader import spec
+from ringleader.v1 import jobs_pb2 as pb
+from worker import collectives, datacheck
+
+SIZES = (1000, 150_000)  # requested bytes; rounded by spec.effective_size per world size
+ITERS, WARMUP = 3, 1
+
+
+def _case(op, dtype="float32", reduce_op="sum", in_place=False, root=0):
+    return dict(op=op, dtype=dtype, reduce_op=reduce_op, in_place=in_place, root=root)
+
+
+def _cases() -> list[dict]:
+    cases = []
+    for op in spec.OPS:
+        if op == "barrier":
+            cases.append(_case(op))
+            continue
+        root = 1 if op in spec.ROOTED_OPS else 0  # a non-zero root catches rank-0 assumptions
+        cases += [_case(op, "float32", root=root), _case(op, "int8", root=root),
+                  _case(op, "bfloat16", root=root)]
+    for op in ("all_reduce", "reduce"):
+        for reduce_op in ("prod", "min", "max"):
+            cases += [_case(op, "float32", reduce_op), _case(op, "int32", reduce_op),
+                      _case(op, "float16", reduce_op)]
+    for op in spec.REDUCING_OPS:
+        cases += [_case(op, "float32", "avg"), _case(op, "bfloat16", "avg"),
+                  _case(op, "uint8", "max"), _case(op, "int64", "sum"), _case(op, "float64", "prod")]
+    for op in ("all_gather", "reduce_scatter", "gather", "scatter"):
+        cases += [_case(op, "float32", in_place=True, root=1), _case(op, "int32", in_place=True)]
+    cases.append(_case("all_reduce", "int32", "avg"))  # unsupported by gloo: refused up front
+    return [dict(c, size=s) for c in cases for s in SIZES]
+
+
+CASES = _cases()
+
+
+def _case_id(c: dict) -> str:
+    return "-".join([c["op"], c["dtype"], c["reduce_op"], f"root{c['root']}",
+                     "inplace" if c["in_place"] else "oop", str(c["size"])])
+
+
+def _rank_main(rank: int, n: int, port: int, cases: list[dict], path: str) -> None:
+    """One rank: run every case, write what it saw as JSON (spawn target, so module level)."""
+    import warnings
+
+    import torch.distributed as dist
+
+    warnings.simplefilter("error")  # as strict as pytest's filterwarnings=error
+    payload: dict = {"rows": []}
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=n, timeout=datetime.timedelta(seconds=60))
+        device = torch.device("cpu")
+        for c in cases:
+            size = spec.effective_size(c["op"], c["size"], c["dtype"], n)
+            counter = types.SimpleNamespace(value=0)
+            args = dict(op=c["op"], dtype=c["dtype"], reduce_op=c["reduce_op"], size_bytes=size,
+                        root=c["root"], in_place=c["in_place"], device=device)
+            try:
+                local = collectives.measure(**args, iters=ITERS, warmup=WARMUP, counter=counter)
+            except ValueError as err:
+                payload["rows"].append({"error": str(err)})
+                continue
+            row = collectives.summarize(local, **args, iters=ITERS)
+            payload["rows"].append({"row": row, "ops_issued": counter.value,
+                                    "local_wrong": local.wrong})
+        dist.destroy_process_group()
+    except BaseException:
+        payload["traceback"] = traceback.format_exc()
+    with open(path, "w") as f:
+        json.dump(payload, f)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_group(n: int, cases: list[dict], tmp_path) -> list[dict]:
+    ctx = multiprocessing.get_context("spawn")
+    port = _free_port()
+    paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
+    procs = [ctx.Process(target=_rank_main, args=(r, n, port, cases, paths[r])) for r in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    payloads = []
+    for r, path in enumerate(paths):
+        try:
+            with open(path) as f:
+                payloads.append(json.load(f))
+        except FileNotFoundError:
+            pytest.fail(f"rank {r} of {n} wrote nothing (exit code {procs[r].exitcode})")
+    for r, payload in enumerate(payloads):
+        assert "traceback" not in payload, f"rank {r} of {n} failed:\n{payload['traceback']}"
+    return payloads
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"world{n}")
+def world(request, tmp_path_factory):
+    n = request.param
+    return n, _run_group(n, CASES, tmp_path_factory.mktemp(f"world{n}"))
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[_case_id(c) for c in CASES])
+def test_measure_and_summarize_on_gloo(world, i):
+    n, payloads = world
+    case = CASES[i]
+    seen = [p["rows"][i] for p in payloads]
+    reason = collectives.unsupported_reason("gloo", case["op"], case["dtype"], case["reduce_op"])
+    if reason:
+        assert all(s == {"error": reason} for s in seen)
+        assert reason.startswith("reduce_op: ") and reason.endswith("not supported by the gloo backend")
+        return
+    row = seen[0]["row"]
+    assert all(s["row"] == row for s in seen), "summarize must give every rank the same row"
+    size = spec.effective_size(case["op"], case["size"], case["dtype"], n)
+    pb.SizeResult(**row)  # exactly the message's fields, with compatible types
+    assert set(row) == set(pb.SizeResult.DESCRIPTOR.fields_by_name)
+    assert row["wrong"] == 0 and all(s["local_wrong"] == 0 for s in seen)
+    assert (row["world_size"], row["iters"]) == (n, ITERS)
+    assert {k: row[k] for k in ("op", "dtype", "reduce_op", "root", "in_place")} == \
+        {k: case[k] for k in ("op", "dtype", "reduce_op", "root", "in_place")}
+    assert row["size_bytes"] == size
+    assert row["count"] == size // spec.DTYPE_SIZES[case["dtype"]]
+    assert 0 < row["time_min_us"] <= row["time_p50_us"] <= row["time_p99_us"]
+    assert row["time_min_us"] <= row["time_us"] <= row["time_p99_us"]
+    assert 0 <= row["slowest_rank"] < n
+    assert 0 < row["slowest_rank_time_us"] <= row["time_us"] * (1 + 1e-12)
+    if case["op"] == "barrier":
+        assert row["algbw_gbps"] == row["busbw_gbps"] == 0
+    else:
+        assert row["algbw_gbps"] == pytest.approx(size / row["time_us"] / 1e3)
+        assert row["busbw_gbps"] == pytest.approx(
+            row["algbw_gbps"] * spec.busbw_factor(case["op"], n))
+        assert row["busbw_gbps"] > 0
+    # warm-up + timed + the check op, each counted once
+    check_ops = 0 if case["op"] == "barrier" else 1
+    assert all(s["ops_issued"] == WARMUP + ITERS + check_ops for s in seen)
+
+
+# ---- the data check without a process group -------------------------------------------------
+
+def _simulate(op: str, dtype: str, reduce_op: str, n: int, count: int, rank: int,
+              root: int = 0, seed: int = 1) -> torch.Tensor:
+    """This rank's output, computed by moving data as the op would (in the dtype, ring order)."""
+    dt = collectives.torch_dtype(dtype)
+    kind = datacheck.kind_of(op, reduce_op)
+    c = count // n
+    per_chunk = op in spec.CHUNKED_OPS and op not in ("reduce_scatter", "alltoall", "scatter")
+    inputs = []
+    for s in range(n):
+        t = torch.empty(c if per_chunk else count, dtype=dt)
+        datacheck.fill(t, kind=kind, dtype=dtype, src=s, n=n, seed=seed)
+        inputs.append(t)
+    if op in ("all_reduce", "reduce", "reduce_scatter"):
+        acc = inputs[0].clone()
+        for t in inputs[1:]:
+            acc = {"sum": torch.add, "avg": torch.add, "prod": torch.mul,
+                   "min": torch.minimum, "max": torch.maximum}[reduce_op](acc, t)
+        if reduce_op == "avg":
+            acc = acc / n if dt.is_floating_point else torch.div(acc, n, rounding_mode="trunc")
+        return acc[rank * c:(rank + 1) * c] if op == "reduce_scatter" else acc
+    if op in ("broadcast", "scatter"):
+        return inputs[root] if op == "broadcast" else inputs[root][rank * c:(rank + 1) * c]
+    if op in ("all_gather", "gather"):
+        return torch.cat(inputs)
+    if op == "alltoall":
+        return torch.cat([t[rank * c:(rank + 1) * c] for t in inputs])
+    return inputs[(rank - 1) % n]  # sendrecv
+
+
+@pytest.mark.parametrize("dtype", list(spec.DTYPE_SIZES))
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 64])
+def test_reduction_inputs_stay_exact_and_match_the_closed_form(dtype, n, monkeypatch):
+    monkeypatch.setattr(datacheck, "CHUNK", 1000)  # exercise the chunk boundaries
+    count = 64 * 50
+    for reduce_op in spec.REDUCE_OPS:
+        for op in ("all_reduce", "reduce_scatter"):
+            rank = n - 1
+            out = _simulate(op, dtype, reduce_op, n, count, rank)
+            wrong = datacheck.count_wrong(out, op=op, dtype=dtype, reduce_op=reduce_op, rank=rank,
+                                          world_size=n, root=0, count=count, seed=1)
+            assert wrong == 0, (op, reduce_op)
+            if not (dtype == "int8" and reduce_op == "avg" and n >= 64):  # no n*v fits int8
+                assert out.unique().numel() > 1, "expected values should vary per element"
+
+
+@pytest.mark.parametrize("op", [o for o in spec.OPS if o not in spec.REDUCING_OPS + ("barrier",)])
+def test_copy_ops_match_the_closed_form(op):
+    n, count = 3, 3 * 40
+    for rank in range(n):
+        out = _simulate(op, "int8", "sum", n, count, rank, root=2)
+        assert datacheck.count_wrong(out, op=op, dtype="int8", reduce_op="sum", rank=rank,
+                                     world_size=n, root=2, count=count, seed=1) == 0
+
+
+@pytest.mark.parametrize("op,dtype,reduce_op", [
+    ("all_reduce", "float32", "sum"), ("reduce_scatter", "int8", "max"),
+    ("all_gather", "bfloat16", "sum"), ("alltoall", "uint8", "sum"), ("all_reduce", "float16", "avg"),
+])
+def test_data_check_counts_a_corrupted_element(op, dtype, reduce_op):
+    n, count = 4, 4 * 64
+    out = _simulate(op, dtype, reduce_op, n, count, rank=1)
+    check = dict(op=op, dtype=dtype, reduce_op=reduce_op, rank=1, world_size=n, root=0,
+                 count=count, seed=1)
+    assert datacheck.count_wrong(out, **check) == 0
+    out[7] += 1
+    assert datacheck.count_wrong(out, **check) == 1
+    assert datacheck.count_wrong(out, **dict(check, seed=2)) > out.numel() // 2, "seed matters"
+    if out.is_floating_point():
+        out[9] = float("nan")
+        assert datacheck.count_wrong(out, **check) == 2
+
+
+def test_float_avg_is_checked_with_a_tolerance():
+    n, count = 4, 256
+    out = _simulate("all_reduce", "bfloat16", "avg", n, count, rank=0)
+    check = dict(op="all_reduce", dtype="bfloat16", reduce_op="avg", rank=0, world_size=n,
+                 root=0, count=count, seed=1)
+    assert datacheck.count_wrong(out * (1 + 2**-8), **check) == 0  # one bf16 ulp off: fine
+    assert datacheck.count_wrong(out * 1.05, **check) == out.numel()
+
+
+# ---- guards and small helpers -----------------------------------------------------------------
+
+def test_check_fits_raises_with_the_numbers():
+    with pytest.raises(MemoryError, match=r"^all_gather of 1048576\.0 GiB needs 2621440\.0 GiB "
+                                          r"on cpu, \d+\.\d GiB free$"):
+        collectives.check_fits("all_gather", 1 << 50, 2, False, torch.device("cpu"))
+    collectives.check_fits("all_gather", 1 << 20, 2, False, torch.device("cpu"))
+    collectives.check_fits("barrier", 0, 2, False, "cpu")
+
+
+def test_unsupported_reason():
+    reason = collectives.unsupported_reason("gloo", "all_reduce", "int32", "avg")
+    assert reason == "reduce_op: avg on int32 is not supported by the gloo backend"
+    for dtype in ("int8", "uint8", "int64"):
+        for op in spec.REDUCING_OPS:
+            assert collectives.unsupported_reason("gloo", op, dtype, "avg")
+    # torch 2.13's gloo averages floats; non-reducing ops ignore reduce_op; NCCL does everything
+    assert collectives.unsupported_reason("gloo", "all_reduce", "bfloat16", "avg") is None
+    assert collectives.unsupported_reason("gloo", "broadcast", "int32", "avg") is None
+    assert collectives.unsupported_reason("gloo", "alltoall", "int8", "sum") is None
+    assert collectives.unsupported_reason("nccl", "reduce_scatter", "int8", "avg") is None
+
+
+def test_build_result_statistics():
+    row = collectives.build_result([[1.0, 2.0, 3.0, 10.0], [2.0, 1.0, 5.0, 4.0]], 3, op="all_reduce",
+                                   dtype="float32", reduce_op="sum", size_bytes=1000, root=0,
+                                   in_place=False, iters=4)
+    # per-iteration max: 2, 2, 5, 10
+    assert row["time_us"] == 4.75 and row["time_min_us"] == 2.0
+    assert row["time_p50_us"] == 2.0 and row["time_p99_us"] == 10.0
+    assert (row["slowest_rank"], row["slowest_rank_time_us"]) == (0, 4.0)
+    assert row["algbw_gbps"] == pytest.approx(1000 / 4.75 / 1e3)
+    assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 1.0)  # 2(n-1)/n at n=2
+    assert (row["count"], row["wrong"], row["world_size"]) == (250, 3, 2)
+    barrier = collectives.build_result([[5.0], [7.0]], 0, op="barrier", dtype="float32",
+                                       reduce_op="sum", size_bytes=123, root=0, in_place=False,
+                                       iters=1)
+    assert (barrier["size_bytes"], barrier["count"], barrier["algbw_gbps"],
+            barrier["busbw_gbps"], barrier["time_us"]) == (0, 0, 0.0, 0.0, 7.0)
+
+
+def test_vocabulary_maps_to_torch():
+    for name, size in spec.DTYPE_SIZES.items():
+        assert collectives.torch_dtype(name).itemsize == size
+    for name in spec.REDUCE_OPS:
+        collectives.torch_reduce_op(name)
+    with pytest.raises(ValueError, match="dtype"):
+        collectives.torch_dtype("complex64")
+    with pytest.raises(ValueError, match="reduce_op"):
+        collectives.torch_reduce_op("band")

@@ -1,0 +1,299 @@
+"""The measurement core: time one collective at one size on the default process group.
+
+Runs inside an executor process whose torch.distributed group is already initialised.
+Conventions follow nccl-tests (see ringleader/spec.py): size_bytes is the op's largest buffer,
+algbw = size / time, busbw = algbw * spec.busbw_factor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.distributed as dist
+
+from ringleader import spec
+from ringleader.errors import InvalidSpec
+from worker import datacheck
+
+_DTYPES = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "float64": torch.float64, "int8": torch.int8, "uint8": torch.uint8,
+    "int32": torch.int32, "int64": torch.int64,
+}
+_REDUCE_OPS = {
+    "sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG,
+}
+# torch 2.13 renamed the tensor forms (the old names warn); keep the old ones for torch < 2.13.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+_TRAIN_SEED, _CHECK_SEED = 0, 1
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype: unknown dtype {name!r}") from None
+
+
+def torch_reduce_op(name: str) -> dist.ReduceOp:
+    try:
+        return _REDUCE_OPS[name]
+    except KeyError:
+        raise ValueError(f"reduce_op: unknown reduce op {name!r}") from None
+
+
+def unsupported_reason(backend: str, op: str, dtype: str, reduce_op: str) -> str | None:
+    """Why `backend` cannot run this combination ("<field>: ..."), or None if it can."""
+    try:
+        spec.check_backend(backend, op=op, dtype=dtype, reduce_op=reduce_op)
+    except InvalidSpec as exc:
+        return str(exc)
+    return None
+
+
+@dataclass
+class LocalMeasurement:
+    times_us: list[float]  # per timed iteration, this rank
+    wrong: int  # wrong elements on this rank
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def _free_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        # Blocks the caching allocator holds but does not use are free to us too.
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_fits(op: str, size_bytes: int, world_size: int, in_place: bool, device) -> None:
+    """Raise MemoryError, with the numbers, if one rank's buffers for this size cannot fit."""
+    device = torch.device(device)
+    need = spec.bytes_needed(op, size_bytes, world_size, in_place)
+    if need == 0:
+        return
+    # bytes_needed reserves one largest buffer for the check; ours works in bounded chunks.
+    scratch = min(size_bytes, datacheck.CHUNK) * datacheck.SCRATCH_BYTES_PER_ELEM
+    need += max(0, scratch - size_bytes)
+    free = _free_bytes(device)
+    if need > free:
+        raise MemoryError(f"{op} of {_gib(size_bytes)} needs {_gib(need)} on {device}, "
+                          f"{_gib(free)} free")
+
+
+class _Setup:
+    """One op's buffers: `run` issues the op once; `fill` writes fresh inputs; `out` is this
+    rank's defined output (None where the op defines none, e.g. non-root ranks of reduce)."""
+
+    def __init__(self, op, dtype, reduce_op, count, *, rank, n, root, in_place, device):
+        self.op, self.dtype, self.rank, self.n = op, dtype, rank, n
+        self.kind = datacheck.kind_of(op, reduce_op)
+        self.inputs: list[tuple[torch.Tensor, int]] = []  # (buffer, source rank its values mimic)
+        self.outputs: list[torch.Tensor] = []  # set to SENTINEL before the check
+        self.out: torch.Tensor | None = None
+        c = count // n if op in spec.CHUNKED_OPS else count
+        new = partial(torch.empty, dtype=torch_dtype(dtype), device=device)
+        red = torch_reduce_op(reduce_op) if op in spec.REDUCING_OPS else None
+        if op == "barrier":
+            if device.type == "cuda":  # name the device, or NCCL's barrier guesses it (and warns)
+                index = torch.cuda.current_device() if device.index is None else device.index
+                self.run = partial(dist.barrier, device_ids=[index])
+            else:
+                self.run = dist.barrier
+        elif op in ("all_reduce", "reduce", "broadcast"):
+            # torch's APIs for these are in-place only, so they run in place in both modes.
+            x = new(count)
+            if op == "all_reduce":
+                self.run = partial(dist.all_reduce, x, op=red)
+            elif op == "reduce":
+                self.run = partial(dist.reduce, x, dst=root, op=red)
+            else:
+                self.run = partial(dist.broadcast, x, src=root)
+            src = rank if op != "broadcast" or rank == root else None
+            self._io(x, src, out=x if op != "reduce" or rank == root else None)
+        elif op == "all_gather":
+            out = new(count)
+            inp = out[rank * c:(rank + 1) * c] if in_place else new(c)
+            self.run = partial(_all_gather_single, out, inp)
+            self._io(inp, rank, out=out)
+        elif op == "reduce_scatter":
+            inp = new(count)
+            out = inp[rank * c:(rank + 1) * c] if in_place else new(c)
+            self.run = partial(_reduce_scatter_single, out, inp, op=red)
+            self._io(inp, rank, out=out)
+        elif op == "alltoall":
+            inp, out = new(count), new(count)
+            self.run = partial(dist.all_to_all_single, out, inp)
+            self._io(inp, rank, out=out)
+        elif op == "gather":
+            out = new(count) if rank == root else None
+            chunks = list(out.chunk(n)) if out is not None else None
+            inp = chunks[root] if in_place and rank == root else new(c)
+            self.run = partial(dist.gather, inp, chunks, dst=root)
+            self._io(inp, rank, out=out)
+        elif op == "scatter":
+            inp = new(count) if rank == root else None
+            chunks = list(inp.chunk(n)) if inp is not None else None
+            out = chunks[root] if in_place and rank == root else new(c)
+            self.run = partial(dist.scatter, out, chunks, src=root)
+            self._io(inp, root, out=out)
+        elif op == "sendrecv":  # ring: send to the next rank, receive from the previous one
+            send, recv = new(count), new(count)
+            p2p = [dist.P2POp(dist.isend, send, (rank + 1) % n),
+                   dist.P2POp(dist.irecv, recv, (rank - 1) % n)]
+            self.run = lambda: [w.wait() for w in dist.batch_isend_irecv(p2p)]
+            self._io(send, rank, out=recv)
+        else:
+            raise ValueError(f"op: unknown op {op!r}")
+
+    def _io(self, inp, src, *, out):
+        if inp is not None and src is not None:
+            self.inputs.append((inp, src))
+        if out is not None:
+            self.outputs.append(out)
+        self.out = out
+
+    def fill(self, seed: int) -> None:
+        # Outputs first: in-place inputs are views into them and must win.
+        for out in self.outputs:
+            out.fill_(datacheck.SENTINEL)
+        for buf, src in self.inputs:
+            datacheck.fill(buf, kind=self.kind, dtype=self.dtype, src=src, n=self.n, seed=seed)
+
+
+class _NoCounter:
+    value = 0
+
+
+def _time_cpu(run, iters: int, counter) -> list[float]:
+    clock, times = time.perf_counter, [0.0] * iters
+    for k in range(iters):
+        t0 = clock()
+        run()  # gloo ops without async_op return when done
+        times[k] = clock() - t0
+        counter.value += 1
+    return [t * 1e6 for t in times]
+
+
+def _time_cuda(run, iters: int, counter) -> list[float]:
+    # One event before every iteration and one after the last, all on the current stream, so
+    # the per-iteration times telescope: their sum is the total and their mean total/iters.
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    for k in range(iters):
+        events[k].record()
+        run()
+        counter.value += 1
+    events[iters].record()
+    torch.cuda.synchronize()
+    return [events[k].elapsed_time(events[k + 1]) * 1e3 for k in range(iters)]
+
+
+def _backend_for(device: torch.device) -> str:
+    name = str(dist.get_backend())
+    if ":" in name:  # e.g. "cpu:gloo,cuda:nccl"
+        name = dict(part.split(":") for part in name.split(",")).get(device.type, name)
+    return name
+
+
+def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int, warmup: int,
+            in_place: bool, root: int, device: torch.device, counter=None) -> LocalMeasurement:
+    """Time `iters` runs of the op (after `warmup` untimed ones), then check its data once."""
+    device = torch.device(device)
+    reason = unsupported_reason(_backend_for(device), op, dtype, reduce_op)
+    if reason:
+        raise ValueError(reason)
+    if iters < 1:
+        raise ValueError("iters: must be at least 1")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    count = size_bytes // spec.DTYPE_SIZES[dtype]
+    if op != "barrier":
+        check_fits(op, size_bytes, n, in_place, device)
+    counter = counter if counter is not None else _NoCounter()
+    setup = _Setup(op, dtype, reduce_op, count, rank=rank, n=n, root=root, in_place=in_place,
+                   device=device)
+    setup.fill(_TRAIN_SEED)
+    run = setup.run
+
+    # Start together, so no rank's first iteration absorbs another's setup time.
+    if device.type == "cuda":
+        dist.all_reduce(torch.zeros(1, device=device))
+        torch.cuda.synchronize(device)
+    else:
+        dist.barrier()
+    for _ in range(warmup):
+        run()
+        counter.value += 1
+    times = (_time_cuda if device.type == "cuda" else _time_cpu)(run, iters, counter)
+
+    # The check: one more op on fresh inputs (another seed), so timed in-place repetition
+    # (sums growing, partial results left on non-roots) cannot spoil it.
+    wrong = 0
+    if op != "barrier":
+        setup.fill(_CHECK_SEED)
+        run()
+        counter.value += 1
+        if setup.out is not None:
+            wrong = datacheck.count_wrong(setup.out, op=op, dtype=dtype, reduce_op=reduce_op,
+                                          rank=rank, world_size=n, root=root, count=count,
+                                          seed=_CHECK_SEED)
+    return LocalMeasurement(times_us=times, wrong=wrong)
+
+
+def _percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    k = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[k - 1]
+
+
+def build_result(times_by_rank: list[list[float]], wrong: int, *, op, dtype, reduce_op,
+                 size_bytes, root, in_place, iters) -> dict:
+    """The SizeResult fields from every rank's per-iteration times (no communication)."""
+    n = len(times_by_rank)
+    per_iter = sorted(max(ts[k] for ts in times_by_rank) for k in range(iters))
+    means = [sum(ts) / iters for ts in times_by_rank]
+    slowest = max(range(n), key=means.__getitem__)
+    time_us = sum(per_iter) / iters
+    if op == "barrier":
+        size_bytes = 0
+    algbw = size_bytes / time_us / 1e3 if time_us > 0 else 0.0
+    return dict(
+        op=op, dtype=dtype, reduce_op=reduce_op, root=root, in_place=in_place,
+        size_bytes=size_bytes, count=size_bytes // spec.DTYPE_SIZES[dtype],
+        time_us=time_us, time_min_us=per_iter[0], time_p50_us=_percentile(per_iter, 50),
+        time_p99_us=_percentile(per_iter, 99), slowest_rank=slowest,
+        slowest_rank_time_us=means[slowest], algbw_gbps=algbw,
+        busbw_gbps=algbw * spec.busbw_factor(op, n), wrong=wrong, world_size=n, iters=iters,
+    )
+
+
+def summarize(local: LocalMeasurement, *, op, dtype, reduce_op, size_bytes, root, in_place, iters,
+              device) -> dict:
+    """Combine every rank's measurement (a collective: call on every rank)."""
+    device = torch.device(device)
+    n = dist.get_world_size()
+    mine = torch.tensor(local.times_us, dtype=torch.float64, device=device)
+    everyone = [torch.empty_like(mine) for _ in range(n)]
+    dist.all_gather(everyone, mine)
+    wrong = torch.tensor([local.wrong], dtype=torch.int64, device=device)
+    dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
+    return build_result([t.tolist() for t in everyone], int(wrong.item()), op=op, dtype=dtype,
+                        reduce_op=reduce_op, size_bytes=size_bytes, root=root, in_place=in_place,
+                        iters=iters)

@@ -32,6 +32,7 @@ class Timings:
     heartbeat_interval_s: float = 1.0
     heartbeat_timeout_s: float = 5.0  # a silent worker is declared lost after this
     reconcile_grace_s: float = 15.0  # after a restart, how long RUNNING jobs wait for their workers
+    blame_grace_s: float = 3.0  # after a rank's communication error, how long to wait for the cause
     tick_s: float = 0.5
 
 
@@ -45,6 +46,8 @@ class RunningJob:
     last_progress: float = field(default_factory=time.monotonic)
     seqs: dict[int, int] = field(default_factory=dict)
     reattach_deadline: float = 0.0  # > 0 while waiting for workers after a coordinator restart
+    peer_errors: list[str] = field(default_factory=list)  # victims' reports, kept until the cause shows
+    blame_deadline: float = 0.0
 
 
 class Coordinator:
@@ -266,20 +269,28 @@ class Coordinator:
         conn.executor_restarts = done.executor_restarts
         rj = self._running.get(done.job_id)
         if rj and done.rank < len(rj.members) and rj.members[done.rank] == conn.worker_id:
-            if not done.ok:
-                self._end_running(rj, pb.FAILED, f"rank {done.rank} (worker {conn.worker_id}) failed: {done.error}")
+            failed = f"rank {done.rank} (worker {conn.worker_id}) failed: {done.error}"
+            if done.ok:
+                self._on_rank_finished(rj, done)
+            elif done.failure == wpb.PEER_ERROR:
+                # Probably a victim of another rank's death: give the cause a moment to report.
+                rj.peer_errors.append(failed)
+                rj.blame_deadline = rj.blame_deadline or time.monotonic() + self.timings.blame_grace_s
             else:
-                if done.rank == 0 and done.results:
-                    # The complete set from rank 0 replaces rows that streamed in (some may be lost).
-                    self.store.clear_results(rj.job.id)
-                    for r in done.results:
-                        self.store.add_result(rj.job.id, r)
-                rj.finished_ranks.add(done.rank)
-                rj.attached.add(done.rank)  # a rank that finished while we restarted is accounted for
-                if len(rj.finished_ranks) == len(rj.members):
-                    rj.job.progress.done = rj.job.progress.total
-                    self._end_running(rj, pb.SUCCEEDED, "all ranks finished")
+                self._end_running(rj, pb.FAILED, failed)
         self._schedule()
+
+    def _on_rank_finished(self, rj: RunningJob, done: wpb.JobDone) -> None:
+        if done.rank == 0 and done.results:
+            # The complete set from rank 0 replaces rows that streamed in (some may be lost).
+            self.store.clear_results(rj.job.id)
+            for r in done.results:
+                self.store.add_result(rj.job.id, r)
+        rj.finished_ranks.add(done.rank)
+        rj.attached.add(done.rank)  # a rank that finished while we restarted is accounted for
+        if len(rj.finished_ranks) == len(rj.members):
+            rj.job.progress.done = rj.job.progress.total
+            self._end_running(rj, pb.SUCCEEDED, "all ranks finished")
 
     def _reattach(self, conn: WorkerConn, job_id: str, rank: int) -> None:
         rj = self._running.get(job_id)
@@ -353,7 +364,9 @@ class Coordinator:
                     self._requeue(rj)
                 continue
             timeout = rj.job.spec.op_timeout_s or specs.DEFAULT_OP_TIMEOUT_S
-            if now - rj.last_progress > timeout:
+            if rj.blame_deadline and now > rj.blame_deadline:
+                self._end_running(rj, pb.FAILED, rj.peer_errors[0] + " (a communication error; no rank reported a cause)")
+            elif now - rj.last_progress > timeout:
                 self._end_running(rj, pb.FAILED, self._stall_reason(rj, now - rj.last_progress))
 
     def _stall_reason(self, rj: RunningJob, idle_s: float) -> str:

@@ -25,6 +25,8 @@ from worker.supervisor import ExecutorHandle
 
 log = logging.getLogger("ringleader.worker")
 
+_FAILURES = {"rank": wpb.RANK_ERROR, "peer": wpb.PEER_ERROR}
+
 KEEPALIVE_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
@@ -206,7 +208,8 @@ class WorkerDaemon:
         async with self._executor_lock:
             if self.job:
                 # The coordinator placed us twice: refuse the new job rather than corrupt the old.
-                self._send_done(a.job_id, a.rank, ok=False, error=f"worker busy with job {self.job[0]}")
+                self._send_done(a.job_id, a.rank, ok=False, error=f"worker busy with job {self.job[0]}",
+                                failure=wpb.RANK_ERROR)
                 return
             self.job = (a.job_id, a.rank)
             self.executor.send({"t": "run", "assignment": a.SerializeToString()})
@@ -220,7 +223,7 @@ class WorkerDaemon:
             # The group may be mid-collective with a dead peer: only a new process is safe.
             await self._replace_executor()
             self.job = None
-            self._send_done(job_id, rank, ok=False, error=f"aborted: {abort.reason}")
+            self._send_done(job_id, rank, ok=False, error=f"aborted: {abort.reason}", failure=wpb.ABORTED)
 
     async def _replace_executor(self) -> None:
         await self.executor.kill()
@@ -248,7 +251,7 @@ class WorkerDaemon:
                 self.job = None
                 self.warm_group = msg["warm_group"]
                 self._send_done(msg["job_id"], rank, ok=msg["ok"], error=msg["error"],
-                                warm_start=msg["warm_start"],
+                                failure=_FAILURES.get(msg["failure"], 0), warm_start=msg["warm_start"],
                                 results=[pb.SizeResult(**r) for r in msg["results"]])
             elif t == "exit":
                 await self._on_executor_death(executor)
@@ -265,12 +268,12 @@ class WorkerDaemon:
             await self._replace_executor()
             self.job = None
             if job:
-                self._send_done(job[0], job[1], ok=False, error=why)
+                self._send_done(job[0], job[1], ok=False, error=why, failure=wpb.EXECUTOR_DIED)
 
-    def _send_done(self, job_id: str, rank: int, *, ok: bool, error: str = "", warm_start: bool = False,
-                   results: list | None = None) -> None:
+    def _send_done(self, job_id: str, rank: int, *, ok: bool, error: str = "", failure: int = 0,
+                   warm_start: bool = False, results: list | None = None) -> None:
         self._send(wpb.WorkerMessage(done=wpb.JobDone(
-            job_id=job_id, rank=rank, ok=ok, error=error, warm_group=self.warm_group,
+            job_id=job_id, rank=rank, ok=ok, error=error, failure=failure, warm_group=self.warm_group,
             store_port=free_port(self.advertise), warm_start=warm_start,
             executor_restarts=self.restarts, results=results or [])))
 

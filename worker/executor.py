@@ -6,7 +6,7 @@ group key (a warm group), so such jobs start without a new rendezvous. Any failu
 job destroys the group: its state is unknown after an error.
 
 Messages up:   ready{device}, progress{job_id, done, total, size_bytes}, result{job_id, result},
-               done{job_id, ok, error, warm_group, warm_start, results}
+               done{job_id, ok, error, failure ("rank" or "peer"), warm_group, warm_start, results}
 Messages down: run{assignment: serialized Assignment}, exit
 """
 
@@ -18,6 +18,19 @@ import platform
 import traceback
 
 STORE_TIMEOUT_S = 60  # how long ranks wait for each other at rendezvous
+# Errors that a rank sees when a peer dies or hangs: reported as "peer" so the coordinator
+# looks for the rank that caused them before blaming this one.
+PEER_ERROR_MARKERS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+                      "Socket Timeout", "Timed out", "remote process exited", "communicator was aborted")
+
+
+def failure_kind(exc: BaseException) -> str:
+    import torch.distributed as dist
+
+    peer_types = tuple(t for t in (getattr(dist, "DistNetworkError", None),) if t)
+    if isinstance(exc, peer_types) or any(m in str(exc) for m in PEER_ERROR_MARKERS):
+        return "peer"
+    return "rank"
 
 
 def describe_device(device_arg: str) -> dict:
@@ -70,9 +83,9 @@ class Executor:
             if not isinstance(exc, (MemoryError, ValueError)):
                 detail += " | " + traceback.format_exc(limit=3).strip().splitlines()[-1]
             self.conn.send({"t": "done", "job_id": a.job_id, "ok": False, "error": detail,
-                            "warm_group": "", "warm_start": warm, "results": []})
+                            "failure": failure_kind(exc), "warm_group": "", "warm_start": warm, "results": []})
             return
-        self.conn.send({"t": "done", "job_id": a.job_id, "ok": True, "error": "",
+        self.conn.send({"t": "done", "job_id": a.job_id, "ok": True, "error": "", "failure": "",
                         "warm_group": self.group_key, "warm_start": warm, "results": results})
 
     def _init_group(self, a) -> None:

@@ -10,6 +10,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from ringleader.v1 import jobs_pb2 as _jobs_pb2
 import builtins as _builtins
 import sys
@@ -21,6 +22,36 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _FailureKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FailureKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FailureKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FAILURE_KIND_UNSPECIFIED: _FailureKind.ValueType  # 0
+    RANK_ERROR: _FailureKind.ValueType  # 1
+    """this rank raised (bad input, out of memory, a local fault)"""
+    PEER_ERROR: _FailureKind.ValueType  # 2
+    """a communication error: most likely caused by another rank"""
+    EXECUTOR_DIED: _FailureKind.ValueType  # 3
+    """the executor process died or was killed"""
+    ABORTED: _FailureKind.ValueType  # 4
+    """the coordinator told this rank to stop"""
+
+class FailureKind(_FailureKind, metaclass=_FailureKindEnumTypeWrapper):
+    """Why a rank failed; the coordinator uses it to name the guilty rank rather than its victims."""
+
+FAILURE_KIND_UNSPECIFIED: FailureKind.ValueType  # 0
+RANK_ERROR: FailureKind.ValueType  # 1
+"""this rank raised (bad input, out of memory, a local fault)"""
+PEER_ERROR: FailureKind.ValueType  # 2
+"""a communication error: most likely caused by another rank"""
+EXECUTOR_DIED: FailureKind.ValueType  # 3
+"""the executor process died or was killed"""
+ABORTED: FailureKind.ValueType  # 4
+"""the coordinator told this rank to stop"""
+Global___FailureKind: _TypeAlias = FailureKind  # noqa: Y015
 
 @_typing.final
 class Register(_message.Message):
@@ -162,6 +193,7 @@ class JobDone(_message.Message):
     WARM_START_FIELD_NUMBER: _builtins.int
     EXECUTOR_RESTARTS_FIELD_NUMBER: _builtins.int
     RESULTS_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     rank: _builtins.int
     ok: _builtins.bool
@@ -173,6 +205,7 @@ class JobDone(_message.Message):
     warm_start: _builtins.bool
     """this job reused an initialised group"""
     executor_restarts: _builtins.int
+    failure: Global___FailureKind.ValueType
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[_jobs_pb2.SizeResult]:
         """Rank 0 repeats every size's result here, so a stream lost mid-job loses no row."""
@@ -189,10 +222,11 @@ class JobDone(_message.Message):
         warm_start: _builtins.bool = ...,
         executor_restarts: _builtins.int = ...,
         results: _abc.Iterable[_jobs_pb2.SizeResult] | None = ...,
+        failure: Global___FailureKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "executor_restarts", b"executor_restarts", "job_id", b"job_id", "ok", b"ok", "rank", b"rank", "results", b"results", "store_port", b"store_port", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "job_id", b"job_id", "ok", b"ok", "rank", b"rank", "results", b"results", "store_port", b"store_port", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

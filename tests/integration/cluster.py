@@ -46,6 +46,7 @@ class Cluster:
     def stop_coordinator(self, sig: int = signal.SIGTERM) -> None:
         self.coordinator.send_signal(sig)
         self.coordinator.wait(30)
+        self.coordinator.stdout.close()
 
     def start_worker(self, worker_id: str) -> subprocess.Popen:
         log = open(self.tmp / f"{worker_id}.log", "ab")
@@ -57,7 +58,9 @@ class Cluster:
         return p
 
     def kill_worker(self, worker_id: str) -> None:
-        self.workers.pop(worker_id).kill()
+        p = self.workers.pop(worker_id)
+        p.kill()
+        p.wait()
 
     def close(self) -> None:
         for p in self.workers.values():
@@ -72,7 +75,7 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        if self.coordinator and self.coordinator.stdout:
+        if self.coordinator and not self.coordinator.stdout.closed:
             self.coordinator.stdout.close()
         if self._client:
             self._client.close()

@@ -3,6 +3,7 @@
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +15,13 @@ LONG = dict(op="all_reduce", sizes=[8 << 20], iters=100000, warmup=0)  # runs un
 
 
 def _executor_pid(cluster, worker_id: str) -> int:
-    """The executor is the daemon's only child process."""
+    """The daemon's child started by multiprocessing's spawn (the other is its resource tracker)."""
     daemon = cluster.workers[worker_id].pid
     with open(f"/proc/{daemon}/task/{daemon}/children") as f:
         children = [int(x) for x in f.read().split()]
-    assert len(children) == 1, children
-    return children[0]
+    executors = [c for c in children if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
+    assert len(executors) == 1, children
+    return executors[0]
 
 
 def _wait_running_with_progress(cluster, job_id):

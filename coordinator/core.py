@@ -164,7 +164,7 @@ class Coordinator:
             return
         conn.state = pb.DISCONNECTED
         conn.outbox.put_nowait(None)  # ends the servicer's writer, which closes the stream
-        log.warning("worker %s lost: %s", conn.worker_id, why)
+        log.log(logging.WARNING if conn.job_id else logging.INFO, "worker %s left: %s", conn.worker_id, why)
         rj = self._running.get(conn.job_id)
         if rj and rj.members[conn.rank] == conn.worker_id and not rj.reattach_deadline:
             self._end_running(rj, pb.FAILED, f"rank {conn.rank} (worker {conn.worker_id}) lost: {why}")

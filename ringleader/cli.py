@@ -189,7 +189,8 @@ def run_client_command(a) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     a = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO,
+    quiet = a.command in ("demo",)  # the demo prints its own story; logs only for problems
+    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.WARNING if quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if a.command == "coordinator":

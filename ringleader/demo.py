@@ -50,9 +50,9 @@ async def run_demo(max_bytes: int | None = None, http_address: str = "127.0.0.1:
             finally:
                 for p in procs:
                     p.terminate()
-                for p in procs:
+                for p in procs:  # waited off the loop, so the coordinator sees them leave
                     try:
-                        p.wait(15)
+                        await asyncio.to_thread(p.wait, 15)
                     except subprocess.TimeoutExpired:
                         p.kill()
 

@@ -6,6 +6,7 @@ import json
 
 from google.protobuf import json_format
 
+from ringleader import spec as specs
 from ringleader.v1 import jobs_pb2 as pb
 
 HEADER = (
@@ -26,7 +27,8 @@ def results_table(results) -> str:
                                 r.time_p99_us, r.algbw_gbps, r.busbw_gbps, r.wrong))
     if results:
         first = results[0]
-        lines.append(f"# {first.op}, {first.world_size} ranks, {'in-place' if first.in_place else 'out-of-place'}, "
+        placement = "in-place" if specs.physically_in_place(first.op, first.in_place) else "out-of-place"
+        lines.append(f"# {first.op}, {first.world_size} ranks, {placement}, "
                      f"{first.iters} iterations; slowest rank per size: "
                      + ",".join(str(r.slowest_rank) for r in results))
         lines.append(f"# Out of bounds values : {sum(r.wrong for r in results)} "

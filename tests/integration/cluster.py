@@ -48,9 +48,9 @@ class Cluster:
         self.coordinator.wait(30)
         self.coordinator.stdout.close()
 
-    def start_worker(self, worker_id: str) -> subprocess.Popen:
+    def start_worker(self, worker_id: str, device: str = "cpu") -> subprocess.Popen:
         log = open(self.tmp / f"{worker_id}.log", "ab")
-        p = subprocess.Popen(ringleader_cmd("--coordinator", self.address, "worker", "--device", "cpu",
+        p = subprocess.Popen(ringleader_cmd("--coordinator", self.address, "worker", "--device", device,
                                             "--worker-id", worker_id),
                              stdout=log, stderr=log, start_new_session=True)
         log.close()

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# On the GPU machine (offline; its image has torch, grpcio, protobuf, prometheus-client):
+# unit + GPU tests, the demo, and the benchmark against plain torch.distributed.
+#   usage: scripts/gpu-check.sh [tests|bench|all]   logs and results under $OUT (default ./gpu-out)
+# Wheels the image lacks travel in .whl/ (see README, "GPU machine").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+# NVLink multicast stays off on shared machines: it can take the host's GPUs down.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+what=${1:-all}
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  { nvidia-smi; nvidia-smi topo -m; python3 -c 'import torch, grpc, google.protobuf as p; print(torch.__version__, torch.cuda.nccl.version(), grpc.__version__, p.__version__)'; } > "$OUT/machine.txt" 2>&1
+  # -W default: report warnings from this machine's library versions without failing on them.
+  python3 -m pytest tests/unit tests/gpu -q -W default -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.log"
+  python3 -m ringleader demo 2>&1 | tee "$OUT/demo.log"
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  python3 bench/run.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+fi

@@ -1,0 +1,37 @@
+import subprocess
+import sys
+import pytest
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent.parent / "integration"))
+from cluster import Cluster  # noqa: E402
+
+
+def gpu_count() -> int:
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                         capture_output=True, text=True)
+    return int(out.stdout.strip() or 0)
+
+
+GPUS = gpu_count()
+
+
+def pytest_collection_modifyitems(config, items):
+    if GPUS < 2:
+        skip = pytest.mark.skip(reason="needs 2 CUDA GPUs and NCCL (none here)")
+        for item in items:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster(tmp_path_factory):
+    """A coordinator and one worker daemon per GPU (NCCL)."""
+    c = Cluster(tmp_path_factory.mktemp("gpu"))
+    try:
+        c.start_coordinator()
+        ids = [f"g{i}" for i in range(GPUS)]
+        for i, wid in enumerate(ids):
+            c.start_worker(wid, device=f"cuda:{i}")
+        c.wait_idle(ids, timeout=300)
+        yield c
+    finally:
+        c.close()

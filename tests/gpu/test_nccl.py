@@ -1,0 +1,61 @@
+"""The NCCL path on real GPUs: every op, several dtypes and reduce ops, warm groups, failure."""
+
+import time
+
+import pytest
+
+from ringleader import spec as specs
+from ringleader.v1 import jobs_pb2 as pb
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("op", [o for o in specs.OPS])
+@pytest.mark.parametrize("dtype,reduce_op", [("float32", "sum"), ("bfloat16", "avg"), ("int8", "max"),
+                                             ("float16", "prod"), ("int64", "min")])
+def test_every_op_on_nccl(gpu_cluster, op, dtype, reduce_op):
+    job = gpu_cluster.submit(op=op, dtype=dtype, reduce_op=reduce_op, sizes=[8, 1 << 20, 64 << 20],
+                             iters=5, warmup=2, root=1 if op in specs.ROOTED_OPS else 0)
+    done = gpu_cluster.wait_job(job.id, timeout=300)
+    assert done.state == pb.SUCCEEDED, done.reason
+    assert done.backend == "nccl"
+    assert all(r.wrong == 0 for r in done.results), [r.wrong for r in done.results]
+
+
+def test_warm_group_starts_fast(gpu_cluster):
+    spec = dict(op="all_reduce", sizes=[8], iters=1, warmup=0)
+    first = gpu_cluster.wait_job(gpu_cluster.submit(**spec).id)
+    t0 = time.perf_counter()
+    second = gpu_cluster.wait_job(gpu_cluster.submit(**spec).id)
+    elapsed = time.perf_counter() - t0
+    assert first.state == second.state == pb.SUCCEEDED
+    assert second.warm_start
+    print(f"warm trivial job, submit to SUCCEEDED: {elapsed * 1e3:.1f} ms")
+
+
+def test_too_large_for_the_gpu_is_rejected_with_numbers(gpu_cluster):
+    import grpc
+
+    with pytest.raises(grpc.RpcError) as err:
+        gpu_cluster.client.submit(pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(
+            op="all_gather", sizes=[512 << 30])))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "GiB per device" in err.value.details()
+
+
+def test_worker_killed_mid_job_fails_naming_rank_and_survivor_recovers(gpu_cluster):
+    c = gpu_cluster
+    job = c.submit(op="all_reduce", sizes=[256 << 20], iters=100000, warmup=0)
+    c.wait_job(job.id, states=(pb.RUNNING,))
+    time.sleep(3)
+    killed_at = time.monotonic()
+    c.kill_worker("g1")
+    done = c.wait_job(job.id, timeout=30)
+    assert time.monotonic() - killed_at < 10
+    assert done.state == pb.FAILED
+    assert "rank 1 (worker g1)" in done.reason, done.reason
+    c.wait_idle(["g0"], timeout=120)  # its executor, hung in NCCL, was replaced
+    c.start_worker("g1", device="cuda:1")
+    c.wait_idle(["g0", "g1"], timeout=300)
+    nxt = c.wait_job(c.submit(op="all_reduce", sizes=[1 << 20]).id, timeout=300)
+    assert nxt.state == pb.SUCCEEDED, nxt.reason

@@ -61,7 +61,8 @@ def unsupported_reason(backend: str, op: str, dtype: str, reduce_op: str) -> str
 
 @dataclass
 class LocalMeasurement:
-    times_us: list[float]  # per timed iteration, this rank
+    mean_us: float  # this rank's mean time per op over the timed loop
+    times_us: list[float]  # per iteration, this rank (the distribution)
     wrong: int  # wrong elements on this rank
 
 
@@ -183,19 +184,32 @@ class _NoCounter:
     value = 0
 
 
-def _time_cpu(run, iters: int, counter) -> list[float]:
+def _time_cpu(run, iters: int, counter) -> tuple[float, list[float]]:
     clock, times = time.perf_counter, [0.0] * iters
     for k in range(iters):
         t0 = clock()
         run()  # gloo ops without async_op return when done
         times[k] = clock() - t0
         counter.value += 1
-    return [t * 1e6 for t in times]
+    times_us = [t * 1e6 for t in times]
+    return sum(times_us) / iters, times_us  # a clock read costs nothing next to a gloo op
 
 
-def _time_cuda(run, iters: int, counter) -> list[float]:
-    # One event before every iteration and one after the last, all on the current stream, so
-    # the per-iteration times telescope: their sum is the total and their mean total/iters.
+def _time_cuda(run, iters: int, counter) -> tuple[float, list[float]]:
+    """The mean from two events around the whole loop (nccl-tests' method), then the
+    distribution from a second loop with an event before every iteration.
+
+    Separate loops because per-iteration events cost about 10 us per op at small sizes
+    (measured on H200s), which would inflate the mean that users compare with nccl-tests.
+    """
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        run()
+        counter.value += 1
+    end.record()
+    end.synchronize()
+    mean_us = start.elapsed_time(end) * 1e3 / iters
     events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
     for k in range(iters):
         events[k].record()
@@ -203,7 +217,7 @@ def _time_cuda(run, iters: int, counter) -> list[float]:
         counter.value += 1
     events[iters].record()
     torch.cuda.synchronize()
-    return [events[k].elapsed_time(events[k + 1]) * 1e3 for k in range(iters)]
+    return mean_us, [events[k].elapsed_time(events[k + 1]) * 1e3 for k in range(iters)]
 
 
 def _backend_for(device: torch.device) -> str:
@@ -241,7 +255,7 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     for _ in range(warmup):
         run()
         counter.value += 1
-    times = (_time_cuda if device.type == "cuda" else _time_cpu)(run, iters, counter)
+    mean_us, times = (_time_cuda if device.type == "cuda" else _time_cpu)(run, iters, counter)
 
     # The check: one more op on fresh inputs (another seed), so timed in-place repetition
     # (sums growing, partial results left on non-roots) cannot spoil it.
@@ -254,7 +268,7 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
             wrong = datacheck.count_wrong(setup.out, op=op, dtype=dtype, reduce_op=reduce_op,
                                           rank=rank, world_size=n, root=root, count=count,
                                           seed=_CHECK_SEED)
-    return LocalMeasurement(times_us=times, wrong=wrong)
+    return LocalMeasurement(mean_us=mean_us, times_us=times, wrong=wrong)
 
 
 def _percentile(sorted_values: list[float], p: float) -> float:
@@ -263,14 +277,16 @@ def _percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[k - 1]
 
 
-def build_result(times_by_rank: list[list[float]], wrong: int, *, op, dtype, reduce_op,
-                 size_bytes, root, in_place, iters) -> dict:
-    """The SizeResult fields from every rank's per-iteration times (no communication)."""
-    n = len(times_by_rank)
+def build_result(times_by_rank: list[list[float]], means_by_rank: list[float], wrong: int, *, op, dtype,
+                 reduce_op, size_bytes, root, in_place, iters) -> dict:
+    """The SizeResult fields from every rank's measurement (no communication).
+
+    time_us is the slowest rank's mean (a collective ends when its slowest rank does), as
+    nccl-tests reports; min/p50/p99 are over iterations of the per-iteration maximum across ranks.
+    """
     per_iter = sorted(max(ts[k] for ts in times_by_rank) for k in range(iters))
-    means = [sum(ts) / iters for ts in times_by_rank]
-    slowest = max(range(n), key=means.__getitem__)
-    time_us = sum(per_iter) / iters
+    slowest = max(range(len(means_by_rank)), key=means_by_rank.__getitem__)
+    time_us = means_by_rank[slowest]
     if op == "barrier":
         size_bytes = 0
     algbw = size_bytes / time_us / 1e3 if time_us > 0 else 0.0
@@ -279,8 +295,9 @@ def build_result(times_by_rank: list[list[float]], wrong: int, *, op, dtype, red
         size_bytes=size_bytes, count=size_bytes // spec.DTYPE_SIZES[dtype],
         time_us=time_us, time_min_us=per_iter[0], time_p50_us=_percentile(per_iter, 50),
         time_p99_us=_percentile(per_iter, 99), slowest_rank=slowest,
-        slowest_rank_time_us=means[slowest], algbw_gbps=algbw,
-        busbw_gbps=algbw * spec.busbw_factor(op, n), wrong=wrong, world_size=n, iters=iters,
+        slowest_rank_time_us=time_us, algbw_gbps=algbw,
+        busbw_gbps=algbw * spec.busbw_factor(op, len(means_by_rank)), wrong=wrong,
+        world_size=len(means_by_rank), iters=iters,
     )
 
 
@@ -289,11 +306,13 @@ def summarize(local: LocalMeasurement, *, op, dtype, reduce_op, size_bytes, root
     """Combine every rank's measurement (a collective: call on every rank)."""
     device = torch.device(device)
     n = dist.get_world_size()
-    mine = torch.tensor(local.times_us, dtype=torch.float64, device=device)
+    # One gather carries both: [mean, times...] per rank.
+    mine = torch.tensor([local.mean_us, *local.times_us], dtype=torch.float64, device=device)
     everyone = [torch.empty_like(mine) for _ in range(n)]
     dist.all_gather(everyone, mine)
     wrong = torch.tensor([local.wrong], dtype=torch.int64, device=device)
     dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
-    return build_result([t.tolist() for t in everyone], int(wrong.item()), op=op, dtype=dtype,
+    rows = [t.tolist() for t in everyone]
+    return build_result([r[1:] for r in rows], [r[0] for r in rows], int(wrong.item()), op=op, dtype=dtype,
                         reduce_op=reduce_op, size_bytes=size_bytes, root=root, in_place=in_place,
                         iters=iters)

@@ -245,7 +245,10 @@ class SizeResult(_message.Message):
     count: _builtins.int
     """elements of that buffer"""
     time_us: _builtins.float
-    """mean over timed iterations of the slowest rank's time"""
+    """The slowest rank's mean time per op over the timed loop (on GPU: two CUDA events around the
+    loop, as nccl-tests). min/p50/p99: per-iteration times, the maximum across ranks (on GPU from
+    a second loop with an event per iteration, which adds a few microseconds at small sizes).
+    """
     time_min_us: _builtins.float
     time_p50_us: _builtins.float
     time_p99_us: _builtins.float

@@ -11,7 +11,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Iterable
+from typing import AsyncIterator, Callable, Iterable
 
 from coordinator import scheduler
 from coordinator.api import JobStore
@@ -58,6 +58,7 @@ class Coordinator:
         self._queued: dict[str, pb.Job] = {}
         self._running: dict[str, RunningJob] = {}
         self._watchers: dict[str, set[asyncio.Queue]] = {}
+        self._listeners: list[Callable[[pb.JobEvent, pb.Job], None]] = []
         self._next_seq: dict[str, int] = {}
         self._ticker: asyncio.Task | None = None
 
@@ -107,6 +108,18 @@ class Coordinator:
 
     def list_workers(self) -> list[pb.WorkerInfo]:
         return [w.info() for w in self.workers.all()]
+
+    def queued_jobs(self) -> list[pb.Job]:
+        """Jobs waiting for workers, in memory (no store read): for metrics and the dashboard."""
+        return list(self._queued.values())
+
+    def running_jobs(self) -> list[pb.Job]:
+        return [rj.job for rj in self._running.values()]
+
+    def add_listener(self, fn: Callable[[pb.JobEvent, pb.Job], None]) -> None:
+        """Call `fn(event, job)` for every job event (state change, progress, result) as it
+        happens, on the coordinator's loop; it must not block. Metrics and live views use it."""
+        self._listeners.append(fn)
 
     def cancel(self, job_id: str, reason: str = "") -> pb.Job:
         reason = reason or "cancelled by user"
@@ -186,12 +199,12 @@ class Coordinator:
                 if msg.progress.rank == 0:
                     rj.job.progress.CopyFrom(msg.progress.progress)
                     self._publish(pb.JobEvent(job_id=rj.job.id, time=time.time(),
-                                              progress=msg.progress.progress))
+                                              progress=msg.progress.progress), rj.job)
         elif kind == "result":
             rj = self._running.get(msg.result.job_id)
             if rj:
                 self.store.add_result(rj.job.id, msg.result.result)
-                self._record(pb.JobEvent(job_id=rj.job.id, result=msg.result.result))
+                self._record(pb.JobEvent(job_id=rj.job.id, result=msg.result.result), rj.job)
         elif kind == "done":
             self._on_done(conn, msg.done)
 
@@ -228,7 +241,7 @@ class Coordinator:
                 job.reason = why
                 self.store.update(job)
                 self._publish(pb.JobEvent(job_id=job.id, time=time.time(),
-                                          state=pb.StateChange(state=job.state, reason=why)))
+                                          state=pb.StateChange(state=job.state, reason=why)), job)
 
     def _pending(self, job: pb.Job) -> scheduler.PendingJob:
         s, p = job.spec, job.spec.placement
@@ -325,9 +338,9 @@ class Coordinator:
         log.info("job %s %s: %s", job.id, pb.JobState.Name(state), reason)
 
     def _record_state(self, job: pb.Job) -> None:
-        self._record(pb.JobEvent(job_id=job.id, state=pb.StateChange(state=job.state, reason=job.reason)))
+        self._record(pb.JobEvent(job_id=job.id, state=pb.StateChange(state=job.state, reason=job.reason)), job)
 
-    def _record(self, event: pb.JobEvent) -> None:
+    def _record(self, event: pb.JobEvent, job: pb.Job) -> None:
         """Persist an event (state change or result) with the job's next sequence number, then publish."""
         if event.job_id not in self._next_seq:
             events = self.store.events(event.job_id)
@@ -336,13 +349,18 @@ class Coordinator:
         self._next_seq[event.job_id] += 1
         event.time = time.time()
         self.store.add_event(event)
-        self._publish(event)
+        self._publish(event, job)
         if _is_terminal(event):
             self._next_seq.pop(event.job_id, None)
 
-    def _publish(self, event: pb.JobEvent) -> None:
+    def _publish(self, event: pb.JobEvent, job: pb.Job) -> None:
         for q in self._watchers.get(event.job_id, ()):
             q.put_nowait(event)
+        for fn in self._listeners:
+            try:
+                fn(event, job)
+            except Exception:  # an observer's bug must not break the job's lifecycle
+                log.exception("job event listener failed")
 
     async def _tick_forever(self) -> None:
         while True:

@@ -13,6 +13,7 @@ import grpc
 
 from coordinator.api import open_store
 from coordinator.core import Coordinator, Timings
+from coordinator.metrics import CoordinatorMetrics
 from coordinator.server import start_server
 
 log = logging.getLogger("ringleader.coordinator")
@@ -39,19 +40,38 @@ class RunningCoordinator:
         self.config = config
         self.store = open_store(config.db or default_db_path())
         self.core = Coordinator(self.store, config.timings)
+        self.metrics = CoordinatorMetrics(self.core)
         self.server: grpc.aio.Server | None = None
+        self.http = None
         self.grpc_target = ""
         self.http_url = ""
 
     async def start(self) -> "RunningCoordinator":
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop(grace=0)  # release the ports and the store of a half-started coordinator
+            raise
+        return self
+
+    async def _start(self) -> None:
         await self.core.start()
         self.server, port = await start_server(self.core, self.config.grpc_address)
         self.grpc_target = f"{self.config.grpc_address.rsplit(':', 1)[0]}:{port}"
+        if self.config.http_address:
+            # Imported here: a coordinator without HTTP runs without FastAPI installed.
+            from dashboard.app import create_app
+            from dashboard.server import HttpServer
+
+            self.http = HttpServer(create_app(self.core, self.metrics), self.config.http_address)
+            await self.http.start()
+            self.http_url = self.http.url
         log.info("coordinator gRPC on %s (db %s)", self.grpc_target, self.config.db or default_db_path())
-        return self
 
     async def stop(self, grace: float | None = None) -> None:
         await self.core.stop()
+        if self.http:
+            await self.http.stop()
         if self.server:
             await self.server.stop(self.config.drain_s if grace is None else grace)
         self.store.close()
@@ -65,7 +85,8 @@ class RunningCoordinator:
 
 async def serve(config: CoordinatorConfig) -> None:
     running = await RunningCoordinator(config).start()
-    print(f"ringleader coordinator: gRPC {running.grpc_target}", flush=True)
+    print(f"ringleader coordinator: gRPC {running.grpc_target}"
+          + (f", HTTP {running.http_url}" if running.http_url else ""), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 

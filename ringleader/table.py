@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from google.protobuf import json_format
-
 from ringleader import spec as specs
+from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
 HEADER = (
@@ -40,19 +39,13 @@ def state_name(state: int) -> str:
     return pb.JobState.Name(state)
 
 
-def result_dict(r: pb.SizeResult) -> dict:
-    # Field by field rather than MessageToDict, which renders 64-bit integers as strings.
-    return {f.name: getattr(r, f.name) for f in r.DESCRIPTOR.fields}
 
 
 def job_json(job: pb.Job) -> str:
     """The --json shape: {"job": {...without results}, "results": [...]}."""
-    head = pb.Job()
-    head.CopyFrom(job)
-    del head.results[:]
-    body = json_format.MessageToDict(head, preserving_proto_field_name=True)
-    body["state"] = state_name(job.state)
-    return json.dumps({"job": body, "results": [result_dict(r) for r in job.results]}, indent=2)
+    body = to_json(job)
+    results = body.pop("results")
+    return json.dumps({"job": body, "results": results}, indent=2)
 
 
 def job_line(job: pb.Job) -> str:

@@ -24,22 +24,26 @@ class Cluster:
         self.tmp = tmp
         self.db = str(tmp / "jobs.db")
         self.address = ""
+        self.http_url = ""
         self.coordinator: subprocess.Popen | None = None
         self.workers: dict[str, subprocess.Popen] = {}
         self._client: Client | None = None
 
     # ---- processes -------------------------------------------------------------------------
 
-    def start_coordinator(self, port: int = 0) -> str:
+    def start_coordinator(self, port: int = 0, http: bool = False) -> str:
+        """Start it; with `http`, also the dashboard on a free port (its URL in self.http_url)."""
         log = open(self.tmp / "coordinator.log", "ab")
         self.coordinator = subprocess.Popen(
-            ringleader_cmd("coordinator", "--grpc-address", f"127.0.0.1:{port}", "--http-address", "",
-                           "--db", self.db),
+            ringleader_cmd("coordinator", "--grpc-address", f"127.0.0.1:{port}",
+                           "--http-address", "127.0.0.1:0" if http else "", "--db", self.db),
             stdout=subprocess.PIPE, stderr=log, text=True)
         log.close()
         line = _readline_with_timeout(self.coordinator, 60)
         assert line.startswith("ringleader coordinator: gRPC "), line
-        self.address = line.split()[-1]
+        # "ringleader coordinator: gRPC HOST:PORT[, HTTP URL]"
+        self.address = line.split()[3].rstrip(",")
+        self.http_url = line.split()[-1] if http else ""
         self._client = None
         return self.address
 

@@ -1,0 +1,31 @@
+"""The FastAPI application: REST API (/api/v1), web UI (/), health and /metrics."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse, Response
+
+from coordinator.core import Coordinator
+from coordinator.metrics import CoordinatorMetrics
+from dashboard import api, ui
+
+
+def create_app(core: Coordinator, metrics: CoordinatorMetrics) -> FastAPI:
+    app = FastAPI(title="ringleader", version="1", description="Orchestrate GPU collective jobs.")
+    app.include_router(api.router(core))
+    ui.mount(app)
+
+    @app.get("/healthz", response_class=PlainTextResponse, tags=["health"])
+    def healthz() -> str:
+        return "ok"
+
+    @app.get("/readyz", response_class=PlainTextResponse, tags=["health"])
+    def readyz() -> str:
+        return "ready"
+
+    @app.get("/metrics", tags=["metrics"], response_class=PlainTextResponse)
+    def prometheus_metrics() -> Response:
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
+
+    return app

@@ -96,3 +96,42 @@ def test_workers_reconnect_after_coordinator_restart(fresh_cluster):
     c.wait_idle(["r0", "r1"], timeout=60)
     done = c.wait_job(c.submit(op="broadcast").id)
     assert done.state == pb.SUCCEEDED, done.reason
+
+
+def test_running_job_survives_coordinator_restart(fresh_cluster):
+    c = fresh_cluster
+    address = c.start_coordinator()
+    c.start_worker("r0")
+    c.start_worker("r1")
+    c.wait_idle(["r0", "r1"])
+    job = c.submit(op="all_reduce", sizes=[1 << 20, 2 << 20], iters=2000, warmup=0)
+    c.wait_job(job.id, states=(pb.RUNNING,))
+    time.sleep(1)
+    c.stop_coordinator(signal.SIGKILL)
+    c.start_coordinator(port=int(address.rsplit(":", 1)[1]))
+    # The workers re-register with the job they are running; the coordinator re-attaches it.
+    done = c.wait_job(job.id, timeout=120)
+    assert done.state == pb.SUCCEEDED, done.reason
+    assert [r.size_bytes for r in done.results] == [1 << 20, 2 << 20]
+    assert all(r.wrong == 0 for r in done.results)
+    states = [ev.state.state for ev in c.client.watch(job.id) if ev.WhichOneof("event") == "state"]
+    assert states == [pb.QUEUED, pb.RUNNING, pb.SUCCEEDED], "re-attached, not requeued"
+
+
+def test_silent_worker_is_declared_lost_after_missed_heartbeats(cluster):
+    cluster.wait_idle(["w0", "w1"])
+    job = cluster.submit(workers=["w0", "w1"], **LONG)
+    _wait_running_with_progress(cluster, job.id)
+    daemon = cluster.workers["w1"].pid
+    os.kill(daemon, signal.SIGSTOP)  # the stream stays open, but nothing is sent any more
+    try:
+        stopped_at = time.monotonic()
+        done = cluster.wait_job(job.id, timeout=30)
+        assert time.monotonic() - stopped_at < 10
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    assert done.state == pb.FAILED
+    assert "rank 1 (worker w1) lost: no heartbeat for" in done.reason, done.reason
+    cluster.wait_idle(["w0", "w1"], timeout=60)  # w1 reconnects once it runs again
+    nxt = cluster.wait_job(cluster.submit(workers=["w0", "w1"], op="all_reduce").id)
+    assert nxt.state == pb.SUCCEEDED, nxt.reason

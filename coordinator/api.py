@@ -17,10 +17,11 @@ class JobStore(abc.ABC):
       the job is unknown.
     - `get` returns the job with its results in the order they were added.
     - `update` replaces only the fields that change over a job's life (state, reason,
-      started_at, finished_at, workers, backend, progress, warm_start); it keeps the stored spec
+      started_at, finished_at, workers, backend, progress, warm_start, and the outcome of
+      non-collective kinds: p2p, gradient_average, train); it keeps the stored spec
       and created_at and ignores the given Job's results (see add_result/clear_results).
     - `list` returns newest first, without results, filtered by states (any of; empty: all) and
-      op (spec.collective.op; empty: all), at most `limit` (0: 50; capped at 1000), only jobs
+      op (the collective op, or the job kind for other kinds; empty: all), at most `limit` (0: 50; capped at 1000), only jobs
       submitted before `before_id` when it is given (NotFound if that id is unknown).
     - `unfinished` returns QUEUED and RUNNING jobs in submission order (oldest first), with
       their results as `get` returns them.

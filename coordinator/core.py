@@ -216,14 +216,15 @@ class Coordinator:
         backends = {w.reg.backend for w in fleet}
         if spec.placement.device_type:
             backends = {w.reg.backend for w in fleet if w.reg.device.type == spec.placement.device_type}
-        if backends and not any(_supported(spec, b) for b in backends):
+        is_collective = spec.WhichOneof("kind") == "collective"
+        if is_collective and backends and not any(_supported(spec, b) for b in backends):
             for b in sorted(backends):
                 jobspec.collective(spec, backend=b)  # raises with the field and the backend
         need = jobspec.needs_bytes(spec)
         sized = [w for w in fleet if w.reg.device.memory_bytes]
         if sized and need > max(w.reg.device.memory_bytes for w in sized):
             biggest = max(sized, key=lambda w: w.reg.device.memory_bytes)
-            field_name = "collective.sizes" if spec.collective.sizes else "collective.max_bytes"
+            field_name = _size_field(spec)
             raise InvalidSpec(field_name, (
                 f"the largest size needs {_gib(need)} per device, the largest device "
                 f"({biggest.reg.device.name or biggest.reg.device.type}) has {_gib(biggest.reg.device.memory_bytes)}"))
@@ -247,7 +248,8 @@ class Coordinator:
         s, p = job.spec, job.spec.placement
         return scheduler.PendingJob(
             job_id=job.id, world_size=s.world_size, priority=s.priority, submitted_at=job.created_at,
-            op=s.collective.op, dtype=s.collective.dtype, reduce_op=s.collective.reduce_op, needs_bytes=jobspec.needs_bytes(s),
+            op=jobspec.op_name(s), dtype=s.collective.dtype, reduce_op=s.collective.reduce_op,
+            needs_bytes=jobspec.needs_bytes(s),
             host=p.host, gpu_model=p.gpu_model, worker_ids=tuple(p.worker_ids), device_type=p.device_type,
         )
 
@@ -262,7 +264,7 @@ class Coordinator:
         job.backend = decision.backend
         job.warm_start = bool(decision.warm_group)
         job.started_at = time.time()
-        job.progress.CopyFrom(pb.Progress(total=len(jobspec.collective(job.spec).sizes_for(job.spec.world_size))))
+        job.progress.CopyFrom(pb.Progress(total=jobspec.progress_total(job.spec)))
         rj = RunningJob(job, list(decision.worker_ids), key, attached=set(range(len(conns))))
         self._running[job.id] = rj
         self._set_state(job, pb.RUNNING, "running on " + ", ".join(decision.worker_ids)
@@ -409,6 +411,15 @@ class Coordinator:
         self._set_state(job, pb.QUEUED, "requeued: interrupted by a coordinator restart")
         self._queued[job.id] = job
         self._schedule()
+
+
+def _size_field(spec: pb.JobSpec) -> str:
+    """The field a user changes to make the job smaller."""
+    kind = spec.WhichOneof("kind")
+    if kind == "gradient_average":
+        return "gradient_average.size_bytes"
+    explicit = getattr(spec, kind).sizes
+    return f"{kind}.sizes" if explicit else f"{kind}.max_bytes"
 
 
 def _supported(spec: pb.JobSpec, backend: str) -> bool:

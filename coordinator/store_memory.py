@@ -10,6 +10,7 @@ from typing import Iterable
 
 from coordinator.api import JobStore
 from ringleader.errors import AlreadyExists, NotFound
+from ringleader.jobspec import op_name
 from ringleader.v1 import jobs_pb2 as pb
 
 DEFAULT_LIMIT = 50
@@ -19,7 +20,8 @@ MAX_LIMIT = 1000
 def apply_update(stored: pb.Job, job: pb.Job) -> None:
     """Copy the fields that change over a job's life from `job` into `stored` (in place).
 
-    Only these: state, reason, started_at, finished_at, workers, backend, progress, warm_start.
+    Only these: state, reason, started_at, finished_at, workers, backend, progress, warm_start,
+    and the outcome of non-collective kinds (p2p, gradient_average, train).
     So a caller holding a stale or trimmed Job can never rewrite the spec, created_at or results.
     """
     # Spelled out rather than driven by descriptors: the descriptor API (e.g. `label`) differs
@@ -28,9 +30,10 @@ def apply_update(stored: pb.Job, job: pb.Job) -> None:
         setattr(stored, name, getattr(job, name))
     del stored.workers[:]
     stored.workers.extend(job.workers)
-    stored.ClearField("progress")
-    if job.HasField("progress"):  # an unset progress stays unset; CopyFrom would mark it present
-        stored.progress.CopyFrom(job.progress)
+    for name in ("progress", "p2p", "gradient_average", "train"):
+        stored.ClearField(name)
+        if job.HasField(name):  # an unset message stays unset; CopyFrom would mark it present
+            getattr(stored, name).CopyFrom(getattr(job, name))
 
 
 def page_limit(limit: int) -> int:
@@ -41,8 +44,8 @@ def page_limit(limit: int) -> int:
 
 
 def job_op(job: pb.Job) -> str:
-    """The op `list` filters on; empty for a job of another kind."""
-    return job.spec.collective.op if job.spec.HasField("collective") else ""
+    """The op `list` filters on: the collective op, or the job kind (p2p, train, ...)."""
+    return op_name(job.spec)
 
 
 def _copy(msg):

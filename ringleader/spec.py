@@ -88,6 +88,40 @@ def sweep_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
     return sizes
 
 
+def resolve_sizes(sizes: list[int], min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    """An explicit size list, or the geometric sweep min..max (defaults for unset fields)."""
+    if sizes:
+        if any(s < 1 for s in sizes):
+            raise InvalidSpec("sizes", "every size must be at least 1 byte")
+        if len(sizes) > MAX_SIZES:
+            raise InvalidSpec("sizes", f"at most {MAX_SIZES} sizes per job")
+        return list(sizes)
+    min_bytes = min_bytes or DEFAULTS["min_bytes"]
+    max_bytes = max_bytes or DEFAULTS["max_bytes"]
+    factor = factor or DEFAULTS["factor"]
+    if max_bytes < min_bytes:
+        raise InvalidSpec("max_bytes", f"{max_bytes} is below min_bytes {min_bytes}")
+    if not math.isfinite(factor) or factor < 1:
+        raise InvalidSpec("factor", f"must be at least 1, got {factor}")
+    if factor == 1 and max_bytes != min_bytes:
+        raise InvalidSpec("factor", "1 only makes sense with min_bytes == max_bytes")
+    chosen = sweep_sizes(min_bytes, max_bytes, factor)
+    if len(chosen) > MAX_SIZES:
+        raise InvalidSpec("factor", f"the sweep would have more than {MAX_SIZES} sizes")
+    return chosen
+
+
+def check_iters(iters: int, warmup: int | None) -> tuple[int, int]:
+    """Timed and warm-up iterations with their defaults (warmup None: unset; 0 is allowed)."""
+    iters = iters or DEFAULTS["iters"]
+    if iters > MAX_ITERS:
+        raise InvalidSpec("iters", f"at most {MAX_ITERS}")
+    warmup = DEFAULTS["warmup"] if warmup is None else warmup
+    if warmup > MAX_ITERS:
+        raise InvalidSpec("warmup", f"at most {MAX_ITERS}")
+    return iters, warmup
+
+
 @dataclass(frozen=True)
 class Collective:
     """A validated collective sweep (the domain form of CollectiveSpec)."""
@@ -133,32 +167,8 @@ def validate_collective(
         raise InvalidSpec("world_size", "sendrecv needs at least 2 ranks")
     if op in ROOTED_OPS and root >= world_size:
         raise InvalidSpec("root", f"root {root} is out of range for world_size {world_size}")
-    if sizes:
-        bad = [s for s in sizes if s < 1]
-        if bad:
-            raise InvalidSpec("sizes", "every size must be at least 1 byte")
-        if len(sizes) > MAX_SIZES:
-            raise InvalidSpec("sizes", f"at most {MAX_SIZES} sizes per job")
-        chosen = list(sizes)
-    else:
-        min_bytes = min_bytes or DEFAULTS["min_bytes"]
-        max_bytes = max_bytes or DEFAULTS["max_bytes"]
-        factor = factor or DEFAULTS["factor"]
-        if max_bytes < min_bytes:
-            raise InvalidSpec("max_bytes", f"{max_bytes} is below min_bytes {min_bytes}")
-        if not math.isfinite(factor) or factor < 1:
-            raise InvalidSpec("factor", f"must be at least 1, got {factor}")
-        if factor == 1 and max_bytes != min_bytes:
-            raise InvalidSpec("factor", "1 only makes sense with min_bytes == max_bytes")
-        chosen = sweep_sizes(min_bytes, max_bytes, factor)
-        if len(chosen) > MAX_SIZES:
-            raise InvalidSpec("factor", f"the sweep would have more than {MAX_SIZES} sizes")
-    iters = iters or DEFAULTS["iters"]
-    if iters > MAX_ITERS:
-        raise InvalidSpec("iters", f"at most {MAX_ITERS}")
-    warmup = DEFAULTS["warmup"] if warmup is None else warmup
-    if warmup > MAX_ITERS:
-        raise InvalidSpec("warmup", f"at most {MAX_ITERS}")
+    chosen = resolve_sizes(sizes, min_bytes, max_bytes, factor)
+    iters, warmup = check_iters(iters, warmup)
     if op == "barrier":
         chosen = [0]
     return Collective(op, dtype, reduce_op, tuple(chosen), iters, warmup, bool(in_place), root)

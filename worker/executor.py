@@ -92,8 +92,9 @@ class Executor:
         import torch.distributed as dist
 
         self._destroy_group()
-        if a.backend == "gloo" and a.store_host.startswith("127.") and "GLOO_SOCKET_IFNAME" not in os.environ:
-            os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # all ranks on this host: keep gloo on loopback
+        if a.store_host.startswith("127.") and "GLOO_SOCKET_IFNAME" not in os.environ:
+            # All ranks on this host: keep gloo (the CPU backend, and host staging on GPUs) on loopback.
+            os.environ["GLOO_SOCKET_IFNAME"] = "lo"
         timeout = datetime.timedelta(seconds=STORE_TIMEOUT_S)
         store = dist.TCPStore(a.store_host, a.store_port, a.world_size, is_master=a.rank == 0,
                               timeout=timeout, wait_for_workers=False)

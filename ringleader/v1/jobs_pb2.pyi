@@ -171,6 +171,140 @@ class CollectiveSpec(_message.Message):
 Global___CollectiveSpec: _TypeAlias = CollectiveSpec  # noqa: Y015
 
 @_typing.final
+class P2PSpec(_message.Message):
+    """Point-to-point ping-pong: one-way latency (half the round trip) and bandwidth per size."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIZES_FIELD_NUMBER: _builtins.int
+    MIN_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    FACTOR_FIELD_NUMBER: _builtins.int
+    ITERS_FIELD_NUMBER: _builtins.int
+    WARMUP_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    PAIRWISE_FIELD_NUMBER: _builtins.int
+    min_bytes: _builtins.int
+    """default 8"""
+    max_bytes: _builtins.int
+    """default 64 MiB"""
+    factor: _builtins.float
+    """default 2"""
+    iters: _builtins.int
+    """default 20"""
+    warmup: _builtins.int
+    """default 5"""
+    mode: _builtins.str
+    """blocking (send/recv, default) or async (isend/irecv + wait)"""
+    pairwise: _builtins.bool
+    """every ordered pair of the gang in turn -> a bandwidth matrix"""
+    @_builtins.property
+    def sizes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """explicit sizes; else min/max/factor as for collectives"""
+
+    def __init__(
+        self,
+        *,
+        sizes: _abc.Iterable[_builtins.int] | None = ...,
+        min_bytes: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+        factor: _builtins.float = ...,
+        iters: _builtins.int = ...,
+        warmup: _builtins.int | None = ...,
+        mode: _builtins.str = ...,
+        pairwise: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "warmup", b"warmup"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "factor", b"factor", "iters", b"iters", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "mode", b"mode", "pairwise", b"pairwise", "sizes", b"sizes", "warmup", b"warmup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__warmup: _TypeAlias = _typing.Literal["warmup"]  # noqa: Y015
+    _WhichOneofArgType__warmup: _TypeAlias = _typing.Literal["_warmup", b"_warmup"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__warmup) -> _WhichOneofReturnType__warmup | None: ...
+
+Global___P2PSpec: _TypeAlias = P2PSpec  # noqa: Y015
+
+@_typing.final
+class GradientAverageSpec(_message.Message):
+    """Gradient averaging on device (all_reduce) against host staging (copy, gloo, copy back)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    ITERS_FIELD_NUMBER: _builtins.int
+    WARMUP_FIELD_NUMBER: _builtins.int
+    size_bytes: _builtins.int
+    """float32 gradient bytes, default 64 MiB"""
+    iters: _builtins.int
+    """default 20"""
+    warmup: _builtins.int
+    """default 5"""
+    def __init__(
+        self,
+        *,
+        size_bytes: _builtins.int = ...,
+        iters: _builtins.int = ...,
+        warmup: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "warmup", b"warmup"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "iters", b"iters", "size_bytes", b"size_bytes", "warmup", b"warmup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__warmup: _TypeAlias = _typing.Literal["warmup"]  # noqa: Y015
+    _WhichOneofArgType__warmup: _TypeAlias = _typing.Literal["_warmup", b"_warmup"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__warmup) -> _WhichOneofReturnType__warmup | None: ...
+
+Global___GradientAverageSpec: _TypeAlias = GradientAverageSpec  # noqa: Y015
+
+@_typing.final
+class TrainSpec(_message.Message):
+    """Data-parallel training (DistributedDataParallel) on synthetic CIFAR-10-shaped data."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    LR_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """linear (default) or mlp"""
+    steps: _builtins.int
+    """default 50 (optional: an explicit 0 is an error, not "unset")"""
+    batch_size: _builtins.int
+    """per rank, default 64"""
+    lr: _builtins.float
+    """default 0.05"""
+    seed: _builtins.int
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        steps: _builtins.int | None = ...,
+        batch_size: _builtins.int | None = ...,
+        lr: _builtins.float | None = ...,
+        seed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_batch_size", b"_batch_size", "_lr", b"_lr", "_steps", b"_steps", "batch_size", b"batch_size", "lr", b"lr", "steps", b"steps"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_batch_size", b"_batch_size", "_lr", b"_lr", "_steps", b"_steps", "batch_size", b"batch_size", "lr", b"lr", "model", b"model", "seed", b"seed", "steps", b"steps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__batch_size: _TypeAlias = _typing.Literal["batch_size"]  # noqa: Y015
+    _WhichOneofArgType__batch_size: _TypeAlias = _typing.Literal["_batch_size", b"_batch_size"]  # noqa: Y015
+    _WhichOneofReturnType__lr: _TypeAlias = _typing.Literal["lr"]  # noqa: Y015
+    _WhichOneofArgType__lr: _TypeAlias = _typing.Literal["_lr", b"_lr"]  # noqa: Y015
+    _WhichOneofReturnType__steps: _TypeAlias = _typing.Literal["steps"]  # noqa: Y015
+    _WhichOneofArgType__steps: _TypeAlias = _typing.Literal["_steps", b"_steps"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__batch_size) -> _WhichOneofReturnType__batch_size | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lr) -> _WhichOneofReturnType__lr | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__steps) -> _WhichOneofReturnType__steps | None: ...
+
+Global___TrainSpec: _TypeAlias = TrainSpec  # noqa: Y015
+
+@_typing.final
 class JobSpec(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -180,6 +314,9 @@ class JobSpec(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     OP_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     COLLECTIVE_FIELD_NUMBER: _builtins.int
+    P2P_FIELD_NUMBER: _builtins.int
+    GRADIENT_AVERAGE_FIELD_NUMBER: _builtins.int
+    TRAIN_FIELD_NUMBER: _builtins.int
     world_size: _builtins.int
     priority: _builtins.int
     """higher runs first; equal priorities run in submission order"""
@@ -191,6 +328,12 @@ class JobSpec(_message.Message):
     def placement(self) -> Global___Placement: ...
     @_builtins.property
     def collective(self) -> Global___CollectiveSpec: ...
+    @_builtins.property
+    def p2p(self) -> Global___P2PSpec: ...
+    @_builtins.property
+    def gradient_average(self) -> Global___GradientAverageSpec: ...
+    @_builtins.property
+    def train(self) -> Global___TrainSpec: ...
     def __init__(
         self,
         *,
@@ -200,12 +343,15 @@ class JobSpec(_message.Message):
         name: _builtins.str = ...,
         op_timeout_s: _builtins.float = ...,
         collective: Global___CollectiveSpec | None = ...,
+        p2p: Global___P2PSpec | None = ...,
+        gradient_average: Global___GradientAverageSpec | None = ...,
+        train: Global___TrainSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["collective", b"collective", "kind", b"kind", "placement", b"placement"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["collective", b"collective", "gradient_average", b"gradient_average", "kind", b"kind", "p2p", b"p2p", "placement", b"placement", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["collective", b"collective", "kind", b"kind", "name", b"name", "op_timeout_s", b"op_timeout_s", "placement", b"placement", "priority", b"priority", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collective", b"collective", "gradient_average", b"gradient_average", "kind", b"kind", "name", b"name", "op_timeout_s", b"op_timeout_s", "p2p", b"p2p", "placement", b"placement", "priority", b"priority", "train", b"train", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["collective"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["collective", "p2p", "gradient_average", "train"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -292,6 +438,245 @@ class SizeResult(_message.Message):
 Global___SizeResult: _TypeAlias = SizeResult  # noqa: Y015
 
 @_typing.final
+class P2PRow(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SRC_FIELD_NUMBER: _builtins.int
+    DST_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    LATENCY_US_FIELD_NUMBER: _builtins.int
+    LATENCY_MIN_US_FIELD_NUMBER: _builtins.int
+    BANDWIDTH_GBPS_FIELD_NUMBER: _builtins.int
+    WRONG_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    ITERS_FIELD_NUMBER: _builtins.int
+    src: _builtins.int
+    dst: _builtins.int
+    size_bytes: _builtins.int
+    latency_us: _builtins.float
+    """one way: half the mean round trip"""
+    latency_min_us: _builtins.float
+    bandwidth_gbps: _builtins.float
+    """size / one-way latency"""
+    wrong: _builtins.int
+    """bytes that failed the data check, both ends"""
+    mode: _builtins.str
+    iters: _builtins.int
+    def __init__(
+        self,
+        *,
+        src: _builtins.int = ...,
+        dst: _builtins.int = ...,
+        size_bytes: _builtins.int = ...,
+        latency_us: _builtins.float = ...,
+        latency_min_us: _builtins.float = ...,
+        bandwidth_gbps: _builtins.float = ...,
+        wrong: _builtins.int = ...,
+        mode: _builtins.str = ...,
+        iters: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bandwidth_gbps", b"bandwidth_gbps", "dst", b"dst", "iters", b"iters", "latency_min_us", b"latency_min_us", "latency_us", b"latency_us", "mode", b"mode", "size_bytes", b"size_bytes", "src", b"src", "wrong", b"wrong"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___P2PRow: _TypeAlias = P2PRow  # noqa: Y015
+
+@_typing.final
+class FlaggedPair(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SRC_FIELD_NUMBER: _builtins.int
+    DST_FIELD_NUMBER: _builtins.int
+    GBPS_FIELD_NUMBER: _builtins.int
+    RATIO_TO_MEDIAN_FIELD_NUMBER: _builtins.int
+    src: _builtins.int
+    dst: _builtins.int
+    gbps: _builtins.float
+    ratio_to_median: _builtins.float
+    def __init__(
+        self,
+        *,
+        src: _builtins.int = ...,
+        dst: _builtins.int = ...,
+        gbps: _builtins.float = ...,
+        ratio_to_median: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dst", b"dst", "gbps", b"gbps", "ratio_to_median", b"ratio_to_median", "src", b"src"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FlaggedPair: _TypeAlias = FlaggedPair  # noqa: Y015
+
+@_typing.final
+class P2PMatrixRow(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GBPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def gbps(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        gbps: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gbps", b"gbps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___P2PMatrixRow: _TypeAlias = P2PMatrixRow  # noqa: Y015
+
+@_typing.final
+class P2PResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROWS_FIELD_NUMBER: _builtins.int
+    MATRIX_SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    MATRIX_FIELD_NUMBER: _builtins.int
+    MEDIAN_GBPS_FIELD_NUMBER: _builtins.int
+    FLAGGED_FIELD_NUMBER: _builtins.int
+    matrix_size_bytes: _builtins.int
+    """pairwise only: bandwidth at the largest size, matrix[src].gbps[dst], and pairs far below the median"""
+    median_gbps: _builtins.float
+    @_builtins.property
+    def rows(self) -> _containers.RepeatedCompositeFieldContainer[Global___P2PRow]: ...
+    @_builtins.property
+    def matrix(self) -> _containers.RepeatedCompositeFieldContainer[Global___P2PMatrixRow]: ...
+    @_builtins.property
+    def flagged(self) -> _containers.RepeatedCompositeFieldContainer[Global___FlaggedPair]: ...
+    def __init__(
+        self,
+        *,
+        rows: _abc.Iterable[Global___P2PRow] | None = ...,
+        matrix_size_bytes: _builtins.int = ...,
+        matrix: _abc.Iterable[Global___P2PMatrixRow] | None = ...,
+        median_gbps: _builtins.float = ...,
+        flagged: _abc.Iterable[Global___FlaggedPair] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flagged", b"flagged", "matrix", b"matrix", "matrix_size_bytes", b"matrix_size_bytes", "median_gbps", b"median_gbps", "rows", b"rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___P2PResult: _TypeAlias = P2PResult  # noqa: Y015
+
+@_typing.final
+class GradientAverageResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NUMEL_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    DEVICE_TIME_US_FIELD_NUMBER: _builtins.int
+    HOST_TIME_US_FIELD_NUMBER: _builtins.int
+    SPEEDUP_FIELD_NUMBER: _builtins.int
+    DEVICE_OK_FIELD_NUMBER: _builtins.int
+    HOST_OK_FIELD_NUMBER: _builtins.int
+    MAX_REL_ERROR_FIELD_NUMBER: _builtins.int
+    WORLD_SIZE_FIELD_NUMBER: _builtins.int
+    ITERS_FIELD_NUMBER: _builtins.int
+    numel: _builtins.int
+    size_bytes: _builtins.int
+    device_time_us: _builtins.float
+    """all_reduce on the device"""
+    host_time_us: _builtins.float
+    """copy to host, gloo all_reduce, copy back"""
+    speedup: _builtins.float
+    """host / device"""
+    device_ok: _builtins.bool
+    """matches (n-1)/2 + 0.001 i within rtol 1e-5 on every rank"""
+    host_ok: _builtins.bool
+    max_rel_error: _builtins.float
+    world_size: _builtins.int
+    iters: _builtins.int
+    def __init__(
+        self,
+        *,
+        numel: _builtins.int = ...,
+        size_bytes: _builtins.int = ...,
+        device_time_us: _builtins.float = ...,
+        host_time_us: _builtins.float = ...,
+        speedup: _builtins.float = ...,
+        device_ok: _builtins.bool = ...,
+        host_ok: _builtins.bool = ...,
+        max_rel_error: _builtins.float = ...,
+        world_size: _builtins.int = ...,
+        iters: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_ok", b"device_ok", "device_time_us", b"device_time_us", "host_ok", b"host_ok", "host_time_us", b"host_time_us", "iters", b"iters", "max_rel_error", b"max_rel_error", "numel", b"numel", "size_bytes", b"size_bytes", "speedup", b"speedup", "world_size", b"world_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GradientAverageResult: _TypeAlias = GradientAverageResult  # noqa: Y015
+
+@_typing.final
+class TrainResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    STEPS_FIELD_NUMBER: _builtins.int
+    BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    LR_FIELD_NUMBER: _builtins.int
+    WORLD_SIZE_FIELD_NUMBER: _builtins.int
+    LOSS_FIELD_NUMBER: _builtins.int
+    STEP_TIME_MS_FIELD_NUMBER: _builtins.int
+    COMPUTE_MS_FIELD_NUMBER: _builtins.int
+    COMM_MS_FIELD_NUMBER: _builtins.int
+    COMM_SHARE_FIELD_NUMBER: _builtins.int
+    SAMPLES_PER_S_FIELD_NUMBER: _builtins.int
+    PARAM_MAX_ABS_DIFF_FIELD_NUMBER: _builtins.int
+    PARAMS_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    steps: _builtins.int
+    batch_size: _builtins.int
+    lr: _builtins.float
+    world_size: _builtins.int
+    step_time_ms: _builtins.float
+    compute_ms: _builtins.float
+    comm_ms: _builtins.float
+    comm_share: _builtins.float
+    samples_per_s: _builtins.float
+    """all ranks together"""
+    param_max_abs_diff: _builtins.float
+    """across ranks at the end: 0 when replicas agree"""
+    params: _builtins.int
+    @_builtins.property
+    def loss(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """per step, averaged over ranks"""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        steps: _builtins.int = ...,
+        batch_size: _builtins.int = ...,
+        lr: _builtins.float = ...,
+        world_size: _builtins.int = ...,
+        loss: _abc.Iterable[_builtins.float] | None = ...,
+        step_time_ms: _builtins.float = ...,
+        compute_ms: _builtins.float = ...,
+        comm_ms: _builtins.float = ...,
+        comm_share: _builtins.float = ...,
+        samples_per_s: _builtins.float = ...,
+        param_max_abs_diff: _builtins.float = ...,
+        params: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "comm_ms", b"comm_ms", "comm_share", b"comm_share", "compute_ms", b"compute_ms", "loss", b"loss", "lr", b"lr", "model", b"model", "param_max_abs_diff", b"param_max_abs_diff", "params", b"params", "samples_per_s", b"samples_per_s", "step_time_ms", b"step_time_ms", "steps", b"steps", "world_size", b"world_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrainResult: _TypeAlias = TrainResult  # noqa: Y015
+
+@_typing.final
 class WorkerRef(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -335,6 +720,9 @@ class Job(_message.Message):
     RESULTS_FIELD_NUMBER: _builtins.int
     PROGRESS_FIELD_NUMBER: _builtins.int
     WARM_START_FIELD_NUMBER: _builtins.int
+    P2P_FIELD_NUMBER: _builtins.int
+    GRADIENT_AVERAGE_FIELD_NUMBER: _builtins.int
+    TRAIN_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___JobState.ValueType
     reason: _builtins.str
@@ -355,6 +743,14 @@ class Job(_message.Message):
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___SizeResult]: ...
     @_builtins.property
     def progress(self) -> Global___Progress: ...
+    @_builtins.property
+    def p2p(self) -> Global___P2PResult:
+        """The outcome of non-collective kinds (collective sweeps use `results`)."""
+
+    @_builtins.property
+    def gradient_average(self) -> Global___GradientAverageResult: ...
+    @_builtins.property
+    def train(self) -> Global___TrainResult: ...
     def __init__(
         self,
         *,
@@ -370,10 +766,13 @@ class Job(_message.Message):
         results: _abc.Iterable[Global___SizeResult] | None = ...,
         progress: Global___Progress | None = ...,
         warm_start: _builtins.bool = ...,
+        p2p: Global___P2PResult | None = ...,
+        gradient_average: Global___GradientAverageResult | None = ...,
+        train: Global___TrainResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress", "spec", b"spec"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["gradient_average", b"gradient_average", "p2p", b"p2p", "progress", b"progress", "spec", b"spec", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "progress", b"progress", "reason", b"reason", "results", b"results", "spec", b"spec", "started_at", b"started_at", "state", b"state", "warm_start", b"warm_start", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "created_at", b"created_at", "finished_at", b"finished_at", "gradient_average", b"gradient_average", "id", b"id", "p2p", b"p2p", "progress", b"progress", "reason", b"reason", "results", b"results", "spec", b"spec", "started_at", b"started_at", "state", b"state", "train", b"train", "warm_start", b"warm_start", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -194,6 +194,9 @@ class JobDone(_message.Message):
     EXECUTOR_RESTARTS_FIELD_NUMBER: _builtins.int
     RESULTS_FIELD_NUMBER: _builtins.int
     FAILURE_FIELD_NUMBER: _builtins.int
+    P2P_FIELD_NUMBER: _builtins.int
+    GRADIENT_AVERAGE_FIELD_NUMBER: _builtins.int
+    TRAIN_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     rank: _builtins.int
     ok: _builtins.bool
@@ -210,6 +213,12 @@ class JobDone(_message.Message):
     def results(self) -> _containers.RepeatedCompositeFieldContainer[_jobs_pb2.SizeResult]:
         """Rank 0 repeats every size's result here, so a stream lost mid-job loses no row."""
 
+    @_builtins.property
+    def p2p(self) -> _jobs_pb2.P2PResult: ...
+    @_builtins.property
+    def gradient_average(self) -> _jobs_pb2.GradientAverageResult: ...
+    @_builtins.property
+    def train(self) -> _jobs_pb2.TrainResult: ...
     def __init__(
         self,
         *,
@@ -223,12 +232,17 @@ class JobDone(_message.Message):
         executor_restarts: _builtins.int = ...,
         results: _abc.Iterable[_jobs_pb2.SizeResult] | None = ...,
         failure: Global___FailureKind.ValueType = ...,
+        p2p: _jobs_pb2.P2PResult | None = ...,
+        gradient_average: _jobs_pb2.GradientAverageResult | None = ...,
+        train: _jobs_pb2.TrainResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["gradient_average", b"gradient_average", "outcome", b"outcome", "p2p", b"p2p", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "job_id", b"job_id", "ok", b"ok", "rank", b"rank", "results", b"results", "store_port", b"store_port", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "gradient_average", b"gradient_average", "job_id", b"job_id", "ok", b"ok", "outcome", b"outcome", "p2p", b"p2p", "rank", b"rank", "results", b"results", "store_port", b"store_port", "train", b"train", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["p2p", "gradient_average", "train"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
 
 Global___JobDone: _TypeAlias = JobDone  # noqa: Y015
 

@@ -105,3 +105,31 @@ def test_backend_check_rejects_integer_avg_on_gloo_only():
 def test_small_factor_still_progresses():
     sizes = specs.sweep_sizes(8, 64, 1.1)
     assert sizes == sorted(set(sizes)) and sizes[-1] <= 64 and len(sizes) > 4
+
+
+@pytest.mark.parametrize("spec,field", [
+    (pb.JobSpec(world_size=1, p2p=pb.P2PSpec(pairwise=True)), "p2p.pairwise"),
+    (pb.JobSpec(world_size=1, p2p=pb.P2PSpec()), "world_size"),
+    (pb.JobSpec(world_size=2, p2p=pb.P2PSpec(mode="rdma")), "p2p.mode"),
+    (pb.JobSpec(world_size=2, p2p=pb.P2PSpec(min_bytes=64, max_bytes=8)), "p2p.max_bytes"),
+    (pb.JobSpec(world_size=2, gradient_average=pb.GradientAverageSpec(size_bytes=6)), "gradient_average.size_bytes"),
+    (pb.JobSpec(world_size=2, train=pb.TrainSpec(batch_size=0)), "train.batch_size"),
+    (pb.JobSpec(world_size=2, train=pb.TrainSpec(model="resnet")), "train.model"),
+    (pb.JobSpec(world_size=2, train=pb.TrainSpec(steps=0)), "train.steps"),
+    (pb.JobSpec(world_size=2, train=pb.TrainSpec(lr=-1)), "train.lr"),
+])
+def test_other_kinds_name_the_bad_field(spec, field):
+    with pytest.raises(InvalidSpec) as err:
+        jobspec.normalize(spec)
+    assert err.value.field == field
+
+
+def test_other_kinds_defaults_and_progress():
+    t = jobspec.normalize(pb.JobSpec(world_size=2, train=pb.TrainSpec()))
+    assert (t.train.model, t.train.steps, t.train.batch_size, t.train.lr) == ("linear", 50, 64, 0.05)
+    assert jobspec.progress_total(t) == 50 and jobspec.op_name(t) == "train"
+    g = jobspec.normalize(pb.JobSpec(world_size=2, gradient_average=pb.GradientAverageSpec()))
+    assert g.gradient_average.size_bytes == 64 << 20 and jobspec.needs_bytes(g) == 128 << 20
+    p = jobspec.normalize(pb.JobSpec(world_size=3, p2p=pb.P2PSpec(sizes=[8, 1024], pairwise=True)))
+    assert p.p2p.mode == "blocking" and jobspec.p2p_pairs(p) == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    assert jobspec.progress_total(p) == 12 and jobspec.needs_bytes(p) == 2048

@@ -301,6 +301,9 @@ class Coordinator:
             self.store.clear_results(rj.job.id)
             for r in done.results:
                 self.store.add_result(rj.job.id, r)
+        outcome = done.WhichOneof("outcome")
+        if done.rank == 0 and outcome:  # stored with the job when it reaches SUCCEEDED
+            getattr(rj.job, outcome).CopyFrom(getattr(done, outcome))
         rj.finished_ranks.add(done.rank)
         rj.attached.add(done.rank)  # a rank that finished while we restarted is accounted for
         if len(rj.finished_ranks) == len(rj.members):

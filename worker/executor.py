@@ -6,7 +6,8 @@ group key (a warm group), so such jobs start without a new rendezvous. Any failu
 job destroys the group: its state is unknown after an error.
 
 Messages up:   ready{device}, progress{job_id, done, total, size_bytes}, result{job_id, result},
-               done{job_id, ok, error, failure ("rank" or "peer"), warm_group, warm_start, results}
+               done{job_id, ok, error, failure ("rank" or "peer"), warm_group, warm_start, results,
+                    outcome: (kind, serialized outcome message) of a non-collective job, rank 0 only}
 Messages down: run{assignment: serialized Assignment}, exit
 """
 
@@ -73,10 +74,15 @@ class Executor:
         a = wpb.Assignment.FromString(raw)
         warm = bool(self.group_key) and self.group_key == a.group_key
         results: list[dict] = []
+        outcome: tuple[str, bytes] | None = None
         try:
             if not warm:
                 self._init_group(a)
-            results = self._sweep(a)
+            kind = a.spec.WhichOneof("kind")
+            if kind == "collective":
+                results = self._sweep(a)
+            else:
+                outcome = (kind, self._run_kind(kind, a).SerializeToString())
         except Exception as exc:  # reported to the coordinator, which fails the job
             self._destroy_group()
             detail = f"{type(exc).__name__}: {exc}"
@@ -86,7 +92,8 @@ class Executor:
                             "failure": failure_kind(exc), "warm_group": "", "warm_start": warm, "results": []})
             return
         self.conn.send({"t": "done", "job_id": a.job_id, "ok": True, "error": "", "failure": "",
-                        "warm_group": self.group_key, "warm_start": warm, "results": results})
+                        "warm_group": self.group_key, "warm_start": warm, "results": results,
+                        "outcome": outcome if a.rank == 0 else None})
 
     def _init_group(self, a) -> None:
         import torch.distributed as dist
@@ -109,6 +116,20 @@ class Executor:
         self.group_key = ""
         if dist.is_initialized():
             dist.destroy_process_group()
+
+    def _run_kind(self, kind: str, a):
+        from worker.kinds import RUNNERS
+
+        def progress(done: int, total: int, size_bytes: int) -> None:
+            self.conn.send({"t": "progress", "job_id": a.job_id, "done": done, "total": total,
+                            "size_bytes": size_bytes})
+
+        from ringleader import jobspec
+
+        outcome = RUNNERS[kind](a.spec, self.device, self.counter, progress)
+        total = jobspec.progress_total(a.spec)
+        progress(total, total, 0)
+        return outcome
 
     def _sweep(self, a) -> list[dict]:
         from ringleader import jobspec

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ringleader import spec as specs
+from ringleader.jobspec import op_name
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -49,6 +50,56 @@ def job_json(job: pb.Job) -> str:
 
 
 def job_line(job: pb.Job) -> str:
-    c = job.spec.collective
-    return (f"{job.id}  {state_name(job.state):<9}  {c.op:<14} {c.dtype:<8} n={job.spec.world_size:<3} "
-            f"{job.reason}")
+    dtype = job.spec.collective.dtype if job.spec.HasField("collective") else ""
+    return (f"{job.id}  {state_name(job.state):<9}  {op_name(job.spec):<16} {dtype:<8} "
+            f"n={job.spec.world_size:<3} {job.reason}")
+
+
+def p2p_table(r: pb.P2PResult) -> str:
+    lines = [f"#{'src':>4} {'dst':>4} {'size (B)':>12} {'mode':>9} {'latency (us)':>13} {'min (us)':>10} "
+             f"{'bw (GB/s)':>10} {'#wrong':>7}"]
+    for row in r.rows:
+        lines.append(f" {row.src:>4} {row.dst:>4} {row.size_bytes:>12} {row.mode:>9} {row.latency_us:>13.2f} "
+                     f"{row.latency_min_us:>10.2f} {row.bandwidth_gbps:>10.2f} {row.wrong:>7}")
+    if r.matrix:
+        n = len(r.matrix)
+        lines.append(f"# bandwidth matrix at {specs.format_size(r.matrix_size_bytes)}B, GB/s (row: src, column: dst); "
+                     f"median {r.median_gbps:.2f}")
+        lines.append("#     " + "".join(f"{j:>9}" for j in range(n)))
+        for i, row in enumerate(r.matrix):
+            lines.append(f" {i:>4} " + "".join(f"{'-':>9}" if g < 0 else f"{g:>9.2f}" for g in row.gbps))
+        for f in r.flagged:
+            lines.append(f"# SLOW: {f.src} -> {f.dst} {f.gbps:.2f} GB/s ({f.ratio_to_median:.2f} of the median)")
+    return "\n".join(lines)
+
+
+def gradient_average_table(r: pb.GradientAverageResult) -> str:
+    return "\n".join([
+        f"# gradient average of {specs.format_size(r.size_bytes)}B float32 over {r.world_size} ranks, {r.iters} iterations",
+        f"  on device (all_reduce):          {r.device_time_us:12.2f} us   {'ok' if r.device_ok else 'WRONG'}",
+        f"  host-staged (copy, gloo, copy):  {r.host_time_us:12.2f} us   {'ok' if r.host_ok else 'WRONG'}",
+        f"  speedup of the device path:      {r.speedup:12.2f} x   (max relative error {r.max_rel_error:.2e})",
+    ])
+
+
+def train_table(r: pb.TrainResult) -> str:
+    loss = ", ".join(f"{x:.4f}" for x in r.loss[:3]) + (" ... " + f"{r.loss[-1]:.4f}" if len(r.loss) > 3 else "")
+    return "\n".join([
+        f"# train {r.model} ({r.params} parameters), {r.world_size} ranks x batch {r.batch_size}, "
+        f"{r.steps} steps, lr {r.lr}",
+        f"  loss:            {loss}",
+        f"  step time:       {r.step_time_ms:.3f} ms (compute {r.compute_ms:.3f} ms, all_reduce {r.comm_ms:.3f} ms, "
+        f"communication share {r.comm_share:.1%})",
+        f"  throughput:      {r.samples_per_s:,.0f} samples/s",
+        f"  replicas agree:  max |param difference| across ranks = {r.param_max_abs_diff:g}",
+    ])
+
+
+def outcome_table(job: pb.Job) -> str:
+    """The job's results, whatever its kind ("" when it has none yet)."""
+    kind = job.spec.WhichOneof("kind")
+    if kind == "collective":
+        return results_table(job.results) if job.results else ""
+    if not job.HasField(kind):
+        return ""
+    return {"p2p": p2p_table, "gradient_average": gradient_average_table, "train": train_table}[kind](getattr(job, kind))

@@ -450,6 +450,7 @@ class P2PRow(_message.Message):
     WRONG_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     ITERS_FIELD_NUMBER: _builtins.int
+    LATENCY_P50_US_FIELD_NUMBER: _builtins.int
     src: _builtins.int
     dst: _builtins.int
     size_bytes: _builtins.int
@@ -462,6 +463,7 @@ class P2PRow(_message.Message):
     """bytes that failed the data check, both ends"""
     mode: _builtins.str
     iters: _builtins.int
+    latency_p50_us: _builtins.float
     def __init__(
         self,
         *,
@@ -474,10 +476,11 @@ class P2PRow(_message.Message):
         wrong: _builtins.int = ...,
         mode: _builtins.str = ...,
         iters: _builtins.int = ...,
+        latency_p50_us: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bandwidth_gbps", b"bandwidth_gbps", "dst", b"dst", "iters", b"iters", "latency_min_us", b"latency_min_us", "latency_us", b"latency_us", "mode", b"mode", "size_bytes", b"size_bytes", "src", b"src", "wrong", b"wrong"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bandwidth_gbps", b"bandwidth_gbps", "dst", b"dst", "iters", b"iters", "latency_min_us", b"latency_min_us", "latency_p50_us", b"latency_p50_us", "latency_us", b"latency_us", "mode", b"mode", "size_bytes", b"size_bytes", "src", b"src", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -580,6 +583,7 @@ class GradientAverageResult(_message.Message):
     MAX_REL_ERROR_FIELD_NUMBER: _builtins.int
     WORLD_SIZE_FIELD_NUMBER: _builtins.int
     ITERS_FIELD_NUMBER: _builtins.int
+    MAX_ABS_ERROR_FIELD_NUMBER: _builtins.int
     numel: _builtins.int
     size_bytes: _builtins.int
     device_time_us: _builtins.float
@@ -594,6 +598,7 @@ class GradientAverageResult(_message.Message):
     max_rel_error: _builtins.float
     world_size: _builtins.int
     iters: _builtins.int
+    max_abs_error: _builtins.float
     def __init__(
         self,
         *,
@@ -607,10 +612,11 @@ class GradientAverageResult(_message.Message):
         max_rel_error: _builtins.float = ...,
         world_size: _builtins.int = ...,
         iters: _builtins.int = ...,
+        max_abs_error: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_ok", b"device_ok", "device_time_us", b"device_time_us", "host_ok", b"host_ok", "host_time_us", b"host_time_us", "iters", b"iters", "max_rel_error", b"max_rel_error", "numel", b"numel", "size_bytes", b"size_bytes", "speedup", b"speedup", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_ok", b"device_ok", "device_time_us", b"device_time_us", "host_ok", b"host_ok", "host_time_us", b"host_time_us", "iters", b"iters", "max_abs_error", b"max_abs_error", "max_rel_error", b"max_rel_error", "numel", b"numel", "size_bytes", b"size_bytes", "speedup", b"speedup", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -56,7 +56,8 @@ class RunningCoordinator:
 
     async def _start(self) -> None:
         await self.core.start()
-        self.server, port = await start_server(self.core, self.config.grpc_address)
+        self.server, port = await start_server(self.core, self.config.grpc_address,
+                                               interceptors=[self.metrics.interceptor])
         self.grpc_target = f"{self.config.grpc_address.rsplit(':', 1)[0]}:{port}"
         if self.config.http_address:
             # Imported here: a coordinator without HTTP runs without FastAPI installed.

@@ -1,24 +1,347 @@
-"""Prometheus metrics of the coordinator (served at /metrics by the dashboard app)."""
+"""Prometheus metrics of the coordinator (served at /metrics by the dashboard app).
+
+Everything lives on the CoordinatorMetrics' own registry (no global state, so tests can run many
+coordinators in one process). Names carry their base unit (seconds, bytes, bytes per second) and
+counters end in `_total`; labels are low-cardinality only: job state, op, dtype, world size, size
+bucket, worker state and backend, gRPC service/method/code. No job id or worker id is a label.
+
+Three sources:
+- scrape time (CoordinatorStateCollector): jobs queued/running, queue depth and age, workers by
+  state, read from the Coordinator's in-memory state when Prometheus scrapes;
+- job events (Coordinator.add_listener): finished jobs, queue wait, job duration, collective
+  results (busbw, op latency, rows failing the data check);
+- the gRPC server (RpcMetricsInterceptor): RPC latency by method and status code.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+import asyncio
+import inspect
+import time
+from typing import Callable, Iterable, TypeVar
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from coordinator.core import Coordinator
+from ringleader import __version__
 from ringleader.v1 import jobs_pb2 as pb
+
+T = TypeVar("T")
+
+# Upper bounds (inclusive) of the size buckets that label collective metrics, nccl-tests sizes in
+# binary units. Five buckets keep the label set small while separating latency-bound small
+# messages from bandwidth-bound large ones.
+SIZE_BUCKETS: tuple[tuple[int, str], ...] = (
+    (64 << 10, "<=64K"), (1 << 20, "<=1M"), (16 << 20, "<=16M"), (256 << 20, "<=256M"))
+SIZE_BUCKET_LABELS = tuple(label for _, label in SIZE_BUCKETS) + (">256M",)
+
+# Per-op device time: from a few microseconds (small messages on NVLink) to seconds (GiB on gloo).
+OP_LATENCY_BUCKETS = (5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025,
+                      0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+QUEUE_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0,
+                      1800.0, 3600.0)
+JOB_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+                        3600.0, 7200.0)
+RPC_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+FINAL_STATES = (pb.SUCCEEDED, pb.FAILED, pb.CANCELLED)
+WORKER_STATES = (pb.IDLE, pb.BUSY, pb.DISCONNECTED)
+
+# Streams that live as long as a worker daemon (Connect) or a job / a health watcher: their
+# duration says nothing about latency, so they are left out of the latency histogram. They are
+# counted in ringleader_grpc_server_handled_total when they end, and open ones in
+# ringleader_grpc_server_streams_open. Short streams (reflection) are timed like unary calls.
+LONG_LIVED_METHODS = frozenset({
+    "/ringleader.v1.WorkerService/Connect",
+    "/ringleader.v1.JobService/WatchJob",
+    "/grpc.health.v1.Health/Watch",
+})
+
+
+def size_bucket(size_bytes: int) -> str:
+    """The size-bucket label of a message size: "<=64K", "<=1M", "<=16M", "<=256M" or ">256M"."""
+    for bound, label in SIZE_BUCKETS:
+        if size_bytes <= bound:
+            return label
+    return ">256M"
+
+
+def _state_name(state: int) -> str:
+    return pb.JobState.Name(state).lower()
+
+
+def _worker_state_name(state: int) -> str:
+    return pb.WorkerState.Name(state).lower()
+
+
+def _retry(read: Callable[[], T], attempts: int = 5) -> T:
+    """Read the coordinator's in-memory state from the scrape thread (the web framework may run
+    the /metrics handler off the loop): a dict resized mid-iteration raises; read it again."""
+    for _ in range(attempts - 1):
+        try:
+            return read()
+        except RuntimeError:
+            continue
+    return read()
+
+
+class CoordinatorStateCollector(Collector):
+    """Gauges computed when Prometheus scrapes, from the coordinator's in-memory state."""
+
+    def __init__(self, core: Coordinator, clock: Callable[[], float] = time.time) -> None:
+        self.core = core
+        self.clock = clock
+
+    def describe(self) -> Iterable:
+        return self._families()
+
+    def _families(self) -> tuple[GaugeMetricFamily, ...]:
+        return (
+            GaugeMetricFamily("ringleader_jobs", "Unfinished jobs by state (queued, running)", labels=["state"]),
+            GaugeMetricFamily("ringleader_queue_depth", "Jobs waiting for workers"),
+            GaugeMetricFamily("ringleader_queue_oldest_job_age_seconds",
+                              "Time since the oldest queued job was submitted (0 when the queue is empty)"),
+            GaugeMetricFamily("ringleader_workers", "Registered worker daemons by state and backend",
+                              labels=["state", "backend"]),
+        )
+
+    def collect(self) -> Iterable:
+        jobs, depth, oldest, workers = self._families()
+        queued = _retry(self.core.queued_jobs)
+        running = _retry(self.core.running_jobs)
+        jobs.add_metric([_state_name(pb.QUEUED)], len(queued))
+        jobs.add_metric([_state_name(pb.RUNNING)], len(running))
+        depth.add_metric([], len(queued))
+        created = [j.created_at for j in queued if j.created_at]
+        oldest.add_metric([], max(0.0, self.clock() - min(created)) if created else 0.0)
+        counts: dict[tuple[str, str], int] = {}
+        for w in _retry(self.core.workers.all):
+            backend = w.reg.backend
+            for s in WORKER_STATES:  # every state of a backend that exists, zeros included
+                counts.setdefault((_worker_state_name(s), backend), 0)
+            counts[(_worker_state_name(w.state), backend)] = counts.get((_worker_state_name(w.state), backend), 0) + 1
+        for (state, backend), n in sorted(counts.items()):
+            workers.add_metric([state, backend], n)
+        return [jobs, depth, oldest, workers]
+
+
+class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
+    """Times every RPC of the gRPC server, labelled by service, method, kind and status code.
+
+    Unary RPCs and short streams go into ringleader_grpc_server_handling_seconds (the time from
+    the handler's start to its end). The long-lived streams in LONG_LIVED_METHODS are only counted
+    when they end (ringleader_grpc_server_handled_total) and gauged while open
+    (ringleader_grpc_server_streams_open). Unknown methods are not recorded (their names would be
+    unbounded label values).
+    """
+
+    LABELS = ["grpc_service", "grpc_method", "grpc_type", "grpc_code"]
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.handling = Histogram(
+            "ringleader_grpc_server_handling_seconds",
+            "Time to handle a gRPC call (unary and short streams; long-lived streams excluded)",
+            self.LABELS, buckets=RPC_LATENCY_BUCKETS, registry=registry)
+        self.handled = Counter("ringleader_grpc_server_handled_total",
+                               "gRPC calls completed, long-lived streams included",
+                               self.LABELS, registry=registry)
+        self.streams_open = Gauge("ringleader_grpc_server_streams_open",
+                                  "Long-lived gRPC streams open now (worker connections, job watchers)",
+                                  ["grpc_service", "grpc_method"], registry=registry)
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        method = handler_call_details.method
+        service, _, name = method.lstrip("/").rpartition("/")
+        kind = ("bidi_stream" if handler.request_streaming and handler.response_streaming else
+                "client_stream" if handler.request_streaming else
+                "server_stream" if handler.response_streaming else "unary")
+        long_lived = method in LONG_LIVED_METHODS
+        if long_lived:  # the label set exists from the start: 0 open streams
+            self.streams_open.labels(service, name)
+
+        def record(context, start: float, outcome: grpc.StatusCode | None) -> None:
+            code = outcome or _context_code(context) or grpc.StatusCode.OK
+            labels = (service, name, kind, code.name)
+            self.handled.labels(*labels).inc()
+            if not long_lived:
+                self.handling.labels(*labels).observe(time.perf_counter() - start)
+
+        return _wrap_handler(handler, record, self.streams_open.labels(service, name) if long_lived else None)
+
+
+def _context_code(context) -> grpc.StatusCode | None:
+    try:
+        code = context.code()
+    except Exception:  # not every context implementation exposes it
+        return None
+    if isinstance(code, grpc.StatusCode) or code is None:
+        return code
+    for c in grpc.StatusCode:  # some versions return the integer value
+        if c.value[0] == code:
+            return c
+    return None
+
+
+def _failure_code(exc: BaseException, context) -> grpc.StatusCode:
+    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+        return grpc.StatusCode.CANCELLED
+    # context.abort() sets the code before it raises; any other exception is UNKNOWN to the client.
+    code = _context_code(context)
+    return code if code and code != grpc.StatusCode.OK else grpc.StatusCode.UNKNOWN
+
+
+def _wrap_handler(handler, record, open_gauge):
+    """A copy of `handler` whose behaviour is timed; keeps the behaviour's kind (coroutine
+    function, async generator function or plain function), which the aio server dispatches on."""
+    if handler.request_streaming and handler.response_streaming:
+        behavior, factory = handler.stream_stream, grpc.stream_stream_rpc_method_handler
+    elif handler.request_streaming:
+        behavior, factory = handler.stream_unary, grpc.stream_unary_rpc_method_handler
+    elif handler.response_streaming:
+        behavior, factory = handler.unary_stream, grpc.unary_stream_rpc_method_handler
+    else:
+        behavior, factory = handler.unary_unary, grpc.unary_unary_rpc_method_handler
+
+    def begin() -> float:
+        if open_gauge is not None:
+            open_gauge.inc()
+        return time.perf_counter()
+
+    def end(context, start: float, outcome) -> None:
+        if open_gauge is not None:
+            open_gauge.dec()
+        record(context, start, outcome)
+
+    if inspect.isasyncgenfunction(behavior):
+        async def wrapped(request, context):
+            start, outcome = begin(), None
+            try:
+                async for response in behavior(request, context):
+                    yield response
+            except BaseException as exc:
+                outcome = _failure_code(exc, context)
+                raise
+            finally:
+                end(context, start, outcome)
+    elif inspect.iscoroutinefunction(behavior):
+        async def wrapped(request, context):
+            start, outcome = begin(), None
+            try:
+                return await behavior(request, context)
+            except BaseException as exc:
+                outcome = _failure_code(exc, context)
+                raise
+            finally:
+                end(context, start, outcome)
+    elif handler.response_streaming:  # a sync generator, run by the server in its thread pool
+        def wrapped(request, context):
+            start, outcome = begin(), None
+            try:
+                yield from behavior(request, context)
+            except BaseException as exc:
+                outcome = _failure_code(exc, context)
+                raise
+            finally:
+                end(context, start, outcome)
+    else:
+        def wrapped(request, context):
+            start, outcome = begin(), None
+            try:
+                return behavior(request, context)
+            except BaseException as exc:
+                outcome = _failure_code(exc, context)
+                raise
+            finally:
+                end(context, start, outcome)
+
+    return factory(wrapped, request_deserializer=handler.request_deserializer,
+                   response_serializer=handler.response_serializer)
 
 
 class CoordinatorMetrics:
     def __init__(self, core: Coordinator) -> None:
-        self.registry = CollectorRegistry()
-        self.job_transitions = Counter("ringleader_job_transitions_total", "Job state changes, by new state",
-                                       ["state"], registry=self.registry)
+        r = self.registry = CollectorRegistry()
+        self.core = core
+        Gauge("ringleader_build_info", "Version of the running coordinator", ["version", "role"],
+              registry=r).labels(__version__, "coordinator").set(1)
+        r.register(CoordinatorStateCollector(core))
+
+        # Jobs, from state-change events.
+        self.jobs_submitted = Counter("ringleader_jobs_submitted_total", "Jobs accepted", registry=r)
+        self.jobs_started = Counter("ringleader_jobs_started_total",
+                                    "Jobs placed on workers; warm=true when they reused an initialised process group",
+                                    ["warm"], registry=r)
+        self.jobs_finished = Counter("ringleader_jobs_finished_total", "Jobs finished, by final state",
+                                     ["state"], registry=r)
+        self.queue_wait = Histogram("ringleader_job_queue_wait_seconds",
+                                    "Time from submission to start (observed when a job starts)",
+                                    buckets=QUEUE_WAIT_BUCKETS, registry=r)
+        self.job_duration = Histogram("ringleader_job_duration_seconds",
+                                      "Time from start to end of jobs that ran, by final state",
+                                      ["state"], buckets=JOB_DURATION_BUCKETS, registry=r)
+        for s in FINAL_STATES:
+            self.jobs_finished.labels(_state_name(s))
+        for warm in ("true", "false"):
+            self.jobs_started.labels(warm)
+
+        # Collective results (one per size of a sweep, as rank 0 streams them).
+        coll = ["op", "dtype", "world_size", "size_bucket"]
+        self.busbw = Gauge("ringleader_collective_busbw_bytes_per_second",
+                           "Bus bandwidth of the last result in each label set (nccl-tests busbw, bytes/s)",
+                           coll, registry=r)
+        self.algbw = Gauge("ringleader_collective_algbw_bytes_per_second",
+                           "Algorithm bandwidth (size / time) of the last result in each label set, bytes/s",
+                           coll, registry=r)
+        self.op_latency = Histogram("ringleader_collective_op_latency_seconds",
+                                    "Mean time per op of each result (slowest rank), seconds",
+                                    coll, buckets=OP_LATENCY_BUCKETS, registry=r)
+        self.wrong_results = Counter("ringleader_collective_wrong_results_total",
+                                     "Result rows whose data check found wrong elements", ["op", "dtype"], registry=r)
+
+        self.interceptor = RpcMetricsInterceptor(r)
         core.add_listener(self._on_event)
 
     def _on_event(self, event: pb.JobEvent, job: pb.Job) -> None:
-        if event.WhichOneof("event") == "state":
-            self.job_transitions.labels(pb.JobState.Name(event.state.state).lower()).inc()
+        kind = event.WhichOneof("event")
+        if kind == "state":
+            self._on_state(event, job)
+        elif kind == "result":
+            self._on_result(event.result)
+
+    def _on_state(self, event: pb.JobEvent, job: pb.Job) -> None:
+        # Only recorded events carry a sequence number; the queue's "waiting for ..." reason
+        # updates are published with seq 0 and are no transitions.
+        if not event.seq:
+            return
+        state = event.state.state
+        if state == pb.QUEUED and event.seq == 1:  # the first event of a job is its submission
+            self.jobs_submitted.inc()
+        elif state == pb.RUNNING:
+            self.jobs_started.labels("true" if job.warm_start else "false").inc()
+            if job.created_at and job.started_at:
+                self.queue_wait.observe(max(0.0, job.started_at - job.created_at))
+        elif state in FINAL_STATES:
+            name = _state_name(state)
+            self.jobs_finished.labels(name).inc()
+            if job.started_at and job.finished_at:  # jobs cancelled while queued never ran
+                self.job_duration.labels(name).observe(max(0.0, job.finished_at - job.started_at))
+
+    def _on_result(self, r: pb.SizeResult) -> None:
+        labels = (r.op, r.dtype, str(r.world_size), size_bucket(r.size_bytes))
+        if r.size_bytes:  # barrier moves no data: latency only
+            self.busbw.labels(*labels).set(r.busbw_gbps * 1e9)
+            self.algbw.labels(*labels).set(r.algbw_gbps * 1e9)
+        if r.time_us > 0:
+            self.op_latency.labels(*labels).observe(r.time_us * 1e-6)
+        if r.wrong:
+            self.wrong_results.labels(r.op, r.dtype).inc()
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -26,9 +28,11 @@ SERVICE_NAMES = (
 )
 
 
-async def start_server(coordinator: Coordinator, address: str) -> tuple[grpc.aio.Server, int]:
-    """Build and start the gRPC server on `address` (port 0 picks one); returns it with its port."""
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+async def start_server(coordinator: Coordinator, address: str,
+                       interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> tuple[grpc.aio.Server, int]:
+    """Build and start the gRPC server on `address` (port 0 picks one); returns it with its port.
+    `interceptors` wrap every RPC (the coordinator's metrics pass their RpcMetricsInterceptor)."""
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=list(interceptors))
     jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(coordinator), server)
     workers_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(coordinator), server)
     health_servicer = health.aio.HealthServicer()

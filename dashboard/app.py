@@ -24,7 +24,7 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics) -> FastAPI:
         return "ready"
 
     @app.get("/metrics", tags=["metrics"], response_class=PlainTextResponse)
-    def prometheus_metrics() -> Response:
+    async def prometheus_metrics() -> Response:  # on the loop: reads the coordinator's live state
         body, content_type = metrics.render()
         return Response(body, media_type=content_type)
 

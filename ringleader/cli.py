@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--device", default="cpu", help="cpu, cuda:N, or all (one daemon per visible GPU)")
     w.add_argument("--worker-id", default="", help="stable id (default HOST-DEVICE)")
     w.add_argument("--advertise-host", default="", help="address peers use to reach this host")
+    w.add_argument("--metrics-address", default="", metavar="HOST:PORT",
+                   help='serve Prometheus /metrics here, one port for all devices of this process '
+                        '(e.g. 0.0.0.0:9400; default "": off)')
 
     s = sub.add_parser("submit", help="submit a collective benchmark job")
     # op, dtype and reduce op are checked by the spec validation, for a one-line error naming the field.
@@ -240,5 +243,23 @@ def run_workers(a) -> int:
         raise CliError("--worker-id: give it only with a single device", EXIT_USAGE)
     configs = [WorkerConfig(coordinator=coordinator_address(a.coordinator), device=d, worker_id=a.worker_id,
                             advertise_host=a.advertise_host) for d in devices]
-    asyncio.run(run_daemons(configs))
+    metrics = None
+    if a.metrics_address:
+        from worker.metrics import WorkerMetrics, parse_address
+
+        try:
+            host, port = parse_address(a.metrics_address)
+        except ValueError as exc:
+            raise CliError(f"--metrics-address: {exc}", EXIT_USAGE) from None
+        metrics = WorkerMetrics()
+        try:
+            port = metrics.serve(host, port)
+        except OSError as exc:
+            raise CliError(f"--metrics-address {a.metrics_address}: {exc.strerror or exc}") from None
+        logging.getLogger("ringleader.worker").info("metrics on http://%s:%d/metrics", host, port)
+    try:
+        asyncio.run(run_daemons(configs, metrics))
+    finally:
+        if metrics:
+            metrics.close()
     return 0

@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import socket
+import threading
 from dataclasses import dataclass
 
 import grpc
@@ -26,6 +27,9 @@ from worker.supervisor import ExecutorHandle
 log = logging.getLogger("ringleader.worker")
 
 _FAILURES = {"rank": wpb.RANK_ERROR, "peer": wpb.PEER_ERROR}
+# A rank's outcome, for the worker's metrics (worker/metrics.py: ringleader_worker_jobs_total).
+_OUTCOMES = {wpb.RANK_ERROR: "rank_error", wpb.PEER_ERROR: "peer_error", wpb.EXECUTOR_DIED: "executor_died",
+             wpb.ABORTED: "aborted"}
 
 KEEPALIVE_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
@@ -90,6 +94,11 @@ class WorkerDaemon:
         self.job: tuple[str, int] | None = None  # (job_id, rank) the executor is running
         self.warm_group = ""
         self.restarts = 0
+        # For metrics, read from the metrics server's thread: ranks ended by outcome, and the ops
+        # of executors already replaced (a new executor's op counter starts again at 0).
+        self.jobs_done = dict.fromkeys(["succeeded", *_OUTCOMES.values(), "failed"], 0)
+        self.ops_retired = 0
+        self._stats_lock = threading.Lock()
         self.heartbeat_s = 1.0
         self.connected = asyncio.Event()
         # Messages for the coordinator survive reconnects; a failed write goes back to the front.
@@ -225,9 +234,16 @@ class WorkerDaemon:
             self.job = None
             self._send_done(job_id, rank, ok=False, error=f"aborted: {abort.reason}", failure=wpb.ABORTED)
 
+    def ops_run(self) -> int:
+        """Collective ops run by all of this daemon's executors so far."""
+        with self._stats_lock:
+            return self.ops_retired + self.executor.op_seq
+
     async def _replace_executor(self) -> None:
         await self.executor.kill()
-        self.executor = ExecutorHandle(self.config.device)
+        with self._stats_lock:  # one step for a reader on another thread: no ops lost or counted twice
+            self.ops_retired += self.executor.op_seq
+            self.executor = ExecutorHandle(self.config.device)
         self.warm_group = ""
         self.restarts += 1
         self.device = await self.executor.start()
@@ -272,17 +288,21 @@ class WorkerDaemon:
 
     def _send_done(self, job_id: str, rank: int, *, ok: bool, error: str = "", failure: int = 0,
                    warm_start: bool = False, results: list | None = None) -> None:
+        self.jobs_done["succeeded" if ok else _OUTCOMES.get(failure, "failed")] += 1
         self._send(wpb.WorkerMessage(done=wpb.JobDone(
             job_id=job_id, rank=rank, ok=ok, error=error, failure=failure, warm_group=self.warm_group,
             store_port=free_port(self.advertise), warm_start=warm_start,
             executor_restarts=self.restarts, results=results or [])))
 
 
-async def run_daemons(configs: list[WorkerConfig]) -> None:
-    """Run one daemon per device in this process until SIGINT/SIGTERM."""
+async def run_daemons(configs: list[WorkerConfig], metrics=None) -> None:
+    """Run one daemon per device in this process until SIGINT/SIGTERM; `metrics` (a started
+    worker.metrics.WorkerMetrics) serves their metrics."""
     import signal
 
     daemons = [WorkerDaemon(c) for c in configs]
+    if metrics is not None:
+        metrics.add(daemons)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: [d.stop() for d in daemons])

@@ -52,10 +52,11 @@ class Cluster:
         self.coordinator.wait(30)
         self.coordinator.stdout.close()
 
-    def start_worker(self, worker_id: str, device: str = "cpu") -> subprocess.Popen:
+    def start_worker(self, worker_id: str, device: str = "cpu", metrics_address: str = "") -> subprocess.Popen:
         log = open(self.tmp / f"{worker_id}.log", "ab")
+        extra = ["--metrics-address", metrics_address] if metrics_address else []
         p = subprocess.Popen(ringleader_cmd("--coordinator", self.address, "worker", "--device", device,
-                                            "--worker-id", worker_id),
+                                            "--worker-id", worker_id, *extra),
                              stdout=log, stderr=log, start_new_session=True)
         log.close()
         self.workers[worker_id] = p

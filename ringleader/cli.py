@@ -17,6 +17,7 @@ from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
+KIND_FLAGS = ("collective", "p2p", "gradient-average", "train")
 
 
 class CliError(Exception):
@@ -59,9 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help='serve Prometheus /metrics here, one port for all devices of this process '
                         '(e.g. 0.0.0.0:9400; default "": off)')
 
-    s = sub.add_parser("submit", help="submit a collective benchmark job")
+    s = sub.add_parser("submit", help="submit a job: a collective sweep, p2p, gradient-average or train")
+    s.add_argument("--kind", default="collective", choices=KIND_FLAGS)
     # op, dtype and reduce op are checked by the spec validation, for a one-line error naming the field.
-    s.add_argument("--op", required=True, help=", ".join(specs.OPS))
+    s.add_argument("--op", default="", help="collective jobs: " + ", ".join(specs.OPS))
     s.add_argument("--world-size", "-n", type=int, required=True)
     s.add_argument("--min-bytes", "-b", type=_size, default=8)
     s.add_argument("--max-bytes", "-e", type=_size, default=64 << 20)
@@ -80,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", default="", help="exactly these worker ids, comma-separated")
     s.add_argument("--device-type", default="", choices=["", "cuda", "cpu"])
     s.add_argument("--op-timeout", type=float, default=0.0, help="seconds without progress before failing")
+    s.add_argument("--pairwise", action="store_true", help="p2p: every ordered pair in turn -> bandwidth matrix")
+    s.add_argument("--async", dest="async_", action="store_true", help="p2p: isend/irecv + wait (default send/recv)")
+    s.add_argument("--size", type=_size, default=None, help="gradient-average: gradient bytes (default 64M)")
+    s.add_argument("--model", default="", help="train: linear (default) or mlp")
+    s.add_argument("--steps", type=int, default=None, help="train: steps (default 50)")
+    s.add_argument("--batch-size", type=int, default=None, help="train: per-rank batch size (default 64)")
+    s.add_argument("--lr", type=float, default=None, help="train: learning rate (default 0.05)")
+    s.add_argument("--seed", type=int, default=0, help="train: data and weight seed")
     s.add_argument("--wait", action="store_true", help="show progress, then the results table")
     s.add_argument("--json", action="store_true", help="print the job (and results) as JSON")
 
@@ -101,24 +111,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def spec_from_args(a: argparse.Namespace) -> pb.JobSpec:
-    c = pb.CollectiveSpec(op=a.op, dtype=a.dtype, reduce_op=a.reduce_op, iters=a.iters, warmup=a.warmup,
-                          in_place=a.in_place, root=a.root)
-    if a.sizes:
-        c.sizes.extend(a.sizes)
-    else:
-        c.min_bytes, c.max_bytes, c.factor = a.min_bytes, a.max_bytes, a.factor
     worker_ids = [w for w in a.workers.split(",") if w]
-    return pb.JobSpec(world_size=a.world_size, priority=a.priority, name=a.name, op_timeout_s=a.op_timeout,
+    spec = pb.JobSpec(world_size=a.world_size, priority=a.priority, name=a.name, op_timeout_s=a.op_timeout,
                       placement=pb.Placement(host=a.host, gpu_model=a.gpu_model, worker_ids=worker_ids,
-                                             device_type=a.device_type),
-                      collective=c)
+                                             device_type=a.device_type))
+    sweep = dict(sizes=a.sizes) if a.sizes else dict(min_bytes=a.min_bytes, max_bytes=a.max_bytes, factor=a.factor)
+    if a.kind == "collective":
+        if not a.op:
+            raise InvalidSpec("collective.op", "required for collective jobs (--op all_reduce, ...)")
+        spec.collective.CopyFrom(pb.CollectiveSpec(op=a.op, dtype=a.dtype, reduce_op=a.reduce_op, iters=a.iters,
+                                                   warmup=a.warmup, in_place=a.in_place, root=a.root, **sweep))
+    elif a.kind == "p2p":
+        spec.p2p.CopyFrom(pb.P2PSpec(iters=a.iters, warmup=a.warmup, pairwise=a.pairwise,
+                                     mode="async" if a.async_ else "blocking", **sweep))
+    elif a.kind == "gradient-average":
+        spec.gradient_average.CopyFrom(pb.GradientAverageSpec(size_bytes=a.size or 0, iters=a.iters, warmup=a.warmup))
+    else:
+        t = pb.TrainSpec(model=a.model, seed=a.seed)
+        for name in ("steps", "batch_size", "lr"):  # only what was given: 0 must reach validation
+            if getattr(a, name) is not None:
+                setattr(t, name, getattr(a, name))
+        spec.train.CopyFrom(t)
+    return spec
 
 
 def follow(client: Client, job_id: str, out=sys.stderr) -> pb.Job:
     """Print progress lines while the job runs; return the finished job."""
+    shown = -1.0
     for ev in client.watch(job_id):
         kind = ev.WhichOneof("event")
-        if kind == "state":
+        if kind == "progress" and ev.progress.total:
+            fraction = ev.progress.done / ev.progress.total
+            if fraction >= shown + 0.1 or fraction == 1:  # about ten lines per job, not one per step
+                shown = fraction
+                print(f"[{job_id}] {ev.progress.done}/{ev.progress.total}", file=out, flush=True)
+        elif kind == "state":
             print(f"[{job_id}] {table.state_name(ev.state.state)}: {ev.state.reason}", file=out, flush=True)
         elif kind == "result":
             r = ev.result
@@ -135,8 +162,9 @@ def show_job(job: pb.Job, as_json: bool) -> None:
     if job.workers:
         print("workers: " + ", ".join(f"{w.rank}={w.worker_id}" for w in job.workers)
               + f" ({job.backend}{', warm' if job.warm_start else ''})")
-    if job.results:
-        print(table.results_table(job.results))
+    outcome = table.outcome_table(job)
+    if outcome:
+        print(outcome)
 
 
 def cmd_submit(a, client: Client) -> int:

@@ -268,7 +268,8 @@ class WorkerDaemon:
                 self.warm_group = msg["warm_group"]
                 self._send_done(msg["job_id"], rank, ok=msg["ok"], error=msg["error"],
                                 failure=_FAILURES.get(msg["failure"], 0), warm_start=msg["warm_start"],
-                                results=[pb.SizeResult(**r) for r in msg["results"]])
+                                results=[pb.SizeResult(**r) for r in msg["results"]],
+                                outcome=msg.get("outcome"))
             elif t == "exit":
                 await self._on_executor_death(executor)
 
@@ -287,12 +288,16 @@ class WorkerDaemon:
                 self._send_done(job[0], job[1], ok=False, error=why, failure=wpb.EXECUTOR_DIED)
 
     def _send_done(self, job_id: str, rank: int, *, ok: bool, error: str = "", failure: int = 0,
-                   warm_start: bool = False, results: list | None = None) -> None:
+                   warm_start: bool = False, results: list | None = None,
+                   outcome: tuple[str, bytes] | None = None) -> None:
         self.jobs_done["succeeded" if ok else _OUTCOMES.get(failure, "failed")] += 1
-        self._send(wpb.WorkerMessage(done=wpb.JobDone(
+        done = wpb.JobDone(
             job_id=job_id, rank=rank, ok=ok, error=error, failure=failure, warm_group=self.warm_group,
             store_port=free_port(self.advertise), warm_start=warm_start,
-            executor_restarts=self.restarts, results=results or [])))
+            executor_restarts=self.restarts, results=results or [])
+        if outcome:  # (kind, serialized message) of a non-collective job, from rank 0's executor
+            getattr(done, outcome[0]).ParseFromString(outcome[1])
+        self._send(wpb.WorkerMessage(done=done))
 
 
 async def run_daemons(configs: list[WorkerConfig], metrics=None) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (offline; its image has torch, grpcio, protobuf, prometheus-client):
 # unit + GPU tests, the demo, and the benchmark against plain torch.distributed.
-#   usage: scripts/gpu-check.sh [tests|bench|all]   logs and results under $OUT (default ./gpu-out)
+#   usage: scripts/gpu-check.sh [tests|bench|workloads|all]   logs and results under $OUT (default ./gpu-out)
 # Wheels the image lacks travel in .whl/ (see README, "GPU machine").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +23,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   python3 bench/run.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+fi
+if [ "$what" = workloads ] || [ "$what" = all ]; then
+  python3 bench/workloads.py --out "$OUT/bench" 2>&1 | tee "$OUT/workloads.log"
 fi

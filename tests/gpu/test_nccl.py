@@ -59,3 +59,22 @@ def test_worker_killed_mid_job_fails_naming_rank_and_survivor_recovers(gpu_clust
     c.wait_idle(["g0", "g1"], timeout=300)
     nxt = c.wait_job(c.submit(op="all_reduce", sizes=[1 << 20]).id, timeout=300)
     assert nxt.state == pb.SUCCEEDED, nxt.reason
+
+
+@pytest.mark.parametrize("mode", ["blocking", "async"])
+def test_p2p_on_nccl(gpu_cluster, mode):
+    done = gpu_cluster.wait_job(gpu_cluster.client.submit(pb.JobSpec(
+        world_size=2, p2p=pb.P2PSpec(sizes=[8, 64 << 20], iters=10, mode=mode))).id, timeout=300)
+    assert done.state == pb.SUCCEEDED, done.reason
+    assert all(r.wrong == 0 for r in done.p2p.rows)
+
+
+def test_gradient_average_and_train_on_nccl(gpu_cluster):
+    g = gpu_cluster.wait_job(gpu_cluster.client.submit(pb.JobSpec(
+        world_size=2, gradient_average=pb.GradientAverageSpec(size_bytes=64 << 20, iters=5))).id, timeout=300)
+    assert g.state == pb.SUCCEEDED, g.reason
+    assert g.gradient_average.device_ok and g.gradient_average.host_ok
+    t = gpu_cluster.wait_job(gpu_cluster.client.submit(pb.JobSpec(
+        world_size=2, train=pb.TrainSpec(model="mlp", steps=30, batch_size=64))).id, timeout=300)
+    assert t.state == pb.SUCCEEDED, t.reason
+    assert t.train.param_max_abs_diff == 0.0 and t.train.loss[-1] < t.train.loss[0]

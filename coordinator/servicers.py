@@ -46,10 +46,12 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     @_rpc
     def ListJobs(self, request, context):
-        jobs = self.c.list(states=request.states, op=request.op, limit=request.limit,
-                           before_id=request.before_id)
-        limit = request.limit or 50
-        return pb.ListJobsResponse(jobs=jobs, next_before_id=jobs[-1].id if len(jobs) == limit else "")
+        limit = min(request.limit or 50, 1000)
+        # One row more than asked tells whether another page exists.
+        jobs = self.c.list(states=request.states, op=request.op, limit=limit + 1, before_id=request.before_id)
+        more = len(jobs) > limit
+        jobs = jobs[:limit]
+        return pb.ListJobsResponse(jobs=jobs, next_before_id=jobs[-1].id if more else "")
 
     @_rpc
     def CancelJob(self, request, context):

@@ -35,6 +35,7 @@ DEFAULTS = dict(
 )
 DEFAULT_OP_TIMEOUT_S = 120.0
 MAX_SIZES = 64
+MAX_FACTOR = 1024
 MAX_ITERS = 100_000
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -101,8 +102,8 @@ def resolve_sizes(sizes: list[int], min_bytes: int, max_bytes: int, factor: floa
     factor = factor or DEFAULTS["factor"]
     if max_bytes < min_bytes:
         raise InvalidSpec("max_bytes", f"{max_bytes} is below min_bytes {min_bytes}")
-    if not math.isfinite(factor) or factor < 1:
-        raise InvalidSpec("factor", f"must be at least 1, got {factor}")
+    if not math.isfinite(factor) or not 1 <= factor <= MAX_FACTOR:
+        raise InvalidSpec("factor", f"must be between 1 and {MAX_FACTOR}, got {factor}")
     if factor == 1 and max_bytes != min_bytes:
         raise InvalidSpec("factor", "1 only makes sense with min_bytes == max_bytes")
     chosen = sweep_sizes(min_bytes, max_bytes, factor)

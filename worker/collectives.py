@@ -19,6 +19,7 @@ import torch.distributed as dist
 from ringleader import spec
 from ringleader.errors import InvalidSpec
 from worker import datacheck
+from worker.distutil import NoCounter, backend_for, percentile, sync
 
 _DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -180,10 +181,6 @@ class _Setup:
             datacheck.fill(buf, kind=self.kind, dtype=self.dtype, src=src, n=self.n, seed=seed)
 
 
-class _NoCounter:
-    value = 0
-
-
 def _time_cpu(run, iters: int, counter) -> tuple[float, list[float]]:
     clock, times = time.perf_counter, [0.0] * iters
     for k in range(iters):
@@ -220,18 +217,11 @@ def _time_cuda(run, iters: int, counter) -> tuple[float, list[float]]:
     return mean_us, [events[k].elapsed_time(events[k + 1]) * 1e3 for k in range(iters)]
 
 
-def _backend_for(device: torch.device) -> str:
-    name = str(dist.get_backend())
-    if ":" in name:  # e.g. "cpu:gloo,cuda:nccl"
-        name = dict(part.split(":") for part in name.split(",")).get(device.type, name)
-    return name
-
-
 def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int, warmup: int,
             in_place: bool, root: int, device: torch.device, counter=None) -> LocalMeasurement:
     """Time `iters` runs of the op (after `warmup` untimed ones), then check its data once."""
     device = torch.device(device)
-    reason = unsupported_reason(_backend_for(device), op, dtype, reduce_op)
+    reason = unsupported_reason(backend_for(device), op, dtype, reduce_op)
     if reason:
         raise ValueError(reason)
     if iters < 1:
@@ -240,18 +230,13 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     count = size_bytes // spec.DTYPE_SIZES[dtype]
     if op != "barrier":
         check_fits(op, size_bytes, n, in_place, device)
-    counter = counter if counter is not None else _NoCounter()
+    counter = counter if counter is not None else NoCounter()
     setup = _Setup(op, dtype, reduce_op, count, rank=rank, n=n, root=root, in_place=in_place,
                    device=device)
     setup.fill(_TRAIN_SEED)
     run = setup.run
 
-    # Start together, so no rank's first iteration absorbs another's setup time.
-    if device.type == "cuda":
-        dist.all_reduce(torch.zeros(1, device=device))
-        torch.cuda.synchronize(device)
-    else:
-        dist.barrier()
+    sync(device)  # start together, so no rank's first iteration absorbs another's setup time
     for _ in range(warmup):
         run()
         counter.value += 1
@@ -271,12 +256,6 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     return LocalMeasurement(mean_us=mean_us, times_us=times, wrong=wrong)
 
 
-def _percentile(sorted_values: list[float], p: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    k = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[k - 1]
-
-
 def build_result(times_by_rank: list[list[float]], means_by_rank: list[float], wrong: int, *, op, dtype,
                  reduce_op, size_bytes, root, in_place, iters) -> dict:
     """The SizeResult fields from every rank's measurement (no communication).
@@ -293,8 +272,8 @@ def build_result(times_by_rank: list[list[float]], means_by_rank: list[float], w
     return dict(
         op=op, dtype=dtype, reduce_op=reduce_op, root=root, in_place=in_place,
         size_bytes=size_bytes, count=size_bytes // spec.DTYPE_SIZES[dtype],
-        time_us=time_us, time_min_us=per_iter[0], time_p50_us=_percentile(per_iter, 50),
-        time_p99_us=_percentile(per_iter, 99), slowest_rank=slowest,
+        time_us=time_us, time_min_us=per_iter[0], time_p50_us=percentile(per_iter, 50),
+        time_p99_us=percentile(per_iter, 99), slowest_rank=slowest,
         slowest_rank_time_us=time_us, algbw_gbps=algbw,
         busbw_gbps=algbw * spec.busbw_factor(op, len(means_by_rank)), wrong=wrong,
         world_size=len(means_by_rank), iters=iters,

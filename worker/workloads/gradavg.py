@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from ringleader import spec
 from worker import datacheck
-from worker.workloads import NoCounter, backend_for, sync
+from worker.distutil import NoCounter, backend_for, sync
 
 RTOL = 1e-5
 

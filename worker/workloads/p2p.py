@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from worker import datacheck
-from worker.workloads import NoCounter, percentile, sync
+from worker.distutil import NoCounter, percentile, sync
 
 MODES = ("blocking", "async")
 _TIMED_SEED, _CHECK_SEED = 0, 1

@@ -17,7 +17,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from worker.workloads import NoCounter
+from worker.distutil import NoCounter
 
 MODELS = ("linear", "mlp")
 INPUT_SHAPE = (3, 32, 32)

@@ -1,0 +1,941 @@
+// ringleader dashboard: plain JS on top of the REST API (/api/v1), no build step.
+//
+//   /           the fleet (polled every 2 s) and the jobs table (live through /api/v1/events)
+//   /jobs/{id}  a job: busbw and time against size (uPlot, log-log), the nccl-tests-style table,
+//               an overlay of a second job, downloads; live through /api/v1/jobs/{id}/events
+//
+// Other job kinds get their own charts and table (p2p: bandwidth and latency against size;
+// training: loss per step; gradient averaging: figures only).
+//
+// Tests read the charts through window.ringleaderCharts: the uPlot instances by name (busbw and
+// time for a collective sweep; bandwidth and latency for p2p; loss for training) and `series`,
+// the line labels.
+"use strict";
+
+(function () {
+  const API = "/api/v1";
+  const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
+  const ROOTED_OPS = new Set(["reduce", "broadcast", "gather", "scatter"]);
+  const REDUCING_OPS = new Set(["all_reduce", "reduce", "reduce_scatter"]);
+  const FLEET_REFRESH_MS = 2000;
+  const COLORS = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04", "#db2777"];
+
+  window.ringleaderCharts = {};
+
+  // ---- small helpers ------------------------------------------------------------------------
+
+  const $ = (id) => document.getElementById(id);
+
+  // h("td", {class: "num", title: "..."}, child, "text", ...): a DOM element; text is never parsed
+  // as HTML, so job names and reasons are safe to show.
+  function h(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(props || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "style") node.style.cssText = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value === true ? "" : value);
+    }
+    for (const child of children.flat()) {
+      if (child === undefined || child === null || child === false) continue;
+      node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  async function getJSON(path) {
+    const response = await fetch(path, { headers: { Accept: "application/json" } });
+    if (!response.ok) {
+      let detail = "";
+      try { detail = (await response.json()).detail || ""; } catch (_) { /* not JSON */ }
+      const error = new Error(`${response.status} ${response.statusText}${detail ? ": " + detail : ""}`);
+      error.status = response.status;
+      throw error;
+    }
+    return response.json();
+  }
+
+  // Binary units, as nccl-tests and `ringleader submit` sizes: 1024 -> "1K", 1048576 -> "1M".
+  function fmtSize(bytes) {
+    if (bytes === null || bytes === undefined) return "";
+    for (const [unit, scale] of [["G", 2 ** 30], ["M", 2 ** 20], ["K", 2 ** 10]]) {
+      if (bytes >= scale) {
+        const v = bytes / scale;
+        return (Number.isInteger(v) ? v : v.toPrecision(3)) + unit;
+      }
+    }
+    return String(bytes);
+  }
+
+  function fmtBytesLong(bytes) {
+    const short = fmtSize(bytes);
+    return short === String(bytes) ? `${bytes} B` : `${short}B (${bytes.toLocaleString("en-US")} B)`;
+  }
+
+  // Two decimals as nccl-tests, but keep small CPU-loopback numbers readable.
+  function fmtFixed(v) {
+    if (v === null || v === undefined || Number.isNaN(v)) return "";
+    if (v !== 0 && Math.abs(v) < 0.01) return v.toPrecision(2);
+    return v.toFixed(2);
+  }
+
+  // Tick labels on log axes: 0.001, 0.5, 20, 3k, 1.2M.
+  function fmtTick(v) {
+    if (v === null || v === undefined) return "";
+    const a = Math.abs(v);
+    if (a >= 1e9) return +(v / 1e9).toPrecision(3) + "G";
+    if (a >= 1e6) return +(v / 1e6).toPrecision(3) + "M";
+    if (a >= 1e4) return +(v / 1e3).toPrecision(3) + "k";
+    return String(+v.toPrecision(3));
+  }
+
+  // Grid lines of a log10 axis: every decade, and 2x and 5x in it when the range is short
+  // (uPlot's default, 1x..9x, paints a dense band at every decade).
+  function logSplits(u, axisIdx, min, max) {
+    const lo = Math.floor(Math.log10(min));
+    const hi = Math.ceil(Math.log10(max));
+    const steps = hi - lo <= 2 ? [1, 2, 5] : [1];
+    const splits = [];
+    for (let e = lo; e <= hi; e++) {
+      for (const m of steps) {
+        const v = +(m * 10 ** e).toPrecision(12);
+        if (v >= min * (1 - 1e-9) && v <= max * (1 + 1e-9)) splits.push(v);
+      }
+    }
+    return splits;
+  }
+
+  // A log10 y range that starts and ends on a power of ten, so that both ends are labelled.
+  function fullDecades(u, min, max) {
+    if (!(min > 0 && max > 0)) return [1, 10];
+    return uPlot.rangeLog(min, max, 10, true);
+  }
+
+  function fmtAge(seconds) {
+    if (!Number.isFinite(seconds)) return "";
+    seconds = Math.max(0, seconds);
+    if (seconds < 10) return seconds.toFixed(1) + " s";
+    if (seconds < 90) return Math.round(seconds) + " s";
+    if (seconds < 90 * 60) return Math.round(seconds / 60) + " min";
+    if (seconds < 36 * 3600) return Math.round(seconds / 3600) + " h";
+    return Math.round(seconds / 86400) + " d";
+  }
+
+  function fmtDuration(seconds) {
+    if (!Number.isFinite(seconds) || seconds < 0) return "";
+    if (seconds < 60) return seconds.toFixed(seconds < 10 ? 2 : 1) + " s";
+    const m = Math.floor(seconds / 60);
+    return `${m} min ${Math.round(seconds - 60 * m)} s`;
+  }
+
+  function fmtTime(unixSeconds) {
+    if (!unixSeconds) return "";
+    const d = new Date(unixSeconds * 1000);
+    const pad = (n) => String(n).padStart(2, "0");
+    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} `
+      + `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  }
+
+  const now = () => Date.now() / 1000;
+
+  function stateBadge(state) {
+    return h("span", { class: `state state-${String(state || "").toLowerCase()}` }, state || "?");
+  }
+
+  function progressBar(job) {
+    const p = job.progress || {};
+    const total = p.total || 0;
+    const done = job.state === "SUCCEEDED" ? total : Math.min(p.done || 0, total);
+    const fraction = total ? done / total : 0;
+    const running = job.state === "RUNNING";
+    const label = total ? `${done}/${total}` + (running && p.size_bytes ? ` · ${fmtSize(p.size_bytes)}` : "") : "";
+    return h("div", { class: `progress progress-${String(job.state).toLowerCase()}`, title: label },
+      h("div", { class: "progress-fill", style: `width:${(100 * fraction).toFixed(1)}%` }),
+      h("span", { class: "progress-label" }, label));
+  }
+
+  const shortId = (id) => String(id || "").slice(0, 8);
+  const jobLink = (id, text) => h("a", { href: `/jobs/${encodeURIComponent(id)}`, class: "mono" }, text || id);
+
+  function collective(job) {
+    return (job.spec && job.spec.collective) || {};
+  }
+
+  // A job's kind: the member of the spec's oneof that is set (the others are absent).
+  const KINDS = ["collective", "p2p", "gradient_average", "train"];
+  function jobKind(job) {
+    return KINDS.find((k) => job.spec && job.spec[k]) || "unknown";
+  }
+
+  // What a listing says a job does: the op of a sweep, else its kind.
+  function jobWhat(job) {
+    const kind = jobKind(job);
+    if (kind === "collective") return collective(job).op;
+    if (kind === "p2p") return job.spec.p2p.pairwise ? "p2p pairwise" : "p2p";
+    if (kind === "train") return `train ${job.spec.train.model || "linear"}`;
+    return kind;
+  }
+
+  // The live indicator in the top bar.
+  function setLive(state, text) {
+    const node = $("live");
+    node.className = `live live-${state}`;
+    node.textContent = text;
+  }
+
+  // ---- routing ------------------------------------------------------------------------------
+
+  function route() {
+    const match = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
+    if (match) {
+      showView("job-view");
+      new JobPage(decodeURIComponent(match[1])).start();
+    } else {
+      showView("overview-view");
+      new Overview().start();
+    }
+  }
+
+  function showView(id) {
+    for (const view of document.querySelectorAll("main")) view.hidden = view.id !== id;
+  }
+
+  function showError(text) {
+    setLive("idle", "");
+    $("error-text").textContent = text;
+    showView("error-view");
+  }
+
+  // ---- overview: fleet + jobs ---------------------------------------------------------------
+
+  class Overview {
+    constructor() {
+      this.jobs = new Map();        // id -> Job JSON (without results)
+      this.nextBefore = null;
+      this.events = null;
+      this.hadError = false;
+    }
+
+    start() {
+      document.title = "ringleader";
+      this.refreshFleet();
+      setInterval(() => this.refreshFleet(), FLEET_REFRESH_MS);
+      $("filter-state").addEventListener("change", () => this.loadJobs());
+      $("filter-op").addEventListener("change", () => this.loadJobs());
+      $("jobs-more").addEventListener("click", () => this.loadJobs(this.nextBefore));
+      // Ages in the jobs table move on even when nothing else happens.
+      setInterval(() => this.renderJobs(), 10000);
+      this.loadJobs();
+      this.listen();
+    }
+
+    // -- fleet
+
+    async refreshFleet() {
+      let workers;
+      try {
+        workers = (await getJSON(`${API}/workers`)).workers;
+      } catch (error) {
+        $("fleet-summary").textContent = `cannot list workers: ${error.message}`;
+        return;
+      }
+      this.renderFleet(workers);
+    }
+
+    renderFleet(workers) {
+      const byHost = new Map();
+      for (const w of workers) {
+        if (!byHost.has(w.host)) byHost.set(w.host, []);
+        byHost.get(w.host).push(w);
+      }
+      const counts = { IDLE: 0, BUSY: 0, DISCONNECTED: 0 };
+      for (const w of workers) counts[w.state] = (counts[w.state] || 0) + 1;
+      $("fleet-summary").textContent = workers.length
+        ? `${workers.length} worker${workers.length === 1 ? "" : "s"} on ${byHost.size} host${byHost.size === 1 ? "" : "s"}: `
+          + `${counts.IDLE} idle, ${counts.BUSY} busy` + (counts.DISCONNECTED ? `, ${counts.DISCONNECTED} disconnected` : "")
+        : "";
+
+      const hosts = [...byHost.keys()].sort();
+      const cards = hosts.map((host) => {
+        const members = byHost.get(host).sort((a, b) =>
+          (a.device.type || "").localeCompare(b.device.type || "") || (a.device.index - b.device.index)
+          || a.worker_id.localeCompare(b.worker_id));
+        return h("div", { class: "host" },
+          h("div", { class: "host-name" }, h("span", { class: "mono" }, host || "(unknown host)"),
+            h("span", { class: "muted" }, ` ${members.length} worker${members.length === 1 ? "" : "s"}`)),
+          h("table", { class: "grid workers" },
+            h("thead", {}, h("tr", {},
+              h("th", {}, "worker"), h("th", {}, "device"), h("th", {}, "state"), h("th", {}, "job"),
+              h("th", { class: "num" }, "heartbeat"))),
+            h("tbody", {}, members.map((w) => this.workerRow(w)))));
+      });
+      const fleet = $("fleet");
+      fleet.replaceChildren(...(cards.length ? cards
+        : [h("p", { class: "muted" }, "No workers connected. Start one with ", h("code", {}, "ringleader worker"), ".")]));
+    }
+
+    workerRow(w) {
+      const d = w.device || {};
+      const gpu = d.type === "cuda";
+      const device = gpu ? `${d.name || "GPU"}` : "cpu";
+      const where = `${d.type || "?"}:${d.index ?? 0}`;
+      const memory = d.memory_bytes ? ` · ${(d.memory_bytes / 2 ** 30).toFixed(0)} GiB` : "";
+      const age = now() - w.last_heartbeat;
+      const stale = w.state !== "DISCONNECTED" && age > 15;
+      return h("tr", { "data-worker": w.worker_id, class: `worker worker-${w.state.toLowerCase()}` },
+        h("td", { class: "mono" }, w.worker_id),
+        h("td", { title: `${d.name || ""}${d.uuid ? " " + d.uuid : ""} (${w.backend})` },
+          h("span", { class: gpu ? "device gpu" : "device cpu" }, device),
+          h("span", { class: "muted" }, ` ${where}${memory}`),
+          w.warm_group ? h("span", { class: "tag", title: `holds process group ${w.warm_group}` }, "warm") : null),
+        h("td", {}, stateBadge(w.state)),
+        h("td", {}, w.job_id ? jobLink(w.job_id, shortId(w.job_id)) : h("span", { class: "muted" }, "—")),
+        h("td", { class: `num${stale ? " stale" : ""}`, title: fmtTime(w.last_heartbeat) },
+          w.last_heartbeat ? fmtAge(age) + " ago" : "—"));
+    }
+
+    // -- jobs
+
+    filters() {
+      return { state: $("filter-state").value, op: $("filter-op").value };
+    }
+
+    matches(job) {
+      const f = this.filters();
+      return (!f.state || job.state === f.state) && (!f.op || collective(job).op === f.op);
+    }
+
+    async loadJobs(before) {
+      const f = this.filters();
+      const query = new URLSearchParams({ limit: "50" });
+      if (f.state) query.set("state", f.state);
+      if (f.op) query.set("op", f.op);
+      if (before) query.set("before", before);
+      let page;
+      try {
+        page = await getJSON(`${API}/jobs?${query}`);
+      } catch (error) {
+        $("jobs-summary").textContent = `cannot list jobs: ${error.message}`;
+        return;
+      }
+      if (!before) this.jobs.clear();
+      for (const job of page.jobs) this.jobs.set(job.id, job);
+      this.nextBefore = page.next_before || null;
+      this.renderJobs();
+    }
+
+    renderJobs() {
+      const jobs = [...this.jobs.values()].sort((a, b) => b.created_at - a.created_at);
+      $("jobs-body").replaceChildren(...jobs.map((job) => this.jobRow(job)));
+      $("jobs-empty").hidden = jobs.length > 0;
+      $("jobs-more").hidden = !this.nextBefore;
+      this.renderJobsSummary();
+    }
+
+    renderJobsSummary() {
+      const jobs = [...this.jobs.values()];
+      const running = jobs.filter((j) => j.state === "RUNNING").length;
+      const queued = jobs.filter((j) => j.state === "QUEUED").length;
+      $("jobs-summary").textContent = jobs.length ? `${running} running, ${queued} queued` : "";
+    }
+
+    jobRow(job) {
+      const c = collective(job);
+      const open = (e) => { if (!e.target.closest("a")) location.href = `/jobs/${encodeURIComponent(job.id)}`; };
+      return h("tr", { "data-job": job.id, class: `job job-${job.state.toLowerCase()}`, onclick: open },
+        h("td", {}, jobLink(job.id, shortId(job.id))),
+        h("td", { class: "name" }, job.spec.name || ""),
+        h("td", {}, stateBadge(job.state)),
+        h("td", { class: "mono" }, jobWhat(job)),
+        h("td", { class: "mono" }, c.dtype || ""),
+        h("td", { class: "num" }, job.spec.world_size),
+        h("td", {}, progressBar(job)),
+        h("td", { class: "reason", title: job.reason }, job.reason || ""),
+        h("td", { class: "num muted", title: fmtTime(job.created_at) }, fmtAge(now() - job.created_at) + " ago"));
+    }
+
+    // One job's state, reason or progress changed: update its row (or add/remove it).
+    onJobEvent(event, job) {
+      if (event.progress) job.progress = event.progress;
+      if (event.state) Object.assign(job, { state: event.state.state, reason: event.state.reason });
+      const known = this.jobs.get(job.id);
+      if (!this.matches(job)) {
+        if (known) { this.jobs.delete(job.id); this.renderJobs(); }
+        return;
+      }
+      if (!known && this.nextBefore && job.created_at < this.oldestShown()) return;  // not on this page
+      this.jobs.set(job.id, { ...known, ...job, results: undefined });
+      const row = document.querySelector(`tr[data-job="${CSS.escape(job.id)}"]`);
+      if (row && known) {
+        row.replaceWith(this.jobRow(this.jobs.get(job.id)));
+        this.renderJobsSummary();
+      } else {
+        this.renderJobs();
+      }
+    }
+
+    oldestShown() {
+      return Math.min(...[...this.jobs.values()].map((j) => j.created_at));
+    }
+
+    listen() {
+      this.events = new EventSource(`${API}/events`);
+      this.events.onopen = () => {
+        setLive("on", "live");
+        if (this.hadError) this.loadJobs();  // catch up with what happened while disconnected
+        this.hadError = false;
+      };
+      this.events.onerror = () => {
+        this.hadError = true;
+        setLive("off", "reconnecting…");
+      };
+      // Frames are named after the event (state, progress, result); data: {event, job}.
+      const onFrame = (message) => {
+        const { event, job } = JSON.parse(message.data);
+        this.onJobEvent(event, job);
+      };
+      for (const name of ["message", "state", "progress", "result"]) this.events.addEventListener(name, onFrame);
+    }
+  }
+
+  // ---- a job's page -------------------------------------------------------------------------
+
+  // Rows of a sweep are keyed by what makes them unique.
+  const resultKey = (r) => `${r.op}|${r.dtype}|${r.reduce_op}|${r.in_place}|${r.size_bytes}`;
+  const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
+  const positive = (v) => (num(v) !== null && v > 0 ? v : null);  // log axes cannot show 0
+
+  // What a job page shows, per job kind: up to two charts against a shared x (slots a and b),
+  // the lines a job contributes to them, and the table beside them.
+  const VIEWS = {
+    collective: {
+      charts: {
+        a: { name: "busbw", title: "Bus bandwidth", unit: "GB/s", x: "size" },
+        b: { name: "time", title: "Time per op", unit: "µs", x: "size" },
+      },
+      // One line per op (and placement, should a job mix them).
+      lines(job, results) {
+        const byOp = groupBy(results, (r) => r.op + (r.in_place ? " in-place" : ""));
+        return [...byOp].map(([op, rows]) => ({
+          name: op,
+          xs: rows.map((r) => r.size_bytes),
+          a: rows.map((r) => positive(r.busbw_gbps)),
+          b: rows.map((r) => positive(r.time_us)),
+        }));
+      },
+      title(job) {
+        const c = job.spec.collective;
+        return `${c.op} · ${job.spec.world_size} ranks · ${c.in_place ? "in-place" : "out-of-place"}`;
+      },
+      // nccl-tests' columns.
+      columns: [
+        { head: "size", unit: "(B)", num: true, cell: (r) => r.size_bytes, title: (r) => fmtBytesLong(r.size_bytes) },
+        { head: "count", unit: "(elements)", num: true, cell: (r) => r.count },
+        { head: "type", cell: (r) => r.dtype },
+        { head: "redop", cell: (r) => (REDUCING_OPS.has(r.op) ? r.reduce_op : "none") },
+        { head: "root", num: true, cell: (r) => (ROOTED_OPS.has(r.op) ? r.root : -1) },
+        { head: "time", unit: "(µs)", num: true, cell: (r) => fmtFixed(r.time_us),
+          title: (r) => `min ${fmtFixed(r.time_min_us)} · p50 ${fmtFixed(r.time_p50_us)} · p99 `
+            + `${fmtFixed(r.time_p99_us)} µs; slowest rank ${r.slowest_rank}` },
+        { head: "algbw", unit: "(GB/s)", num: true, cell: (r) => fmtFixed(r.algbw_gbps) },
+        { head: "busbw", unit: "(GB/s)", num: true, strong: true, cell: (r) => fmtFixed(r.busbw_gbps) },
+        { head: "#wrong", num: true, cell: (r) => r.wrong, bad: (r) => r.wrong > 0 },
+      ],
+      rows: (job, results) => results,
+      // The matching row of the compared job, and the value to compare.
+      match: (r) => `${r.op}|${r.in_place}|${r.size_bytes}`,
+      metric: { label: "busbw", unit: "GB/s", value: (r) => r.busbw_gbps },
+      foot(job, rows) {
+        if (!rows.length) return "";
+        const avg = rows.reduce((s, r) => s + r.busbw_gbps, 0) / rows.length;
+        const wrong = rows.reduce((s, r) => s + r.wrong, 0);
+        return `# Out of bounds values : ${wrong} ${wrong ? "FAILED" : "OK"}\n`
+          + `# Avg bus bandwidth    : ${fmtFixed(avg)} GB/s`;
+      },
+      csv: true,
+    },
+
+    p2p: {
+      charts: {
+        a: { name: "bandwidth", title: "Bandwidth", unit: "GB/s", x: "size" },
+        b: { name: "latency", title: "One-way latency", unit: "µs", x: "size" },
+      },
+      lines(job) {
+        const byPair = groupBy(p2pRows(job), (r) => `${r.src}→${r.dst}${r.mode && r.mode !== "blocking" ? " " + r.mode : ""}`);
+        return [...byPair].map(([pair, rows]) => ({
+          name: `p2p ${pair}`,
+          xs: rows.map((r) => r.size_bytes),
+          a: rows.map((r) => positive(r.bandwidth_gbps)),
+          b: rows.map((r) => positive(r.latency_us)),
+        }));
+      },
+      title(job) {
+        const p = job.spec.p2p;
+        return `point-to-point · ${p.pairwise ? "every pair" : "rank 0 ↔ 1"} · ${p.mode || "blocking"}`;
+      },
+      columns: [
+        { head: "src", num: true, cell: (r) => r.src },
+        { head: "dst", num: true, cell: (r) => r.dst },
+        { head: "size", unit: "(B)", num: true, cell: (r) => r.size_bytes, title: (r) => fmtBytesLong(r.size_bytes) },
+        { head: "latency", unit: "(µs)", num: true, cell: (r) => fmtFixed(r.latency_us),
+          title: (r) => `min ${fmtFixed(r.latency_min_us)} µs` },
+        { head: "bandwidth", unit: "(GB/s)", num: true, strong: true, cell: (r) => fmtFixed(r.bandwidth_gbps) },
+        { head: "#wrong", num: true, cell: (r) => r.wrong, bad: (r) => r.wrong > 0 },
+      ],
+      rows: (job) => p2pRows(job),
+      match: (r) => `${r.src}|${r.dst}|${r.size_bytes}`,
+      metric: { label: "bandwidth", unit: "GB/s", value: (r) => r.bandwidth_gbps },
+      foot(job, rows) {
+        const p = job.p2p || {};
+        const flagged = (p.flagged || []).map((f) => `${f.src}→${f.dst} ${fmtFixed(f.gbps)} GB/s (${fmtFixed(f.ratio_to_median)}× median)`);
+        const wrong = rows.reduce((s, r) => s + r.wrong, 0);
+        return [rows.length ? `# Out of bounds values : ${wrong} ${wrong ? "FAILED" : "OK"}` : "",
+          p.median_gbps ? `# Median pair bandwidth at ${fmtSize(p.matrix_size_bytes)}B : ${fmtFixed(p.median_gbps)} GB/s` : "",
+          flagged.length ? `# Slow pairs : ${flagged.join(", ")}` : ""].filter(Boolean).join("\n");
+      },
+    },
+
+    gradient_average: {
+      charts: {},
+      title: () => "gradient averaging: on device vs staged through the host",
+      facts: (job) => {
+        const g = job.gradient_average || {};
+        if (!g.size_bytes) return [];
+        return [
+          ["gradient", g.size_bytes ? fmtBytesLong(g.size_bytes) : ""],
+          ["elements", g.numel],
+          ["on device", g.device_time_us ? `${fmtFixed(g.device_time_us)} µs` : ""],
+          ["via host", g.host_time_us ? `${fmtFixed(g.host_time_us)} µs` : ""],
+          ["speedup", g.speedup ? `${fmtFixed(g.speedup)}×` : ""],
+          ["device check", g.size_bytes ? (g.device_ok ? "OK" : "FAILED") : ""],
+          ["host check", g.size_bytes ? (g.host_ok ? "OK" : "FAILED") : ""],
+          ["max relative error", g.size_bytes ? String(g.max_rel_error) : ""],
+        ];
+      },
+    },
+
+    train: {
+      charts: { a: { name: "loss", title: "Training loss", unit: "loss", x: "step" } },
+      lines(job) {
+        const loss = (job.train && job.train.loss) || [];
+        return loss.length ? [{ name: `${job.train.model || "train"}`, xs: loss.map((_, i) => i + 1), a: loss.map(num) }] : [];
+      },
+      title: (job) => `data-parallel training · ${job.spec.train.model || "linear"}`,
+      facts: (job) => {
+        const t = job.train || {};
+        const loss = t.loss || [];
+        if (!t.steps) return [];
+        return [
+          ["model", t.model], ["parameters", t.params], ["steps", t.steps],
+          ["batch per rank", t.batch_size], ["learning rate", t.lr],
+          ["first / last loss", loss.length ? `${loss[0].toPrecision(4)} → ${loss[loss.length - 1].toPrecision(4)}` : ""],
+          ["step time", t.step_time_ms ? `${fmtFixed(t.step_time_ms)} ms` : ""],
+          ["compute / comm", t.step_time_ms ? `${fmtFixed(t.compute_ms)} / ${fmtFixed(t.comm_ms)} ms` : ""],
+          ["comm share", t.step_time_ms ? `${(100 * t.comm_share).toFixed(1)} %` : ""],
+          ["samples/s", t.samples_per_s ? fmtFixed(t.samples_per_s) : ""],
+          ["replica divergence", t.steps ? String(t.param_max_abs_diff) : ""],
+        ];
+      },
+    },
+  };
+
+  function groupBy(items, keyOf) {
+    const groups = new Map();
+    for (const item of items) {
+      const key = keyOf(item);
+      if (!groups.has(key)) groups.set(key, []);
+      groups.get(key).push(item);
+    }
+    return groups;
+  }
+
+  function p2pRows(job) {
+    return [...((job.p2p && job.p2p.rows) || [])].sort((a, b) =>
+      a.src - b.src || a.dst - b.dst || a.size_bytes - b.size_bytes);
+  }
+
+  class JobPage {
+    constructor(id) {
+      this.id = id;
+      this.job = null;              // Job JSON without `results`
+      this.results = new Map();     // resultKey -> SizeResult JSON (collective sweeps)
+      this.compare = null;          // the compared job, with `results`
+      this.events = null;
+      this.charts = { a: null, b: null };
+      this.chartKey = "";
+      this.redrawQueued = false;
+    }
+
+    get view() {
+      return VIEWS[jobKind(this.job)] || { charts: {}, title: () => jobKind(this.job), facts: () => [] };
+    }
+
+    async start() {
+      try {
+        await this.load();
+      } catch (error) {
+        showError(error.status === 404 ? `No job ${this.id}.` : `Cannot load job ${this.id}: ${error.message}`);
+        return;
+      }
+      const base = `${API}/jobs/${encodeURIComponent(this.id)}`;
+      // Sweeps download their rows; other kinds the whole job (their result lives in it).
+      $("dl-json").href = this.view.csv ? `${base}/results?format=json` : base;
+      $("dl-json").setAttribute("download", `${this.id}.json`);
+      $("dl-csv").href = `${base}/results?format=csv`;
+      $("dl-csv").setAttribute("download", `${this.id}.csv`);
+      $("dl-csv").hidden = !this.view.csv;
+      $("compare").addEventListener("change", () => this.setCompare($("compare").value));
+      new ResizeObserver(() => this.resizeCharts()).observe($("chart-a"));
+      this.render();
+      if (TERMINAL.has(this.job.state)) setLive("idle", "finished");
+      else this.listen();
+      await this.fillCompareChoices();
+      const wanted = new URLSearchParams(location.search).get("compare");
+      if (wanted) await this.setCompare(wanted);
+    }
+
+    async load() {
+      const job = await getJSON(`${API}/jobs/${encodeURIComponent(this.id)}`);
+      this.results.clear();
+      for (const r of job.results || []) this.results.set(resultKey(r), r);
+      delete job.results;
+      this.job = job;
+    }
+
+    listen() {
+      this.events = new EventSource(`${API}/jobs/${encodeURIComponent(this.id)}/events`);
+      this.events.onopen = () => setLive("on", "live");
+      this.events.onerror = () => {
+        if (this.events.readyState !== EventSource.CLOSED && !TERMINAL.has(this.job.state)) setLive("off", "reconnecting…");
+      };
+      this.events.addEventListener("progress", (m) => {
+        this.job.progress = JSON.parse(m.data).progress;
+        this.renderHead();
+      });
+      this.events.addEventListener("result", (m) => {
+        const r = JSON.parse(m.data).result;
+        this.results.set(resultKey(r), r);
+        this.queueRedraw();
+      });
+      this.events.addEventListener("state", async (m) => {
+        const change = JSON.parse(m.data).state;
+        Object.assign(this.job, { state: change.state, reason: change.reason });
+        if (TERMINAL.has(change.state)) {
+          this.events.close();  // the stream ends here; an EventSource would reconnect
+          setLive("idle", "finished");
+        }
+        // RUNNING brings workers, backend and start time; a finished job its complete results
+        // (rank 0's final report replaces rows that streamed in).
+        try { await this.load(); } catch (_) { /* keep what we have */ }
+        this.render();
+      });
+    }
+
+    async fillCompareChoices() {
+      let jobs = [];
+      try {
+        jobs = (await getJSON(`${API}/jobs?limit=200`)).jobs;
+      } catch (_) { /* leave the selector empty */ }
+      const kind = jobKind(this.job);
+      const what = jobWhat(this.job);
+      const candidates = jobs.filter((j) => j.id !== this.id && j.state !== "QUEUED" && jobKind(j) === kind);
+      const option = (j) => {
+        const dtype = collective(j).dtype;
+        const label = [shortId(j.id), `${jobWhat(j)}${dtype ? " " + dtype : ""}`, `${j.spec.world_size} ranks`,
+          j.backend, j.spec.name].filter(Boolean).join(" · ")
+          + (j.state === "SUCCEEDED" ? "" : ` (${j.state.toLowerCase()})`);
+        return h("option", { value: j.id }, label);
+      };
+      const same = candidates.filter((j) => jobWhat(j) === what);
+      const other = candidates.filter((j) => jobWhat(j) !== what);
+      const select = $("compare");
+      select.replaceChildren(h("option", { value: "" }, "—"));
+      if (same.length) select.append(h("optgroup", { label: what }, same.map(option)));
+      if (other.length) select.append(h("optgroup", { label: "others" }, other.map(option)));
+      select.parentElement.hidden = !candidates.length;
+    }
+
+    async setCompare(id) {
+      const url = new URL(location.href);
+      this.compare = null;
+      url.searchParams.delete("compare");
+      if (id) {
+        try {
+          this.compare = await getJSON(`${API}/jobs/${encodeURIComponent(id)}`);
+          url.searchParams.set("compare", id);
+          if (![...$("compare").options].some((o) => o.value === id)) {
+            $("compare").append(h("option", { value: id }, shortId(id)));
+          }
+        } catch (_) { /* an unknown id: compare with nothing */ }
+      }
+      $("compare").value = this.compare ? this.compare.id : "";
+      history.replaceState(null, "", url);
+      this.render();
+    }
+
+    sortedResults(results) {
+      return [...results].sort((a, b) =>
+        a.op.localeCompare(b.op) || (a.in_place - b.in_place) || (a.size_bytes - b.size_bytes));
+    }
+
+    queueRedraw() {
+      if (this.redrawQueued) return;
+      this.redrawQueued = true;
+      requestAnimationFrame(() => {
+        this.redrawQueued = false;
+        this.render();
+      });
+    }
+
+    render() {
+      this.renderHead();
+      this.renderCharts();
+      this.renderTable();
+    }
+
+    // -- header: title, state, facts, progress, reason
+
+    renderHead() {
+      const job = this.job;
+      const c = collective(job);
+      document.title = `${shortId(job.id)} ${jobWhat(job)} · ringleader`;
+      $("job-title").replaceChildren(h("span", { class: "mono" }, job.id));
+      if (job.spec.name) $("job-title").append(h("span", { class: "job-name" }, job.spec.name));
+      $("job-state").replaceWith(Object.assign(stateBadge(job.state), { id: "job-state" }));
+      $("job-warm").hidden = !job.warm_start;
+
+      const kind = jobKind(job);
+      const spec = job.spec[kind] || {};
+      const workers = [...(job.workers || [])].sort((a, b) => a.rank - b.rank)
+        .map((w) => `${w.rank}: ${w.worker_id}@${w.host} ${w.device}`).join(", ");
+      const ended = job.finished_at || (TERMINAL.has(job.state) ? 0 : now());
+      let what;
+      if (kind === "collective") {
+        what = [c.op, REDUCING_OPS.has(c.op) ? c.reduce_op : null, ROOTED_OPS.has(c.op) ? `root ${c.root}` : null,
+          c.dtype, c.in_place ? "in-place" : "out-of-place"].filter(Boolean).join(" · ");
+      } else if (kind === "p2p") {
+        what = ["p2p", spec.mode || "blocking", spec.pairwise ? "every pair" : "rank 0 ↔ 1"].join(" · ");
+      } else if (kind === "gradient_average") {
+        what = `gradient averaging · ${fmtSize(spec.size_bytes)}B`;
+      } else {
+        what = `training · ${spec.model || "linear"} · ${spec.steps ?? ""} steps · batch ${spec.batch_size ?? ""}`;
+      }
+      const sizes = spec.sizes && spec.sizes.length
+        ? `${spec.sizes.length} size${spec.sizes.length === 1 ? "" : "s"}, ${fmtSize(Math.min(...spec.sizes))}–${fmtSize(Math.max(...spec.sizes))}`
+        : spec.max_bytes ? `${fmtSize(spec.min_bytes)}–${fmtSize(spec.max_bytes)}, ×${spec.factor}` : null;
+      const facts = [
+        ["job", what],
+        ["ranks", `${job.spec.world_size}${job.backend ? " · " + job.backend : ""}`],
+        sizes ? ["sizes", sizes] : null,
+        spec.iters ? ["iters", `${spec.iters}${spec.warmup !== undefined ? ` + ${spec.warmup} warm-up` : ""}`] : null,
+        ["submitted", fmtTime(job.created_at)],
+        ["ran", job.started_at ? fmtDuration(ended - job.started_at) : "—"],
+        ["workers", workers || "—"],
+      ].filter(Boolean);
+      $("job-facts").replaceChildren(...facts.map(([k, v]) =>
+        h("div", { class: `fact fact-${k}` }, h("dt", {}, k), h("dd", {}, v))));
+
+      const row = $("job-progress-row");
+      row.hidden = job.state === "SUCCEEDED" || !(job.progress && job.progress.total);
+      row.replaceChildren(progressBar(job));
+      const reason = $("job-reason");
+      reason.textContent = job.reason || "";
+      reason.className = `reason reason-${job.state.toLowerCase()}`;
+    }
+
+    // -- charts
+
+    // This job's lines, then the compared job's (dashed), on one x axis (gaps are spanned).
+    chartLines() {
+      const view = this.view;
+      if (!view.lines) return [];
+      const comparing = this.compare && VIEWS[jobKind(this.compare)] === view;
+      // Lines are named after what they show, and after their job once there are two jobs.
+      const lines = view.lines(this.job, this.sortedResults(this.results.values())).map((l) => ({
+        ...l, label: comparing ? `${l.name} · ${shortId(this.job.id)}` : l.name, compared: false }));
+      if (comparing) {
+        for (const l of view.lines(this.compare, this.sortedResults(this.compare.results || []))) {
+          lines.push({ ...l, label: `${l.name} · ${shortId(this.compare.id)}`, compared: true });
+        }
+      }
+      return lines;
+    }
+
+    chartData(lines, slot, xKind) {
+      let xs = [...new Set(lines.flatMap((l) => l.xs))].sort((a, b) => a - b);
+      if (xKind === "size") xs = xs.filter((x) => x > 0);  // a log axis has no 0 (barrier)
+      return [xs, ...lines.map((l) => {
+        const at = new Map(l.xs.map((x, i) => [x, l[slot][i]]));
+        return xs.map((x) => (at.has(x) ? at.get(x) : null));
+      })];
+    }
+
+    renderCharts() {
+      const view = this.view;
+      const lines = this.chartLines();
+      // A finished job with nothing to draw (it failed early, or its kind has no chart): no panel.
+      const slots = lines.length || !TERMINAL.has(this.job.state) ? Object.keys(view.charts) : [];
+      $("charts").hidden = !slots.length;
+      $("job-body").classList.toggle("no-charts", !slots.length);
+      const key = lines.map((l) => l.label).join("\n");
+      const exposed = { series: lines.map((l) => l.label) };
+      for (const slot of ["a", "b"]) {
+        const spec = slots.includes(slot) ? view.charts[slot] : null;
+        $(`chart-${slot}-title`).hidden = !spec;
+        $(`chart-${slot}`).hidden = !spec;
+        if (!spec) {
+          if (this.charts[slot]) this.charts[slot].destroy();
+          this.charts[slot] = null;
+          continue;
+        }
+        const data = this.chartData(lines, slot, spec.x);
+        if (key !== this.chartKey || !this.charts[slot]) {
+          if (this.charts[slot]) this.charts[slot].destroy();
+          $(`chart-${slot}-title`).replaceChildren(spec.title, " ",
+            h("span", { class: "muted" }, spec.x === "size" ? `(${spec.unit}, log-log)` : `(per ${spec.x})`));
+          this.charts[slot] = this.makeChart($(`chart-${slot}`), lines, data, spec);
+        } else {
+          this.charts[slot].setData(data);
+        }
+        exposed[spec.name] = this.charts[slot];
+        $(`chart-${slot}`).classList.toggle("empty", !data[0].length);
+      }
+      this.chartKey = key;
+      window.ringleaderCharts = exposed;
+    }
+
+    makeChart(container, lines, data, spec) {
+      const sized = spec.x === "size";
+      const series = [
+        { label: sized ? "size" : spec.x,
+          value: (u, v) => (v === null || v === undefined ? "—" : sized ? fmtSize(v) + "B" : String(v)) },
+        ...lines.map((l, i) => ({
+          label: l.label,
+          stroke: COLORS[i % COLORS.length],
+          width: l.compared ? 1.5 : 2,
+          dash: l.compared ? [6, 4] : undefined,
+          spanGaps: true,
+          points: { show: sized, size: l.compared ? 5 : 6, fill: "#fff" },
+          value: (u, v) => (v === null || v === undefined ? "—" : sized ? `${fmtFixed(v)} ${spec.unit}` : v.toPrecision(4)),
+        })),
+      ];
+      const axis = { stroke: "#4b5563", grid: { stroke: "#eceef1", width: 1 }, ticks: { stroke: "#d1d5db", width: 1 } };
+      const options = {
+        width: Math.max(320, container.clientWidth),
+        height: 210,
+        scales: sized
+          ? { x: { time: false, distr: 3, log: 2 }, y: { distr: 3, log: 10, range: fullDecades } }
+          : { x: { time: false } },
+        axes: [
+          { ...axis, values: sized ? (u, splits) => splits.map((v) => fmtSize(v)) : undefined, space: sized ? 44 : 50 },
+          { ...axis, values: (u, splits) => splits.map(fmtTick), splits: sized ? logSplits : undefined,
+            filter: sized ? (u, splits) => splits : undefined,  // logSplits is sparse: label them all
+            size: 56, label: spec.unit, labelSize: 20 },
+        ],
+        series,
+        cursor: { points: { size: 8 } },
+        legend: { live: true },
+      };
+      container.replaceChildren();
+      const chart = new uPlot(options, data, container);
+      container.append(h("p", { class: "muted chart-empty" },
+        TERMINAL.has(this.job.state) ? "No results." : "Waiting for the first results…"));
+      return chart;
+    }
+
+    resizeCharts() {
+      for (const [slot, chart] of Object.entries(this.charts)) {
+        if (!chart) continue;
+        const width = Math.max(320, $(`chart-${slot}`).clientWidth);
+        if (width !== chart.width) chart.setSize({ width, height: chart.height });
+      }
+    }
+
+    // -- the table beside the charts
+
+    renderTable() {
+      const view = this.view;
+      $("results-title").textContent = view.title(this.job);
+      $("matrix").hidden = true;
+      if (view.facts) return this.renderFactsTable(view);
+
+      const rows = view.rows(this.job, this.sortedResults(this.results.values()));
+      const compare = this.compare && VIEWS[jobKind(this.compare)] === view ? this.compare : null;
+      const theirs = compare ? new Map(view.rows(compare, this.sortedResults(compare.results || [])).map((r) => [view.match(r), r])) : null;
+
+      const heads = view.columns.map((col) => h("th", { class: col.num ? "num" : "" },
+        col.head, col.unit ? [h("br"), h("span", {}, col.unit)] : null));
+      if (compare) {
+        heads.push(h("th", { class: "num", title: `${view.metric.label} against job ${compare.id}` },
+          "vs", h("br"), h("span", {}, "(%)")));
+      }
+      $("results-head").replaceChildren(h("tr", {}, heads));
+
+      $("results-body").replaceChildren(...rows.map((r) => {
+        const cells = view.columns.map((col) => h("td", {
+          class: [col.num ? "num" : "", col.strong ? "strong" : "", col.bad && col.bad(r) ? "bad" : ""].join(" ").trim(),
+          title: col.title ? col.title(r) : null,
+        }, col.cell(r)));
+        if (compare) cells.push(this.deltaCell(view, r, theirs.get(view.match(r))));
+        return h("tr", { "data-size": r.size_bytes, class: r.wrong ? "wrong" : "" }, cells);
+      }));
+
+      const foot = view.foot(this.job, rows);
+      $("results-foot").textContent = foot || (rows.length ? "" : TERMINAL.has(this.job.state) ? "No results." : "Waiting for results…");
+      if (jobKind(this.job) === "p2p") this.renderMatrix();
+    }
+
+    deltaCell(view, mine, theirs) {
+      const a = mine && view.metric.value(mine);
+      const b = theirs && view.metric.value(theirs);
+      if (!(a > 0 && b > 0)) return h("td", { class: "num muted" }, "—");
+      const pct = 100 * (a / b - 1);
+      return h("td", { class: `num ${pct >= 0 ? "better" : "worse"}`,
+        title: `${view.metric.label} ${fmtFixed(a)} vs ${fmtFixed(b)} ${view.metric.unit}` },
+      `${pct >= 0 ? "+" : ""}${pct.toFixed(0)}%`);
+    }
+
+    // Kinds with one result (gradient averaging, training): a list of figures, side by side
+    // with the compared job's.
+    renderFactsTable(view) {
+      const compare = this.compare && VIEWS[jobKind(this.compare)] === view ? this.compare : null;
+      const mine = view.facts(this.job);
+      const theirs = compare ? new Map(view.facts(compare)) : null;
+      $("results-table").hidden = !mine.length;
+      $("results-table").classList.add("facts-table");
+      $("results-head").replaceChildren(h("tr", {}, h("th", {}, ""),
+        h("th", { class: "num mono" }, shortId(this.job.id)),
+        compare ? h("th", { class: "num mono" }, shortId(compare.id)) : null));
+      $("results-body").replaceChildren(...mine.map(([k, v]) => h("tr", {},
+        h("td", { class: "label" }, k), h("td", { class: "num" }, v ?? ""),
+        compare ? h("td", { class: "num" }, theirs.get(k) ?? "") : null)));
+      $("results-foot").textContent = mine.length ? ""
+        : TERMINAL.has(this.job.state) ? "No results." : "Results appear when the job finishes.";
+    }
+
+    // Pairwise p2p: bandwidth from each rank (row) to each other (column) at the largest size.
+    renderMatrix() {
+      const p = this.job.p2p || {};
+      const matrix = (p.matrix || []).map((row) => row.gbps);
+      if (!matrix.length) return;
+      const median = p.median_gbps || 0;
+      const n = matrix.length;
+      const cell = (v) => {
+        if (v < 0) return h("td", { class: "diag" }, "");
+        const ratio = median ? v / median : 1;
+        const shade = Math.max(0, Math.min(1, ratio));
+        return h("td", { class: `num${ratio < 0.8 ? " slow" : ""}`, style: `background: rgba(37, 99, 235, ${(0.08 + 0.3 * shade).toFixed(2)})`,
+          title: `${fmtFixed(v)} GB/s (${fmtFixed(ratio)}× median)` }, fmtFixed(v));
+      };
+      const node = $("matrix");
+      node.replaceChildren(h("h3", {}, `Bandwidth matrix at ${fmtSize(p.matrix_size_bytes)}B `, h("span", { class: "muted" }, "(GB/s, src ↓ dst →)")),
+        h("table", { class: "grid" },
+          h("thead", {}, h("tr", {}, h("th", {}, ""), [...Array(n).keys()].map((j) => h("th", { class: "num" }, j)))),
+          h("tbody", {}, matrix.map((row, i) => h("tr", {}, h("th", {}, i), row.map(cell))))));
+      node.hidden = false;
+    }
+  }
+
+  route();
+})();

@@ -1,0 +1,56 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
+from cluster import Cluster  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+HAVE_CHROMIUM = all(os.access(p, os.X_OK) for p in (CHROMIUM, CHROMEDRIVER))
+
+
+def pytest_collection_modifyitems(config, items):
+    if not HAVE_CHROMIUM:
+        skip = pytest.mark.skip(reason="needs Debian's chromium and chromium-driver "
+                                       "(apt-get install chromium chromium-driver)")
+        here = Path(__file__).parent
+        for item in items:
+            if here in item.path.parents:  # this hook sees the whole session's items
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def web_cluster(tmp_path_factory):
+    """A coordinator serving the dashboard (HTTP) and two CPU workers (w0, w1)."""
+    c = Cluster(tmp_path_factory.mktemp("web"))
+    try:
+        c.start_coordinator(http=True)
+        for wid in ("w0", "w1"):
+            c.start_worker(wid)
+        c.wait_idle(["w0", "w1"])
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """Headless Chromium through Debian's chromedriver (Selenium Manager downloads nothing)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--no-first-run", "--hide-scrollbars", "--force-device-scale-factor=1",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -236,10 +236,12 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     setup.fill(_TRAIN_SEED)
     run = setup.run
 
-    sync(device)  # start together, so no rank's first iteration absorbs another's setup time
     for _ in range(warmup):
         run()
         counter.value += 1
+    # Drain the warm-up and start together (as plain torch and nccl-tests do), so neither the
+    # warm-up's tail nor another rank's setup lands in the timed loop.
+    sync(device)
     mean_us, times = (_time_cuda if device.type == "cuda" else _time_cpu)(run, iters, counter)
 
     # The check: one more op on fresh inputs (another seed), so timed in-place repetition

@@ -78,3 +78,22 @@ def test_gradient_average_and_train_on_nccl(gpu_cluster):
         world_size=2, train=pb.TrainSpec(model="mlp", steps=30, batch_size=64))).id, timeout=300)
     assert t.state == pb.SUCCEEDED, t.reason
     assert t.train.param_max_abs_diff == 0.0 and t.train.loss[-1] < t.train.loss[0]
+
+
+def test_worker_metrics_read_nvml_on_gpu(gpu_cluster):
+    """A daemon on a real GPU exports device memory and utilisation through NVML."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gpu_cluster.start_worker("m0", device="cuda:0", metrics_address=f"127.0.0.1:{port}")
+    gpu_cluster.wait_idle(["m0"], timeout=300)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+              if line.startswith("ringleader_worker_") and not line.startswith("#")}
+    assert values["ringleader_worker_device_memory_total_bytes"] > 100e9  # an H200 has ~141 GB
+    assert values["ringleader_worker_device_memory_used_bytes"] > 0
+    assert 0 <= values["ringleader_worker_gpu_utilization_ratio"] <= 1
+    gpu_cluster.kill_worker("m0")

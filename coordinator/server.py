@@ -10,17 +10,8 @@ from grpc_reflection.v1alpha import reflection
 
 from coordinator.core import Coordinator
 from coordinator.servicers import JobServicer, WorkerServicer
+from ringleader.grpc_options import SERVER_OPTIONS
 from ringleader.v1 import jobs_pb2, jobs_pb2_grpc, workers_pb2, workers_pb2_grpc
-
-# Shared by server and clients: long-lived worker streams need keepalive both ways, and a
-# sweep's results (64 rows) fit easily in the default message size.
-KEEPALIVE_OPTIONS = [
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-]
-SERVER_OPTIONS = KEEPALIVE_OPTIONS + [("grpc.http2.min_ping_interval_without_data_ms", 5_000)]
 
 SERVICE_NAMES = (
     jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,

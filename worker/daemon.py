@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import grpc
 
 from ringleader import __version__
+from ringleader.grpc_options import KEEPALIVE_OPTIONS
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from ringleader.v1 import workers_pb2_grpc
@@ -31,11 +32,6 @@ _FAILURES = {"rank": wpb.RANK_ERROR, "peer": wpb.PEER_ERROR}
 _OUTCOMES = {wpb.RANK_ERROR: "rank_error", wpb.PEER_ERROR: "peer_error", wpb.EXECUTOR_DIED: "executor_died",
              wpb.ABORTED: "aborted"}
 
-KEEPALIVE_OPTIONS = [
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-]
 
 
 @dataclass

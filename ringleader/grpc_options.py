@@ -1,0 +1,15 @@
+"""gRPC channel settings shared by the coordinator's server and the worker daemons' channels.
+
+Worker streams live for days and may be idle between jobs: both ends ping, so a dead peer
+(a pulled cable, a frozen VM) is noticed in seconds rather than at the next TCP timeout.
+"""
+
+KEEPALIVE_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+SERVER_OPTIONS = KEEPALIVE_OPTIONS + [
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),  # accept the clients' pings
+]

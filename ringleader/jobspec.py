@@ -85,10 +85,15 @@ def _normalize_collective(out: pb.JobSpec) -> None:
     c = collective(out)
     oc = out.collective
     oc.dtype, oc.reduce_op, oc.iters, oc.warmup = c.dtype, c.reduce_op, c.iters, c.warmup
-    if not oc.sizes:
-        oc.min_bytes = oc.min_bytes or specs.DEFAULTS["min_bytes"]
-        oc.max_bytes = oc.max_bytes or specs.DEFAULTS["max_bytes"]
-        oc.factor = oc.factor or specs.DEFAULTS["factor"]
+    _fill_sweep_defaults(oc)
+
+
+def _fill_sweep_defaults(msg) -> None:
+    """Write out min_bytes/max_bytes/factor of a sweep given by range (CollectiveSpec, P2PSpec)."""
+    if not msg.sizes:
+        msg.min_bytes = msg.min_bytes or specs.DEFAULTS["min_bytes"]
+        msg.max_bytes = msg.max_bytes or specs.DEFAULTS["max_bytes"]
+        msg.factor = msg.factor or specs.DEFAULTS["factor"]
 
 
 def _normalize_p2p(out: pb.JobSpec) -> None:
@@ -102,10 +107,7 @@ def _normalize_p2p(out: pb.JobSpec) -> None:
     p2p_sizes(out)
     with _prefixed("p2p"):
         p.iters, p.warmup = specs.check_iters(p.iters, p.warmup if p.HasField("warmup") else None)
-    if not p.sizes:
-        p.min_bytes = p.min_bytes or specs.DEFAULTS["min_bytes"]
-        p.max_bytes = p.max_bytes or specs.DEFAULTS["max_bytes"]
-        p.factor = p.factor or specs.DEFAULTS["factor"]
+    _fill_sweep_defaults(p)
 
 
 def _normalize_gradient_average(out: pb.JobSpec) -> None:

@@ -7,9 +7,7 @@ algbw = size / time, busbw = algbw * spec.busbw_factor.
 
 from __future__ import annotations
 
-import math
 import os
-import time
 from dataclasses import dataclass
 from functools import partial
 
@@ -19,7 +17,7 @@ import torch.distributed as dist
 from ringleader import spec
 from ringleader.errors import InvalidSpec
 from worker import datacheck
-from worker.distutil import NoCounter, backend_for, percentile, sync
+from worker.distutil import NoCounter, backend_for, percentile, sync, time_loop
 
 _DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -181,42 +179,6 @@ class _Setup:
             datacheck.fill(buf, kind=self.kind, dtype=self.dtype, src=src, n=self.n, seed=seed)
 
 
-def _time_cpu(run, iters: int, counter) -> tuple[float, list[float]]:
-    clock, times = time.perf_counter, [0.0] * iters
-    for k in range(iters):
-        t0 = clock()
-        run()  # gloo ops without async_op return when done
-        times[k] = clock() - t0
-        counter.value += 1
-    times_us = [t * 1e6 for t in times]
-    return sum(times_us) / iters, times_us  # a clock read costs nothing next to a gloo op
-
-
-def _time_cuda(run, iters: int, counter) -> tuple[float, list[float]]:
-    """The mean from two events around the whole loop (nccl-tests' method), then the
-    distribution from a second loop with an event before every iteration.
-
-    Separate loops because per-iteration events cost about 10 us per op at small sizes
-    (measured on H200s), which would inflate the mean that users compare with nccl-tests.
-    """
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        run()
-        counter.value += 1
-    end.record()
-    end.synchronize()
-    mean_us = start.elapsed_time(end) * 1e3 / iters
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
-    for k in range(iters):
-        events[k].record()
-        run()
-        counter.value += 1
-    events[iters].record()
-    torch.cuda.synchronize()
-    return mean_us, [events[k].elapsed_time(events[k + 1]) * 1e3 for k in range(iters)]
-
-
 def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int, warmup: int,
             in_place: bool, root: int, device: torch.device, counter=None) -> LocalMeasurement:
     """Time `iters` runs of the op (after `warmup` untimed ones), then check its data once."""
@@ -242,7 +204,11 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     # Drain the warm-up and start together (as plain torch and nccl-tests do), so neither the
     # warm-up's tail nor another rank's setup lands in the timed loop.
     sync(device)
-    mean_us, times = (_time_cuda if device.type == "cuda" else _time_cpu)(run, iters, counter)
+    def counted() -> None:
+        run()
+        counter.value += 1
+
+    mean_us, times = time_loop(counted, iters, device)
 
     # The check: one more op on fresh inputs (another seed), so timed in-place repetition
     # (sums growing, partial results left on non-roots) cannot spoil it.

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 import torch.distributed as dist
@@ -39,3 +40,37 @@ def percentile(sorted_values: list[float], p: float) -> float:
     """Nearest-rank percentile of an ascending, non-empty list."""
     k = max(1, math.ceil(p / 100 * len(sorted_values)))
     return sorted_values[k - 1]
+
+
+def time_loop(run, iters: int, device: torch.device) -> tuple[float, list[float]]:
+    """(mean, per-iteration) time in us of `iters` calls of `run`.
+
+    CPU: perf_counter around each call (gloo's blocking calls return when done); the mean is
+    theirs. CUDA: the mean from two events around a whole loop (nccl-tests' method), then the
+    distribution from a second loop with an event before every iteration. Separate loops because
+    per-iteration events cost about 10 us per op at small sizes (measured on H200s), which would
+    inflate the mean that users compare with nccl-tests; so at small sizes min and p50 can exceed
+    the mean.
+    """
+    if device.type != "cuda":
+        clock, times = time.perf_counter, [0.0] * iters
+        for k in range(iters):
+            t0 = clock()
+            run()
+            times[k] = (clock() - t0) * 1e6
+        return sum(times) / iters, times
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        run()
+    end.record()
+    end.synchronize()
+    mean_us = start.elapsed_time(end) * 1e3 / iters
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    for k in range(iters):
+        events[k].record()
+        run()
+    events[iters].record()
+    torch.cuda.synchronize(device)
+    return mean_us, [events[k].elapsed_time(events[k + 1]) * 1e3 for k in range(iters)]
+

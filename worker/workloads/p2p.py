@@ -9,13 +9,12 @@ the bandwidths out with pairwise_matrix points at a slow link or a bad GPU.
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
 
 from worker import datacheck
-from worker.distutil import NoCounter, percentile, sync
+from worker.distutil import NoCounter, percentile, sync, time_loop
 
 MODES = ("blocking", "async")
 _TIMED_SEED, _CHECK_SEED = 0, 1
@@ -73,41 +72,6 @@ def _echo_round(mode: str, peer: int, buf: torch.Tensor) -> None:
         dist.isend(buf, peer).wait()
 
 
-def _time_initiator(round_trip, iters: int, device: torch.device) -> tuple[float, list[float]]:
-    """(mean, per-iteration) round-trip times in us.
-
-    CPU: perf_counter around each round trip; gloo's send/recv (and wait) return when done, and
-    the initiator's receive cannot finish before the echo arrived, so that is the round trip.
-    GPU: as worker.collectives does, the mean from two CUDA events around a whole loop (the
-    initiator's receive completes on its stream only once the echo has landed, so the events
-    bracket the round trips on the device timeline, free of host launch cost) and the
-    distribution from a second loop with an event between iterations (events cost ~10 us each,
-    which would bias the mean at small sizes), so at small sizes min and p50 can exceed the mean
-    (seen on 2 H200s: 8 B, mean 28.8 us one-way, min 29.7 us).
-    """
-    if device.type != "cuda":
-        clock, times = time.perf_counter, [0.0] * iters
-        for k in range(iters):
-            t0 = clock()
-            round_trip()
-            times[k] = (clock() - t0) * 1e6
-        return sum(times) / iters, times
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        round_trip()
-    end.record()
-    end.synchronize()
-    mean_us = start.elapsed_time(end) * 1e3 / iters
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
-    for k in range(iters):
-        events[k].record()
-        round_trip()
-    events[iters].record()
-    torch.cuda.synchronize(device)
-    return mean_us, [events[k].elapsed_time(events[k + 1]) * 1e3 for k in range(iters)]
-
-
 def _validate_args(sizes, iters, warmup, mode) -> None:
     if mode not in MODES:
         raise ValueError(f"mode: unknown mode {mode!r} (expected one of {', '.join(MODES)})")
@@ -149,7 +113,7 @@ def ping_pong(sizes: list[int], *, iters: int, warmup: int, mode: str, device, c
     rank, n = dist.get_rank(), dist.get_world_size()
     pairs = _validate_pairs(pairs, n)
     counter = counter if counter is not None else NoCounter()
-    loops = 2 if device.type == "cuda" else 1  # see _time_initiator
+    loops = 2 if device.type == "cuda" else 1  # see distutil.time_loop
     # One row of numbers per (pair, size); only the pair's ranks write theirs, then a single sum
     # gives every rank every row (tensors, so it works on NCCL and gloo alike).
     table = torch.zeros(len(pairs) * len(sizes), len(_FIELDS), dtype=torch.float64)
@@ -170,7 +134,7 @@ def ping_pong(sizes: list[int], *, iters: int, warmup: int, mode: str, device, c
 
                 for _ in range(warmup):
                     round_trip()
-                mean_us, times = _time_initiator(round_trip, iters, device)
+                mean_us, times = time_loop(round_trip, iters, device)
                 times = sorted(t / 2 for t in times)
                 latency = mean_us / 2
                 row[0], row[1], row[2] = latency, times[0], percentile(times, 50)

@@ -214,3 +214,21 @@ def test_job_page_is_live(web_cluster, jobs, browser):
     busbw = chart(browser, "busbw")
     assert busbw["data"][0] == SWEEP
     assert_close(busbw["data"][1], [r["busbw_gbps"] for r in rows])
+
+
+def test_other_kinds_chart_their_results(web_cluster, browser):
+    """p2p and training jobs (real ones, run by the workers) get their own charts."""
+    c = web_cluster
+    p2p = c.wait_job(c.client.submit(pb.JobSpec(world_size=2, p2p=pb.P2PSpec(sizes=[1024, 65536], iters=3))).id)
+    train = c.wait_job(c.client.submit(pb.JobSpec(world_size=2, train=pb.TrainSpec(steps=8, batch_size=16))).id)
+    assert p2p.state == train.state == pb.SUCCEEDED, (p2p.reason, train.reason)
+    browser.get(f"{c.http_url}/jobs/{p2p.id}")
+    wait_for(browser, "window.ringleaderCharts && window.ringleaderCharts.bandwidth")
+    bw = chart(browser, "bandwidth")
+    assert_close(bw["data"][0], [1024, 65536])
+    assert_close(bw["data"][1], [r.bandwidth_gbps for r in p2p.p2p.rows])
+    browser.get(f"{c.http_url}/jobs/{train.id}")
+    wait_for(browser, "window.ringleaderCharts && window.ringleaderCharts.loss")
+    loss = chart(browser, "loss")
+    assert_close(loss["data"][0], list(range(1, 9)))
+    assert_close(loss["data"][1], list(train.train.loss))

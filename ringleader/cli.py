@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="coordinator + local workers + one all_reduce sweep, then exit")
     d.add_argument("--max-bytes", type=_size, default=None, help="largest size (default 64M on CPU, 1G on GPU)")
-    d.add_argument("--http-address", default="127.0.0.1:0")
+    d.add_argument("--http-address", default="127.0.0.1:0", help="dashboard address (port 0: a free one)")
+    d.add_argument("--serve", action="store_true", help="keep everything running after the sweep, until Ctrl-C")
     return p
 
 
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         elif a.command == "demo":
             from ringleader.demo import run_demo
 
-            code = asyncio.run(run_demo(max_bytes=a.max_bytes, http_address=a.http_address))
+            code = asyncio.run(run_demo(max_bytes=a.max_bytes, http_address=a.http_address, serve=a.serve))
         else:
             code = run_client_command(a)
     except InvalidSpec as exc:

@@ -32,7 +32,9 @@ def local_devices() -> list[str]:
     return [f"cuda:{i}" for i in range(count)] or ["cpu", "cpu"]
 
 
-async def run_demo(max_bytes: int | None = None, http_address: str = "127.0.0.1:0") -> int:
+async def run_demo(max_bytes: int | None = None, http_address: str = "127.0.0.1:0", serve: bool = False) -> int:
+    """Run the demo; with `serve`, keep coordinator and workers up after the sweep (until
+    Ctrl-C) so the dashboard and the API can be explored."""
     devices = local_devices()
     on_gpu = devices[0].startswith("cuda")
     max_bytes = max_bytes or ((1 << 30) if on_gpu else (64 << 20))
@@ -46,7 +48,12 @@ async def run_demo(max_bytes: int | None = None, http_address: str = "127.0.0.1:
                                        "worker", "--device", d], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                      for d in devices]
             try:
-                return await _sweep(coord, len(devices), max_bytes)
+                code = await _sweep(coord, len(devices), max_bytes)
+                if serve:
+                    print(f"serving on gRPC {coord.grpc_target}" + (f" and {coord.http_url}" if coord.http_url else "")
+                          + "; Ctrl-C stops", flush=True)
+                    await _until_interrupted()
+                return code
             finally:
                 for p in procs:
                     p.terminate()
@@ -55,6 +62,16 @@ async def run_demo(max_bytes: int | None = None, http_address: str = "127.0.0.1:
                         await asyncio.to_thread(p.wait, 15)
                     except subprocess.TimeoutExpired:
                         p.kill()
+
+
+async def _until_interrupted() -> None:
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 async def _sweep(coord: RunningCoordinator, n: int, max_bytes: int) -> int:

@@ -101,6 +101,9 @@ def run_ringleader(n: int, ops, sizes, iters, warmup, tmp: Path) -> tuple[list[d
         trivial = pb.JobSpec(world_size=n, collective=pb.CollectiveSpec(op="all_reduce", sizes=[8], iters=1, warmup=0))
         cold, cold_s = svc.run(trivial)
         warm, warm_s = svc.run(trivial)
+        # The GPUs' clocks, as plain_torch.py does; not measured.
+        svc.run(pb.JobSpec(world_size=n, collective=pb.CollectiveSpec(op="all_reduce", sizes=[64 << 20],
+                                                                      iters=200, warmup=0)))
         starts = {"cold_job_s": cold_s, "cold_warm_start": cold.warm_start,
                   "warm_job_s": warm_s, "warm_warm_start": warm.warm_start}
         print(f"trivial job: cold {cold_s * 1e3:.1f} ms, warm {warm_s * 1e3:.1f} ms", flush=True)

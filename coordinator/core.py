@@ -13,12 +13,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Iterable
 
-from coordinator import scheduler
+from coordinator import admission, scheduler
 from coordinator.api import JobStore
 from coordinator.registry import WorkerConn, WorkerRegistry
 from ringleader import jobspec
 from ringleader import spec as specs
-from ringleader.errors import FailedPrecondition, InvalidSpec, NotFound
+from ringleader.errors import FailedPrecondition, InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
@@ -87,7 +87,7 @@ class Coordinator:
 
     def submit(self, spec: pb.JobSpec) -> pb.Job:
         spec = jobspec.normalize(spec)
-        self._check_fleet_can_run(spec)
+        admission.check(spec, (w.reg for w in self.workers.connected()))
         job = pb.Job(id=uuid.uuid4().hex[:12], spec=spec, state=pb.QUEUED,
                      reason="waiting for workers", created_at=time.time())
         self.store.create(job)
@@ -209,25 +209,6 @@ class Coordinator:
             self._on_done(conn, msg.done)
 
     # ---- internals -------------------------------------------------------------------------
-
-    def _check_fleet_can_run(self, spec: pb.JobSpec) -> None:
-        """Reject now what no connected worker could ever run (an empty fleet accepts all)."""
-        fleet = self.workers.connected()
-        backends = {w.reg.backend for w in fleet}
-        if spec.placement.device_type:
-            backends = {w.reg.backend for w in fleet if w.reg.device.type == spec.placement.device_type}
-        is_collective = spec.WhichOneof("kind") == "collective"
-        if is_collective and backends and not any(_supported(spec, b) for b in backends):
-            for b in sorted(backends):
-                jobspec.collective(spec, backend=b)  # raises with the field and the backend
-        need = jobspec.needs_bytes(spec)
-        sized = [w for w in fleet if w.reg.device.memory_bytes]
-        if sized and need > max(w.reg.device.memory_bytes for w in sized):
-            biggest = max(sized, key=lambda w: w.reg.device.memory_bytes)
-            field_name = _size_field(spec)
-            raise InvalidSpec(field_name, (
-                f"the largest size needs {_gib(need)} per device, the largest device "
-                f"({biggest.reg.device.name or biggest.reg.device.type}) has {_gib(biggest.reg.device.memory_bytes)}"))
 
     def _schedule(self) -> None:
         if not self._queued:
@@ -416,26 +397,5 @@ class Coordinator:
         self._schedule()
 
 
-def _size_field(spec: pb.JobSpec) -> str:
-    """The field a user changes to make the job smaller."""
-    kind = spec.WhichOneof("kind")
-    if kind == "gradient_average":
-        return "gradient_average.size_bytes"
-    explicit = getattr(spec, kind).sizes
-    return f"{kind}.sizes" if explicit else f"{kind}.max_bytes"
-
-
-def _supported(spec: pb.JobSpec, backend: str) -> bool:
-    try:
-        jobspec.collective(spec, backend=backend)
-    except InvalidSpec:
-        return False
-    return True
-
-
 def _is_terminal(event: pb.JobEvent) -> bool:
     return event.WhichOneof("event") == "state" and event.state.state in TERMINAL
-
-
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.1f} GiB"

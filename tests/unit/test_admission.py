@@ -1,0 +1,48 @@
+"""Submit-time admission against the connected fleet (pure, no servers)."""
+
+import pytest
+
+from coordinator import admission
+from ringleader.errors import InvalidSpec
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
+
+
+def worker(backend="gloo", dtype="cpu", memory=16 << 30, name="x86_64"):
+    return wpb.Register(worker_id=f"{backend}-{dtype}", backend=backend,
+                        device=pb.Device(type=dtype, name=name, memory_bytes=memory))
+
+
+def collective(**kw):
+    return pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="all_reduce", **kw))
+
+
+def test_empty_fleet_admits_everything():
+    admission.check(collective(dtype="int32", reduce_op="avg", sizes=[1 << 50]), [])
+
+
+def test_backend_refusal_names_the_field_and_backend():
+    with pytest.raises(InvalidSpec) as err:
+        admission.check(collective(dtype="int32", reduce_op="avg"), [worker()])
+    assert str(err.value) == "collective.reduce_op: avg on int32 is not supported by the gloo backend"
+    admission.check(collective(dtype="int32", reduce_op="avg"), [worker(), worker("nccl", "cuda", name="H200")])
+
+
+def test_device_type_narrows_the_backends_considered():
+    fleet = [worker(), worker("nccl", "cuda", name="H200")]
+    with pytest.raises(InvalidSpec):
+        admission.check(pb.JobSpec(world_size=2, placement=pb.Placement(device_type="cpu"),
+                                   collective=pb.CollectiveSpec(op="all_reduce", dtype="int8", reduce_op="avg")), fleet)
+
+
+@pytest.mark.parametrize("spec,field", [
+    (collective(sizes=[64 << 30]), "collective.sizes"),
+    (collective(max_bytes=64 << 30), "collective.max_bytes"),
+    (pb.JobSpec(world_size=2, p2p=pb.P2PSpec(sizes=[32 << 30])), "p2p.sizes"),
+    (pb.JobSpec(world_size=2, gradient_average=pb.GradientAverageSpec(size_bytes=32 << 30)), "gradient_average.size_bytes"),
+])
+def test_too_large_for_every_device_is_refused_with_numbers(spec, field):
+    with pytest.raises(InvalidSpec) as err:
+        admission.check(spec, [worker(memory=16 << 30)])
+    assert err.value.field == field
+    assert "per device, the largest device (x86_64) has 16.0 GiB" in err.value.message

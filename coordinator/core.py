@@ -40,7 +40,6 @@ class Timings:
 class RunningJob:
     job: pb.Job
     members: list[str]  # worker ids in rank order
-    group_key: str
     finished_ranks: set[int] = field(default_factory=set)
     attached: set[int] = field(default_factory=set)  # ranks whose worker is connected to it
     last_progress: float = field(default_factory=time.monotonic)
@@ -72,7 +71,7 @@ class Coordinator:
                 self._queued[job.id] = job
             else:
                 members = [w.worker_id for w in sorted(job.workers, key=lambda w: w.rank)]
-                self._running[job.id] = RunningJob(job, members, group_key="", reattach_deadline=deadline)
+                self._running[job.id] = RunningJob(job, members, reattach_deadline=deadline)
         self._ticker = asyncio.create_task(self._tick_forever())
 
     async def stop(self) -> None:
@@ -246,7 +245,7 @@ class Coordinator:
         job.warm_start = bool(decision.warm_group)
         job.started_at = time.time()
         job.progress.CopyFrom(pb.Progress(total=jobspec.progress_total(job.spec)))
-        rj = RunningJob(job, list(decision.worker_ids), key, attached=set(range(len(conns))))
+        rj = RunningJob(job, list(decision.worker_ids), attached=set(range(len(conns))))
         self._running[job.id] = rj
         self._set_state(job, pb.RUNNING, "running on " + ", ".join(decision.worker_ids)
                         + (" (warm group)" if job.warm_start else ""))

@@ -28,15 +28,10 @@ sys.path.insert(0, str(ROOT))
 
 from ringleader import spec as specs  # noqa: E402
 from ringleader.client import Client  # noqa: E402
+from ringleader.demo import visible_gpu_count  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall", "gather", "scatter")
-
-
-def gpu_count() -> int:
-    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
-                         capture_output=True, text=True, check=True)
-    return int(out.stdout)
 
 
 def machine() -> dict:
@@ -154,7 +149,7 @@ def main() -> None:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    n = gpu_count()
+    n = visible_gpu_count()
     ops = a.ops.split(",")
     sizes = specs.sweep_sizes(specs.parse_size(a.min_bytes), specs.parse_size(a.max_bytes), 2)
     info = machine()

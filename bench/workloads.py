@@ -15,9 +15,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from run import Service, gpu_count, machine  # noqa: E402
+from run import Service, machine  # noqa: E402
 
 from ringleader import table  # noqa: E402
+from ringleader.demo import visible_gpu_count  # noqa: E402
 from ringleader.jsonview import to_json  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 
@@ -28,7 +29,7 @@ def main() -> None:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    n = gpu_count()
+    n = visible_gpu_count()
     info = machine()
     specs = {
         "p2p_blocking": pb.JobSpec(world_size=n, p2p=pb.P2PSpec(sizes=[8, 1 << 20, 1 << 30], iters=50, mode="blocking")),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ringleader import jobspec
+from ringleader import spec as specs
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -26,8 +27,8 @@ def check(spec: pb.JobSpec, fleet: Iterable[wpb.Register]) -> None:
     if sized and need > max(w.device.memory_bytes for w in sized):
         biggest = max(sized, key=lambda w: w.device.memory_bytes)
         raise InvalidSpec(size_field(spec), (
-            f"the largest size needs {_gib(need)} per device, the largest device "
-            f"({biggest.device.name or biggest.device.type}) has {_gib(biggest.device.memory_bytes)}"))
+            f"the largest size needs {specs.format_gib(need)} per device, the largest device "
+            f"({biggest.device.name or biggest.device.type}) has {specs.format_gib(biggest.device.memory_bytes)}"))
 
 
 def size_field(spec: pb.JobSpec) -> str:
@@ -45,7 +46,3 @@ def _supported(spec: pb.JobSpec, backend: str) -> bool:
     except InvalidSpec:
         return False
     return True
-
-
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.1f} GiB"

@@ -24,12 +24,16 @@ from ringleader.v1 import jobs_pb2_grpc
 WORKERS_READY_TIMEOUT_S = 180
 
 
-def local_devices() -> list[str]:
-    """One entry per visible GPU, or two CPU workers. Asked in a child so this process never touches CUDA."""
+def visible_gpu_count() -> int:
+    """CUDA devices visible here, asked in a child so the calling process never touches CUDA."""
     out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
                          capture_output=True, text=True, check=False)
-    count = int(out.stdout.strip() or 0) if out.returncode == 0 else 0
-    return [f"cuda:{i}" for i in range(count)] or ["cpu", "cpu"]
+    return int(out.stdout.strip() or 0) if out.returncode == 0 else 0
+
+
+def local_devices() -> list[str]:
+    """One entry per visible GPU, or two CPU workers."""
+    return [f"cuda:{i}" for i in range(visible_gpu_count())] or ["cpu", "cpu"]
 
 
 async def run_demo(max_bytes: int | None = None, http_address: str = "127.0.0.1:0", serve: bool = False) -> int:

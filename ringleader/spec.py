@@ -60,6 +60,11 @@ def format_size(n: int) -> str:
     return str(n)
 
 
+def format_gib(n: int) -> str:
+    """Bytes as GiB with one decimal, for messages about memory."""
+    return f"{n / (1 << 30):.1f} GiB"
+
+
 def busbw_factor(op: str, world_size: int) -> float:
     """nccl-tests' bus-bandwidth factor: busbw = algbw * factor."""
     n = world_size

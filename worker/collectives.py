@@ -65,10 +65,6 @@ class LocalMeasurement:
     wrong: int  # wrong elements on this rank
 
 
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.1f} GiB"
-
-
 def _free_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
@@ -95,8 +91,8 @@ def check_fits(op: str, size_bytes: int, world_size: int, in_place: bool, device
     need += max(0, scratch - size_bytes)
     free = _free_bytes(device)
     if need > free:
-        raise MemoryError(f"{op} of {_gib(size_bytes)} needs {_gib(need)} on {device}, "
-                          f"{_gib(free)} free")
+        raise MemoryError(f"{op} of {spec.format_gib(size_bytes)} needs {spec.format_gib(need)} on {device}, "
+                          f"{spec.format_gib(free)} free")
 
 
 class _Setup:

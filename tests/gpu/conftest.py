@@ -1,18 +1,14 @@
-import subprocess
 import sys
+from pathlib import Path
+
 import pytest
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent.parent / "integration"))
+from ringleader.demo import visible_gpu_count
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
 from cluster import Cluster  # noqa: E402
 
-
-def gpu_count() -> int:
-    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
-                         capture_output=True, text=True)
-    return int(out.stdout.strip() or 0)
-
-
-GPUS = gpu_count()
+GPUS = visible_gpu_count()
 
 
 def pytest_collection_modifyitems(config, items):

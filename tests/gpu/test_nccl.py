@@ -82,12 +82,11 @@ def test_gradient_average_and_train_on_nccl(gpu_cluster):
 
 def test_worker_metrics_read_nvml_on_gpu(gpu_cluster):
     """A daemon on a real GPU exports device memory and utilisation through NVML."""
-    import socket
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from worker.daemon import free_port
+
+    port = free_port("127.0.0.1")
     gpu_cluster.start_worker("m0", device="cuda:0", metrics_address=f"127.0.0.1:{port}")
     gpu_cluster.wait_idle(["m0"], timeout=300)
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()

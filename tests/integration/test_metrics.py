@@ -3,7 +3,6 @@ their own /metrics; every scrape passes `promtool check metrics`."""
 
 import asyncio
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -14,16 +13,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.metrics import SIZE_BUCKET_LABELS, size_bucket
 from ringleader.v1 import jobs_pb2 as pb
+from worker.daemon import free_port
 from worker.metrics import WorkerMetrics, parse_address
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="needs promtool (apt-get install prometheus)")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(url: str) -> str:
@@ -131,7 +126,7 @@ def test_worker_ops_count_on_across_an_executor_replacement(monkeypatch):
 def test_coordinator_and_worker_metrics(fresh_cluster):
     c = fresh_cluster
     c.start_coordinator(http=True)
-    ports = {"m0": free_port(), "m1": free_port()}
+    ports = {"m0": free_port("127.0.0.1"), "m1": free_port("127.0.0.1")}
     for wid, port in ports.items():
         c.start_worker(wid, metrics_address=f"127.0.0.1:{port}")
     c.wait_idle(ports)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime
 import json
 import multiprocessing
-import socket
 import traceback
 import types
 
@@ -19,6 +18,7 @@ import torch
 from ringleader import spec
 from ringleader.v1 import jobs_pb2 as pb
 from worker import collectives, datacheck
+from worker.daemon import free_port
 
 SIZES = (1000, 150_000)  # requested bytes; rounded by spec.effective_size per world size
 ITERS, WARMUP = 3, 1
@@ -90,15 +90,10 @@ def _rank_main(rank: int, n: int, port: int, cases: list[dict], path: str) -> No
         json.dump(payload, f)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _run_group(n: int, cases: list[dict], tmp_path) -> list[dict]:
     ctx = multiprocessing.get_context("spawn")
-    port = _free_port()
+    port = free_port("127.0.0.1")
     paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
     procs = [ctx.Process(target=_rank_main, args=(r, n, port, cases, paths[r])) for r in range(n)]
     for p in procs:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import datetime
 import json
 import multiprocessing
-import socket
 import traceback
 import types
 
 import pytest
 import torch
 
+from worker.daemon import free_port
 from worker.workloads import gradavg, p2p, train
 
 P2P_SIZES = [1, 4096, 1 << 20]
@@ -95,11 +95,6 @@ def _rank_main(rank: int, n: int, port: int, path: str) -> None:
         json.dump(payload, f)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def groups(tmp_path_factory) -> dict[int, list[dict]]:
@@ -108,7 +103,7 @@ def groups(tmp_path_factory) -> dict[int, list[dict]]:
     tmp = tmp_path_factory.mktemp("workloads")
     procs, paths = {}, {}
     for n in (2, 3):
-        port = _free_port()
+        port = free_port("127.0.0.1")
         paths[n] = [str(tmp / f"world{n}-rank{r}.json") for r in range(n)]
         procs[n] = [ctx.Process(target=_rank_main, args=(r, n, port, paths[n][r]))
                     for r in range(n)]

@@ -5,6 +5,7 @@ import asyncio
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 
 import grpc
@@ -137,7 +138,16 @@ def test_coordinator_and_worker_metrics(fresh_cluster):
         c.client.get("no-such-job")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
+    # The client sees NOT_FOUND as soon as the status is sent; the server's interceptor records
+    # the call when its handler unwinds, a moment later on the coordinator's loop.
+    not_found = dict(grpc_method="GetJob", grpc_code="NOT_FOUND")
+    deadline = time.monotonic() + 5
     text = scrape(c.http_url + "/metrics")
+    while time.monotonic() < deadline and not any(
+            s.name == "ringleader_grpc_server_handled_total" and not_found.items() <= s.labels.items()
+            for s in samples(text)):
+        time.sleep(0.05)
+        text = scrape(c.http_url + "/metrics")
     promtool_check(text)
     # Jobs: one submitted, started cold, succeeded; nothing left in the queue.
     assert value(text, "ringleader_jobs_submitted_total") == 1

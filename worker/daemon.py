@@ -273,7 +273,7 @@ class WorkerDaemon:
         async with self._executor_lock:
             if executor is not self.executor or self._stopping.is_set():
                 return
-            code = executor.exitcode
+            code = await executor.reap()
             why = f"executor process died (exit code {code})" if code is None or code >= 0 else \
                 f"executor process killed by signal {-code}"
             log.error("%s", why)

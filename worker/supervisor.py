@@ -57,6 +57,15 @@ class ExecutorHandle:
     def exitcode(self):
         return self._proc.exitcode if self._proc else None
 
+    async def reap(self, timeout: float = 5.0):
+        """Wait for a dying executor to be reaped, then return its exit code (None if it lives on).
+
+        Its pipe closes a moment before the kernel reports the exit, so the code read right after
+        the pipe's EOF can still be None."""
+        if self._proc:
+            await asyncio.to_thread(self._proc.join, timeout)
+        return self.exitcode
+
     def send(self, msg: dict) -> None:
         self._conn.send(msg)
 

@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ringleader import spec as specs  # noqa: E402
-from ringleader.client import Client  # noqa: E402
-from ringleader.demo import visible_gpu_count  # noqa: E402
+from ringleader.app.client import Client  # noqa: E402
+from ringleader.app.demo import visible_gpu_count  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall", "gather", "scatter")

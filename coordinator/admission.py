@@ -1,48 +1,54 @@
-"""Admission: refuse at submit time what no connected worker could ever run.
+"""Admission: refuse at the door what can never run, and what a worker may not claim.
 
-Pure functions of the spec and the fleet's registrations, so they are tested without servers.
-An empty fleet admits everything: the job waits for workers instead.
+Pure functions of the checked spec (or a registration) and the fleet, tested without servers.
+An empty fleet admits every job: it waits for workers instead.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from ringleader import jobspec
 from ringleader import spec as specs
 from ringleader.errors import InvalidSpec
-from ringleader.v1 import jobs_pb2 as pb
+from ringleader.jobspec import MAX_TEXT, ValidJob
 from ringleader.v1 import workers_pb2 as wpb
 
+# Worker ids, hosts and group keys reach logs, the UI and metric labels: a conservative alphabet.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/\[\]-]*$")
+DEVICE_TYPES = ("cuda", "cpu")
 
-def check(spec: pb.JobSpec, fleet: Iterable[wpb.Register]) -> None:
-    """Raise InvalidSpec, naming the field, if no worker in `fleet` can run `spec`."""
+
+def check(valid: ValidJob, fleet: Iterable[wpb.Register]) -> None:
+    """Raise InvalidSpec, naming the field, if no worker in `fleet` can run the job."""
     fleet = list(fleet)
-    eligible = [w for w in fleet if not spec.placement.device_type or w.device.type == spec.placement.device_type]
+    device_type = valid.spec.placement.device_type
+    eligible = [w for w in fleet if not device_type or w.device.type == device_type]
     backends = sorted({w.backend for w in eligible})
-    if spec.WhichOneof("kind") == "collective" and backends and not any(_supported(spec, b) for b in backends):
-        jobspec.collective(spec, backend=backends[0])  # raises with the field and the backend
-    need = jobspec.needs_bytes(spec)
+    if backends and not any(valid.runs_on(b) for b in backends):
+        raise valid.refusal(backends[0])
     sized = [w for w in fleet if w.device.memory_bytes]
-    if sized and need > max(w.device.memory_bytes for w in sized):
+    if sized and valid.needs_bytes > max(w.device.memory_bytes for w in sized):
         biggest = max(sized, key=lambda w: w.device.memory_bytes)
-        raise InvalidSpec(size_field(spec), (
-            f"the largest size needs {specs.format_gib(need)} per device, the largest device "
+        raise InvalidSpec(jobspec.size_field(valid), (
+            f"the largest size needs {specs.format_gib(valid.needs_bytes)} per device, the largest device "
             f"({biggest.device.name or biggest.device.type}) has {specs.format_gib(biggest.device.memory_bytes)}"))
 
 
-def size_field(spec: pb.JobSpec) -> str:
-    """The field a user changes to make the job smaller."""
-    kind = spec.WhichOneof("kind")
-    if kind == "gradient_average":
-        return "gradient_average.size_bytes"
-    explicit = getattr(spec, kind).sizes
-    return f"{kind}.sizes" if explicit else f"{kind}.max_bytes"
-
-
-def _supported(spec: pb.JobSpec, backend: str) -> bool:
-    try:
-        jobspec.collective(spec, backend=backend)
-    except InvalidSpec:
-        return False
-    return True
+def check_registration(reg: wpb.Register) -> None:
+    """Raise InvalidSpec naming the field if a worker's registration is malformed."""
+    for name in ("worker_id", "host", "address"):
+        value = getattr(reg, name)
+        if not value or len(value) > MAX_TEXT or not _NAME.match(value):
+            raise InvalidSpec(f"register.{name}", f"must be 1-{MAX_TEXT} characters of letters, digits "
+                              f"and ._:@/[]- starting with a letter or digit, got {value[:64]!r}")
+    if reg.backend not in specs.BACKENDS:
+        raise InvalidSpec("register.backend", f"must be one of {', '.join(specs.BACKENDS)}")
+    if reg.device.type not in DEVICE_TYPES:
+        raise InvalidSpec("register.device.type", f"must be one of {', '.join(DEVICE_TYPES)}")
+    for name, value in (("device.name", reg.device.name), ("device.uuid", reg.device.uuid),
+                        ("version", reg.version), ("warm_group", reg.warm_group),
+                        ("running_job_id", reg.running_job_id)):
+        if len(value) > MAX_TEXT or not value.isprintable():
+            raise InvalidSpec(f"register.{name}", f"at most {MAX_TEXT} printable characters")

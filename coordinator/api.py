@@ -1,11 +1,20 @@
-"""Contracts of the coordinator's parts. Read this before any implementation."""
+"""The job store's contract and the rules every implementation shares. Read this first.
+
+Implementations: coordinator/store_memory.py (tests, `--db :memory:`) and
+coordinator/store_sqlite.py (the default); coordinator/stores.py picks one.
+"""
 
 from __future__ import annotations
 
 import abc
 from typing import Iterable
 
+from ringleader import states
+from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
+from ringleader.jobspec import op_name
 from ringleader.v1 import jobs_pb2 as pb
+
+UNFINISHED = states.UNFINISHED
 
 
 class JobStore(abc.ABC):
@@ -21,7 +30,9 @@ class JobStore(abc.ABC):
       non-collective kinds: p2p, gradient_average, train); it keeps the stored spec
       and created_at and ignores the given Job's results (see add_result/clear_results).
     - `list` returns newest first, without results, filtered by states (any of; empty: all) and
-      op (the collective op, or the job kind for other kinds; empty: all), at most `limit` (0: 50; capped at 1000), only jobs
+      op (the collective op, or the job kind for other kinds; empty: all), at most
+      `store_limit(limit)` rows (0: the default page; capped at the largest page + 1, so a
+      pager can ask for one row more than a page to tell whether another follows), only jobs
       submitted before `before_id` when it is given (NotFound if that id is unknown).
     - `unfinished` returns QUEUED and RUNNING jobs in submission order (oldest first), with
       their results as `get` returns them.
@@ -52,7 +63,7 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def list(
-        self, states: Iterable[int] = (), op: str = "", limit: int = 50, before_id: str = ""
+        self, states: Iterable[int] = (), op: str = "", limit: int = PAGE_DEFAULT, before_id: str = ""
     ) -> list[pb.Job]: ...
 
     @abc.abstractmethod
@@ -62,12 +73,30 @@ class JobStore(abc.ABC):
         pass
 
 
-def open_store(url: str) -> JobStore:
-    """Factory: ':memory:' gives the in-memory store, anything else is an SQLite path."""
-    if url == ":memory:":
-        from coordinator.store_memory import MemoryJobStore
+def apply_update(stored: pb.Job, job: pb.Job) -> None:
+    """Copy the fields that change over a job's life from `job` into `stored` (in place).
 
-        return MemoryJobStore()
-    from coordinator.store_sqlite import SqliteJobStore
+    Only these: state, reason, started_at, finished_at, workers, backend, progress, warm_start,
+    and the outcome of non-collective kinds (p2p, gradient_average, train).
+    So a caller holding a stale or trimmed Job can never rewrite the spec, created_at or results.
+    """
+    # Spelled out rather than driven by descriptors: the descriptor API (e.g. `label`) differs
+    # between protobuf 6 and 7, and both must work.
+    for name in ("state", "reason", "started_at", "finished_at", "backend", "warm_start"):
+        setattr(stored, name, getattr(job, name))
+    del stored.workers[:]
+    stored.workers.extend(job.workers)
+    for name in ("progress", "p2p", "gradient_average", "train"):
+        stored.ClearField(name)
+        if job.HasField(name):  # an unset message stays unset; CopyFrom would mark it present
+            getattr(stored, name).CopyFrom(getattr(job, name))
 
-    return SqliteJobStore(url)
+
+def store_limit(limit: int) -> int:
+    """How many rows `list` returns at most for a requested `limit` (see the contract)."""
+    return min(limit, PAGE_MAX + 1) if limit > 0 else PAGE_DEFAULT
+
+
+def job_op(job: pb.Job) -> str:
+    """The op `list` filters on: the collective op, or the job kind (p2p, train, ...)."""
+    return op_name(job.spec)

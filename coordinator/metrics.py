@@ -24,9 +24,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from coordinator.core import Coordinator
+from coordinator.service import Coordinator
 from coordinator.rpc_metrics import RpcMetricsInterceptor
-from ringleader import __version__
+from ringleader import __version__, states
 from ringleader.v1 import jobs_pb2 as pb
 
 T = TypeVar("T")
@@ -46,9 +46,8 @@ QUEUE_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.
 JOB_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
                         3600.0, 7200.0)
 
-FINAL_STATES = (pb.SUCCEEDED, pb.FAILED, pb.CANCELLED)
-WORKER_STATES = (pb.IDLE, pb.BUSY, pb.DISCONNECTED)
-
+FINAL_STATES = states.TERMINAL
+WORKER_STATES = tuple(states.WORKERS.table)
 
 
 def size_bucket(size_bytes: int) -> str:

@@ -1,4 +1,6 @@
-"""Connected worker daemons: their facts, state and the queue of messages down their stream."""
+"""Registered worker daemons: what they are, their connection state, and the queue of messages
+down their stream. Connection states change only through `WorkerConn.transition`
+(ringleader.states.WORKERS: IDLE <-> BUSY, either -> DISCONNECTED)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from coordinator.scheduler import WorkerView
+from ringleader import states
 from ringleader.errors import AlreadyExists
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -14,7 +17,7 @@ from ringleader.v1 import workers_pb2 as wpb
 
 @dataclass
 class WorkerConn:
-    """One registered daemon. States: IDLE <-> BUSY; either -> DISCONNECTED when its stream ends."""
+    """One registered daemon's connection."""
 
     reg: wpb.Register
     outbox: asyncio.Queue  # CoordinatorMessage, drained by the servicer onto the stream
@@ -24,14 +27,22 @@ class WorkerConn:
     state: int = pb.IDLE
     job_id: str = ""
     rank: int = 0
-    op_seq: int = 0
-    warm_group: str = ""
-    store_port: int = 0
+    holds: str = ""  # key of the process group its executor holds, as last reported
     executor_restarts: int = 0
+    executor_health: int = pb.EXECUTOR_OK
+    executor_detail: str = ""
 
     @property
     def worker_id(self) -> str:
         return self.reg.worker_id
+
+    @property
+    def connected(self) -> bool:
+        return self.state != pb.DISCONNECTED
+
+    def transition(self, to: int, job_id: str = "", rank: int = 0) -> None:
+        states.WORKERS.check(self.state, to)
+        self.state, self.job_id, self.rank = to, job_id, rank
 
     def send(self, msg: wpb.CoordinatorMessage) -> None:
         self.outbox.put_nowait(msg)
@@ -41,7 +52,7 @@ class WorkerConn:
         return WorkerView(
             worker_id=self.worker_id, host=self.reg.host, device_type=d.type, device_index=d.index,
             device_name=d.name, memory_bytes=d.memory_bytes, backend=self.reg.backend,
-            idle=self.state == pb.IDLE, warm_group=self.warm_group,
+            idle=self.state == pb.IDLE,
         )
 
     def info(self) -> pb.WorkerInfo:
@@ -49,7 +60,8 @@ class WorkerConn:
             worker_id=self.worker_id, host=self.reg.host, address=self.reg.address,
             device=self.reg.device, backend=self.reg.backend, state=self.state, job_id=self.job_id,
             last_heartbeat=self.last_heartbeat_wall, connected_at=self.connected_at,
-            warm_group=self.warm_group, executor_restarts=self.executor_restarts,
+            warm_group=self.holds, executor_restarts=self.executor_restarts, version=self.reg.version,
+            executor_health=self.executor_health,
         )
 
 
@@ -59,10 +71,9 @@ class WorkerRegistry:
 
     def add(self, reg: wpb.Register) -> WorkerConn:
         old = self._workers.get(reg.worker_id)
-        if old and old.state != pb.DISCONNECTED:
+        if old and old.connected:
             raise AlreadyExists(f"worker {reg.worker_id} is already connected")
-        conn = WorkerConn(reg=reg, outbox=asyncio.Queue(), warm_group=reg.warm_group,
-                          store_port=reg.store_port, executor_restarts=reg.executor_restarts)
+        conn = WorkerConn(reg=reg, outbox=asyncio.Queue(), executor_restarts=reg.executor_restarts)
         self._workers[reg.worker_id] = conn
         return conn
 
@@ -70,7 +81,7 @@ class WorkerRegistry:
         return self._workers.get(worker_id)
 
     def connected(self) -> list[WorkerConn]:
-        return [w for w in self._workers.values() if w.state != pb.DISCONNECTED]
+        return [w for w in self._workers.values() if w.connected]
 
     def all(self) -> list[WorkerConn]:
         return sorted(self._workers.values(), key=lambda w: (w.reg.host, w.reg.device.index, w.worker_id))

@@ -6,8 +6,9 @@ A pure function of the queue and the fleet, so it is tested without servers. Rul
 - a job that cannot start now but could on the registered fleet reserves the eligible idle
   workers it sees, so later (smaller) jobs cannot starve it; a job larger than the fleet
   reserves nothing and blocks nobody;
-- a gang equal to a warm group (executors holding an initialised process group) is preferred
-  and keeps that group's rank order, so the job starts without a new NCCL init;
+- a gang equal to a warm group (every member's executor holds the same initialised process
+  group, coordinator/groups.py) is preferred and keeps that group's rank order, so the job
+  starts without a new NCCL init;
 - ranks on one host are adjacent (sorted by host, then device index).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ringleader import spec as specs
+from ringleader.jobspec import ValidJob
 
 AGING_S = 60.0
 
@@ -30,7 +32,6 @@ class WorkerView:
     memory_bytes: int
     backend: str
     idle: bool
-    warm_group: str = ""
 
 
 @dataclass(frozen=True)
@@ -39,14 +40,20 @@ class PendingJob:
     world_size: int
     priority: int
     submitted_at: float
-    op: str = "all_reduce"
-    dtype: str = "float32"
-    reduce_op: str = "sum"
+    backends: frozenset[str] = frozenset(specs.BACKENDS)  # the backends that can run it
     needs_bytes: int = 0  # device bytes per rank for the largest size
     host: str = ""
     gpu_model: str = ""
     worker_ids: tuple[str, ...] = ()
     device_type: str = ""
+
+    @classmethod
+    def of(cls, job_id: str, valid: ValidJob, submitted_at: float) -> "PendingJob":
+        s, p = valid.spec, valid.spec.placement
+        return cls(job_id=job_id, world_size=s.world_size, priority=s.priority, submitted_at=submitted_at,
+                   backends=frozenset(b for b in specs.BACKENDS if valid.runs_on(b)),
+                   needs_bytes=valid.needs_bytes, host=p.host, gpu_model=p.gpu_model,
+                   worker_ids=tuple(p.worker_ids), device_type=p.device_type)
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,7 @@ def eligible(job: PendingJob, w: WorkerView) -> bool:
         return False
     if w.memory_bytes and job.needs_bytes > w.memory_bytes:
         return False
-    return specs.backend_supports(w.backend, op=job.op, dtype=job.dtype, reduce_op=job.reduce_op)
+    return w.backend in job.backends
 
 
 def queue_order(jobs: list[PendingJob], now: float) -> list[PendingJob]:
@@ -95,7 +102,6 @@ def _pick(job: PendingJob, idle: list[WorkerView], warm_groups: dict[str, tuple[
     # Prefer a warm group of exactly the right size: no new process-group init.
     ids = {w.worker_id: w for w in idle}
     for key, members in warm_groups.items():
-        # Warm groups are placed in rank order, which _rank_order reproduces.
         if len(members) == job.world_size and all(m in ids for m in members):
             if len({ids[m].backend for m in members}) == 1:
                 return Decision(job.job_id, members, ids[members[0]].backend, key)
@@ -125,16 +131,13 @@ def _constraints(job: PendingJob) -> str:
     return f" matching {' '.join(parts)}" if parts else ""
 
 
-def plan(queue: list[PendingJob], fleet: list[WorkerView], now: float) -> Plan:
-    """Decide which queued jobs start now. `fleet` is every connected worker, idle or busy."""
+def plan(queue: list[PendingJob], fleet: list[WorkerView], now: float,
+         groups: dict[str, tuple[str, ...]] | None = None) -> Plan:
+    """Decide which queued jobs start now. `fleet` is every connected worker, idle or busy;
+    `groups` the warm groups a job may reuse (key -> members in rank order)."""
     result = Plan()
     free = {w.worker_id: w for w in fleet if w.idle}
-    warm: dict[str, list[WorkerView]] = {}
-    for w in fleet:
-        if w.warm_group:
-            warm.setdefault(w.warm_group, []).append(w)
-    # Only complete groups are reusable: every rank's executor must still hold it.
-    groups = {k: _rank_order(v) for k, v in warm.items() if len(v) == group_size(k)}
+    groups = groups or {}
     for job in queue_order(queue, now):
         idle = [w for w in free.values() if eligible(job, w)]
         decision = _pick(job, idle, groups) if len(idle) >= job.world_size else None
@@ -154,15 +157,3 @@ def plan(queue: list[PendingJob], fleet: list[WorkerView], now: float) -> Plan:
                 f"needs {job.world_size} workers, {len(matching)} connected{_constraints(job)}"
             )
     return result
-
-
-def new_group_key(token: str, world_size: int) -> str:
-    """A process group's key: unique per rendezvous, and it carries the group's size."""
-    return f"{token}/{world_size}"
-
-
-def group_size(key: str) -> int:
-    try:
-        return int(key.rsplit("/", 1)[1])
-    except (IndexError, ValueError):
-        return 0

@@ -1,4 +1,5 @@
-"""Thin gRPC servicers: each RPC calls one Coordinator method; errors map to status codes here."""
+"""Thin gRPC servicers: each RPC calls one Coordinator method; domain errors become statuses
+through ringleader.errors' catalog."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import logging
 
 import grpc
 
-from coordinator.core import Coordinator
-from ringleader.errors import RingleaderError
+from coordinator.service import Coordinator
+from ringleader.errors import RingleaderError, answer
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc, workers_pb2_grpc
 
@@ -18,7 +19,7 @@ log = logging.getLogger("ringleader.coordinator")
 
 async def abort_with(context: grpc.aio.ServicerContext, exc: RingleaderError) -> None:
     """The one place where domain errors become gRPC statuses."""
-    await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
+    await context.abort(getattr(grpc.StatusCode, answer(exc).grpc_code), str(exc))
 
 
 def _rpc(method):
@@ -46,12 +47,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     @_rpc
     def ListJobs(self, request, context):
-        limit = min(request.limit or 50, 1000)
-        # One row more than asked tells whether another page exists.
-        jobs = self.c.list(states=request.states, op=request.op, limit=limit + 1, before_id=request.before_id)
-        more = len(jobs) > limit
-        jobs = jobs[:limit]
-        return pb.ListJobsResponse(jobs=jobs, next_before_id=jobs[-1].id if more else "")
+        page = self.c.list_jobs(states=request.states, op=request.op, limit=request.limit,
+                                before_id=request.before_id)
+        return pb.ListJobsResponse(jobs=page.jobs, next_before_id=page.next_before)
 
     @_rpc
     def CancelJob(self, request, context):

@@ -1,52 +1,13 @@
-"""In-memory JobStore: for tests and `--store :memory:`. Nothing survives the process.
-
-Also holds the rules both stores share (which fields `update` may change, the `list` limit), so
-the SQLite store enforces exactly the same contract instead of a look-alike copy of it.
-"""
+"""In-memory JobStore: for tests and `--db :memory:`. Nothing survives the process."""
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from coordinator.api import JobStore
+from coordinator.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
+from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
-from ringleader.jobspec import op_name
 from ringleader.v1 import jobs_pb2 as pb
-
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 1000
-
-
-def apply_update(stored: pb.Job, job: pb.Job) -> None:
-    """Copy the fields that change over a job's life from `job` into `stored` (in place).
-
-    Only these: state, reason, started_at, finished_at, workers, backend, progress, warm_start,
-    and the outcome of non-collective kinds (p2p, gradient_average, train).
-    So a caller holding a stale or trimmed Job can never rewrite the spec, created_at or results.
-    """
-    # Spelled out rather than driven by descriptors: the descriptor API (e.g. `label`) differs
-    # between protobuf 6 and 7, and both must work.
-    for name in ("state", "reason", "started_at", "finished_at", "backend", "warm_start"):
-        setattr(stored, name, getattr(job, name))
-    del stored.workers[:]
-    stored.workers.extend(job.workers)
-    for name in ("progress", "p2p", "gradient_average", "train"):
-        stored.ClearField(name)
-        if job.HasField(name):  # an unset message stays unset; CopyFrom would mark it present
-            getattr(stored, name).CopyFrom(getattr(job, name))
-
-
-def page_limit(limit: int) -> int:
-    """0 (the proto default of an unset ListJobsRequest.limit) means the default page size."""
-    if limit <= 0:
-        return DEFAULT_LIMIT
-    return min(limit, MAX_LIMIT)
-
-
-def job_op(job: pb.Job) -> str:
-    """The op `list` filters on: the collective op, or the job kind (p2p, train, ...)."""
-    return op_name(job.spec)
-
 
 def _copy(msg):
     # Every message crossing the store boundary is a fresh copy: callers (servicers, scheduler)
@@ -110,11 +71,11 @@ class MemoryJobStore(JobStore):
         self._results[job_id].clear()
 
     def list(
-        self, states: Iterable[int] = (), op: str = "", limit: int = 50, before_id: str = ""
+        self, states: Iterable[int] = (), op: str = "", limit: int = PAGE_DEFAULT, before_id: str = ""
     ) -> list[pb.Job]:
         wanted = {int(s) for s in states}
         below = self._order[self._known(before_id).id] if before_id else None
-        n = page_limit(limit)
+        n = store_limit(limit)
         out: list[pb.Job] = []
         for job_id in sorted(self._jobs, key=self._order.__getitem__, reverse=True):
             job = self._jobs[job_id]
@@ -131,4 +92,4 @@ class MemoryJobStore(JobStore):
 
     def unfinished(self) -> list[pb.Job]:
         ids = sorted(self._jobs, key=self._order.__getitem__)
-        return [self._full(i) for i in ids if self._jobs[i].state in (pb.QUEUED, pb.RUNNING)]
+        return [self._full(i) for i in ids if self._jobs[i].state in UNFINISHED]

@@ -2,7 +2,7 @@
 
 Messages are stored as serialized protobuf blobs; only the columns that `list`/`unfinished`
 filter or order on (submission seq, state, op) are broken out, so a proto change needs no
-schema change. The `update` and `list` rules are shared with the memory store.
+schema change. The `update` and `list` rules come from the contract module, coordinator/api.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from coordinator.api import JobStore
-from coordinator.store_memory import apply_update, job_op, page_limit
+from coordinator.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
+from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -49,8 +49,6 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
     ],
 ]
-
-_UNFINISHED = (pb.QUEUED, pb.RUNNING)
 
 
 class SqliteJobStore(JobStore):
@@ -177,7 +175,7 @@ class SqliteJobStore(JobStore):
             c.execute("DELETE FROM results WHERE job_id = ?", (job_id,))
 
     def list(
-        self, states: Iterable[int] = (), op: str = "", limit: int = 50, before_id: str = ""
+        self, states: Iterable[int] = (), op: str = "", limit: int = PAGE_DEFAULT, before_id: str = ""
     ) -> list[pb.Job]:
         wanted = sorted({int(s) for s in states})
         where, args = ["1"], []
@@ -193,13 +191,13 @@ class SqliteJobStore(JobStore):
                 args.append(op)
             rows = c.execute(
                 f"SELECT job FROM jobs WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
-                (*args, page_limit(limit)),
+                (*args, store_limit(limit)),
             ).fetchall()
         return [pb.Job.FromString(r[0]) for r in rows]
 
     def unfinished(self) -> list[pb.Job]:
         with self._tx() as c:
             ids = c.execute(
-                "SELECT id FROM jobs WHERE state IN (?, ?) ORDER BY seq", _UNFINISHED
+                "SELECT id FROM jobs WHERE state IN (?, ?) ORDER BY seq", UNFINISHED
             ).fetchall()
             return [self._load(c, r[0], with_results=True) for r in ids]

@@ -1,19 +1,16 @@
 """REST API under /api/v1: jobs, their results (JSON, CSV) and events (Server-Sent Events), workers.
 
-Runs on the coordinator's asyncio loop and calls the Coordinator directly, so every endpoint is
-`async def` (a plain `def` would run in a thread, next to a domain that has no locks). Bodies
-are `to_json` of the proto messages; domain errors map to HTTP here, in one place:
-InvalidSpec -> 422 (FastAPI's validation shape, naming the field), NotFound -> 404,
-FailedPrecondition -> 409.
+Runs on the coordinator's asyncio loop and calls the Coordinator facade directly, so every
+endpoint is `async def` (a plain `def` would run in a thread, next to a domain that has no
+locks). Bodies are `to_json` of the proto messages; domain errors become HTTP statuses through
+ringleader.errors' catalog, InvalidSpec as FastAPI's 422 shape naming the field in `loc`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import csv
 import io
-import json
 from typing import Annotated, Any, AsyncIterator, Iterator
 
 from fastapi import APIRouter, Body, Query, Request
@@ -22,17 +19,19 @@ from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 
-from coordinator.core import TERMINAL, Coordinator
+from coordinator.service import Coordinator
 from dashboard.schemas import (
     RESULT_FIELDS, CancelIn, Error, Job, JobList, JobSpecIn, JobStateName, OpName, ResultFormat,
     ResultList, WorkerList, json_safe,
 )
-from ringleader.errors import FailedPrecondition, InvalidSpec, NotFound
+from dashboard.sse import LIVE_QUEUE, LiveFanout, aiter_list, last_event_id, sse_frame, with_keepalive
+from ringleader import states
+from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
+from ringleader.errors import InvalidSpec, NotFound, RingleaderError, answer
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
 KEEPALIVE_S = 15.0  # a comment line after this much silence keeps proxies from closing a stream
-LIVE_QUEUE = 1000  # events buffered per /api/v1/events client; a client this far behind is dropped
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Error, "description": "No job with this id"}}
@@ -72,11 +71,14 @@ class Route(APIRoute):
 
 def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
     r = APIRouter(prefix="/api/v1", route_class=Route)
-    live = LiveFanout()
-    core.add_listener(live.publish)
+    _job_routes(r, core)
+    _result_routes(r, core)
+    _event_routes(r, core, keepalive_s)
+    _worker_routes(r, core)
+    return r
 
-    # ---- jobs ------------------------------------------------------------------------------
 
+def _job_routes(r: APIRouter, core: Coordinator) -> None:
     @r.post("/jobs", tags=["jobs"], operation_id="submitJob", status_code=201, response_model=Job,
             summary="Submit a job",
             responses={201: {"description": "The accepted job (QUEUED, or RUNNING if it was placed at once)"}})
@@ -90,23 +92,15 @@ def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
     async def list_jobs(
         state: Annotated[list[JobStateName], Query(description="any of these states (repeat the parameter)")] = [],  # noqa: B006
         op: Annotated[OpName | None, Query(description="only jobs of this collective op")] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_DEFAULT,
         before: Annotated[str | None, Query(max_length=128, description="only jobs submitted before this job id")] = None,
     ) -> Response:
-        states = [pb.JobState.Value(s) for s in state]
+        wanted = [pb.JobState.Value(s) for s in state]
         try:
-            # One more than asked tells whether there is a next page.
-            jobs = core.list(states=states, op=op or "", limit=min(limit + 1, 1000), before_id=before or "")
+            page = core.list_jobs(states=wanted, op=op or "", limit=limit, before_id=before or "")
         except NotFound as exc:
             raise validation_error(("query", "before"), str(exc)) from None
-        more = len(jobs) > limit or len(jobs) == 1000
-        jobs = jobs[:limit]
-        running = {j.id: j for j in core.running_jobs()}
-        for job in jobs:
-            if job.id in running:  # the store holds progress only as of the last state change
-                job.progress.CopyFrom(running[job.id].progress)
-        return JSON({"jobs": [summary(j) for j in jobs],
-                     "next_before": jobs[-1].id if more and jobs else None})
+        return JSON({"jobs": [summary(j) for j in page.jobs], "next_before": page.next_before or None})
 
     @r.get("/jobs/{job_id}", tags=["jobs"], operation_id="getJob", response_model=Job,
            summary="Get a job with its results", responses=NOT_FOUND)
@@ -121,6 +115,8 @@ def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
         with domain_errors():
             return JSON(to_json(core.cancel(job_id, body.reason if body else "")))
 
+
+def _result_routes(r: APIRouter, core: Coordinator) -> None:
     @r.get("/jobs/{job_id}/results", tags=["jobs"], operation_id="getJobResults", response_model=ResultList,
            summary="A job's results, one row per size (JSON or CSV)",
            responses={**NOT_FOUND, 200: {"description": "JSON, or CSV with a header row of the field names",
@@ -133,6 +129,11 @@ def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
                             headers={"Content-Disposition": f'attachment; filename="{job.id}.csv"'})
         return JSON({"results": [to_json(res) for res in job.results]})
 
+
+def _event_routes(r: APIRouter, core: Coordinator, keepalive_s: float) -> None:
+    live = LiveFanout(summary)
+    core.add_listener(live.publish)
+
     @r.get("/jobs/{job_id}/events", tags=["events"], operation_id="watchJob", response_class=StreamingResponse,
            summary="Follow a job: its stored events, then live ones, until it finishes",
            responses={**NOT_FOUND, **sse_response(
@@ -144,7 +145,7 @@ def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
             job = core.get(job_id)
         after = last_event_id(request.headers.get("last-event-id"))
         frames: AsyncIterator[str] = job_frames(core, job_id, after)
-        if after is not None and job.state in TERMINAL:
+        if after is not None and states.is_terminal(job.state):
             # An EventSource reconnects when a stream ends; 204 is how it is told to stop.
             sent = [f async for f in frames]
             if not sent:
@@ -152,8 +153,6 @@ def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
             frames = aiter_list(sent)
         return StreamingResponse(with_keepalive(frames, keepalive_s), media_type="text/event-stream",
                                  headers=SSE_HEADERS)
-
-    # ---- everything live -------------------------------------------------------------------
 
     @r.get("/events", tags=["events"], operation_id="watchAll", response_class=StreamingResponse,
            summary="Every job's events as they happen (the live queue)",
@@ -165,14 +164,12 @@ def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
         return StreamingResponse(with_keepalive(live.frames(), keepalive_s), media_type="text/event-stream",
                                  headers=SSE_HEADERS)
 
-    # ---- workers ---------------------------------------------------------------------------
 
+def _worker_routes(r: APIRouter, core: Coordinator) -> None:
     @r.get("/workers", tags=["workers"], operation_id="listWorkers", response_model=WorkerList,
            summary="Connected and recently disconnected workers")
     async def list_workers() -> Response:
         return JSON({"workers": [to_json(w) for w in core.list_workers()]})
-
-    return r
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -184,10 +181,8 @@ def domain_errors() -> Iterator[None]:
         yield
     except InvalidSpec as exc:
         raise validation_error(("body", *exc.field.split(".")), exc.message) from None
-    except NotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    except FailedPrecondition as exc:
-        raise HTTPException(409, str(exc)) from None
+    except RingleaderError as exc:
+        raise HTTPException(answer(exc).http_status, str(exc)) from None
 
 
 def validation_error(loc: tuple[str, ...], msg: str) -> RequestValidationError:
@@ -216,89 +211,9 @@ def csv_value(v: Any) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
-def sse_frame(event: pb.JobEvent, data: dict, with_id: bool = True) -> str:
-    lines = [f"event: {event.WhichOneof('event') or 'message'}"]
-    if with_id and event.seq:  # progress events are not stored and have no seq
-        lines.append(f"id: {event.seq}")
-    lines.append("data: " + json.dumps(json_safe(data), separators=(",", ":")))
-    return "\n".join(lines) + "\n\n"
-
-
-def last_event_id(header: str | None) -> int | None:
-    try:
-        return int(header) if header else None
-    except ValueError:
-        return None
-
-
 async def job_frames(core: Coordinator, job_id: str, after: int | None) -> AsyncIterator[str]:
     async with contextlib.aclosing(core.watch(job_id)) as events:
         async for event in events:
             if after is not None and event.seq and event.seq <= after:
                 continue  # the client saw it before it reconnected
             yield sse_frame(event, to_json(event))
-
-
-async def aiter_list(items: list[str]) -> AsyncIterator[str]:
-    for item in items:
-        yield item
-
-
-async def with_keepalive(source: AsyncIterator[str], interval: float) -> AsyncIterator[str]:
-    """`source`, with a comment line whenever it is silent for `interval` seconds."""
-
-    async def step() -> tuple[bool, str]:
-        try:
-            return True, await anext(source)
-        except StopAsyncIteration:
-            return False, ""
-
-    pending: asyncio.Task | None = None
-    try:
-        while True:
-            pending = pending or asyncio.ensure_future(step())
-            done, _ = await asyncio.wait({pending}, timeout=interval)
-            if not done:
-                yield ": keep-alive\n\n"
-                continue
-            more, item = pending.result()
-            pending = None
-            if not more:
-                return
-            yield item
-    finally:
-        if pending is not None:
-            pending.cancel()
-            await asyncio.gather(pending, return_exceptions=True)
-        await source.aclose()  # type: ignore[attr-defined]
-
-
-class LiveFanout:
-    """One Coordinator listener that copies every event to each connected client's queue."""
-
-    def __init__(self, maxsize: int = LIVE_QUEUE) -> None:
-        self.maxsize = maxsize
-        self.clients: set[asyncio.Queue] = set()
-
-    def publish(self, event: pb.JobEvent, job: pb.Job) -> None:
-        if not self.clients:
-            return
-        frame = sse_frame(event, {"event": to_json(event), "job": summary(job)}, with_id=False)
-        for q in list(self.clients):
-            try:
-                q.put_nowait(frame)
-            except asyncio.QueueFull:  # too slow: drop it rather than buffer without bound
-                self.clients.discard(q)
-                while not q.empty():
-                    q.get_nowait()
-                q.put_nowait(None)
-
-    async def frames(self) -> AsyncIterator[str]:
-        q: asyncio.Queue = asyncio.Queue(self.maxsize)
-        self.clients.add(q)
-        try:
-            yield ": listening\n\n"  # the client knows from here on that it misses nothing
-            while (frame := await q.get()) is not None:
-                yield frame
-        finally:
-            self.clients.discard(q)

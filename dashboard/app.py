@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse, Response
 
-from coordinator.core import Coordinator
+from coordinator.service import Coordinator
 from coordinator.metrics import CoordinatorMetrics
 from dashboard import api, ui
 

@@ -23,7 +23,6 @@ from ringleader.v1 import jobs_pb2 as pb
 UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-MAX_FACTOR = 1024.0  # far beyond any useful sweep step, and small enough that sizes stay finite
 
 
 def Text(max_length: int, description: str = "") -> Any:  # noqa: N802 - a type alias factory
@@ -45,10 +44,10 @@ class PlacementIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    host: Text(253, "only workers on this host") = ""
-    gpu_model: Text(256, 'substring of the device name, e.g. "H200"') = ""
-    worker_ids: list[Text(256)] = Field(
-        default_factory=list, max_length=4096,
+    host: Text(jobspec.MAX_TEXT, "only workers on this host") = ""
+    gpu_model: Text(jobspec.MAX_TEXT, 'substring of the device name, e.g. "H200"') = ""
+    worker_ids: list[Text(jobspec.MAX_TEXT)] = Field(
+        default_factory=list, max_length=jobspec.MAX_WORLD_SIZE,
         description="exactly these workers (then world_size must equal their count)")
     device_type: Literal["", "cuda", "cpu"] = Field("", description="empty: whichever can run it")
 
@@ -66,7 +65,7 @@ class CollectiveSpecIn(BaseModel):
         description="explicit sizes in bytes; when set, min_bytes, max_bytes and factor are ignored")
     min_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 8")
     max_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 64 MiB")
-    factor: float = Field(0.0, ge=0, le=MAX_FACTOR, allow_inf_nan=False,
+    factor: float = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False,
                           description="geometric step of the sweep; 0: 2")
     iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="timed iterations; 0: 20")
     warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS,
@@ -85,7 +84,7 @@ class P2PSpecIn(BaseModel):
         description="explicit sizes in bytes; else min_bytes, max_bytes and factor as for collectives")
     min_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 8")
     max_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 64 MiB")
-    factor: float = Field(0.0, ge=0, le=MAX_FACTOR, allow_inf_nan=False, description="0: 2")
+    factor: float = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False, description="0: 2")
     iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="0: 20")
     warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
     mode: Literal[("", *jobspec.P2P_MODES)] = Field(  # type: ignore[valid-type]
@@ -133,11 +132,11 @@ class JobSpecIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_one_kind_schema)
 
-    world_size: int = Field(ge=1, le=UINT32_MAX)
+    world_size: int = Field(ge=1, le=jobspec.MAX_WORLD_SIZE)
     placement: PlacementIn = Field(default_factory=PlacementIn)
     priority: int = Field(0, ge=INT32_MIN, le=INT32_MAX,
                           description="higher runs first; equal priorities run in submission order")
-    name: Text(256, "free text shown in listings") = ""
+    name: Text(jobspec.MAX_TEXT, "free text shown in listings") = ""
     op_timeout_s: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
                                 description="a rank making no progress this long fails the job; 0: 120")
     # The oneof `kind`: exactly one of these (absent ones are None; null is not a value).
@@ -161,7 +160,7 @@ class JobSpecIn(BaseModel):
 class CancelIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: Text(1024, "recorded as the job's reason; empty: cancelled by user") = ""
+    reason: Text(jobspec.MAX_TEXT, "recorded as the job's reason; empty: cancelled by user") = ""
 
 
 # ---- responses -----------------------------------------------------------------------------

@@ -1,3 +1,3 @@
-from ringleader.cli import main
+from ringleader.app.cli import main
 
 main()

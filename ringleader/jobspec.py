@@ -1,12 +1,16 @@
-"""JobSpec (wire form) validation and normalisation, shared by the CLI and the coordinator.
+"""JobSpec (wire form) validation: `normalize` checks a spec once and returns a ValidJob.
 
-Error fields are the proto's dotted paths ("collective.root", "train.batch_size").
+A ValidJob carries what the later steps need (the validated collective, effective sizes, device
+bytes per rank, progress total, which backends can run it), so admission, scheduling, the start
+of a job and the executor read it instead of checking again. Error fields are the proto's dotted
+paths ("collective.root", "train.batch_size").
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 
 from ringleader import spec as specs
 from ringleader.errors import InvalidSpec
@@ -19,6 +23,37 @@ MODELS = ("linear", "mlp")
 TRAIN_DEFAULTS = dict(model="linear", steps=50, batch_size=64, lr=0.05)
 GRADIENT_AVERAGE_DEFAULT_BYTES = 64 << 20
 MAX_TRAIN_STEPS = 100_000
+MAX_WORLD_SIZE = 65_536
+MAX_TEXT = 256  # names, hosts, GPU models, worker ids: free text a user or worker sends
+
+
+@dataclass(frozen=True)
+class ValidJob:
+    """A checked job spec and what follows from it (see the module docstring)."""
+
+    spec: pb.JobSpec  # a copy with every default written out
+    kind: str
+    op: str  # the collective op, or the job kind: what listings show and filter on
+    collective: specs.Collective | None
+    sizes: tuple[int, ...]  # collective: effective sizes on world_size ranks; p2p: its sizes
+    pairs: tuple[tuple[int, int], ...]  # p2p: (src, dst) pairs in order
+    needs_bytes: int  # device bytes one rank needs for the largest step
+    progress_total: int  # units progress counts: sizes, pairs x sizes, steps
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.world_size
+
+    def refusal(self, backend: str) -> InvalidSpec | None:
+        """Why `backend` cannot run this job (the field named), or None."""
+        c = self.collective
+        if c is None:
+            return None
+        why = specs.backend_refusal(backend, op=c.op, dtype=c.dtype, reduce_op=c.reduce_op)
+        return InvalidSpec(f"collective.{why.field}", why.message) if why else None
+
+    def runs_on(self, backend: str) -> bool:
+        return self.refusal(backend) is None
 
 
 @contextlib.contextmanager
@@ -32,60 +67,63 @@ def _prefixed(kind: str):
         raise InvalidSpec(f"{kind}.{exc.field}", exc.message) from None
 
 
-def collective(spec: pb.JobSpec, backend: str | None = None) -> specs.Collective:
-    """The validated collective sweep of `spec`."""
-    c = spec.collective
-    with _prefixed("collective"):
-        return specs.validate_collective(
-            op=c.op, dtype=c.dtype, reduce_op=c.reduce_op, sizes=list(c.sizes),
-            min_bytes=c.min_bytes, max_bytes=c.max_bytes, factor=c.factor, iters=c.iters,
-            warmup=c.warmup if c.HasField("warmup") else None, in_place=c.in_place,
-            root=c.root, world_size=spec.world_size, backend=backend,
-        )
-
-
-def p2p_sizes(spec: pb.JobSpec) -> list[int]:
-    p = spec.p2p
-    with _prefixed("p2p"):
-        return specs.resolve_sizes(list(p.sizes), p.min_bytes, p.max_bytes, p.factor)
-
-
-def p2p_pairs(spec: pb.JobSpec) -> list[tuple[int, int]]:
-    n = spec.world_size
-    return [(i, j) for i in range(n) for j in range(n) if i != j] if spec.p2p.pairwise else [(0, 1)]
-
-
-def normalize(spec: pb.JobSpec) -> pb.JobSpec:
-    """Validate `spec` and return a copy with every default written out."""
-    if spec.world_size < 1:
-        raise InvalidSpec("world_size", "must be at least 1")
+def normalize(spec: pb.JobSpec) -> ValidJob:
+    """Validate `spec`, naming the first bad field, and return it checked with defaults filled."""
+    if not 1 <= spec.world_size <= MAX_WORLD_SIZE:
+        raise InvalidSpec("world_size", f"must be between 1 and {MAX_WORLD_SIZE}, got {spec.world_size}")
     kind = spec.WhichOneof("kind")
     if kind is None:
         raise InvalidSpec("kind", f"set a job kind: one of {', '.join(KINDS)}")
-    p = spec.placement
-    if p.device_type not in DEVICE_TYPES:
-        raise InvalidSpec("placement.device_type", f"must be cuda or cpu, got {p.device_type!r}")
-    if p.worker_ids:
-        if len(set(p.worker_ids)) != len(p.worker_ids):
-            raise InvalidSpec("placement.worker_ids", "lists a worker twice")
-        if len(p.worker_ids) != spec.world_size:
-            raise InvalidSpec("placement.worker_ids",
-                              f"names {len(p.worker_ids)} workers but world_size is {spec.world_size}")
+    _check_text("name", spec.name)
+    _check_placement(spec)
     if not math.isfinite(spec.op_timeout_s) or spec.op_timeout_s < 0:
         raise InvalidSpec("op_timeout_s", "must be a positive number of seconds")
     out = pb.JobSpec()
     out.CopyFrom(spec)
     out.op_timeout_s = spec.op_timeout_s or specs.DEFAULT_OP_TIMEOUT_S
-    {"collective": _normalize_collective, "p2p": _normalize_p2p,
-     "gradient_average": _normalize_gradient_average, "train": _normalize_train}[kind](out)
-    return out
+    return _NORMALIZERS[kind](out)
 
 
-def _normalize_collective(out: pb.JobSpec) -> None:
-    c = collective(out)
+def _check_text(field: str, value: str) -> None:
+    if len(value) > MAX_TEXT:
+        raise InvalidSpec(field, f"at most {MAX_TEXT} characters, got {len(value)}")
+
+
+def _check_placement(spec: pb.JobSpec) -> None:
+    p = spec.placement
+    if p.device_type not in DEVICE_TYPES:
+        raise InvalidSpec("placement.device_type", f"must be cuda or cpu, got {p.device_type[:MAX_TEXT]!r}")
+    _check_text("placement.host", p.host)
+    _check_text("placement.gpu_model", p.gpu_model)
+    if p.worker_ids:
+        if len(p.worker_ids) != spec.world_size:
+            raise InvalidSpec("placement.worker_ids",
+                              f"names {len(p.worker_ids)} workers but world_size is {spec.world_size}")
+        if len(set(p.worker_ids)) != len(p.worker_ids):
+            raise InvalidSpec("placement.worker_ids", "lists a worker twice")
+        for w in p.worker_ids:
+            _check_text("placement.worker_ids", w)
+
+
+def _valid(out: pb.JobSpec, *, collective=None, sizes=(), pairs=(), needs_bytes=0, total=1) -> ValidJob:
+    kind = out.WhichOneof("kind")
+    return ValidJob(spec=out, kind=kind, op=collective.op if collective else kind, collective=collective,
+                    sizes=tuple(sizes), pairs=tuple(pairs), needs_bytes=needs_bytes, progress_total=total)
+
+
+def _normalize_collective(out: pb.JobSpec) -> ValidJob:
     oc = out.collective
+    with _prefixed("collective"):
+        c = specs.validate_collective(
+            op=oc.op, dtype=oc.dtype, reduce_op=oc.reduce_op, sizes=list(oc.sizes),
+            min_bytes=oc.min_bytes, max_bytes=oc.max_bytes, factor=oc.factor, iters=oc.iters,
+            warmup=oc.warmup if oc.HasField("warmup") else None, in_place=oc.in_place,
+            root=oc.root, world_size=out.world_size)
     oc.dtype, oc.reduce_op, oc.iters, oc.warmup = c.dtype, c.reduce_op, c.iters, c.warmup
     _fill_sweep_defaults(oc)
+    sizes = c.sizes_for(out.world_size)
+    need = max((specs.bytes_needed(c.op, s, out.world_size, c.in_place) for s in sizes), default=0)
+    return _valid(out, collective=c, sizes=sizes, needs_bytes=need, total=len(sizes))
 
 
 def _fill_sweep_defaults(msg) -> None:
@@ -96,34 +134,39 @@ def _fill_sweep_defaults(msg) -> None:
         msg.factor = msg.factor or specs.DEFAULTS["factor"]
 
 
-def _normalize_p2p(out: pb.JobSpec) -> None:
+def _normalize_p2p(out: pb.JobSpec) -> ValidJob:
     p = out.p2p
     if out.world_size < 2:
         field = "p2p.pairwise" if p.pairwise else "world_size"
         raise InvalidSpec(field, f"point-to-point needs at least 2 workers, world_size is {out.world_size}")
     p.mode = p.mode or "blocking"
     if p.mode not in P2P_MODES:
-        raise InvalidSpec("p2p.mode", f"unknown mode {p.mode!r}; expected one of {', '.join(P2P_MODES)}")
-    p2p_sizes(out)
+        raise InvalidSpec("p2p.mode", f"unknown mode {p.mode[:MAX_TEXT]!r}; expected one of {', '.join(P2P_MODES)}")
     with _prefixed("p2p"):
+        sizes = specs.resolve_sizes(list(p.sizes), p.min_bytes, p.max_bytes, p.factor)
         p.iters, p.warmup = specs.check_iters(p.iters, p.warmup if p.HasField("warmup") else None)
     _fill_sweep_defaults(p)
+    n = out.world_size
+    pairs = [(i, j) for i in range(n) for j in range(n) if i != j] if p.pairwise else [(0, 1)]
+    # A send and a receive buffer of the largest size.
+    return _valid(out, sizes=sizes, pairs=pairs, needs_bytes=2 * max(sizes), total=len(sizes) * len(pairs))
 
 
-def _normalize_gradient_average(out: pb.JobSpec) -> None:
+def _normalize_gradient_average(out: pb.JobSpec) -> ValidJob:
     g = out.gradient_average
     g.size_bytes = g.size_bytes or GRADIENT_AVERAGE_DEFAULT_BYTES
     if g.size_bytes < 4 or g.size_bytes % 4:
         raise InvalidSpec("gradient_average.size_bytes", f"must be a positive multiple of 4 (float32), got {g.size_bytes}")
     with _prefixed("gradient_average"):
         g.iters, g.warmup = specs.check_iters(g.iters, g.warmup if g.HasField("warmup") else None)
+    return _valid(out, needs_bytes=2 * g.size_bytes)  # the gradient and its reference
 
 
-def _normalize_train(out: pb.JobSpec) -> None:
+def _normalize_train(out: pb.JobSpec) -> ValidJob:
     t = out.train
     t.model = t.model or TRAIN_DEFAULTS["model"]
     if t.model not in MODELS:
-        raise InvalidSpec("train.model", f"unknown model {t.model!r}; expected one of {', '.join(MODELS)}")
+        raise InvalidSpec("train.model", f"unknown model {t.model[:MAX_TEXT]!r}; expected one of {', '.join(MODELS)}")
     for name in ("steps", "batch_size", "lr"):
         if not t.HasField(name):
             setattr(t, name, TRAIN_DEFAULTS[name])
@@ -133,35 +176,22 @@ def _normalize_train(out: pb.JobSpec) -> None:
         raise InvalidSpec("train.batch_size", f"must be at least 1, got {t.batch_size}")
     if not math.isfinite(t.lr) or t.lr <= 0:
         raise InvalidSpec("train.lr", f"must be a positive number, got {t.lr}")
+    return _valid(out, total=t.steps)  # a few MB of model and batch: no memory check
 
 
-def needs_bytes(spec: pb.JobSpec) -> int:
-    """Device bytes one rank needs for the job's largest step (for placement and rejection)."""
-    kind = spec.WhichOneof("kind")
-    if kind == "collective":
-        c = collective(spec)
-        return max((specs.bytes_needed(c.op, s, spec.world_size, c.in_place)
-                    for s in c.sizes_for(spec.world_size)), default=0)
-    if kind == "p2p":
-        return 2 * max(p2p_sizes(spec))  # a send and a receive buffer
-    if kind == "gradient_average":
-        return 2 * spec.gradient_average.size_bytes  # the gradient and its reference
-    return 0  # train: a few MB of model and batch
+_NORMALIZERS = {"collective": _normalize_collective, "p2p": _normalize_p2p,
+                "gradient_average": _normalize_gradient_average, "train": _normalize_train}
 
 
-def progress_total(spec: pb.JobSpec) -> int:
-    """How many units (sizes, pairs x sizes, steps) the job's progress counts."""
-    kind = spec.WhichOneof("kind")
-    if kind == "collective":
-        return len(collective(spec).sizes_for(spec.world_size))
-    if kind == "p2p":
-        return len(p2p_sizes(spec)) * len(p2p_pairs(spec))
-    if kind == "train":
-        return spec.train.steps
-    return 1
+def size_field(v: ValidJob) -> str:
+    """The field a user changes to make the job smaller."""
+    if v.kind == "gradient_average":
+        return "gradient_average.size_bytes"
+    explicit = getattr(v.spec, v.kind).sizes
+    return f"{v.kind}.sizes" if explicit else f"{v.kind}.max_bytes"
 
 
 def op_name(spec: pb.JobSpec) -> str:
-    """What listings show as the job's op: the collective op, or the job kind."""
+    """What listings show as the job's op: the collective op, or the job kind (no validation)."""
     kind = spec.WhichOneof("kind")
     return spec.collective.op if kind == "collective" else kind or ""

@@ -167,8 +167,9 @@ def validate_collective(
     reduce_op = reduce_op or DEFAULTS["reduce_op"]
     if reduce_op not in REDUCE_OPS:
         raise InvalidSpec("reduce_op", f"unknown reduce op {reduce_op!r}; expected one of {', '.join(REDUCE_OPS)}")
-    if backend is not None:
-        check_backend(backend, op=op, dtype=dtype, reduce_op=reduce_op)
+    refusal = backend_refusal(backend, op=op, dtype=dtype, reduce_op=reduce_op) if backend else None
+    if refusal:
+        raise refusal
     if op == "sendrecv" and world_size < 2:
         raise InvalidSpec("world_size", "sendrecv needs at least 2 ranks")
     if op in ROOTED_OPS and root >= world_size:
@@ -180,22 +181,16 @@ def validate_collective(
     return Collective(op, dtype, reduce_op, tuple(chosen), iters, warmup, bool(in_place), root)
 
 
-def check_backend(backend: str, *, op: str, dtype: str, reduce_op: str) -> None:
-    """Raise InvalidSpec if `backend` cannot run this combination (checked at submit and placement).
+def backend_refusal(backend: str, *, op: str, dtype: str, reduce_op: str) -> InvalidSpec | None:
+    """Why `backend` cannot run this combination (an InvalidSpec naming the field), or None.
 
+    The one rule of what each backend runs, used at submit, placement and in the executor.
     Measured with torch 2.11-2.13: NCCL runs the whole vocabulary; gloo runs every op and dtype,
     and avg on floating dtypes, but its avg divides in place and cannot cast back to integers.
     """
     if backend == "gloo" and op in REDUCING_OPS and reduce_op == "avg" and dtype in INTEGER_DTYPES:
-        raise InvalidSpec("reduce_op", f"avg on {dtype} is not supported by the gloo backend")
-
-
-def backend_supports(backend: str, *, op: str, dtype: str, reduce_op: str) -> bool:
-    try:
-        check_backend(backend, op=op, dtype=dtype, reduce_op=reduce_op)
-    except InvalidSpec:
-        return False
-    return True
+        return InvalidSpec("reduce_op", f"avg on {dtype} is not supported by the gloo backend")
+    return None
 
 
 def physically_in_place(op: str, in_place: bool) -> bool:

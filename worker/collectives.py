@@ -15,7 +15,6 @@ import torch
 import torch.distributed as dist
 
 from ringleader import spec
-from ringleader.errors import InvalidSpec
 from worker import datacheck
 from worker.distutil import NoCounter, backend_for, percentile, sync, time_loop
 
@@ -47,15 +46,6 @@ def torch_reduce_op(name: str) -> dist.ReduceOp:
         return _REDUCE_OPS[name]
     except KeyError:
         raise ValueError(f"reduce_op: unknown reduce op {name!r}") from None
-
-
-def unsupported_reason(backend: str, op: str, dtype: str, reduce_op: str) -> str | None:
-    """Why `backend` cannot run this combination ("<field>: ..."), or None if it can."""
-    try:
-        spec.check_backend(backend, op=op, dtype=dtype, reduce_op=reduce_op)
-    except InvalidSpec as exc:
-        return str(exc)
-    return None
 
 
 @dataclass
@@ -179,9 +169,9 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
             in_place: bool, root: int, device: torch.device, counter=None) -> LocalMeasurement:
     """Time `iters` runs of the op (after `warmup` untimed ones), then check its data once."""
     device = torch.device(device)
-    reason = unsupported_reason(backend_for(device), op, dtype, reduce_op)
-    if reason:
-        raise ValueError(reason)
+    refusal = spec.backend_refusal(backend_for(device), op=op, dtype=dtype, reduce_op=reduce_op)
+    if refusal:
+        raise ValueError(str(refusal))
     if iters < 1:
         raise ValueError("iters: must be at least 1")
     rank, n = dist.get_rank(), dist.get_world_size()

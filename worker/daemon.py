@@ -1,14 +1,14 @@
 """The worker daemon: one per device, control plane only, supervising one executor process.
 
 It keeps one long-lived stream to the coordinator (reconnecting with backoff), forwards
-assignments to its executor and the executor's progress, results and completion back up.
-A crashed executor is replaced and the job it ran is reported failed; the daemon lives on.
+assignments, aborts and group drops to its executor, and the executor's reports back up. It
+never exits on an error of its own: every failure ends with the job failed and a reason, the
+executor replaced if needed, and the daemon idle and connected. Only a signal ends it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import os
 import random
@@ -16,22 +16,19 @@ import socket
 import threading
 from dataclasses import dataclass
 
-import grpc
-
 from ringleader import __version__
-from ringleader.grpc_options import KEEPALIVE_OPTIONS
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
-from ringleader.v1 import workers_pb2_grpc
-from worker.supervisor import ExecutorHandle
+from worker import api
+from worker.link import CoordinatorLink
+from worker.supervisor import ExecutorHandle, ExecutorStartError
 
 log = logging.getLogger("ringleader.worker")
 
-_FAILURES = {"rank": wpb.RANK_ERROR, "peer": wpb.PEER_ERROR}
 # A rank's outcome, for the worker's metrics (worker/metrics.py: ringleader_worker_jobs_total).
 _OUTCOMES = {wpb.RANK_ERROR: "rank_error", wpb.PEER_ERROR: "peer_error", wpb.EXECUTOR_DIED: "executor_died",
              wpb.ABORTED: "aborted"}
-
+DROP_TIMEOUT_S = 10.0  # an executor that takes longer to drop a group is replaced instead
 
 
 @dataclass
@@ -60,10 +57,10 @@ def route_to(target: str) -> str:
         return "127.0.0.1"
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def local_cuda_devices() -> list[str]:
+    import torch
+
+    return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
 
 class Backoff:
@@ -85,215 +82,184 @@ class WorkerDaemon:
         self.config = config
         self.worker_id = config.worker_id or default_worker_id(config.device)
         self.advertise = config.advertise_host or route_to(config.coordinator)
-        self.executor = ExecutorHandle(config.device)
-        self.device: dict = {}
+        self.executor: ExecutorHandle | None = None
+        self.device: api.DeviceInfo | None = None
         self.job: tuple[str, int] | None = None  # (job_id, rank) the executor is running
-        self.warm_group = ""
+        self.holds = ""  # the process group the executor holds
         self.restarts = 0
         # For metrics, read from the metrics server's thread: ranks ended by outcome, and the ops
         # of executors already replaced (a new executor's op counter starts again at 0).
         self.jobs_done = dict.fromkeys(["succeeded", *_OUTCOMES.values(), "failed"], 0)
         self.ops_retired = 0
         self._stats_lock = threading.Lock()
-        self.heartbeat_s = 1.0
-        self.connected = asyncio.Event()
-        # Messages for the coordinator survive reconnects; a failed write goes back to the front.
-        self._outbox: collections.deque[wpb.WorkerMessage] = collections.deque()
-        self._outbox_ready = asyncio.Event()
-        self._executor_lock = asyncio.Lock()
+        self.link = CoordinatorLink(self)
+        self._lock = asyncio.Lock()  # one executor operation at a time
+        self._drops: dict[str, asyncio.Future] = {}
         self._stopping = asyncio.Event()
-        self._session_task: asyncio.Task | None = None
+
+    @property
+    def connected(self) -> asyncio.Event:
+        return self.link.connected
 
     async def run(self) -> None:
-        self.device = await self.executor.start()
-        pump = asyncio.create_task(self._pump_executor())
-        backoff = Backoff(cap=self.config.max_backoff_s)
+        await self._start_executor()
         try:
-            while not self._stopping.is_set():
-                self._session_task = asyncio.create_task(self._session(backoff))
-                try:
-                    await self._session_task
-                except asyncio.CancelledError:
-                    if not self._stopping.is_set():
-                        raise
-                except grpc.aio.AioRpcError as exc:
-                    if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
-                        log.warning("%s", exc.details())
-                    else:
-                        log.info("coordinator %s unreachable (%s)", self.config.coordinator, exc.code().name)
-                self.connected.clear()
-                try:
-                    await asyncio.wait_for(self._stopping.wait(), backoff.next_delay())
-                except TimeoutError:
-                    pass
+            await self.link.run(self._stopping)
         finally:
-            pump.cancel()
-            await self.executor.stop()
+            if self.executor:
+                await self.executor.stop()
 
     def stop(self) -> None:
         """Leave the coordinator and stop the executor (what a first SIGTERM does)."""
         self._stopping.set()
-        if self._session_task:
-            self._session_task.cancel()
+        self.link.stop()
 
-    # ---- the coordinator stream ------------------------------------------------------------
-
-    async def _session(self, backoff: Backoff) -> None:
-        async with grpc.aio.insecure_channel(self.config.coordinator, options=KEEPALIVE_OPTIONS) as channel:
-            call = workers_pb2_grpc.WorkerServiceStub(channel).Connect()
-            await call.write(wpb.WorkerMessage(register=self._register_message()))
-            first = await call.read()
-            if first is grpc.aio.EOF:
-                return
-            self.heartbeat_s = first.registered.heartbeat_interval_s or self.heartbeat_s
-            backoff.reset()
-            self.connected.set()
-            log.info("worker %s registered with %s", self.worker_id, self.config.coordinator)
-            tasks = [asyncio.create_task(t) for t in (self._read(call), self._write(call), self._heartbeat())]
-            try:
-                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for t in done:
-                    if t.exception():
-                        raise t.exception()
-            finally:
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                call.cancel()
-
-    def _register_message(self) -> wpb.Register:
-        d = self.device
+    def register_message(self) -> wpb.Register:
         job_id, rank = self.job or ("", 0)
+        d = self.device
         return wpb.Register(
-            worker_id=self.worker_id, host=socket.gethostname(), address=self.advertise,
-            device=pb.Device(type=d["type"], index=d["index"], name=d["name"], uuid=d["uuid"],
-                             memory_bytes=d["memory_bytes"]),
-            backend=d["backend"], store_port=free_port(self.advertise), running_job_id=job_id,
-            running_rank=rank, warm_group=self.warm_group, executor_restarts=self.restarts,
-            version=__version__)
+            worker_id=self.worker_id, host=socket.gethostname(), address=self.advertise, device=d.to_pb(),
+            backend=d.backend, running_job_id=job_id, running_rank=rank, warm_group=self.holds,
+            executor_restarts=self.restarts, version=__version__)
 
-    async def _read(self, call) -> None:
-        while True:
-            msg = await call.read()
-            if msg is grpc.aio.EOF:
-                return
-            kind = msg.WhichOneof("msg")
-            if kind == "assignment":
-                await self._assign(msg.assignment)
-            elif kind == "abort":
-                await self._abort(msg.abort)
+    def heartbeat_message(self) -> wpb.Heartbeat:
+        health, detail = self.executor.health() if self.executor else (pb.EXECUTOR_STARTING, "starting")
+        return wpb.Heartbeat(job_id=self.job[0] if self.job else "", op_seq=self.executor_ops(),
+                             executor=health, executor_detail=detail)
 
-    async def _write(self, call) -> None:
-        while True:
-            await self._outbox_ready.wait()
-            while self._outbox:
-                msg = self._outbox.popleft()
-                try:
-                    await call.write(msg)
-                except BaseException:
-                    self._outbox.appendleft(msg)
-                    raise
-            self._outbox_ready.clear()
+    # ---- what the coordinator says ---------------------------------------------------------
 
-    async def _heartbeat(self) -> None:
-        while True:
-            job_id = self.job[0] if self.job else ""
-            self._send(wpb.WorkerMessage(heartbeat=wpb.Heartbeat(job_id=job_id, op_seq=self.executor.op_seq)))
-            await asyncio.sleep(self.heartbeat_s)
-
-    def _send(self, msg: wpb.WorkerMessage) -> None:
-        if msg.WhichOneof("msg") == "heartbeat" and not self.connected.is_set():
-            return  # stale heartbeats are worthless after a reconnect
-        self._outbox.append(msg)
-        self._outbox_ready.set()
-
-    # ---- the executor ----------------------------------------------------------------------
+    async def on_coordinator(self, msg: wpb.CoordinatorMessage) -> None:
+        kind = msg.WhichOneof("msg")
+        if kind == "assignment":
+            await self._assign(msg.assignment)
+        elif kind == "abort":
+            await self._abort(msg.abort)
+        elif kind == "drop_group":
+            await self._drop(msg.drop_group)
 
     async def _assign(self, a: wpb.Assignment) -> None:
-        async with self._executor_lock:
-            if self.job:
-                # The coordinator placed us twice: refuse the new job rather than corrupt the old.
-                self._send_done(a.job_id, a.rank, ok=False, error=f"worker busy with job {self.job[0]}",
-                                failure=wpb.RANK_ERROR)
+        async with self._lock:
+            if self.job or self.executor is None:
+                why = f"worker busy with job {self.job[0]}" if self.job else "worker has no executor"
+                # The coordinator placed us wrongly: refuse the new job rather than corrupt the old.
+                self._send_done(a.rank, api.Done.failed(a.job_id, why, wpb.RANK_ERROR, holds=self.holds))
                 return
             self.job = (a.job_id, a.rank)
-            self.executor.send({"t": "run", "assignment": a.SerializeToString()})
+            self.executor.send(api.Run(a.SerializeToString()))
 
     async def _abort(self, abort: wpb.Abort) -> None:
-        async with self._executor_lock:
+        async with self._lock:
             if not self.job or self.job[0] != abort.job_id:
+                # Not (or no longer) running it: say so, so the coordinator never waits on us.
+                self._send_done(0, api.Done.failed(abort.job_id, "aborted: not running it", wpb.ABORTED,
+                                                   holds=self.holds))
                 return
             job_id, rank = self.job
             log.warning("aborting job %s: %s", job_id, abort.reason)
             # The group may be mid-collective with a dead peer: only a new process is safe.
             await self._replace_executor()
             self.job = None
-            self._send_done(job_id, rank, ok=False, error=f"aborted: {abort.reason}", failure=wpb.ABORTED)
+            self._send_done(rank, api.Done.failed(job_id, f"aborted: {abort.reason}", wpb.ABORTED))
+
+    async def _drop(self, drop: wpb.DropGroup) -> None:
+        async with self._lock:
+            key = drop.group_key
+            if self.job:
+                return  # the coordinator asks again once this job ends and we say what we hold
+            if self.holds == key and self.executor:
+                done = self._drops[key] = asyncio.get_running_loop().create_future()
+                self.executor.send(api.DropGroup(key))
+                try:
+                    await asyncio.wait_for(done, DROP_TIMEOUT_S)
+                except TimeoutError:
+                    log.warning("executor did not drop group %s in %.0f s: replacing it", key, DROP_TIMEOUT_S)
+                    await self._replace_executor()
+                finally:
+                    self._drops.pop(key, None)
+            if self.holds == key:
+                self.holds = ""
+            self.link.send(wpb.WorkerMessage(group_dropped=wpb.GroupDropped(group_key=key)))
+
+    # ---- what the executor says ------------------------------------------------------------
+
+    def on_executor(self, handle: ExecutorHandle, msg) -> None:
+        if handle is not self.executor:
+            return  # the last words of an executor that was already replaced
+        job_id, rank = self.job or ("", 0)
+        if isinstance(msg, api.Progress) and msg.job_id == job_id:
+            self.link.send(wpb.WorkerMessage(progress=wpb.ProgressReport(job_id=job_id, rank=rank, progress=pb.Progress(
+                done=msg.done, total=msg.total, size_bytes=msg.size_bytes))))
+        elif isinstance(msg, api.Result) and msg.job_id == job_id:
+            self.link.send(wpb.WorkerMessage(result=wpb.ResultReport(
+                job_id=job_id, result=pb.SizeResult.FromString(msg.row))))
+        elif isinstance(msg, api.StoreReady) and msg.job_id == job_id:
+            self.link.send(wpb.WorkerMessage(store_ready=wpb.StoreReady(
+                job_id=job_id, group_key=msg.group_key, store_port=msg.port)))
+        elif isinstance(msg, api.Done) and msg.job_id == job_id:
+            self.job, self.holds = None, msg.holds
+            self._send_done(rank, msg)
+        elif isinstance(msg, api.GroupDropped):
+            if msg.group_key == self.holds:
+                self.holds = ""
+            future = self._drops.get(msg.group_key)
+            if future and not future.done():
+                future.set_result(None)
+        elif isinstance(msg, api.Exited):
+            asyncio.create_task(self._on_executor_death(handle))
+
+    async def _on_executor_death(self, handle: ExecutorHandle) -> None:
+        async with self._lock:
+            if handle is not self.executor or self._stopping.is_set():
+                return
+            code = await handle.reap()
+            why = f"executor process died (exit code {code})" if code is None or code >= 0 else \
+                f"executor process killed by signal {-code}"
+            log.error("%s", why)
+            job, held = self.job, self.holds
+            await self._replace_executor()
+            self.job = None
+            if job:
+                self._send_done(job[1], api.Done.failed(job[0], why, wpb.EXECUTOR_DIED))
+            elif held:
+                self.link.send(wpb.WorkerMessage(group_dropped=wpb.GroupDropped(group_key=held)))
+
+    # ---- the executor process --------------------------------------------------------------
+
+    def executor_ops(self) -> int:
+        return self.executor.op_seq if self.executor else 0
 
     def ops_run(self) -> int:
         """Collective ops run by all of this daemon's executors so far."""
         with self._stats_lock:
-            return self.ops_retired + self.executor.op_seq
+            return self.ops_retired + self.executor_ops()
+
+    async def _start_executor(self) -> None:
+        """Start an executor, retrying with backoff until one starts or the daemon stops."""
+        backoff = Backoff(base=0.5, cap=30.0)
+        while not self._stopping.is_set():
+            handle = ExecutorHandle(self.config.device, self.on_executor, self.advertise)
+            try:
+                self.device = await handle.start()
+                self.executor = handle
+                return
+            except ExecutorStartError as exc:
+                log.error("%s; retrying", exc)
+            await asyncio.sleep(backoff.next_delay())
 
     async def _replace_executor(self) -> None:
-        await self.executor.kill()
-        with self._stats_lock:  # one step for a reader on another thread: no ops lost or counted twice
-            self.ops_retired += self.executor.op_seq
-            self.executor = ExecutorHandle(self.config.device)
-        self.warm_group = ""
+        old, self.executor = self.executor, None
+        if old:
+            await old.kill()
+            with self._stats_lock:  # one step for a reader on another thread: no op lost or counted twice
+                self.ops_retired += old.op_seq
+        self.holds = ""
         self.restarts += 1
-        self.device = await self.executor.start()
+        await self._start_executor()
 
-    async def _pump_executor(self) -> None:
-        while True:
-            executor = self.executor
-            msg = await executor.messages.get()
-            if executor is not self.executor:
-                continue  # a message from an executor that was already replaced
-            t = msg["t"]
-            if t == "progress" and self.job:
-                self._send(wpb.WorkerMessage(progress=wpb.ProgressReport(
-                    job_id=msg["job_id"], rank=self.job[1],
-                    progress=pb.Progress(done=msg["done"], total=msg["total"], size_bytes=msg["size_bytes"]))))
-            elif t == "result":
-                self._send(wpb.WorkerMessage(result=wpb.ResultReport(
-                    job_id=msg["job_id"], result=pb.SizeResult(**msg["result"]))))
-            elif t == "done" and self.job and self.job[0] == msg["job_id"]:
-                rank = self.job[1]
-                self.job = None
-                self.warm_group = msg["warm_group"]
-                self._send_done(msg["job_id"], rank, ok=msg["ok"], error=msg["error"],
-                                failure=_FAILURES.get(msg["failure"], 0), warm_start=msg["warm_start"],
-                                results=[pb.SizeResult(**r) for r in msg["results"]],
-                                outcome=msg.get("outcome"))
-            elif t == "exit":
-                await self._on_executor_death(executor)
-
-    async def _on_executor_death(self, executor: ExecutorHandle) -> None:
-        async with self._executor_lock:
-            if executor is not self.executor or self._stopping.is_set():
-                return
-            code = await executor.reap()
-            why = f"executor process died (exit code {code})" if code is None or code >= 0 else \
-                f"executor process killed by signal {-code}"
-            log.error("%s", why)
-            job = self.job
-            await self._replace_executor()
-            self.job = None
-            if job:
-                self._send_done(job[0], job[1], ok=False, error=why, failure=wpb.EXECUTOR_DIED)
-
-    def _send_done(self, job_id: str, rank: int, *, ok: bool, error: str = "", failure: int = 0,
-                   warm_start: bool = False, results: list | None = None,
-                   outcome: tuple[str, bytes] | None = None) -> None:
-        self.jobs_done["succeeded" if ok else _OUTCOMES.get(failure, "failed")] += 1
-        done = wpb.JobDone(
-            job_id=job_id, rank=rank, ok=ok, error=error, failure=failure, warm_group=self.warm_group,
-            store_port=free_port(self.advertise), warm_start=warm_start,
-            executor_restarts=self.restarts, results=results or [])
-        if outcome:  # (kind, serialized message) of a non-collective job, from rank 0's executor
-            getattr(done, outcome[0]).ParseFromString(outcome[1])
-        self._send(wpb.WorkerMessage(done=done))
+    def _send_done(self, rank: int, done: api.Done) -> None:
+        self.jobs_done["succeeded" if done.ok else _OUTCOMES.get(done.failure, "failed")] += 1
+        self.link.send(wpb.WorkerMessage(done=done.to_pb(rank, self.restarts)))
 
 
 async def run_daemons(configs: list[WorkerConfig], metrics=None) -> None:
@@ -308,3 +274,4 @@ async def run_daemons(configs: list[WorkerConfig], metrics=None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: [d.stop() for d in daemons])
     await asyncio.gather(*(d.run() for d in daemons))
+

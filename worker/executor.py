@@ -1,14 +1,10 @@
 """The executor: a child process of the daemon that owns the device and the process group.
 
-It talks to its daemon over a multiprocessing Pipe (pickled dicts) and to its peers over
-NCCL or gloo. It keeps its process group between jobs while the coordinator sends the same
-group key (a warm group), so such jobs start without a new rendezvous. Any failure inside a
-job destroys the group: its state is unknown after an error.
-
-Messages up:   ready{device}, progress{job_id, done, total, size_bytes}, result{job_id, result},
-               done{job_id, ok, error, failure ("rank" or "peer"), warm_group, warm_start, results,
-                    outcome: (kind, serialized outcome message) of a non-collective job, rank 0 only}
-Messages down: run{assignment: serialized Assignment}, exit
+It speaks worker/api.py's messages with its daemon and NCCL or gloo with its peers. It keeps its
+process group between jobs while the coordinator sends the same group key (a warm group), and
+drops it when told (DropGroup) or when a job on it fails: its state is unknown after an error.
+A new group forms with rank 0 binding its TCP store on a free port and reporting it
+(StoreReady) before the other ranks are told where to connect.
 """
 
 from __future__ import annotations
@@ -16,157 +12,154 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import threading
+import time
 import traceback
 
+from worker import api
+
 STORE_TIMEOUT_S = 60  # how long ranks wait for each other at rendezvous
-# Errors that a rank sees when a peer dies or hangs: reported as "peer" so the coordinator
+BEAT_S = 0.2  # the liveness counter's period (the daemon watches it)
+# Errors that a rank sees when a peer dies or hangs: reported as PEER_ERROR so the coordinator
 # looks for the rank that caused them before blaming this one.
 PEER_ERROR_MARKERS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
                       "Socket Timeout", "Timed out", "remote process exited", "communicator was aborted")
 
 
-def failure_kind(exc: BaseException) -> str:
+def failure_kind(exc: BaseException) -> int:
     import torch.distributed as dist
+
+    from ringleader.v1 import workers_pb2 as wpb
 
     peer_types = tuple(t for t in (getattr(dist, "DistNetworkError", None),) if t)
     if isinstance(exc, peer_types) or any(m in str(exc) for m in PEER_ERROR_MARKERS):
-        return "peer"
-    return "rank"
+        return wpb.PEER_ERROR
+    return wpb.RANK_ERROR
 
 
-def describe_device(device_arg: str) -> dict:
+def describe_device(device_arg: str) -> api.DeviceInfo:
     import torch
 
     if device_arg.startswith("cuda"):
         index = int(device_arg.split(":")[1])
         props = torch.cuda.get_device_properties(index)
-        return dict(type="cuda", index=index, name=props.name, uuid=str(getattr(props, "uuid", "")),
-                    memory_bytes=int(props.total_memory), backend="nccl")
+        return api.DeviceInfo("cuda", index, props.name, str(getattr(props, "uuid", "")),
+                              int(props.total_memory), "nccl")
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return dict(type="cpu", index=0, name=platform.processor() or platform.machine() or "cpu",
-                uuid="", memory_bytes=int(memory), backend="gloo")
+    return api.DeviceInfo("cpu", 0, platform.processor() or platform.machine() or "cpu", "", int(memory), "gloo")
 
 
 class Executor:
-    def __init__(self, conn, device_arg: str, counter) -> None:
+    def __init__(self, conn, device_arg: str, ops) -> None:
         import torch
 
         self.conn = conn
-        self.counter = counter
+        self.ops = ops
         self.device = torch.device(device_arg)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.group_key = ""
+        self.backend = ""
 
     def serve(self) -> None:
-        self.conn.send({"t": "ready", "device": describe_device(str(self.device))})
-        while True:
-            msg = self.conn.recv()
-            if msg["t"] == "exit":
-                break
-            if msg["t"] == "run":
-                self.run(msg["assignment"])
+        self.conn.send(api.Ready(describe_device(str(self.device)), os.getpid()))
+        while not isinstance(msg := self.conn.recv(), api.Exit):
+            if isinstance(msg, api.Run):
+                self.conn.send(self.run(msg.assignment))
+            elif isinstance(msg, api.DropGroup):
+                if msg.group_key == self.group_key:
+                    self._destroy_group()
+                self.conn.send(api.GroupDropped(msg.group_key))
         self._destroy_group()
 
-    def run(self, raw: bytes) -> None:
+    def run(self, raw: bytes) -> api.Done:
+        from ringleader import jobspec
         from ringleader.v1 import workers_pb2 as wpb
+        from worker.kinds import RUNNERS, RunContext
 
         a = wpb.Assignment.FromString(raw)
         warm = bool(self.group_key) and self.group_key == a.group_key
-        results: list[dict] = []
-        outcome: tuple[str, bytes] | None = None
         try:
             if not warm:
                 self._init_group(a)
-            kind = a.spec.WhichOneof("kind")
-            if kind == "collective":
-                results = self._sweep(a)
-            else:
-                outcome = (kind, self._run_kind(kind, a).SerializeToString())
+            job = jobspec.normalize(a.spec)
+            ctx = RunContext(a.job_id, a.rank, self.device, self.ops, self.conn.send)
+            outcome = RUNNERS[job.kind](job, ctx)
+            ctx.progress(job.progress_total, job.progress_total, 0)
         except Exception as exc:  # reported to the coordinator, which fails the job
             self._destroy_group()
             detail = f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, (MemoryError, ValueError)):
                 detail += " | " + traceback.format_exc(limit=3).strip().splitlines()[-1]
-            self.conn.send({"t": "done", "job_id": a.job_id, "ok": False, "error": detail,
-                            "failure": failure_kind(exc), "warm_group": "", "warm_start": warm, "results": []})
-            return
-        self.conn.send({"t": "done", "job_id": a.job_id, "ok": True, "error": "", "failure": "",
-                        "warm_group": self.group_key, "warm_start": warm, "results": results,
-                        "outcome": outcome if a.rank == 0 else None})
+            return api.Done.failed(a.job_id, detail, failure_kind(exc), warm_start=warm)
+        first = a.rank == 0
+        return api.Done(a.job_id, ok=True, holds=self.group_key, warm_start=warm,
+                        results=tuple(r.SerializeToString() for r in outcome.results) if first else (),
+                        outcome=outcome.serialized() if first else None)
 
     def _init_group(self, a) -> None:
         import torch.distributed as dist
 
         self._destroy_group()
-        if a.store_host.startswith("127.") and "GLOO_SOCKET_IFNAME" not in os.environ:
-            # All ranks on this host: keep gloo (the CPU backend, and host staging on GPUs) on loopback.
-            os.environ["GLOO_SOCKET_IFNAME"] = "lo"
         timeout = datetime.timedelta(seconds=STORE_TIMEOUT_S)
-        store = dist.TCPStore(a.store_host, a.store_port, a.world_size, is_master=a.rank == 0,
-                              timeout=timeout, wait_for_workers=False)
+        if a.rank == 0:  # bind first (a free port), then say where: no port can be taken between
+            store = dist.TCPStore(a.store_host, a.store_port, a.world_size, is_master=True,
+                                  timeout=timeout, wait_for_workers=False)
+            self.conn.send(api.StoreReady(a.job_id, a.group_key, store.port))
+        else:
+            store = dist.TCPStore(a.store_host, a.store_port, a.world_size, is_master=False, timeout=timeout)
         kwargs = {"device_id": self.device} if a.backend == "nccl" else {}
         dist.init_process_group(a.backend, store=store, rank=a.rank, world_size=a.world_size,
                                 timeout=timeout, **kwargs)
-        self.group_key = a.group_key
+        self.group_key, self.backend = a.group_key, a.backend
 
     def _destroy_group(self) -> None:
+        """Drop the group without waiting for peers: NCCL's graceful destroy can wait on members
+        that will never call it (they left, or hold on to it), so NCCL groups are aborted."""
         import torch.distributed as dist
+
+        from worker.distutil import drop_default_group
 
         self.group_key = ""
         if dist.is_initialized():
-            dist.destroy_process_group()
+            drop_default_group(abort=self.backend == "nccl")
 
-    def _run_kind(self, kind: str, a):
-        from worker.kinds import RUNNERS
 
-        def progress(done: int, total: int, size_bytes: int) -> None:
-            self.conn.send({"t": "progress", "job_id": a.job_id, "done": done, "total": total,
-                            "size_bytes": size_bytes})
-
-        from ringleader import jobspec
-
-        outcome = RUNNERS[kind](a.spec, self.device, self.counter, progress)
-        total = jobspec.progress_total(a.spec)
-        progress(total, total, 0)
-        return outcome
-
-    def _sweep(self, a) -> list[dict]:
-        from ringleader import jobspec
-        from worker import collectives
-
-        c = jobspec.collective(a.spec)
-        sizes = c.sizes_for(a.world_size)
-        results = []
-        for i, size in enumerate(sizes):
-            self.conn.send({"t": "progress", "job_id": a.job_id, "done": i, "total": len(sizes), "size_bytes": size})
-            local = collectives.measure(c.op, c.dtype, c.reduce_op, size, iters=c.iters, warmup=c.warmup,
-                                        in_place=c.in_place, root=c.root, device=self.device, counter=self.counter)
-            row = collectives.summarize(local, op=c.op, dtype=c.dtype, reduce_op=c.reduce_op, size_bytes=size,
-                                        root=c.root, in_place=c.in_place, iters=c.iters, device=self.device)
-            if a.rank == 0:
-                results.append(row)
-                self.conn.send({"t": "result", "job_id": a.job_id, "result": row})
-        self.conn.send({"t": "progress", "job_id": a.job_id, "done": len(sizes), "total": len(sizes), "size_bytes": 0})
-        return results
+PROCESS_NAME = b"rl-executor"  # what ps and /proc/PID/comm show
 
 
 def _die_with_parent() -> None:
-    """Linux: have the kernel kill this process when its daemon dies, even by SIGKILL."""
+    """Linux: have the kernel kill this process when its parent dies, even by SIGKILL (the
+    parent is the forkserver, which exits when its daemon does); and name it for ps."""
     try:
         import ctypes
         import signal
 
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(PR_SET_NAME, ctypes.c_char_p(PROCESS_NAME))
     except (OSError, AttributeError):
         pass  # not Linux: the executor notices the closed pipe at its next receive instead
 
 
-def main(conn, device_arg: str, counter) -> None:
-    """Entry point of the executor process (multiprocessing 'spawn' target)."""
+def _beat(beats) -> None:
+    """Tick a shared counter while this process runs: the daemon reads a stopped count as a
+    stopped or wedged executor."""
+    while True:
+        beats.value += 1
+        time.sleep(BEAT_S)
+
+
+def main(conn, device_arg: str, ops, beats, advertise: str = "") -> None:
+    """Entry point of the executor process (a multiprocessing target)."""
     _die_with_parent()
+    threading.Thread(target=_beat, args=(beats,), daemon=True, name="beat").start()
+    if advertise:
+        from worker.netif import pin_interfaces
+
+        pin_interfaces(advertise, os.environ)
     try:
-        Executor(conn, device_arg, counter).serve()
+        Executor(conn, device_arg, ops).serve()
     except (EOFError, KeyboardInterrupt):  # the daemon went away: nothing left to report to
         pass

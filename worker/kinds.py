@@ -1,53 +1,105 @@
-"""Run the non-collective job kinds inside an executor and shape their outcome as protobuf.
+"""The job-kind registry: what an executor runs for each kind of job, on every rank.
 
-Each function runs on every rank of the executor's process group and returns the outcome
-message (identical on every rank; rank 0's is reported). `progress(done, total, size_bytes)`
-tells the daemon how far the job is.
+Each runner takes the checked job (ringleader.jobspec.ValidJob) and a RunContext, runs on every
+rank of the executor's process group, and returns an Outcome: result rows (collective sweeps) or
+an outcome message (the other kinds; identical on every rank, rank 0's is reported).
 """
 
 from __future__ import annotations
 
-from ringleader import jobspec
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ringleader.jobspec import ValidJob
 from ringleader.v1 import jobs_pb2 as pb
+from worker import api
 
 
-def run_p2p(spec: pb.JobSpec, device, counter, progress) -> pb.P2PResult:
+@dataclass
+class RunContext:
+    job_id: str
+    rank: int
+    device: object  # torch.device
+    counter: object  # shared int whose .value grows by one per communication op
+    send: Callable[[object], None]  # to the daemon
+
+    def progress(self, done: int, total: int, size_bytes: int) -> None:
+        self.send(api.Progress(self.job_id, done, total, size_bytes))
+
+    def result(self, row: pb.SizeResult) -> None:
+        """Stream a result row as soon as it exists (rank 0 reports; others keep quiet)."""
+        if self.rank == 0:
+            self.send(api.Result(self.job_id, row.SerializeToString()))
+
+
+@dataclass
+class Outcome:
+    results: list[pb.SizeResult] = field(default_factory=list)
+    message: object | None = None  # a jobs_pb2 outcome (P2PResult, ...) for the other kinds
+
+    def serialized(self) -> tuple[str, bytes] | None:
+        if self.message is None:
+            return None
+        kind = {pb.P2PResult: "p2p", pb.GradientAverageResult: "gradient_average",
+                pb.TrainResult: "train"}[type(self.message)]
+        return kind, self.message.SerializeToString()
+
+
+def run_collective(job: ValidJob, ctx: RunContext) -> Outcome:
+    from worker import collectives
+
+    c = job.collective
+    rows = []
+    for i, size in enumerate(job.sizes):
+        ctx.progress(i, len(job.sizes), size)
+        local = collectives.measure(c.op, c.dtype, c.reduce_op, size, iters=c.iters, warmup=c.warmup,
+                                    in_place=c.in_place, root=c.root, device=ctx.device, counter=ctx.counter)
+        row = pb.SizeResult(**collectives.summarize(local, op=c.op, dtype=c.dtype, reduce_op=c.reduce_op,
+                                                    size_bytes=size, root=c.root, in_place=c.in_place,
+                                                    iters=c.iters, device=ctx.device))
+        ctx.result(row)
+        rows.append(row)
+    return Outcome(results=rows)
+
+
+def run_p2p(job: ValidJob, ctx: RunContext) -> Outcome:
     from worker.workloads import p2p
 
-    p = spec.p2p
-    sizes, pairs = jobspec.p2p_sizes(spec), jobspec.p2p_pairs(spec)
+    p, pairs = job.spec.p2p, list(job.pairs)
     rows: list[dict] = []
-    for i, size in enumerate(sizes):  # one size at a time, so progress moves during long sweeps
-        progress(i * len(pairs), len(sizes) * len(pairs), size)
-        rows += p2p.ping_pong([size], iters=p.iters, warmup=p.warmup, mode=p.mode, device=device,
-                              counter=counter, pairs=pairs)
+    for i, size in enumerate(job.sizes):  # one size at a time, so progress moves during long sweeps
+        ctx.progress(i * len(pairs), job.progress_total, size)
+        rows += p2p.ping_pong([size], iters=p.iters, warmup=p.warmup, mode=p.mode, device=ctx.device,
+                              counter=ctx.counter, pairs=pairs)
     out = pb.P2PResult(rows=[pb.P2PRow(**r) for r in rows])
     if p.pairwise:
-        largest = max(sizes)
-        m = p2p.pairwise_matrix([r for r in rows if r["size_bytes"] == largest], spec.world_size, largest)
+        largest = max(job.sizes)
+        m = p2p.pairwise_matrix([r for r in rows if r["size_bytes"] == largest], job.world_size, largest)
         out.matrix_size_bytes = largest
         out.median_gbps = m["median_gbps"]
         out.matrix.extend(pb.P2PMatrixRow(gbps=[-1.0 if g is None else g for g in row]) for row in m["matrix"])
         out.flagged.extend(pb.FlaggedPair(**f) for f in m["flagged"])
-    return out
+    return Outcome(message=out)
 
 
-def run_gradient_average(spec: pb.JobSpec, device, counter, progress) -> pb.GradientAverageResult:
+def run_gradient_average(job: ValidJob, ctx: RunContext) -> Outcome:
     from worker.workloads.gradavg import gradient_average
 
-    g = spec.gradient_average
-    progress(0, 1, g.size_bytes)
-    return pb.GradientAverageResult(**gradient_average(g.size_bytes // 4, iters=g.iters, warmup=g.warmup,
-                                                       device=device, counter=counter))
+    g = job.spec.gradient_average
+    ctx.progress(0, 1, g.size_bytes)
+    return Outcome(message=pb.GradientAverageResult(**gradient_average(
+        g.size_bytes // 4, iters=g.iters, warmup=g.warmup, device=ctx.device, counter=ctx.counter)))
 
 
-def run_train(spec: pb.JobSpec, device, counter, progress) -> pb.TrainResult:
+def run_train(job: ValidJob, ctx: RunContext) -> Outcome:
     from worker.workloads.train import train
 
-    t = spec.train
-    result = train(t.model, steps=t.steps, batch_size=t.batch_size, lr=t.lr, seed=t.seed, device=device,
-                   counter=counter, on_step=lambda step, loss: progress(step + 1, t.steps, 0))
-    return pb.TrainResult(**result)
+    t = job.spec.train
+    result = train(t.model, steps=t.steps, batch_size=t.batch_size, lr=t.lr, seed=t.seed, device=ctx.device,
+                   counter=ctx.counter, on_step=lambda step, loss: ctx.progress(step + 1, t.steps, 0))
+    return Outcome(message=pb.TrainResult(**result))
 
 
-RUNNERS = {"p2p": run_p2p, "gradient_average": run_gradient_average, "train": run_train}
+RUNNERS: dict[str, Callable[[ValidJob, RunContext], Outcome]] = {
+    "collective": run_collective, "p2p": run_p2p, "gradient_average": run_gradient_average, "train": run_train,
+}

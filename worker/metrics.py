@@ -26,6 +26,7 @@ For power, clocks, NVLink and ECC counters run NVIDIA's dcgm-exporter next to th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -163,7 +164,7 @@ class WorkerCollector(Collector):
         any_cpu = False
         for d in list(self.daemons):
             dev = d.config.device
-            facts = d.device or {}
+            facts = dataclasses.asdict(d.device) if d.device else {}
             info.add_metric([dev, d.worker_id, facts.get("backend", ""), facts.get("name", "")], 1)
             connected.add_metric([dev], 1 if d.connected.is_set() else 0)
             busy.add_metric([dev], 1 if d.job else 0)

@@ -1,61 +1,123 @@
-"""The daemon's handle on its executor child: start, talk, kill, notice death."""
+"""The daemon's handle on its executor child: start, talk, watch from outside, kill.
+
+Executors are forked from a forkserver that has already imported torch, so replacing one (after
+an abort, a crash or a wedged group) takes milliseconds instead of a second of imports. A new
+handle reads the executor's Ready straight off its pipe before anything else listens; only then
+does a reader thread deliver messages, each as `on_message(handle, msg)` on the daemon's loop,
+ending with api.Exited when the pipe closes. One reader, so no message can go astray.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
 import threading
+import time
+from typing import Callable
+
+from worker import api
 
 READY_TIMEOUT_S = 120  # importing torch and creating a CUDA context can take a while
+UNRESPONSIVE_S = 3.0  # no beat for this long: the executor is not responding
+
+_CONTEXT = None
+
+
+def _context():
+    """One forkserver per daemon process, preloaded with torch (started on first use)."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = mp.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "worker.executor"])
+    return _CONTEXT
+
+
+class ExecutorStartError(RuntimeError):
+    pass
 
 
 class ExecutorHandle:
-    """One executor process. Its messages arrive on `messages`; death arrives as {"t": "exit"}."""
-
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, on_message: Callable[["ExecutorHandle", object], None],
+                 advertise: str = "") -> None:
         self.device = device
-        self.messages: asyncio.Queue = asyncio.Queue()
-        self.counter = None
+        self.advertise = advertise
+        self.on_message = on_message
+        self.pid = 0
+        self._ops = None
+        self._beats = None
         self._proc = None
         self._conn = None
+        self._last_beat = (-1, time.monotonic())  # (value, when it last changed)
 
-    async def start(self) -> dict:
-        """Spawn the executor and wait for its device description."""
+    async def start(self) -> api.DeviceInfo:
+        """Start the executor and wait for its Ready; ExecutorStartError if it never comes."""
         from worker import executor
 
-        ctx = mp.get_context("spawn")  # never fork a process that may hold CUDA or gRPC state
+        ctx = _context()
         parent, child = ctx.Pipe()
-        self.counter = ctx.Value("q", 0, lock=False)  # op sequence number, read for heartbeats
-        self._proc = ctx.Process(target=executor.main, args=(child, self.device, self.counter),
+        self._ops, self._beats = ctx.Value("q", 0, lock=False), ctx.Value("q", 0, lock=False)
+        self._proc = ctx.Process(target=executor.main, args=(child, self.device, self._ops, self._beats,
+                                                             self.advertise),
                                  name=f"ringleader-executor-{self.device}", daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent
-        self.messages = asyncio.Queue()
+        ready = await asyncio.to_thread(self._first_message, READY_TIMEOUT_S)
+        if not isinstance(ready, api.Ready):
+            await self.kill()
+            raise ExecutorStartError(f"executor for {self.device} failed to start ({ready})")
+        self.pid = ready.pid
         loop = asyncio.get_running_loop()
-        threading.Thread(target=self._pump, args=(parent, self.messages, loop), daemon=True).start()
-        ready = await asyncio.wait_for(self.messages.get(), READY_TIMEOUT_S)
-        if ready.get("t") != "ready":
-            raise RuntimeError(f"executor for {self.device} failed to start (exit code {self.exitcode})")
-        return ready["device"]
+        threading.Thread(target=self._read, args=(parent, loop), daemon=True,
+                         name=f"executor-reader-{self.device}").start()
+        return ready.device
 
-    @staticmethod
-    def _pump(conn, queue: asyncio.Queue, loop) -> None:
+    def _first_message(self, timeout: float):
+        try:
+            if not self._conn.poll(timeout):
+                return f"no answer within {timeout:.0f} s"
+            return self._conn.recv()
+        except (EOFError, OSError):
+            self._proc.join(5)
+            return f"exit code {self._proc.exitcode}"
+
+    def _read(self, conn, loop) -> None:
         while True:
             try:
                 msg = conn.recv()
             except (EOFError, OSError):
-                loop.call_soon_threadsafe(queue.put_nowait, {"t": "exit"})
+                msg = api.Exited()
+            try:
+                loop.call_soon_threadsafe(self.on_message, self, msg)
+            except RuntimeError:  # the loop is closed: the daemon is gone
                 return
-            loop.call_soon_threadsafe(queue.put_nowait, msg)
+            if isinstance(msg, api.Exited):
+                return
 
     @property
     def op_seq(self) -> int:
-        return int(self.counter.value) if self.counter is not None else 0
+        return int(self._ops.value) if self._ops is not None else 0
 
     @property
     def exitcode(self):
         return self._proc.exitcode if self._proc else None
+
+    def health(self) -> tuple[int, str]:
+        """(ExecutorHealth, detail) as seen from outside: a stopped process, or one whose
+        liveness thread has not beaten for UNRESPONSIVE_S, is named for what it is."""
+        from ringleader.v1 import jobs_pb2 as pb
+
+        if self._proc is None or not self._proc.is_alive():
+            return pb.EXECUTOR_STARTING, "not running"
+        if _process_state(self._proc.pid) in ("T", "t"):
+            return pb.EXECUTOR_STOPPED, "process stopped"
+        value, since = self._last_beat
+        now = time.monotonic()
+        if self._beats.value != value:
+            self._last_beat = (self._beats.value, now)
+        elif now - since > UNRESPONSIVE_S:
+            return pb.EXECUTOR_UNRESPONSIVE, f"no sign of life for {now - since:.1f} s"
+        return pb.EXECUTOR_OK, ""
 
     async def reap(self, timeout: float = 5.0):
         """Wait for a dying executor to be reaped, then return its exit code (None if it lives on).
@@ -66,7 +128,7 @@ class ExecutorHandle:
             await asyncio.to_thread(self._proc.join, timeout)
         return self.exitcode
 
-    def send(self, msg: dict) -> None:
+    def send(self, msg) -> None:
         self._conn.send(msg)
 
     async def kill(self) -> None:
@@ -82,8 +144,18 @@ class ExecutorHandle:
         """Ask the executor to leave its process group and exit; kill it if it does not."""
         if self._proc and self._proc.is_alive():
             try:
-                self.send({"t": "exit"})
+                self.send(api.Exit())
             except (OSError, ValueError):
                 pass
             await asyncio.to_thread(self._proc.join, 10)
         await self.kill()
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat ("R", "S", "T" stopped, ...; "" where unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+

@@ -33,7 +33,7 @@ class _JobStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobState.Val
     CANCELLED: _JobState.ValueType  # 5
 
 class JobState(_JobState, metaclass=_JobStateEnumTypeWrapper):
-    """Job lifecycle. Allowed transitions:
+    """Job lifecycle; the allowed transitions are ringleader/states.py's JOBS table (drawn in README.md):
       QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
       QUEUED -> CANCELLED
       RUNNING -> QUEUED   (only when a coordinator restart interrupted it; partial results dropped)
@@ -59,13 +59,43 @@ class _WorkerStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WorkerSta
     DISCONNECTED: _WorkerState.ValueType  # 3
 
 class WorkerState(_WorkerState, metaclass=_WorkerStateEnumTypeWrapper):
-    """Worker states: CONNECTED_IDLE <-> BUSY; either -> DISCONNECTED (stream lost)."""
+    """Worker connection states (ringleader/states.py's WORKERS table): IDLE <-> BUSY; either ->
+    DISCONNECTED when the stream is lost. A worker that comes back registers a new connection.
+    """
 
 WORKER_STATE_UNSPECIFIED: WorkerState.ValueType  # 0
 IDLE: WorkerState.ValueType  # 1
 BUSY: WorkerState.ValueType  # 2
 DISCONNECTED: WorkerState.ValueType  # 3
 Global___WorkerState: _TypeAlias = WorkerState  # noqa: Y015
+
+class _ExecutorHealth:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExecutorHealthEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExecutorHealth.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXECUTOR_HEALTH_UNSPECIFIED: _ExecutorHealth.ValueType  # 0
+    EXECUTOR_OK: _ExecutorHealth.ValueType  # 1
+    EXECUTOR_STOPPED: _ExecutorHealth.ValueType  # 2
+    """the process is stopped (SIGSTOP, a debugger)"""
+    EXECUTOR_UNRESPONSIVE: _ExecutorHealth.ValueType  # 3
+    """running, but its liveness thread has not ticked for seconds"""
+    EXECUTOR_STARTING: _ExecutorHealth.ValueType  # 4
+    """being replaced or started"""
+
+class ExecutorHealth(_ExecutorHealth, metaclass=_ExecutorHealthEnumTypeWrapper):
+    """What a daemon last said of its executor process (in its heartbeats)."""
+
+EXECUTOR_HEALTH_UNSPECIFIED: ExecutorHealth.ValueType  # 0
+EXECUTOR_OK: ExecutorHealth.ValueType  # 1
+EXECUTOR_STOPPED: ExecutorHealth.ValueType  # 2
+"""the process is stopped (SIGSTOP, a debugger)"""
+EXECUTOR_UNRESPONSIVE: ExecutorHealth.ValueType  # 3
+"""running, but its liveness thread has not ticked for seconds"""
+EXECUTOR_STARTING: ExecutorHealth.ValueType  # 4
+"""being replaced or started"""
+Global___ExecutorHealth: _TypeAlias = ExecutorHealth  # noqa: Y015
 
 @_typing.final
 class Placement(_message.Message):
@@ -1056,6 +1086,8 @@ class WorkerInfo(_message.Message):
     CONNECTED_AT_FIELD_NUMBER: _builtins.int
     WARM_GROUP_FIELD_NUMBER: _builtins.int
     EXECUTOR_RESTARTS_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    EXECUTOR_HEALTH_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     host: _builtins.str
     address: _builtins.str
@@ -1068,6 +1100,9 @@ class WorkerInfo(_message.Message):
     warm_group: _builtins.str
     """key of the process group its executor holds, if any"""
     executor_restarts: _builtins.int
+    version: _builtins.str
+    """the daemon's ringleader version"""
+    executor_health: Global___ExecutorHealth.ValueType
     @_builtins.property
     def device(self) -> Global___Device: ...
     def __init__(
@@ -1084,10 +1119,12 @@ class WorkerInfo(_message.Message):
         connected_at: _builtins.float = ...,
         warm_group: _builtins.str = ...,
         executor_restarts: _builtins.int = ...,
+        version: _builtins.str = ...,
+        executor_health: Global___ExecutorHealth.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "connected_at", b"connected_at", "device", b"device", "executor_restarts", b"executor_restarts", "host", b"host", "job_id", b"job_id", "last_heartbeat", b"last_heartbeat", "state", b"state", "warm_group", b"warm_group", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "connected_at", b"connected_at", "device", b"device", "executor_health", b"executor_health", "executor_restarts", b"executor_restarts", "host", b"host", "job_id", b"job_id", "last_heartbeat", b"last_heartbeat", "state", b"state", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

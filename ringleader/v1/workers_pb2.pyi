@@ -62,7 +62,6 @@ class Register(_message.Message):
     ADDRESS_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
     BACKEND_FIELD_NUMBER: _builtins.int
-    STORE_PORT_FIELD_NUMBER: _builtins.int
     RUNNING_JOB_ID_FIELD_NUMBER: _builtins.int
     RUNNING_RANK_FIELD_NUMBER: _builtins.int
     WARM_GROUP_FIELD_NUMBER: _builtins.int
@@ -75,14 +74,14 @@ class Register(_message.Message):
     """advertised host for rendezvous (rank 0 hosts the TCP store)"""
     backend: _builtins.str
     """nccl or gloo"""
-    store_port: _builtins.int
-    """a free port on `address` for a TCP store, if this worker is rank 0"""
     running_job_id: _builtins.str
     """set when reconnecting during a job"""
     running_rank: _builtins.int
     warm_group: _builtins.str
+    """key of the process group its executor holds ("" when none)"""
     executor_restarts: _builtins.int
     version: _builtins.str
+    """the daemon's ringleader version (shown in WorkerInfo)"""
     @_builtins.property
     def device(self) -> _jobs_pb2.Device: ...
     def __init__(
@@ -93,7 +92,6 @@ class Register(_message.Message):
         address: _builtins.str = ...,
         device: _jobs_pb2.Device | None = ...,
         backend: _builtins.str = ...,
-        store_port: _builtins.int = ...,
         running_job_id: _builtins.str = ...,
         running_rank: _builtins.int = ...,
         warm_group: _builtins.str = ...,
@@ -102,7 +100,7 @@ class Register(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "host", b"host", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "store_port", b"store_port", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "host", b"host", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -114,22 +112,80 @@ class Heartbeat(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     OP_SEQ_FIELD_NUMBER: _builtins.int
+    EXECUTOR_FIELD_NUMBER: _builtins.int
+    EXECUTOR_DETAIL_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     op_seq: _builtins.int
     """sequence number of the op the executor is in"""
+    executor: _jobs_pb2.ExecutorHealth.ValueType
+    """seen from outside the executor: a stopped or silent one is named"""
+    executor_detail: _builtins.str
+    """e.g. "process stopped", "no sign of life for 4.0 s" """
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         op_seq: _builtins.int = ...,
+        executor: _jobs_pb2.ExecutorHealth.ValueType = ...,
+        executor_detail: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "op_seq", b"op_seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "executor_detail", b"executor_detail", "job_id", b"job_id", "op_seq", b"op_seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Heartbeat: _TypeAlias = Heartbeat  # noqa: Y015
+
+@_typing.final
+class StoreReady(_message.Message):
+    """Rank 0 of a forming group bound its TCP store on this port (the coordinator then assigns the
+    other ranks). Binding first and reporting after leaves no window for another process to take it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    GROUP_KEY_FIELD_NUMBER: _builtins.int
+    STORE_PORT_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    group_key: _builtins.str
+    store_port: _builtins.int
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        group_key: _builtins.str = ...,
+        store_port: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_key", b"group_key", "job_id", b"job_id", "store_port", b"store_port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StoreReady: _TypeAlias = StoreReady  # noqa: Y015
+
+@_typing.final
+class GroupDropped(_message.Message):
+    """The executor no longer holds this group (answers DropGroup)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_KEY_FIELD_NUMBER: _builtins.int
+    group_key: _builtins.str
+    def __init__(
+        self,
+        *,
+        group_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_key", b"group_key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupDropped: _TypeAlias = GroupDropped  # noqa: Y015
 
 @_typing.final
 class ProgressReport(_message.Message):
@@ -189,7 +245,6 @@ class JobDone(_message.Message):
     OK_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     WARM_GROUP_FIELD_NUMBER: _builtins.int
-    STORE_PORT_FIELD_NUMBER: _builtins.int
     WARM_START_FIELD_NUMBER: _builtins.int
     EXECUTOR_RESTARTS_FIELD_NUMBER: _builtins.int
     RESULTS_FIELD_NUMBER: _builtins.int
@@ -203,8 +258,6 @@ class JobDone(_message.Message):
     error: _builtins.str
     warm_group: _builtins.str
     """group the executor now holds ("" when it has none)"""
-    store_port: _builtins.int
-    """a fresh free port for the next rendezvous"""
     warm_start: _builtins.bool
     """this job reused an initialised group"""
     executor_restarts: _builtins.int
@@ -227,7 +280,6 @@ class JobDone(_message.Message):
         ok: _builtins.bool = ...,
         error: _builtins.str = ...,
         warm_group: _builtins.str = ...,
-        store_port: _builtins.int = ...,
         warm_start: _builtins.bool = ...,
         executor_restarts: _builtins.int = ...,
         results: _abc.Iterable[_jobs_pb2.SizeResult] | None = ...,
@@ -238,7 +290,7 @@ class JobDone(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["gradient_average", b"gradient_average", "outcome", b"outcome", "p2p", b"p2p", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "gradient_average", b"gradient_average", "job_id", b"job_id", "ok", b"ok", "outcome", b"outcome", "p2p", b"p2p", "rank", b"rank", "results", b"results", "store_port", b"store_port", "train", b"train", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "gradient_average", b"gradient_average", "job_id", b"job_id", "ok", b"ok", "outcome", b"outcome", "p2p", b"p2p", "rank", b"rank", "results", b"results", "train", b"train", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["p2p", "gradient_average", "train"]  # noqa: Y015
     _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
@@ -255,6 +307,8 @@ class WorkerMessage(_message.Message):
     PROGRESS_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     DONE_FIELD_NUMBER: _builtins.int
+    STORE_READY_FIELD_NUMBER: _builtins.int
+    GROUP_DROPPED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register(self) -> Global___Register: ...
     @_builtins.property
@@ -265,6 +319,10 @@ class WorkerMessage(_message.Message):
     def result(self) -> Global___ResultReport: ...
     @_builtins.property
     def done(self) -> Global___JobDone: ...
+    @_builtins.property
+    def store_ready(self) -> Global___StoreReady: ...
+    @_builtins.property
+    def group_dropped(self) -> Global___GroupDropped: ...
     def __init__(
         self,
         *,
@@ -273,38 +331,18 @@ class WorkerMessage(_message.Message):
         progress: Global___ProgressReport | None = ...,
         result: Global___ResultReport | None = ...,
         done: Global___JobDone | None = ...,
+        store_ready: Global___StoreReady | None = ...,
+        group_dropped: Global___GroupDropped | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "heartbeat", b"heartbeat", "msg", b"msg", "progress", b"progress", "register", b"register", "result", b"result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "group_dropped", b"group_dropped", "heartbeat", b"heartbeat", "msg", b"msg", "progress", b"progress", "register", b"register", "result", b"result", "store_ready", b"store_ready"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "heartbeat", b"heartbeat", "msg", b"msg", "progress", b"progress", "register", b"register", "result", b"result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "group_dropped", b"group_dropped", "heartbeat", b"heartbeat", "msg", b"msg", "progress", b"progress", "register", b"register", "result", b"result", "store_ready", b"store_ready"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["register", "heartbeat", "progress", "result", "done"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["register", "heartbeat", "progress", "result", "done", "store_ready", "group_dropped"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 
 Global___WorkerMessage: _TypeAlias = WorkerMessage  # noqa: Y015
-
-@_typing.final
-class Member(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    WORKER_ID_FIELD_NUMBER: _builtins.int
-    HOST_FIELD_NUMBER: _builtins.int
-    worker_id: _builtins.str
-    host: _builtins.str
-    def __init__(
-        self,
-        *,
-        worker_id: _builtins.str = ...,
-        host: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "worker_id", b"worker_id"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___Member: _TypeAlias = Member  # noqa: Y015
 
 @_typing.final
 class Assignment(_message.Message):
@@ -318,20 +356,18 @@ class Assignment(_message.Message):
     STORE_PORT_FIELD_NUMBER: _builtins.int
     GROUP_KEY_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
-    MEMBERS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     rank: _builtins.int
     world_size: _builtins.int
     backend: _builtins.str
     store_host: _builtins.str
     store_port: _builtins.int
+    """0 for rank 0 of a new group: bind a free port, report StoreReady"""
     group_key: _builtins.str
     """equal to the executor's warm group: reuse it, no new init"""
     @_builtins.property
-    def spec(self) -> _jobs_pb2.JobSpec: ...
-    @_builtins.property
-    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___Member]:
-        """in rank order"""
+    def spec(self) -> _jobs_pb2.JobSpec:
+        """as normalized by the coordinator"""
 
     def __init__(
         self,
@@ -344,11 +380,10 @@ class Assignment(_message.Message):
         store_port: _builtins.int = ...,
         group_key: _builtins.str = ...,
         spec: _jobs_pb2.JobSpec | None = ...,
-        members: _abc.Iterable[Global___Member] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "group_key", b"group_key", "job_id", b"job_id", "members", b"members", "rank", b"rank", "spec", b"spec", "store_host", b"store_host", "store_port", b"store_port", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "group_key", b"group_key", "job_id", b"job_id", "rank", b"rank", "spec", b"spec", "store_host", b"store_host", "store_port", b"store_port", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -375,6 +410,32 @@ class Abort(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Abort: _TypeAlias = Abort  # noqa: Y015
+
+@_typing.final
+class DropGroup(_message.Message):
+    """Drop this process group now: a member left it or was taken into another gang. The daemon
+    runs no job before its executor has dropped it, and answers GroupDropped.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_KEY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    group_key: _builtins.str
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        group_key: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_key", b"group_key", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DropGroup: _TypeAlias = DropGroup  # noqa: Y015
 
 @_typing.final
 class Registered(_message.Message):
@@ -405,24 +466,28 @@ class CoordinatorMessage(_message.Message):
     REGISTERED_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     ABORT_FIELD_NUMBER: _builtins.int
+    DROP_GROUP_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def registered(self) -> Global___Registered: ...
     @_builtins.property
     def assignment(self) -> Global___Assignment: ...
     @_builtins.property
     def abort(self) -> Global___Abort: ...
+    @_builtins.property
+    def drop_group(self) -> Global___DropGroup: ...
     def __init__(
         self,
         *,
         registered: Global___Registered | None = ...,
         assignment: Global___Assignment | None = ...,
         abort: Global___Abort | None = ...,
+        drop_group: Global___DropGroup | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort", b"abort", "assignment", b"assignment", "msg", b"msg", "registered", b"registered"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort", b"abort", "assignment", b"assignment", "drop_group", b"drop_group", "msg", b"msg", "registered", b"registered"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort", b"abort", "assignment", b"assignment", "msg", b"msg", "registered", b"registered"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort", b"abort", "assignment", b"assignment", "drop_group", b"drop_group", "msg", b"msg", "registered", b"registered"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["registered", "assignment", "abort"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["registered", "assignment", "abort", "drop_group"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 

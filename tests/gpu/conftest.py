@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.demo import visible_gpu_count
+from ringleader.app.demo import visible_gpu_count
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
 from cluster import Cluster  # noqa: E402

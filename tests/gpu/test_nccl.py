@@ -84,7 +84,7 @@ def test_worker_metrics_read_nvml_on_gpu(gpu_cluster):
     """A daemon on a real GPU exports device memory and utilisation through NVML."""
     import urllib.request
 
-    from worker.daemon import free_port
+    from ports import free_port
 
     port = free_port("127.0.0.1")
     gpu_cluster.start_worker("m0", device="cuda:0", metrics_address=f"127.0.0.1:{port}")

@@ -9,10 +9,9 @@ import threading
 import time
 from pathlib import Path
 
-from ringleader.client import Client
+from ringleader.app.client import Client
+from ringleader.states import TERMINAL
 from ringleader.v1 import jobs_pb2 as pb
-
-TERMINAL = (pb.SUCCEEDED, pb.FAILED, pb.CANCELLED)
 
 
 def ringleader_cmd(*args: str) -> list[str]:
@@ -119,6 +118,37 @@ class Cluster:
                 return job
             time.sleep(0.05)
         raise AssertionError(f"job {job_id} still {pb.JobState.Name(job.state)} ({job.reason}) after {timeout} s")
+
+
+def descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            continue
+        out += kids
+        todo += kids
+    return out
+
+
+def executor_pid(daemon_pid: int, timeout: float = 30) -> int:
+    """The pid of a daemon's executor (forked by the daemon's forkserver, named rl-executor)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        for p in descendants(daemon_pid):
+            try:
+                if Path(f"/proc/{p}/comm").read_text().strip() == "rl-executor":
+                    found.append(p)
+            except OSError:
+                continue
+        if len(found) == 1 or time.monotonic() > deadline:
+            assert len(found) == 1, found
+            return found[0]
+        time.sleep(0.05)
 
 
 def _readline_with_timeout(proc: subprocess.Popen, timeout: float) -> str:

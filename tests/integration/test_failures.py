@@ -3,9 +3,9 @@
 import os
 import signal
 import time
-from pathlib import Path
-
 import pytest
+
+from cluster import executor_pid
 
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -15,13 +15,7 @@ LONG = dict(op="all_reduce", sizes=[8 << 20], iters=100000, warmup=0)  # runs un
 
 
 def _executor_pid(cluster, worker_id: str) -> int:
-    """The daemon's child started by multiprocessing's spawn (the other is its resource tracker)."""
-    daemon = cluster.workers[worker_id].pid
-    with open(f"/proc/{daemon}/task/{daemon}/children") as f:
-        children = [int(x) for x in f.read().split()]
-    executors = [c for c in children if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
-    assert len(executors) == 1, children
-    return executors[0]
+    return executor_pid(cluster.workers[worker_id].pid)
 
 
 def _wait_running_with_progress(cluster, job_id):

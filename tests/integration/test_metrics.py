@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.metrics import SIZE_BUCKET_LABELS, size_bucket
 from ringleader.v1 import jobs_pb2 as pb
-from worker.daemon import free_port
+from ports import free_port
 from worker.metrics import WorkerMetrics, parse_address
 
 PROMTOOL = shutil.which("promtool")
@@ -70,22 +70,23 @@ def test_parse_metrics_address():
 class FakeExecutor:
     """The part of an ExecutorHandle that metrics read, without a process."""
 
-    def __init__(self, device="cpu", ops=0):
+    def __init__(self, device="cpu", on_message=None, advertise="", ops=0):
         self.op_seq = ops
 
     async def kill(self):
         pass
 
     async def start(self):
-        return {}
+        return None
 
 
 def daemon(device="cpu", facts=None, ops=0):
+    from worker.api import DeviceInfo
     from worker.daemon import WorkerConfig, WorkerDaemon
 
     d = WorkerDaemon(WorkerConfig(coordinator="127.0.0.1:1", device=device, worker_id=f"w-{device}",
                                   advertise_host="127.0.0.1"))
-    d.device = facts or {}
+    d.device = DeviceInfo(**facts) if facts else None
     d.executor = FakeExecutor(ops=ops)
     return d
 

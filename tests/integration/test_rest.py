@@ -21,11 +21,13 @@ from schemathesis.specs.openapi.checks import (
 from cluster import Cluster
 from dashboard import api as rest
 from dashboard import schemas
+from dashboard import sse as sse_stream
+from ringleader import states
 from ringleader.v1 import jobs_pb2 as pb
 
 pytestmark = pytest.mark.integration
 
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+TERMINAL = tuple(pb.JobState.Name(s) for s in states.TERMINAL)
 NOWHERE = "nowhere.invalid"  # a placement host no worker has: such jobs stay QUEUED
 
 
@@ -290,7 +292,7 @@ def test_keepalive_comment_during_silence():
         yield "event: state\ndata: {}\n\n"
 
     async def collect():
-        return [frame async for frame in rest.with_keepalive(slow(), 0.1)]
+        return [frame async for frame in sse_stream.with_keepalive(slow(), 0.1)]
 
     frames = asyncio.run(collect())
     assert frames[-1] == "event: state\ndata: {}\n\n"
@@ -299,7 +301,7 @@ def test_keepalive_comment_during_silence():
 
 def test_live_fanout_drops_a_client_that_falls_behind():
     async def scenario():
-        live = rest.LiveFanout(maxsize=2)
+        live = sse_stream.LiveFanout(rest.summary, maxsize=2)
         frames = live.frames()
         assert await anext(frames) == ": listening\n\n"
         event = pb.JobEvent(job_id="j", seq=1, state=pb.StateChange(state=pb.QUEUED))

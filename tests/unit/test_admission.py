@@ -3,13 +3,14 @@
 import pytest
 
 from coordinator import admission
+from ringleader import jobspec
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
 
 def worker(backend="gloo", dtype="cpu", memory=16 << 30, name="x86_64"):
-    return wpb.Register(worker_id=f"{backend}-{dtype}", backend=backend,
+    return wpb.Register(worker_id=f"{backend}-{dtype}", host="h1", address="10.0.0.1", backend=backend,
                         device=pb.Device(type=dtype, name=name, memory_bytes=memory))
 
 
@@ -17,21 +18,25 @@ def collective(**kw):
     return pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="all_reduce", **kw))
 
 
+def check(spec, fleet):
+    admission.check(jobspec.normalize(spec), fleet)
+
+
 def test_empty_fleet_admits_everything():
-    admission.check(collective(dtype="int32", reduce_op="avg", sizes=[1 << 50]), [])
+    check(collective(dtype="int32", reduce_op="avg", sizes=[1 << 50]), [])
 
 
 def test_backend_refusal_names_the_field_and_backend():
     with pytest.raises(InvalidSpec) as err:
-        admission.check(collective(dtype="int32", reduce_op="avg"), [worker()])
+        check(collective(dtype="int32", reduce_op="avg"), [worker()])
     assert str(err.value) == "collective.reduce_op: avg on int32 is not supported by the gloo backend"
-    admission.check(collective(dtype="int32", reduce_op="avg"), [worker(), worker("nccl", "cuda", name="H200")])
+    check(collective(dtype="int32", reduce_op="avg"), [worker(), worker("nccl", "cuda", name="H200")])
 
 
 def test_device_type_narrows_the_backends_considered():
     fleet = [worker(), worker("nccl", "cuda", name="H200")]
     with pytest.raises(InvalidSpec):
-        admission.check(pb.JobSpec(world_size=2, placement=pb.Placement(device_type="cpu"),
+        check(pb.JobSpec(world_size=2, placement=pb.Placement(device_type="cpu"),
                                    collective=pb.CollectiveSpec(op="all_reduce", dtype="int8", reduce_op="avg")), fleet)
 
 
@@ -43,6 +48,37 @@ def test_device_type_narrows_the_backends_considered():
 ])
 def test_too_large_for_every_device_is_refused_with_numbers(spec, field):
     with pytest.raises(InvalidSpec) as err:
-        admission.check(spec, [worker(memory=16 << 30)])
+        check(spec, [worker(memory=16 << 30)])
     assert err.value.field == field
     assert "per device, the largest device (x86_64) has 16.0 GiB" in err.value.message
+
+
+def test_a_well_formed_registration_is_admitted():
+    admission.check_registration(worker())
+
+
+@pytest.mark.parametrize("change,field", [
+    (dict(worker_id=""), "register.worker_id"),
+    (dict(worker_id="<script>alert(1)</script>"), "register.worker_id"),
+    (dict(worker_id="w" * 257), "register.worker_id"),
+    (dict(host="a b"), "register.host"),
+    (dict(address=""), "register.address"),
+    (dict(backend="mpi"), "register.backend"),
+    (dict(version="\x00evil"), "register.version"),
+    (dict(warm_group="k" * 300), "register.warm_group"),
+])
+def test_malformed_registrations_name_the_field(change, field):
+    reg = worker()
+    for name, value in change.items():
+        setattr(reg, name, value)
+    with pytest.raises(InvalidSpec) as err:
+        admission.check_registration(reg)
+    assert err.value.field == field
+
+
+def test_registration_with_an_unknown_device_type_is_refused():
+    reg = worker()
+    reg.device.type = "tpu"
+    with pytest.raises(InvalidSpec) as err:
+        admission.check_registration(reg)
+    assert err.value.field == "register.device.type"

@@ -18,7 +18,7 @@ import torch
 from ringleader import spec
 from ringleader.v1 import jobs_pb2 as pb
 from worker import collectives, datacheck
-from worker.daemon import free_port
+from ports import free_port
 
 SIZES = (1000, 150_000)  # requested bytes; rounded by spec.effective_size per world size
 ITERS, WARMUP = 3, 1
@@ -127,7 +127,8 @@ def test_measure_and_summarize_on_gloo(world, i):
     n, payloads = world
     case = CASES[i]
     seen = [p["rows"][i] for p in payloads]
-    reason = collectives.unsupported_reason("gloo", case["op"], case["dtype"], case["reduce_op"])
+    refusal = spec.backend_refusal("gloo", op=case["op"], dtype=case["dtype"], reduce_op=case["reduce_op"])
+    reason = str(refusal) if refusal else None
     if reason:
         assert all(s == {"error": reason} for s in seen)
         assert reason.startswith("reduce_op: ") and reason.endswith("not supported by the gloo backend")
@@ -252,17 +253,20 @@ def test_check_fits_raises_with_the_numbers():
     collectives.check_fits("barrier", 0, 2, False, "cpu")
 
 
-def test_unsupported_reason():
-    reason = collectives.unsupported_reason("gloo", "all_reduce", "int32", "avg")
-    assert reason == "reduce_op: avg on int32 is not supported by the gloo backend"
+def test_backend_refusal():
+    def refusal(backend, op, dtype, reduce_op):
+        return spec.backend_refusal(backend, op=op, dtype=dtype, reduce_op=reduce_op)
+
+    why = refusal("gloo", "all_reduce", "int32", "avg")
+    assert (why.field, str(why)) == ("reduce_op", "reduce_op: avg on int32 is not supported by the gloo backend")
     for dtype in ("int8", "uint8", "int64"):
         for op in spec.REDUCING_OPS:
-            assert collectives.unsupported_reason("gloo", op, dtype, "avg")
+            assert refusal("gloo", op, dtype, "avg")
     # torch 2.13's gloo averages floats; non-reducing ops ignore reduce_op; NCCL does everything
-    assert collectives.unsupported_reason("gloo", "all_reduce", "bfloat16", "avg") is None
-    assert collectives.unsupported_reason("gloo", "broadcast", "int32", "avg") is None
-    assert collectives.unsupported_reason("gloo", "alltoall", "int8", "sum") is None
-    assert collectives.unsupported_reason("nccl", "reduce_scatter", "int8", "avg") is None
+    assert refusal("gloo", "all_reduce", "bfloat16", "avg") is None
+    assert refusal("gloo", "broadcast", "int32", "avg") is None
+    assert refusal("gloo", "alltoall", "int8", "sum") is None
+    assert refusal("nccl", "reduce_scatter", "int8", "avg") is None
 
 
 def test_build_result_statistics():

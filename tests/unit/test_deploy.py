@@ -18,10 +18,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.core import Coordinator
+from coordinator.jobs import Queued
+from coordinator.service import Coordinator
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.store_memory import MemoryJobStore
-from ringleader.cli import build_parser
+from ringleader import jobspec
+from ringleader.app.cli import build_parser
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker.metrics import DEFAULT_PORT, WorkerMetrics
@@ -47,7 +49,7 @@ def coordinator_metric_names() -> set[str]:
                                   device=pb.Device(type="cuda", index=0, memory_bytes=1 << 30)))
     spec = pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="all_reduce"))
     job = pb.Job(id="j1", spec=spec, state=pb.QUEUED, created_at=100.0)
-    core._queued[job.id] = job  # one queued job for the scrape-time gauges
+    core.book.queued[job.id] = Queued(job, jobspec.normalize(spec))  # one queued job for the scrape-time gauges
     events = [
         pb.JobEvent(job_id="j1", seq=1, state=pb.StateChange(state=pb.QUEUED)),
         pb.JobEvent(job_id="j1", seq=2, state=pb.StateChange(state=pb.RUNNING)),
@@ -92,11 +94,12 @@ class _Executor:
 
 
 def _daemon(device, facts):
+    from worker.api import DeviceInfo
     from worker.daemon import WorkerConfig, WorkerDaemon
 
     d = WorkerDaemon(WorkerConfig(coordinator="127.0.0.1:1", device=device, worker_id=f"w-{device}",
                                   advertise_host="127.0.0.1"))
-    d.device = facts
+    d.device = DeviceInfo(**facts)
     d.executor = _Executor()
     d.restarts = 1
     return d

@@ -1,10 +1,13 @@
 """Gang placement decisions, as a pure function of queue and fleet."""
 
-from coordinator.scheduler import PendingJob, WorkerView, group_size, new_group_key, plan
+from coordinator.groups import new_key
+from coordinator.scheduler import PendingJob, WorkerView, plan
+from ringleader import jobspec
+from ringleader.v1 import jobs_pb2 as pb
 
 
-def w(wid, host="h1", idx=0, idle=True, warm="", backend="nccl", name="NVIDIA H200", mem=140 << 30, dtype="cuda"):
-    return WorkerView(wid, host, dtype, idx, name, mem, backend, idle, warm)
+def w(wid, host="h1", idx=0, idle=True, backend="nccl", name="NVIDIA H200", mem=140 << 30, dtype="cuda"):
+    return WorkerView(wid, host, dtype, idx, name, mem, backend, idle)
 
 
 def job(jid, n=2, prio=0, t=0.0, **kw):
@@ -72,8 +75,16 @@ def test_constraints_host_model_ids_device_type_memory():
 
 def test_backend_capability_filters_workers():
     fleet = [w("g0", backend="gloo", dtype="cpu"), w("g1", idx=1, backend="gloo", dtype="cpu")]
-    assert plan([job("j", dtype="int32", reduce_op="avg")], fleet, 0).decisions == []
-    assert plan([job("j", dtype="float32", reduce_op="avg")], fleet, 0).decisions[0].backend == "gloo"
+    assert plan([job("j", backends=frozenset({"nccl"}))], fleet, 0).decisions == []
+    assert plan([job("j", backends=frozenset({"nccl", "gloo"}))], fleet, 0).decisions[0].backend == "gloo"
+
+
+def test_pending_job_of_a_checked_spec_lists_the_backends_that_run_it():
+    valid = jobspec.normalize(pb.JobSpec(world_size=2, placement=pb.Placement(host="h1"), collective=pb.CollectiveSpec(
+        op="all_reduce", dtype="int32", reduce_op="avg", sizes=[1 << 20])))
+    p = PendingJob.of("j", valid, 5.0)
+    assert (p.backends, p.host, p.world_size, p.submitted_at) == (frozenset({"nccl"}), "h1", 2, 5.0)
+    assert p.needs_bytes == valid.needs_bytes == 2 << 20
 
 
 def test_gang_never_mixes_backends():
@@ -83,15 +94,16 @@ def test_gang_never_mixes_backends():
 
 
 def test_warm_group_is_preferred_and_keeps_its_order():
-    key = new_group_key("abc", 2)
-    fleet = [w("w0"), w("w1", idx=1), w("w2", idx=2, warm=key), w("w3", idx=3, warm=key)]
-    d = plan([job("j", n=2)], fleet, 0).decisions[0]
-    assert (d.worker_ids, d.warm_group) == (("w2", "w3"), key)
+    key = new_key("abc", 2)
+    fleet = [w("w0"), w("w1", idx=1), w("w2", idx=2), w("w3", idx=3)]
+    d = plan([job("j", n=2)], fleet, 0, groups={key: ("w3", "w2")}).decisions[0]
+    assert (d.worker_ids, d.warm_group) == (("w3", "w2"), key)
 
 
-def test_incomplete_warm_group_is_not_reused():
-    key = new_group_key("abc", 2)  # one member lost its executor: only w3 still holds it
-    fleet = [w("w0"), w("w3", idx=3, warm=key)]
-    d = plan([job("j", n=1)], fleet, 0).decisions[0]
+def test_warm_group_with_a_busy_or_absent_member_is_not_reused():
+    key = new_key("abc", 2)
+    fleet = [w("w0"), w("w2", idx=2, idle=False), w("w3", idx=3)]
+    d = plan([job("j", n=2)], fleet, 0, groups={key: ("w2", "w3")}).decisions[0]
+    assert (d.worker_ids, d.warm_group) == (("w0", "w3"), "")
+    d = plan([job("j", n=2)], [w("w0"), w("w3", idx=3)], 0, groups={key: ("w2", "w3")}).decisions[0]
     assert d.warm_group == ""
-    assert group_size(key) == 2

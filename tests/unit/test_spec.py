@@ -68,6 +68,9 @@ def _spec(**kw):
     (dict(placement=pb.Placement(worker_ids=["a"])), "placement.worker_ids"),
     (dict(placement=pb.Placement(device_type="tpu")), "placement.device_type"),
     (dict(op_timeout_s=-1), "op_timeout_s"),
+    (dict(world_size=65_537), "world_size"),
+    (dict(name="x" * 257), "name"),
+    (dict(placement=pb.Placement(host="h" * 257)), "placement.host"),
 ])
 def test_invalid_specs_name_the_field(kw, field):
     with pytest.raises(InvalidSpec) as err:
@@ -83,7 +86,7 @@ def test_missing_kind_is_invalid():
 
 
 def test_normalize_fills_defaults():
-    s = jobspec.normalize(_spec())
+    s = jobspec.normalize(_spec()).spec
     c = s.collective
     assert (c.dtype, c.reduce_op, c.iters, c.warmup) == ("float32", "sum", 20, 5)
     assert (c.min_bytes, c.max_bytes, c.factor) == (8, 64 << 20, 2.0)
@@ -91,15 +94,22 @@ def test_normalize_fills_defaults():
 
 
 def test_zero_warmup_is_kept():
-    assert jobspec.normalize(_spec(warmup=0)).collective.warmup == 0
+    assert jobspec.normalize(_spec(warmup=0)).spec.collective.warmup == 0
 
 
-def test_backend_check_rejects_integer_avg_on_gloo_only():
-    with pytest.raises(InvalidSpec) as err:
-        jobspec.collective(_spec(reduce_op="avg", dtype="int32"), backend="gloo")
-    assert str(err.value) == "collective.reduce_op: avg on int32 is not supported by the gloo backend"
-    jobspec.collective(_spec(reduce_op="avg", dtype="float32"), backend="gloo")
-    jobspec.collective(_spec(reduce_op="avg", dtype="int32"), backend="nccl")
+def test_backend_refusal_rejects_integer_avg_on_gloo_only():
+    job = jobspec.normalize(_spec(reduce_op="avg", dtype="int32"))
+    assert str(job.refusal("gloo")) == "collective.reduce_op: avg on int32 is not supported by the gloo backend"
+    assert job.refusal("nccl") is None and not job.runs_on("gloo") and job.runs_on("nccl")
+    assert jobspec.normalize(_spec(reduce_op="avg", dtype="float32")).runs_on("gloo")
+
+
+def test_valid_job_carries_what_later_steps_need():
+    job = jobspec.normalize(_spec(op="all_gather", world_size=4, sizes=[10, 16, 1 << 20]))
+    assert job.kind == "collective" and job.op == "all_gather"
+    assert job.sizes == (16, 1 << 20)  # rounded to whole chunks of 4 ranks, duplicates dropped
+    assert job.progress_total == 2
+    assert job.needs_bytes == specs.bytes_needed("all_gather", 1 << 20, 4, False)
 
 
 def test_small_factor_still_progresses():
@@ -126,10 +136,11 @@ def test_other_kinds_name_the_bad_field(spec, field):
 
 def test_other_kinds_defaults_and_progress():
     t = jobspec.normalize(pb.JobSpec(world_size=2, train=pb.TrainSpec()))
-    assert (t.train.model, t.train.steps, t.train.batch_size, t.train.lr) == ("linear", 50, 64, 0.05)
-    assert jobspec.progress_total(t) == 50 and jobspec.op_name(t) == "train"
+    ts = t.spec.train
+    assert (ts.model, ts.steps, ts.batch_size, ts.lr) == ("linear", 50, 64, 0.05)
+    assert t.progress_total == 50 and t.op == "train" and jobspec.op_name(t.spec) == "train"
     g = jobspec.normalize(pb.JobSpec(world_size=2, gradient_average=pb.GradientAverageSpec()))
-    assert g.gradient_average.size_bytes == 64 << 20 and jobspec.needs_bytes(g) == 128 << 20
+    assert g.spec.gradient_average.size_bytes == 64 << 20 and g.needs_bytes == 128 << 20
     p = jobspec.normalize(pb.JobSpec(world_size=3, p2p=pb.P2PSpec(sizes=[8, 1024], pairwise=True)))
-    assert p.p2p.mode == "blocking" and jobspec.p2p_pairs(p) == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
-    assert jobspec.progress_total(p) == 12 and jobspec.needs_bytes(p) == 2048
+    assert p.spec.p2p.mode == "blocking" and p.pairs == ((0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1))
+    assert p.progress_total == 12 and p.needs_bytes == 2048

@@ -16,7 +16,7 @@ import types
 import pytest
 import torch
 
-from worker.daemon import free_port
+from ports import free_port
 from worker.workloads import gradavg, p2p, train
 
 P2P_SIZES = [1, 4096, 1 << 20]

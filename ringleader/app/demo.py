@@ -16,8 +16,8 @@ import time
 
 import grpc
 
-from coordinator.main import CoordinatorConfig, RunningCoordinator
-from ringleader import table
+from ringleader.app import table
+from ringleader.app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 

@@ -40,8 +40,6 @@ def state_name(state: int) -> str:
     return pb.JobState.Name(state)
 
 
-
-
 def job_json(job: pb.Job) -> str:
     """The --json shape: {"job": {...without results}, "results": [...]}."""
     body = to_json(job)

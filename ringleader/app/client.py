@@ -6,14 +6,13 @@ import os
 
 import grpc
 
+from ringleader import defaults
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 
-DEFAULT_COORDINATOR = "127.0.0.1:50051"
-
 
 def coordinator_address(flag: str | None = None) -> str:
-    return flag or os.environ.get("RINGLEADER_COORDINATOR") or DEFAULT_COORDINATOR
+    return flag or os.environ.get(defaults.COORDINATOR_ENV) or defaults.COORDINATOR_ADDRESS
 
 
 class Client:
@@ -38,7 +37,7 @@ class Client:
     def get(self, job_id: str) -> pb.Job:
         return self._stub.GetJob(pb.GetJobRequest(job_id=job_id), timeout=self.timeout)
 
-    def list(self, states=(), op: str = "", limit: int = 50, before_id: str = "") -> pb.ListJobsResponse:
+    def list(self, states=(), op: str = "", limit: int = 0, before_id: str = "") -> pb.ListJobsResponse:
         return self._stub.ListJobs(pb.ListJobsRequest(states=states, op=op, limit=limit, before_id=before_id),
                                    timeout=self.timeout)
 

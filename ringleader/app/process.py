@@ -1,4 +1,6 @@
-"""The coordinator process: startup -> serve -> shutdown. First SIGTERM/SIGINT drains, a second forces exit."""
+"""The coordinator process wiring: store, domain, metrics, the gRPC server and the HTTP side
+(dashboard/). Lifecycle startup -> serve -> shutdown; a first SIGTERM/SIGINT drains, a second
+forces exit. It lives with the entry points so that coordinator/ never imports dashboard/."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from pathlib import Path
 
 import grpc
 
-from coordinator.api import open_store
-from coordinator.core import Coordinator, Timings
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.server import start_server
+from coordinator.service import Coordinator, Timings
+from coordinator.stores import open_store
+from ringleader import defaults
 
 log = logging.getLogger("ringleader.coordinator")
 
@@ -26,8 +29,8 @@ def default_db_path() -> str:
 
 @dataclass
 class CoordinatorConfig:
-    grpc_address: str = "127.0.0.1:50051"
-    http_address: str = "127.0.0.1:8080"  # "" disables the HTTP side
+    grpc_address: str = defaults.COORDINATOR_ADDRESS
+    http_address: str = defaults.HTTP_ADDRESS  # "" disables the HTTP side
     db: str = ""
     timings: Timings | None = None
     drain_s: float = 5.0

@@ -1,0 +1,92 @@
+"""Job events: recorded, published, watched.
+
+Recorded events (state changes and results) get the job's next sequence number and are stored
+before anyone hears of them; live-only events (progress, a queued job's new waiting reason) are
+published with seq 0 and never stored. Watchers of a job get its stored events, then live ones,
+until the terminal state; listeners (metrics, the REST live stream) hear every event as it
+happens, on the coordinator's loop, and must not block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import AsyncIterator, Callable
+
+from coordinator.api import JobStore
+from ringleader import states
+from ringleader.v1 import jobs_pb2 as pb
+
+log = logging.getLogger("ringleader.coordinator")
+
+Listener = Callable[[pb.JobEvent, pb.Job], None]
+
+
+def is_terminal(event: pb.JobEvent) -> bool:
+    return event.WhichOneof("event") == "state" and states.is_terminal(event.state.state)
+
+
+class EventBus:
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+        self._watchers: dict[str, set[asyncio.Queue]] = {}
+        self._listeners: list[Listener] = []
+        self._next_seq: dict[str, int] = {}
+
+    def add_listener(self, fn: Listener) -> None:
+        self._listeners.append(fn)
+
+    def record(self, event: pb.JobEvent, job: pb.Job) -> None:
+        """Store `event` with the job's next sequence number, then publish it."""
+        if event.job_id not in self._next_seq:
+            stored = self.store.events(event.job_id)
+            self._next_seq[event.job_id] = (stored[-1].seq + 1) if stored else 1
+        event.seq = self._next_seq[event.job_id]
+        self._next_seq[event.job_id] += 1
+        event.time = time.time()
+        self.store.add_event(event)
+        self.publish(event, job)
+        if is_terminal(event):
+            self._next_seq.pop(event.job_id, None)
+
+    def publish(self, event: pb.JobEvent, job: pb.Job) -> None:
+        """Tell watchers and listeners, without storing (progress, waiting reasons)."""
+        event.time = event.time or time.time()
+        for q in self._watchers.get(event.job_id, ()):
+            q.put_nowait(event)
+        for fn in self._listeners:
+            try:
+                fn(event, job)
+            except Exception:  # an observer's bug must not break the job's lifecycle
+                log.exception("job event listener failed")
+
+    async def watch(self, job_id: str) -> AsyncIterator[pb.JobEvent]:
+        """Stored events, then live ones, until the job reaches a terminal state."""
+        queue: asyncio.Queue = asyncio.Queue()
+        self._watchers.setdefault(job_id, set()).add(queue)
+        try:
+            last = -1
+            for event in self.store.events(job_id):  # NotFound for an unknown job
+                last = event.seq
+                yield event
+                if is_terminal(event):
+                    return
+            while (event := await queue.get()) is not None:
+                if event.seq and event.seq <= last:
+                    continue  # recorded while we replayed the stored ones
+                yield event
+                if is_terminal(event):
+                    return
+        finally:
+            watchers = self._watchers.get(job_id)
+            if watchers is not None:
+                watchers.discard(queue)
+                if not watchers:
+                    del self._watchers[job_id]
+
+    def close(self) -> None:
+        """End every watch (the coordinator is stopping)."""
+        for queues in self._watchers.values():
+            for q in queues:
+                q.put_nowait(None)

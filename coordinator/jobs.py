@@ -1,0 +1,160 @@
+"""The job book: unfinished jobs in memory, and every job state change through `transition`.
+
+The store is the record; the book holds what is queued or running (with each job's checked
+spec, so nothing is validated twice) and the per-run bookkeeping that failure detection needs.
+`transition` checks the change against ringleader.states.JOBS, writes it, and records the event.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from coordinator.api import JobStore
+from coordinator.events import EventBus
+from ringleader import jobspec, states
+from ringleader.defaults import page_limit
+from ringleader.jobspec import ValidJob
+from ringleader.v1 import jobs_pb2 as pb
+
+log = logging.getLogger("ringleader.coordinator")
+
+
+@dataclass
+class Queued:
+    job: pb.Job
+    valid: ValidJob
+
+
+@dataclass
+class Running:
+    job: pb.Job
+    valid: ValidJob
+    members: list[str]  # worker ids in rank order
+    group_key: str
+    store_port: int = 0  # rank 0's TCP store, once it reported it (a new group)
+    assigned: set[int] = field(default_factory=set)  # ranks sent their assignment
+    finished_ranks: set[int] = field(default_factory=set)
+    attached: set[int] = field(default_factory=set)  # ranks whose worker is connected to it
+    last_progress: float = field(default_factory=time.monotonic)
+    seqs: dict[int, int] = field(default_factory=dict)  # rank -> op counter from heartbeats
+    reattach_deadline: float = 0.0  # > 0 while waiting for workers after a coordinator restart
+    peer_errors: list[str] = field(default_factory=list)  # victims' reports, kept until the cause shows
+    blame_deadline: float = 0.0
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+
+@dataclass
+class Page:
+    jobs: list[pb.Job]
+    next_before: str  # "" on the last page
+
+
+class JobBook:
+    def __init__(self, store: JobStore, events: EventBus) -> None:
+        self.store = store
+        self.events = events
+        self.queued: dict[str, Queued] = {}
+        self.running: dict[str, Running] = {}
+
+    def load(self, reattach_deadline: float) -> None:
+        """After a (re)start: queued jobs queue again; running ones wait for their workers."""
+        for job in self.store.unfinished():
+            valid = jobspec.normalize(job.spec)
+            if job.state == pb.QUEUED:
+                self.queued[job.id] = Queued(job, valid)
+            else:
+                members = [w.worker_id for w in sorted(job.workers, key=lambda w: w.rank)]
+                self.running[job.id] = Running(job, valid, members, group_key="",
+                                               reattach_deadline=reattach_deadline)
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> pb.Job:
+        job = self.store.get(job_id)
+        live = self.running.get(job_id)
+        if live:  # progress is kept in memory between state changes
+            job.progress.CopyFrom(live.job.progress)
+        return job
+
+    def page(self, states_: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> Page:
+        """One page of jobs, newest first, with the id to pass as `before_id` for the next one."""
+        n = page_limit(limit)
+        # One more than asked tells whether another page exists (the store allows a page + 1).
+        jobs = self.store.list(states=states_, op=op, limit=n + 1, before_id=before_id)
+        more = len(jobs) > n
+        jobs = jobs[:n]
+        for job in jobs:
+            live = self.running.get(job.id)
+            if live:
+                job.progress.CopyFrom(live.job.progress)
+        return Page(jobs, jobs[-1].id if more else "")
+
+    # ---- changing --------------------------------------------------------------------------
+
+    def submit(self, valid: ValidJob) -> pb.Job:
+        job = pb.Job(id=uuid.uuid4().hex[:12], spec=valid.spec, state=pb.QUEUED,
+                     reason="waiting for workers", created_at=time.time())
+        self.store.create(job)
+        self._record_state(job)
+        self.queued[job.id] = Queued(job, valid)
+        return job
+
+    def transition(self, job: pb.Job, to: int, reason: str) -> None:
+        """The one way a job's state changes: checked, stored, recorded as an event."""
+        states.JOBS.check(job.state, to)
+        job.state, job.reason = to, reason
+        if states.is_terminal(to):
+            job.finished_at = time.time()
+        self.store.update(job)
+        self._record_state(job)
+        log.info("job %s %s: %s", job.id, pb.JobState.Name(to), reason)
+
+    def set_waiting_reason(self, job: pb.Job, why: str) -> None:
+        """A queued job's reason changes with the fleet; not a transition, so not recorded."""
+        if job.reason == why:
+            return
+        job.reason = why
+        self.store.update(job)
+        self.events.publish(pb.JobEvent(job_id=job.id, state=pb.StateChange(state=job.state, reason=why)), job)
+
+    def start(self, job_id: str, members: list[pb.WorkerRef], backend: str, group_key: str,
+              warm: bool) -> Running:
+        q = self.queued.pop(job_id)
+        job = q.job
+        del job.workers[:]
+        job.workers.extend(members)
+        job.backend, job.warm_start, job.started_at = backend, warm, time.time()
+        job.progress.CopyFrom(pb.Progress(total=q.valid.progress_total))
+        rj = Running(job, q.valid, [m.worker_id for m in members], group_key,
+                     attached=set(range(len(members))))
+        self.running[job_id] = rj
+        ids = ", ".join(rj.members)
+        self.transition(job, pb.RUNNING, f"running on {ids}" + (" (warm group)" if warm else ""))
+        return rj
+
+    def finish(self, job_id: str, to: int, reason: str) -> None:
+        """End a queued or running job (the caller tells its workers)."""
+        live = self.running.pop(job_id, None) or self.queued.pop(job_id)
+        self.transition(live.job, to, reason)
+
+    def requeue(self, rj: Running, reason: str) -> None:
+        """A job interrupted by a coordinator restart whose workers did not all come back."""
+        self.running.pop(rj.id)
+        self.store.clear_results(rj.id)
+        job = rj.job
+        del job.workers[:]
+        job.started_at, job.backend, job.warm_start = 0.0, "", False
+        job.progress.Clear()
+        self.transition(job, pb.QUEUED, reason)
+        self.queued[job.id] = Queued(job, rj.valid)
+
+    def _record_state(self, job: pb.Job) -> None:
+        self.events.record(pb.JobEvent(job_id=job.id, state=pb.StateChange(state=job.state, reason=job.reason)), job)
+

@@ -1,0 +1,122 @@
+"""The client commands of the CLI: submit, jobs, job, watch, cancel, workers (over gRPC)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ringleader import jobspec
+from ringleader import spec as specs
+from ringleader.app import table
+from ringleader.app.client import Client, coordinator_address
+from ringleader.errors import EXIT_FAILED, InvalidSpec
+from ringleader.v1 import jobs_pb2 as pb
+
+KIND_FLAGS = ("collective", "p2p", "gradient-average", "train")
+
+
+def _given(a: argparse.Namespace, *names: str) -> dict:
+    """The flags among `names` the user gave (unset ones stay unset, for the spec's defaults)."""
+    return {n: getattr(a, n) for n in names if getattr(a, n) is not None}
+
+
+def spec_from_args(a: argparse.Namespace) -> pb.JobSpec:
+    worker_ids = [w for w in a.workers.split(",") if w]
+    spec = pb.JobSpec(world_size=a.world_size, priority=a.priority, name=a.name, op_timeout_s=a.op_timeout,
+                      placement=pb.Placement(host=a.host, gpu_model=a.gpu_model, worker_ids=worker_ids,
+                                             device_type=a.device_type))
+    sweep = dict(sizes=a.sizes) if a.sizes else _given(a, "min_bytes", "max_bytes", "factor")
+    loop = _given(a, "iters", "warmup")
+    if a.kind == "collective":
+        if not a.op:
+            raise InvalidSpec("collective.op", "required for collective jobs (--op all_reduce, ...)")
+        spec.collective.CopyFrom(pb.CollectiveSpec(op=a.op, dtype=a.dtype, reduce_op=a.reduce_op,
+                                                   in_place=a.in_place, root=a.root, **sweep, **loop))
+    elif a.kind == "p2p":
+        spec.p2p.CopyFrom(pb.P2PSpec(pairwise=a.pairwise, mode="async" if a.async_ else "blocking", **sweep, **loop))
+    elif a.kind == "gradient-average":
+        spec.gradient_average.CopyFrom(pb.GradientAverageSpec(size_bytes=a.size or 0, **loop))
+    else:  # only what was given: an explicit 0 must reach validation
+        spec.train.CopyFrom(pb.TrainSpec(model=a.model, seed=a.seed, **_given(a, "steps", "batch_size", "lr")))
+    return spec
+
+
+def follow(client: Client, job_id: str, out=sys.stderr) -> pb.Job:
+    """Print progress lines while the job runs; return the finished job."""
+    shown = -1.0
+    for ev in client.watch(job_id):
+        kind = ev.WhichOneof("event")
+        if kind == "progress" and ev.progress.total:
+            fraction = ev.progress.done / ev.progress.total
+            if fraction >= shown + 0.1 or fraction == 1:  # about ten lines per job, not one per step
+                shown = fraction
+                print(f"[{job_id}] {ev.progress.done}/{ev.progress.total}", file=out, flush=True)
+        elif kind == "state":
+            print(f"[{job_id}] {table.state_name(ev.state.state)}: {ev.state.reason}", file=out, flush=True)
+        elif kind == "result":
+            r = ev.result
+            print(f"[{job_id}] {specs.format_size(r.size_bytes):>6}B  {r.time_us:10.2f} us  "
+                  f"busbw {r.busbw_gbps:8.2f} GB/s  wrong {r.wrong}", file=out, flush=True)
+    return client.get(job_id)
+
+
+def show_job(job: pb.Job, as_json: bool) -> None:
+    if as_json:
+        print(table.job_json(job))
+        return
+    print(table.job_line(job))
+    if job.workers:
+        print("workers: " + ", ".join(f"{w.rank}={w.worker_id}" for w in job.workers)
+              + f" ({job.backend}{', warm' if job.warm_start else ''})")
+    outcome = table.outcome_table(job)
+    if outcome:
+        print(outcome)
+
+
+def cmd_submit(a, client: Client) -> int:
+    spec = spec_from_args(a)
+    jobspec.normalize(spec)  # the same checks as the coordinator, before any network call
+    job = client.submit(spec)
+    if not a.wait:
+        if a.json:
+            show_job(job, True)
+        else:
+            print(job.id)
+        return 0
+    job = follow(client, job.id, out=sys.stderr)
+    show_job(job, a.json)
+    return 0 if job.state == pb.SUCCEEDED else EXIT_FAILED
+
+
+def cmd_jobs(a, client: Client) -> int:
+    for job in client.list(states=[pb.JobState.Value(s) for s in a.state], op=a.op, limit=a.limit).jobs:
+        print(table.job_line(job))
+    return 0
+
+
+def cmd_workers(a, client: Client) -> int:
+    print(f"{'WORKER':<28} {'STATE':<12} {'DEVICE':<26} {'HOST':<16} {'JOB':<13} WARM")
+    for w in client.workers():
+        device = f"{w.device.type}:{w.device.index} {w.device.name}"[:26]
+        print(f"{w.worker_id:<28} {pb.WorkerState.Name(w.state):<12} {device:<26} {w.host:<16} "
+              f"{w.job_id or '-':<13} {'yes' if w.warm_group else '-'}")
+    return 0
+
+
+def run_client_command(a) -> int:
+    with Client(coordinator_address(a.coordinator)) as client:
+        if a.command == "submit":
+            return cmd_submit(a, client)
+        if a.command == "jobs":
+            return cmd_jobs(a, client)
+        if a.command == "workers":
+            return cmd_workers(a, client)
+        if a.command == "job":
+            show_job(client.get(a.job_id), a.json)
+            return 0
+        if a.command == "cancel":
+            show_job(client.cancel(a.job_id), a.json)
+            return 0
+        job = follow(client, a.job_id, out=sys.stdout)  # watch
+        show_job(job, a.json)
+        return 0 if job.state == pb.SUCCEEDED else EXIT_FAILED

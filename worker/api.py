@@ -1,0 +1,123 @@
+"""The daemon <-> executor contract: typed messages over a multiprocessing Pipe. Read this first.
+
+The executor (worker/executor.py, a child process) owns the device and the process group; the
+daemon (worker/daemon.py) supervises it (worker/supervisor.py) and speaks for it to the
+coordinator. Each message is a frozen dataclass; result rows and outcomes travel as serialized
+protobuf so they reach the coordinator byte for byte.
+
+    down (daemon -> executor):  Run, DropGroup, Exit
+    up   (executor -> daemon):  Ready, StoreReady, Progress, Result, Done, GroupDropped
+    from the supervisor itself: Exited (the pipe closed: the executor is gone)
+
+Outside the pipe, two counters in shared memory let the daemon watch the executor without
+asking it: `ops` grows by one per communication op, `beats` several times a second while the
+process runs (a stopped or wedged executor stops beating).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    type: str  # cuda or cpu
+    index: int
+    name: str
+    uuid: str
+    memory_bytes: int
+    backend: str  # nccl or gloo
+
+    def to_pb(self) -> pb.Device:
+        return pb.Device(type=self.type, index=self.index, name=self.name, uuid=self.uuid,
+                         memory_bytes=self.memory_bytes)
+
+
+# ---- down ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    assignment: bytes  # a serialized workers_pb2.Assignment
+
+
+@dataclass(frozen=True)
+class DropGroup:
+    group_key: str
+
+
+@dataclass(frozen=True)
+class Exit:
+    pass
+
+
+# ---- up -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    device: DeviceInfo
+    pid: int
+
+
+@dataclass(frozen=True)
+class StoreReady:
+    job_id: str
+    group_key: str
+    port: int  # rank 0 bound its TCP store here
+
+
+@dataclass(frozen=True)
+class Progress:
+    job_id: str
+    done: int
+    total: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Result:
+    job_id: str
+    row: bytes  # a serialized jobs_pb2.SizeResult (rank 0 only)
+
+
+@dataclass(frozen=True)
+class GroupDropped:
+    group_key: str
+
+
+@dataclass(frozen=True)
+class Exited:
+    pass
+
+
+@dataclass(frozen=True)
+class Done:
+    """A rank's end of a job, whoever saw it end (the executor, or the daemon when the executor
+    died, was aborted or could not take the job). `to_pb` is the one place a JobDone is built."""
+
+    job_id: str
+    ok: bool
+    error: str = ""
+    failure: int = wpb.FAILURE_KIND_UNSPECIFIED  # a workers_pb2.FailureKind
+    holds: str = ""  # the group key the executor holds afterwards ("" when none)
+    warm_start: bool = False
+    results: tuple[bytes, ...] = ()  # rank 0: every size's serialized SizeResult
+    outcome: tuple[str, bytes] | None = None  # rank 0 of other kinds: (kind, serialized outcome)
+
+    @classmethod
+    def failed(cls, job_id: str, error: str, failure: int, *, holds: str = "", warm_start: bool = False) -> "Done":
+        return cls(job_id, ok=False, error=error, failure=failure, holds=holds, warm_start=warm_start)
+
+    def to_pb(self, rank: int, executor_restarts: int) -> wpb.JobDone:
+        done = wpb.JobDone(job_id=self.job_id, rank=rank, ok=self.ok, error=self.error, failure=self.failure,
+                           warm_group=self.holds, warm_start=self.warm_start,
+                           executor_restarts=executor_restarts,
+                           results=[pb.SizeResult.FromString(r) for r in self.results])
+        if self.outcome:
+            kind, raw = self.outcome
+            getattr(done, kind).ParseFromString(raw)
+        return done

@@ -1,0 +1,123 @@
+"""A daemon's link to the coordinator: one long-lived stream, reconnected with backoff.
+
+Messages for the coordinator wait in an outbox that survives reconnects (a failed write goes
+back to the front); heartbeats are dropped while disconnected, as they would be stale. Errors of
+the link or of handling one message are logged and lead to a reconnect or to the next message:
+they never end the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import TYPE_CHECKING
+
+import grpc
+
+from ringleader.grpc_options import KEEPALIVE_OPTIONS
+from ringleader.v1 import workers_pb2 as wpb
+from ringleader.v1 import workers_pb2_grpc
+
+if TYPE_CHECKING:
+    from worker.daemon import WorkerDaemon
+
+log = logging.getLogger("ringleader.worker")
+
+
+class CoordinatorLink:
+    def __init__(self, daemon: "WorkerDaemon") -> None:
+        self.daemon = daemon
+        self.heartbeat_s = 1.0
+        self.connected = asyncio.Event()
+        self.loop_alive_at = 0.0  # monotonic time of the last heartbeat loop pass (health probes)
+        self._outbox: collections.deque[wpb.WorkerMessage] = collections.deque()
+        self._outbox_ready = asyncio.Event()
+        self._session: asyncio.Task | None = None
+        self._stopping = False
+
+    def send(self, msg: wpb.WorkerMessage) -> None:
+        if msg.WhichOneof("msg") == "heartbeat" and not self.connected.is_set():
+            return  # stale heartbeats are worthless after a reconnect
+        self._outbox.append(msg)
+        self._outbox_ready.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._session:
+            self._session.cancel()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        from worker.daemon import Backoff
+
+        backoff = Backoff(cap=self.daemon.config.max_backoff_s)
+        while not stopping.is_set():
+            self._session = asyncio.create_task(self._connect(backoff))
+            try:
+                await self._session
+            except asyncio.CancelledError:
+                if not self._stopping:
+                    raise
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                    log.warning("%s", exc.details())
+                else:
+                    log.info("coordinator %s unreachable (%s)", self.daemon.config.coordinator, exc.code().name)
+            except Exception:  # a bug of ours: log it, reconnect, keep serving
+                log.exception("worker session failed; reconnecting")
+            self.connected.clear()
+            try:
+                await asyncio.wait_for(stopping.wait(), backoff.next_delay())
+            except TimeoutError:
+                pass
+
+    async def _connect(self, backoff) -> None:
+        address = self.daemon.config.coordinator
+        async with grpc.aio.insecure_channel(address, options=KEEPALIVE_OPTIONS) as channel:
+            call = workers_pb2_grpc.WorkerServiceStub(channel).Connect()
+            await call.write(wpb.WorkerMessage(register=self.daemon.register_message()))
+            first = await call.read()
+            if first is grpc.aio.EOF:
+                return
+            self.heartbeat_s = first.registered.heartbeat_interval_s or self.heartbeat_s
+            backoff.reset()
+            self.connected.set()
+            log.info("worker %s registered with %s", self.daemon.worker_id, address)
+            tasks = [asyncio.create_task(t) for t in (self._read(call), self._write(call), self._heartbeat())]
+            try:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    if t.exception():
+                        raise t.exception()
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                call.cancel()
+
+    async def _read(self, call) -> None:
+        while (msg := await call.read()) is not grpc.aio.EOF:
+            try:
+                await self.daemon.on_coordinator(msg)
+            except Exception:  # one bad message must not end the session (or the daemon)
+                log.exception("handling %s failed", msg.WhichOneof("msg"))
+
+    async def _write(self, call) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            while self._outbox:
+                msg = self._outbox.popleft()
+                try:
+                    await call.write(msg)
+                except BaseException:
+                    self._outbox.appendleft(msg)
+                    raise
+            self._outbox_ready.clear()
+
+    async def _heartbeat(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self.loop_alive_at = loop.time()
+            self.send(wpb.WorkerMessage(heartbeat=self.daemon.heartbeat_message()))
+            await asyncio.sleep(self.heartbeat_s)
+

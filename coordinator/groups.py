@@ -74,13 +74,12 @@ class Groups:
             self.transition(g, WARM)
 
     def break_(self, key: str, why: str) -> list[str]:
-        """Mark the group BROKEN (if it is not already); returns the members that still hold it,
-        which must be told to drop it."""
+        """Mark the group BROKEN; returns the members that still hold it, to be told to drop it
+        (none when it was broken already: they were told then)."""
         g = self._groups.get(key)
-        if g is None:
+        if g is None or g.state == BROKEN:
             return []
-        if g.state != BROKEN:
-            self.transition(g, BROKEN, why)
+        self.transition(g, BROKEN, why)
         holders = sorted(g.holders)
         if not holders:
             self.transition(g, DESTROYED)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 
@@ -102,57 +103,39 @@ def _wrap_handler(handler, record, open_gauge):
     else:
         behavior, factory = handler.unary_unary, grpc.unary_unary_rpc_method_handler
 
-    def begin() -> float:
+    @contextlib.contextmanager
+    def recorded(context):
+        """Time what runs inside; the outcome is the exception's status, else the context's."""
         if open_gauge is not None:
             open_gauge.inc()
-        return time.perf_counter()
-
-    def end(context, start: float, outcome) -> None:
-        if open_gauge is not None:
-            open_gauge.dec()
-        record(context, start, outcome)
+        start, outcome = time.perf_counter(), None
+        try:
+            yield
+        except BaseException as exc:
+            outcome = _failure_code(exc, context)
+            raise
+        finally:
+            if open_gauge is not None:
+                open_gauge.dec()
+            record(context, start, outcome)
 
     if inspect.isasyncgenfunction(behavior):
         async def wrapped(request, context):
-            start, outcome = begin(), None
-            try:
+            with recorded(context):
                 async for response in behavior(request, context):
                     yield response
-            except BaseException as exc:
-                outcome = _failure_code(exc, context)
-                raise
-            finally:
-                end(context, start, outcome)
     elif inspect.iscoroutinefunction(behavior):
         async def wrapped(request, context):
-            start, outcome = begin(), None
-            try:
+            with recorded(context):
                 return await behavior(request, context)
-            except BaseException as exc:
-                outcome = _failure_code(exc, context)
-                raise
-            finally:
-                end(context, start, outcome)
     elif handler.response_streaming:  # a sync generator, run by the server in its thread pool
         def wrapped(request, context):
-            start, outcome = begin(), None
-            try:
+            with recorded(context):
                 yield from behavior(request, context)
-            except BaseException as exc:
-                outcome = _failure_code(exc, context)
-                raise
-            finally:
-                end(context, start, outcome)
     else:
         def wrapped(request, context):
-            start, outcome = begin(), None
-            try:
+            with recorded(context):
                 return behavior(request, context)
-            except BaseException as exc:
-                outcome = _failure_code(exc, context)
-                raise
-            finally:
-                end(context, start, outcome)
 
     return factory(wrapped, request_deserializer=handler.request_deserializer,
                    response_serializer=handler.response_serializer)

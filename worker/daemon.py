@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import socket
 import threading
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from ringleader import __version__
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker import api
-from worker.link import CoordinatorLink
+from worker.link import Backoff, CoordinatorLink
 from worker.supervisor import ExecutorHandle, ExecutorStartError
 
 log = logging.getLogger("ringleader.worker")
@@ -63,20 +62,6 @@ def local_cuda_devices() -> list[str]:
     return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
 
-class Backoff:
-    """Exponential backoff with full jitter; reset after a successful connection."""
-
-    def __init__(self, base: float = 0.1, cap: float = 5.0) -> None:
-        self.base, self.cap, self.attempt = base, cap, 0
-
-    def next_delay(self) -> float:
-        self.attempt += 1
-        return random.uniform(0, min(self.cap, self.base * 2 ** self.attempt))
-
-    def reset(self) -> None:
-        self.attempt = 0
-
-
 class WorkerDaemon:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
@@ -92,7 +77,8 @@ class WorkerDaemon:
         self.jobs_done = dict.fromkeys(["succeeded", *_OUTCOMES.values(), "failed"], 0)
         self.ops_retired = 0
         self._stats_lock = threading.Lock()
-        self.link = CoordinatorLink(self)
+        self.link = CoordinatorLink(config.coordinator, self.worker_id, self.register_message,
+                                    self.heartbeat_message, self.on_coordinator, config.max_backoff_s)
         self._lock = asyncio.Lock()  # one executor operation at a time
         self._drops: dict[str, asyncio.Future] = {}
         self._stopping = asyncio.Event()
@@ -213,10 +199,13 @@ class WorkerDaemon:
             if handle is not self.executor or self._stopping.is_set():
                 return
             code = await handle.reap()
+            job, held = self.job, self.holds
+            if code == 0 and not job:  # it retired after a failed NCCL job (worker/executor.py)
+                log.info("executor retired after a failed job; starting a fresh one")
             why = f"executor process died (exit code {code})" if code is None or code >= 0 else \
                 f"executor process killed by signal {-code}"
-            log.error("%s", why)
-            job, held = self.job, self.holds
+            if code != 0 or job:
+                log.error("%s", why)
             await self._replace_executor()
             self.job = None
             if job:

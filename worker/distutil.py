@@ -75,13 +75,3 @@ def time_loop(run, iters: int, device: torch.device) -> tuple[float, list[float]
     return mean_us, [events[k].elapsed_time(events[k + 1]) * 1e3 for k in range(iters)]
 
 
-
-def drop_default_group(abort: bool) -> None:
-    """Leave the default process group. `abort` (NCCL) frees it locally without the graceful
-    shutdown's wait for peers; gloo's destroy never waits."""
-    from torch.distributed import distributed_c10d as c10d
-
-    if abort and hasattr(c10d, "_abort_process_group"):  # torch >= 2.6
-        c10d._abort_process_group()
-    else:
-        dist.destroy_process_group()

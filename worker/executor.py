@@ -2,9 +2,12 @@
 
 It speaks worker/api.py's messages with its daemon and NCCL or gloo with its peers. It keeps its
 process group between jobs while the coordinator sends the same group key (a warm group), and
-drops it when told (DropGroup) or when a job on it fails: its state is unknown after an error.
-A new group forms with rank 0 binding its TCP store on a free port and reporting it
-(StoreReady) before the other ranks are told where to connect.
+drops it when told (DropGroup: every member is told at once, so the graceful destroy completes).
+A job that fails leaves the group in an unknown state: a gloo group is destroyed, while an
+executor with an NCCL group reports and then exits, for its daemon to replace it (an NCCL
+communicator after an error cannot be trusted, and re-initialising after an abort is not
+reliable in torch: pytorch/pytorch#151159). A new group forms with rank 0 binding its TCP store
+on a free port and reporting it (StoreReady) before the other ranks are told where to connect.
 """
 
 from __future__ import annotations
@@ -60,17 +63,24 @@ class Executor:
             torch.cuda.set_device(self.device)
         self.group_key = ""
         self.backend = ""
+        self.broken = False  # a job failed: the group's state is unknown
 
-    def serve(self) -> None:
+    def serve(self) -> bool:
+        """Serve until told to exit (True), or until retiring after a failed NCCL job (False)."""
         self.conn.send(api.Ready(describe_device(str(self.device)), os.getpid()))
         while not isinstance(msg := self.conn.recv(), api.Exit):
             if isinstance(msg, api.Run):
-                self.conn.send(self.run(msg.assignment))
+                self.conn.send(self.run(msg.assignment))  # report first: tearing down may wait on peers
+                if self.broken:
+                    if self.backend == "nccl":
+                        return False
+                    self._destroy_group()
             elif isinstance(msg, api.DropGroup):
                 if msg.group_key == self.group_key:
                     self._destroy_group()
                 self.conn.send(api.GroupDropped(msg.group_key))
         self._destroy_group()
+        return True
 
     def run(self, raw: bytes) -> api.Done:
         from ringleader import jobspec
@@ -87,7 +97,7 @@ class Executor:
             outcome = RUNNERS[job.kind](job, ctx)
             ctx.progress(job.progress_total, job.progress_total, 0)
         except Exception as exc:  # reported to the coordinator, which fails the job
-            self._destroy_group()
+            self.broken = True
             detail = f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, (MemoryError, ValueError)):
                 detail += " | " + traceback.format_exc(limit=3).strip().splitlines()[-1]
@@ -101,6 +111,7 @@ class Executor:
         import torch.distributed as dist
 
         self._destroy_group()
+        self.backend = a.backend
         timeout = datetime.timedelta(seconds=STORE_TIMEOUT_S)
         if a.rank == 0:  # bind first (a free port), then say where: no port can be taken between
             store = dist.TCPStore(a.store_host, a.store_port, a.world_size, is_master=True,
@@ -111,18 +122,14 @@ class Executor:
         kwargs = {"device_id": self.device} if a.backend == "nccl" else {}
         dist.init_process_group(a.backend, store=store, rank=a.rank, world_size=a.world_size,
                                 timeout=timeout, **kwargs)
-        self.group_key, self.backend = a.group_key, a.backend
+        self.group_key = a.group_key
 
     def _destroy_group(self) -> None:
-        """Drop the group without waiting for peers: NCCL's graceful destroy can wait on members
-        that will never call it (they left, or hold on to it), so NCCL groups are aborted."""
         import torch.distributed as dist
 
-        from worker.distutil import drop_default_group
-
-        self.group_key = ""
+        self.group_key, self.broken = "", False
         if dist.is_initialized():
-            drop_default_group(abort=self.backend == "nccl")
+            dist.destroy_process_group()
 
 
 PROCESS_NAME = b"rl-executor"  # what ps and /proc/PID/comm show
@@ -160,6 +167,9 @@ def main(conn, device_arg: str, ops, beats, advertise: str = "") -> None:
 
         pin_interfaces(advertise, os.environ)
     try:
-        Executor(conn, device_arg, ops).serve()
+        if not Executor(conn, device_arg, ops).serve():
+            # Retire without running destructors: a wedged NCCL communicator's could block exit.
+            conn.close()
+            os._exit(0)
     except (EOFError, KeyboardInterrupt):  # the daemon went away: nothing left to report to
         pass

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING
+import random
+from typing import Awaitable, Callable
 
 import grpc
 
@@ -19,15 +20,33 @@ from ringleader.grpc_options import KEEPALIVE_OPTIONS
 from ringleader.v1 import workers_pb2 as wpb
 from ringleader.v1 import workers_pb2_grpc
 
-if TYPE_CHECKING:
-    from worker.daemon import WorkerDaemon
-
 log = logging.getLogger("ringleader.worker")
 
 
+class Backoff:
+    """Exponential backoff with full jitter; reset after a successful connection."""
+
+    def __init__(self, base: float = 0.1, cap: float = 5.0) -> None:
+        self.base, self.cap, self.attempt = base, cap, 0
+
+    def next_delay(self) -> float:
+        self.attempt += 1
+        return random.uniform(0, min(self.cap, self.base * 2 ** self.attempt))
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
 class CoordinatorLink:
-    def __init__(self, daemon: "WorkerDaemon") -> None:
-        self.daemon = daemon
+    """`register()` and `heartbeat()` build those messages when due; `on_message` handles each
+    message down the stream, in order."""
+
+    def __init__(self, address: str, worker_id: str, register: Callable[[], wpb.Register],
+                 heartbeat: Callable[[], wpb.Heartbeat],
+                 on_message: Callable[[wpb.CoordinatorMessage], Awaitable[None]], max_backoff_s: float) -> None:
+        self.address, self.worker_id = address, worker_id
+        self.register, self.heartbeat, self.on_message = register, heartbeat, on_message
+        self.max_backoff_s = max_backoff_s
         self.heartbeat_s = 1.0
         self.connected = asyncio.Event()
         self.loop_alive_at = 0.0  # monotonic time of the last heartbeat loop pass (health probes)
@@ -48,9 +67,7 @@ class CoordinatorLink:
             self._session.cancel()
 
     async def run(self, stopping: asyncio.Event) -> None:
-        from worker.daemon import Backoff
-
-        backoff = Backoff(cap=self.daemon.config.max_backoff_s)
+        backoff = Backoff(cap=self.max_backoff_s)
         while not stopping.is_set():
             self._session = asyncio.create_task(self._connect(backoff))
             try:
@@ -62,7 +79,7 @@ class CoordinatorLink:
                 if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                     log.warning("%s", exc.details())
                 else:
-                    log.info("coordinator %s unreachable (%s)", self.daemon.config.coordinator, exc.code().name)
+                    log.info("coordinator %s unreachable (%s)", self.address, exc.code().name)
             except Exception:  # a bug of ours: log it, reconnect, keep serving
                 log.exception("worker session failed; reconnecting")
             self.connected.clear()
@@ -71,18 +88,17 @@ class CoordinatorLink:
             except TimeoutError:
                 pass
 
-    async def _connect(self, backoff) -> None:
-        address = self.daemon.config.coordinator
-        async with grpc.aio.insecure_channel(address, options=KEEPALIVE_OPTIONS) as channel:
+    async def _connect(self, backoff: Backoff) -> None:
+        async with grpc.aio.insecure_channel(self.address, options=KEEPALIVE_OPTIONS) as channel:
             call = workers_pb2_grpc.WorkerServiceStub(channel).Connect()
-            await call.write(wpb.WorkerMessage(register=self.daemon.register_message()))
+            await call.write(wpb.WorkerMessage(register=self.register()))
             first = await call.read()
             if first is grpc.aio.EOF:
                 return
             self.heartbeat_s = first.registered.heartbeat_interval_s or self.heartbeat_s
             backoff.reset()
             self.connected.set()
-            log.info("worker %s registered with %s", self.daemon.worker_id, address)
+            log.info("worker %s registered with %s", self.worker_id, self.address)
             tasks = [asyncio.create_task(t) for t in (self._read(call), self._write(call), self._heartbeat())]
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -98,7 +114,7 @@ class CoordinatorLink:
     async def _read(self, call) -> None:
         while (msg := await call.read()) is not grpc.aio.EOF:
             try:
-                await self.daemon.on_coordinator(msg)
+                await self.on_message(msg)
             except Exception:  # one bad message must not end the session (or the daemon)
                 log.exception("handling %s failed", msg.WhichOneof("msg"))
 
@@ -118,6 +134,6 @@ class CoordinatorLink:
         loop = asyncio.get_running_loop()
         while True:
             self.loop_alive_at = loop.time()
-            self.send(wpb.WorkerMessage(heartbeat=self.daemon.heartbeat_message()))
+            self.send(wpb.WorkerMessage(heartbeat=self.heartbeat()))
             await asyncio.sleep(self.heartbeat_s)
 

@@ -56,6 +56,42 @@ def _host_group_for(device: torch.device, host_group):
     return created, created
 
 
+def _both_paths(numel, iters, warmup, device, counter, native: bool, group) -> list[float]:
+    """Time and check both paths; the worst of every rank: [device bad, host bad, max abs error,
+    max rel error, device us, host us]."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    grad = torch.empty(numel, dtype=torch.float32, device=device)
+    host = torch.empty(numel, dtype=torch.float32, pin_memory=device.type == "cuda")
+
+    def on_device():
+        if native:
+            dist.all_reduce(grad, op=dist.ReduceOp.AVG)
+        else:
+            dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+            grad.div_(n)
+        counter.value += 1
+
+    def host_staged():
+        host.copy_(grad)  # device to host: synchronous, gloo reads the host buffer next
+        dist.all_reduce(host, op=dist.ReduceOp.SUM, group=group)
+        host.div_(n)
+        grad.copy_(host)
+        counter.value += 1
+
+    verdicts, times = [], []
+    for run in (on_device, host_staged):
+        _fill(grad, rank)
+        times.append(_timed(run, iters, warmup, device))
+        _fill(grad, rank)
+        run()
+        verdicts.append(_errors(grad, n))
+    (device_ok, abs_d, rel_d), (host_ok, abs_h, rel_h) = verdicts
+    worst = torch.tensor([float(not device_ok), float(not host_ok), max(abs_d, abs_h),
+                          max(rel_d, rel_h), times[0], times[1]], dtype=torch.float64, device=device)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    return worst.tolist()
+
+
 def _timed(run, iters: int, warmup: int, device: torch.device) -> float:
     """Mean wall time per run in us, after `warmup` runs, synchronised with the device."""
     sync(device)
@@ -69,6 +105,15 @@ def _timed(run, iters: int, warmup: int, device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return (time.perf_counter() - t0) * 1e6 / iters
+
+
+def _validate(numel: int, iters: int, warmup: int) -> None:
+    if numel < 1:
+        raise ValueError("numel: must be at least 1")
+    if iters < 1:
+        raise ValueError("iters: must be at least 1")
+    if warmup < 0:
+        raise ValueError("warmup: must not be negative")
 
 
 def gradient_average(numel: int, *, iters: int, warmup: int, device, counter=None,
@@ -88,50 +133,15 @@ def gradient_average(numel: int, *, iters: int, warmup: int, device, counter=Non
     errors the largest on any rank and a path is ok only if it is ok on every rank, so every
     rank returns the same dict. `counter` grows by one per all_reduce of either path.
     """
-    if numel < 1:
-        raise ValueError("numel: must be at least 1")
-    if iters < 1:
-        raise ValueError("iters: must be at least 1")
-    if warmup < 0:
-        raise ValueError("warmup: must not be negative")
+    _validate(numel, iters, warmup)
     device = torch.device(device)
     rank, n = dist.get_rank(), dist.get_world_size()
     counter = counter if counter is not None else NoCounter()
     native = _native_avg(backend_for(device))
     group, created = _host_group_for(device, host_group)
     try:
-        grad = torch.empty(numel, dtype=torch.float32, device=device)
-        host = torch.empty(numel, dtype=torch.float32, pin_memory=device.type == "cuda")
-
-        def on_device():
-            if native:
-                dist.all_reduce(grad, op=dist.ReduceOp.AVG)
-            else:
-                dist.all_reduce(grad, op=dist.ReduceOp.SUM)
-                grad.div_(n)
-            counter.value += 1
-
-        def host_staged():
-            host.copy_(grad)  # device to host: synchronous, gloo reads the host buffer next
-            dist.all_reduce(host, op=dist.ReduceOp.SUM, group=group)
-            host.div_(n)
-            grad.copy_(host)
-            counter.value += 1
-
-        verdicts = []
-        times = []
-        for run in (on_device, host_staged):
-            _fill(grad, rank)
-            times.append(_timed(run, iters, warmup, device))
-            _fill(grad, rank)
-            run()
-            verdicts.append(_errors(grad, n))
-        (device_ok, abs_d, rel_d), (host_ok, abs_h, rel_h) = verdicts
-        worst = torch.tensor([float(not device_ok), float(not host_ok), max(abs_d, abs_h),
-                              max(rel_d, rel_h), times[0], times[1]], dtype=torch.float64,
-                             device=device)
-        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-        device_bad, host_bad, max_abs, max_rel, device_us, host_us = worst.tolist()
+        device_bad, host_bad, max_abs, max_rel, device_us, host_us = _both_paths(
+            numel, iters, warmup, device, counter, native, group)
     finally:
         if created is not None:
             dist.destroy_process_group(created)

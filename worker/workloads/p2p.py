@@ -113,48 +113,17 @@ def ping_pong(sizes: list[int], *, iters: int, warmup: int, mode: str, device, c
     rank, n = dist.get_rank(), dist.get_world_size()
     pairs = _validate_pairs(pairs, n)
     counter = counter if counter is not None else NoCounter()
-    loops = 2 if device.type == "cuda" else 1  # see distutil.time_loop
     # One row of numbers per (pair, size); only the pair's ranks write theirs, then a single sum
     # gives every rank every row (tensors, so it works on NCCL and gloo alike).
     table = torch.zeros(len(pairs) * len(sizes), len(_FIELDS), dtype=torch.float64)
     for p, (src, dst) in enumerate(pairs):
         for s, size in enumerate(sizes):
             sync(device)
-            if rank not in (src, dst):
-                continue
             row = table[p * len(sizes) + s]
             if rank == src:
-                send = torch.empty(size, dtype=torch.uint8, device=device)
-                recv = torch.empty(size, dtype=torch.uint8, device=device)
-                _fill(send, _TIMED_SEED)
-
-                def round_trip(send=send, recv=recv):
-                    _initiator_round(mode, dst, send, recv)
-                    counter.value += 2
-
-                for _ in range(warmup):
-                    round_trip()
-                mean_us, times = time_loop(round_trip, iters, device)
-                times = sorted(t / 2 for t in times)
-                latency = mean_us / 2
-                row[0], row[1], row[2] = latency, times[0], percentile(times, 50)
-                row[3] = size / latency / 1e3 if latency > 0 else 0.0
-                _fill(send, _CHECK_SEED)
-                recv.fill_(_SENTINEL)
-                round_trip()
-                row[4] = _count_wrong(recv, _CHECK_SEED)
-                del send, recv
-            else:
-                buf = torch.empty(size, dtype=torch.uint8, device=device)
-                _fill(buf, _TIMED_SEED)  # overwritten by the first receive; no garbage sent
-                for _ in range(warmup + loops * iters):
-                    _echo_round(mode, src, buf)
-                    counter.value += 2
-                buf.fill_(_SENTINEL)
-                _echo_round(mode, src, buf)
-                counter.value += 2
-                row[4] = _count_wrong(buf, _CHECK_SEED)  # after the echo, so it adds no delay
-                del buf
+                _initiate(mode, dst, size, iters, warmup, device, counter, row)
+            elif rank == dst:
+                _echo(mode, src, size, iters, warmup, device, counter, row)
     table = table.to(device)
     dist.all_reduce(table)
     values = table.cpu().tolist()
@@ -167,6 +136,43 @@ def ping_pong(sizes: list[int], *, iters: int, warmup: int, mode: str, device, c
                              bandwidth_gbps=v["bandwidth_gbps"], wrong=int(v["wrong"]), mode=mode,
                              iters=iters))
     return rows
+
+
+def _initiate(mode, dst, size, iters, warmup, device, counter, row) -> None:
+    """The initiator's side of one (pair, size): timed round trips, then a checked one."""
+    send = torch.empty(size, dtype=torch.uint8, device=device)
+    recv = torch.empty(size, dtype=torch.uint8, device=device)
+    _fill(send, _TIMED_SEED)
+
+    def round_trip():
+        _initiator_round(mode, dst, send, recv)
+        counter.value += 2
+
+    for _ in range(warmup):
+        round_trip()
+    mean_us, times = time_loop(round_trip, iters, device)
+    times = sorted(t / 2 for t in times)
+    latency = mean_us / 2
+    row[0], row[1], row[2] = latency, times[0], percentile(times, 50)
+    row[3] = size / latency / 1e3 if latency > 0 else 0.0
+    _fill(send, _CHECK_SEED)
+    recv.fill_(_SENTINEL)
+    round_trip()
+    row[4] = _count_wrong(recv, _CHECK_SEED)
+
+
+def _echo(mode, src, size, iters, warmup, device, counter, row) -> None:
+    """The echo's side: return every round trip (as many as the initiator's loops run)."""
+    loops = 2 if device.type == "cuda" else 1  # see distutil.time_loop
+    buf = torch.empty(size, dtype=torch.uint8, device=device)
+    _fill(buf, _TIMED_SEED)  # overwritten by the first receive; no garbage sent
+    for _ in range(warmup + loops * iters):
+        _echo_round(mode, src, buf)
+        counter.value += 2
+    buf.fill_(_SENTINEL)
+    _echo_round(mode, src, buf)
+    counter.value += 2
+    row[4] = _count_wrong(buf, _CHECK_SEED)  # after the echo, so it adds no delay
 
 
 def pairwise_matrix(rows: list[dict], world_size: int, size_bytes: int,

@@ -81,7 +81,23 @@ class _Clock:
 class _CommTimer:
     """State of the timing comm hook: DDP's default allreduce, with a mark when each bucket is
     handed to it (the backward pass has produced the bucket's gradients) and one when its
-    reduction has completed."""
+    reduction has completed.
+
+    Timing (CUDA events on GPU, perf_counter on CPU), per step, data generation excluded:
+    step = zero_grad + forward + backward (with DDP's gradient all_reduce) + optimizer step.
+    DDP overlaps the all_reduce of each gradient bucket with the rest of the backward pass, so
+    communication time cannot simply be subtracted. A comm hook wraps DDP's default allreduce
+    hook (same reduction, same buckets, overlap kept) and marks when each bucket is handed over
+    and when its reduction completes. comm = the exposed communication: from the hand-off of
+    the last bucket (the end of gradient computation) until the last reduction completes,
+    i.e. the part of the step spent only waiting for the network; compute = step - comm
+    (forward, backward, the optimizer, DDP's own bookkeeping, and any communication hidden
+    under them). Where the gradients fit one bucket (the linear model), comm is the whole
+    all_reduce. The hook runs in Python, which costs host time that DDP's built-in C++
+    allreduce does not: on 2 H200s with these tiny, host-bound models about 0.2 ms a step
+    (1.27 against 1.06 ms for linear at batch 256, where a step without DDP takes 0.47 ms). Means exclude the first step (DDP rebuilds its buckets then)
+    unless it is the only one, and are averaged over ranks.
+    """
 
     def __init__(self, clock: _Clock, group, counter):
         self.clock, self.group, self.counter = clock, group, counter
@@ -141,20 +157,7 @@ def train(model: str, *, steps: int, batch_size: int, lr: float, seed: int, devi
     same on every rank (seeded from seed), so there is something to learn and the loss falls
     within a few dozen steps.
 
-    Timing (CUDA events on GPU, perf_counter on CPU), per step, data generation excluded:
-    step = zero_grad + forward + backward (with DDP's gradient all_reduce) + optimizer step.
-    DDP overlaps the all_reduce of each gradient bucket with the rest of the backward pass, so
-    communication time cannot simply be subtracted. A comm hook wraps DDP's default allreduce
-    hook (same reduction, same buckets, overlap kept) and marks when each bucket is handed over
-    and when its reduction completes. comm = the exposed communication: from the hand-off of
-    the last bucket (the end of gradient computation) until the last reduction completes,
-    i.e. the part of the step spent only waiting for the network; compute = step - comm
-    (forward, backward, the optimizer, DDP's own bookkeeping, and any communication hidden
-    under them). Where the gradients fit one bucket (the linear model), comm is the whole
-    all_reduce. The hook runs in Python, which costs host time that DDP's built-in C++
-    allreduce does not: on 2 H200s with these tiny, host-bound models about 0.2 ms a step
-    (1.27 against 1.06 ms for linear at batch 256, where a step without DDP takes 0.47 ms). Means exclude the first step (DDP rebuilds its buckets then)
-    unless it is the only one, and are averaged over ranks.
+    Timing: see _CommTimer (step, exposed communication, compute).
 
     The loss of each step is reduced to rank 0 (dist.reduce, then / world size), which calls
     on_step(step, loss) if given; the list is broadcast at the end so every rank returns the
@@ -165,33 +168,12 @@ def train(model: str, *, steps: int, batch_size: int, lr: float, seed: int, devi
     rank, n = dist.get_rank(), dist.get_world_size()
     counter = counter if counter is not None else NoCounter()
     clock = _Clock(device)
-
-    with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG as it was
-        torch.manual_seed(_seed(seed + rank, _INIT))
-        net = build_model(model).to(device)
-    ddp_kwargs = {}
-    if device.type == "cuda":
-        index = torch.cuda.current_device() if device.index is None else device.index
-        ddp_kwargs["device_ids"] = [index]
-    ddp = DistributedDataParallel(net, **ddp_kwargs)  # broadcasts rank 0's parameters
-    params = list(ddp.parameters())
-    if _max_param_diff(params) != 0.0:
-        raise RuntimeError("DDP did not give every rank rank 0's initial parameters")
-    timer = _CommTimer(clock, None, counter)
-    ddp.register_comm_hook(timer, _timed_allreduce_hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=lr)
-
-    teacher_gen = torch.Generator(device=device).manual_seed(_seed(seed, _TEACHER))
-    basis = torch.randn(LATENT, IN_FEATURES, generator=teacher_gen, device=device) / LATENT ** 0.5
-    teacher = torch.randn(LATENT, CLASSES, generator=teacher_gen, device=device)
-    data_gen = torch.Generator(device=device).manual_seed(_seed(seed + rank, _DATA))
+    ddp, params, timer, opt = _setup(model, seed + rank, lr, device, clock, counter)
+    batches = _Batches(seed, rank, batch_size, device)
 
     step_ms, comm_ms, losses = [], [], []
     for step in range(steps):
-        z = torch.randn(batch_size, LATENT, generator=data_gen, device=device)
-        noise = torch.randn(batch_size, IN_FEATURES, generator=data_gen, device=device)
-        x = (z @ basis + NOISE * noise).reshape(batch_size, *INPUT_SHAPE)
-        y = (z @ teacher).argmax(dim=1)
+        x, y = batches.next()
         timer.reset()
         start = clock.mark()
         opt.zero_grad(set_to_none=True)
@@ -210,7 +192,48 @@ def train(model: str, *, steps: int, batch_size: int, lr: float, seed: int, devi
             losses.append(value)
             if on_step is not None:
                 on_step(step, value)
+    return _summary(model, steps, batch_size, lr, step_ms, comm_ms, losses, params, device)
 
+
+def _setup(model: str, init_seed: int, lr: float, device, clock: _Clock, counter):
+    """The DDP model (rank 0's initial weights everywhere, verified), its timing hook, SGD."""
+    with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG as it was
+        torch.manual_seed(_seed(init_seed, _INIT))
+        net = build_model(model).to(device)
+    ddp_kwargs = {}
+    if device.type == "cuda":
+        index = torch.cuda.current_device() if device.index is None else device.index
+        ddp_kwargs["device_ids"] = [index]
+    ddp = DistributedDataParallel(net, **ddp_kwargs)  # broadcasts rank 0's parameters
+    params = list(ddp.parameters())
+    if _max_param_diff(params) != 0.0:
+        raise RuntimeError("DDP did not give every rank rank 0's initial parameters")
+    timer = _CommTimer(clock, None, counter)
+    ddp.register_comm_hook(timer, _timed_allreduce_hook)
+    return ddp, params, timer, torch.optim.SGD(ddp.parameters(), lr=lr)
+
+
+class _Batches:
+    """Synthetic batches: a teacher shared by every rank, data of this rank's own."""
+
+    def __init__(self, seed: int, rank: int, batch_size: int, device) -> None:
+        teacher_gen = torch.Generator(device=device).manual_seed(_seed(seed, _TEACHER))
+        self.basis = torch.randn(LATENT, IN_FEATURES, generator=teacher_gen, device=device) / LATENT ** 0.5
+        self.teacher = torch.randn(LATENT, CLASSES, generator=teacher_gen, device=device)
+        self.gen = torch.Generator(device=device).manual_seed(_seed(seed + rank, _DATA))
+        self.batch_size, self.device = batch_size, device
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        b, dev = self.batch_size, self.device
+        z = torch.randn(b, LATENT, generator=self.gen, device=dev)
+        noise = torch.randn(b, IN_FEATURES, generator=self.gen, device=dev)
+        x = (z @ self.basis + NOISE * noise).reshape(b, *INPUT_SHAPE)
+        return x, (z @ self.teacher).argmax(dim=1)
+
+
+def _summary(model, steps, batch_size, lr, step_ms, comm_ms, losses, params, device) -> dict:
+    """The result dict, the same on every rank (one all_reduce carries losses and means)."""
+    rank, n = dist.get_rank(), dist.get_world_size()
     param_diff = _max_param_diff(params)
     timed = slice(1, None) if steps > 1 else slice(None)
     step_mean = sum(step_ms[timed]) / len(step_ms[timed])

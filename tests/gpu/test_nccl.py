@@ -3,6 +3,7 @@
 import time
 
 import pytest
+from fleet import FLEET
 
 from ringleader import spec as specs
 from ringleader.v1 import jobs_pb2 as pb
@@ -45,7 +46,7 @@ def test_too_large_for_the_gpu_is_rejected_with_numbers(gpu_cluster):
 
 def test_worker_killed_mid_job_fails_naming_rank_and_survivor_recovers(gpu_cluster):
     c = gpu_cluster
-    job = c.submit(op="all_reduce", sizes=[256 << 20], iters=100000, warmup=0)
+    job = c.submit(workers=["g0", "g1"], op="all_reduce", sizes=[256 << 20], iters=100000, warmup=0)
     c.wait_job(job.id, states=(pb.RUNNING,))
     time.sleep(3)
     killed_at = time.monotonic()
@@ -55,9 +56,10 @@ def test_worker_killed_mid_job_fails_naming_rank_and_survivor_recovers(gpu_clust
     assert done.state == pb.FAILED
     assert "rank 1 (worker g1)" in done.reason, done.reason
     c.wait_idle(["g0"], timeout=120)  # its executor, hung in NCCL, was replaced
-    c.start_worker("g1", device="cuda:1")
+    device, env = FLEET[1]
+    c.start_worker("g1", device=device, env=env)
     c.wait_idle(["g0", "g1"], timeout=300)
-    nxt = c.wait_job(c.submit(op="all_reduce", sizes=[1 << 20]).id, timeout=300)
+    nxt = c.wait_job(c.submit(workers=["g0", "g1"], op="all_reduce", sizes=[1 << 20]).id, timeout=300)
     assert nxt.state == pb.SUCCEEDED, nxt.reason
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -51,12 +52,14 @@ class Cluster:
         self.coordinator.wait(30)
         self.coordinator.stdout.close()
 
-    def start_worker(self, worker_id: str, device: str = "cpu", metrics_address: str = "") -> subprocess.Popen:
+    def start_worker(self, worker_id: str, device: str = "cpu", metrics_address: str = "",
+                     env: dict | None = None) -> subprocess.Popen:
         log = open(self.tmp / f"{worker_id}.log", "ab")
         extra = ["--metrics-address", metrics_address] if metrics_address else []
         p = subprocess.Popen(ringleader_cmd("--coordinator", self.address, "worker", "--device", device,
                                             "--worker-id", worker_id, *extra),
-                             stdout=log, stderr=log, start_new_session=True)
+                             stdout=log, stderr=log, start_new_session=True,
+                             env={**os.environ, **env} if env else None)
         log.close()
         self.workers[worker_id] = p
         return p

@@ -94,7 +94,7 @@ def test_worker_metrics_read_nvml_on_gpu(gpu_cluster):
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
               if line.startswith("ringleader_worker_") and not line.startswith("#")}
-    assert values["ringleader_worker_device_memory_total_bytes"] > 100e9  # an H200 has ~141 GB
+    assert values["ringleader_worker_device_memory_total_bytes"] > 40e9  # H100 80 GB, H200 141 GB
     assert values["ringleader_worker_device_memory_used_bytes"] > 0
     assert 0 <= values["ringleader_worker_gpu_utilization_ratio"] <= 1
     gpu_cluster.kill_worker("m0")

@@ -14,6 +14,7 @@ import os
 import random
 import socket
 import threading
+import time
 from dataclasses import dataclass
 
 import grpc
@@ -96,6 +97,7 @@ class WorkerDaemon:
         self.ops_retired = 0
         self._stats_lock = threading.Lock()
         self.heartbeat_s = 1.0
+        self.loop_alive_at = time.monotonic()  # stamped by _tick; worker/health.py's liveness
         self.connected = asyncio.Event()
         # Messages for the coordinator survive reconnects; a failed write goes back to the front.
         self._outbox: collections.deque[wpb.WorkerMessage] = collections.deque()
@@ -105,6 +107,7 @@ class WorkerDaemon:
         self._session_task: asyncio.Task | None = None
 
     async def run(self) -> None:
+        self._ticker = asyncio.create_task(self._tick())  # held: the loop keeps only weak references
         self.device = await self.executor.start()
         pump = asyncio.create_task(self._pump_executor())
         backoff = Backoff(cap=self.config.max_backoff_s)
@@ -129,6 +132,11 @@ class WorkerDaemon:
         finally:
             pump.cancel()
             await self.executor.stop()
+
+    async def _tick(self) -> None:
+        while not self._stopping.is_set():
+            self.loop_alive_at = time.monotonic()
+            await asyncio.sleep(1.0)
 
     def stop(self) -> None:
         """Leave the coordinator and stop the executor (what a first SIGTERM does)."""

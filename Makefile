@@ -1,19 +1,27 @@
 # Everything a fresh machine needs, from the project's own files.
 #   make demo   - set up, then run `ringleader demo` (coordinator + local workers + one sweep)
 #   make test   - set up, check the generated stubs, run the test suite
+#   make images - build the coordinator and worker images (docker with BuildKit)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build on CI and dev machines; an unpinned torch would pull a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
+# dev: the test tools; worker: torch (already satisfied by $(TORCH)) and nvidia-ml-py.
+EXTRAS ?= dev,worker
+# Images: tagged with the package version (ringleader/__init__.py), pushed under $(REGISTRY).
+# deploy/k8s/base/settings.yaml names the same registry for the Kubernetes manifests.
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' ringleader/__init__.py)
+REGISTRY ?= ghcr.io/ringleader
+IMAGES := coordinator worker
 
-.PHONY: setup demo test protos
+.PHONY: setup demo test protos images push-images
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
 demo: setup
@@ -25,3 +33,12 @@ test: setup
 
 protos: setup
 	$(PY) scripts/genproto.py
+
+images:
+	for image in $(IMAGES); do \
+	  DOCKER_BUILDKIT=1 docker build -f deploy/docker/Dockerfile.$$image \
+	    -t $(REGISTRY)/ringleader-$$image:$(VERSION) . || exit 1; \
+	done
+
+push-images: images
+	for image in $(IMAGES); do docker push $(REGISTRY)/ringleader-$$image:$(VERSION) || exit 1; done

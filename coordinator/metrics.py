@@ -9,9 +9,10 @@ Three sources:
 - scrape time (CoordinatorStateCollector): jobs queued/running, queue depth and age, workers by
   state, read from the Coordinator's in-memory state when Prometheus scrapes;
 - job events (Coordinator.add_listener): finished jobs, queue wait, job duration, collective
-  results (busbw, op latency, rows failing the data check);
+  results (busbw and op latency histograms, rows failing the data check);
 - the gRPC server (coordinator/rpc_metrics.py's RpcMetricsInterceptor): RPC latency by method
-  and status code.
+  and status code;
+- the HTTP app (dashboard/http_metrics.py): REST latency by method, route template and status.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ OP_LATENCY_BUCKETS = (5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3
                       0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 QUEUE_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0,
                       1800.0, 3600.0)
+# Bus bandwidth of each result, bytes/s: from gloo on small messages (MB/s) to NVLink and NVLS
+# (hundreds of GB/s); 10-25 % apart where GPU fabrics land, so medians and the alert that
+# compares against them (deploy/prometheus/rules/ringleader.rules.yml) resolve a 10 % drop.
+BUSBW_BUCKETS = (1e6, 1e7, 1e8, 1e9, 2.5e9, 5e9, 1e10, 2e10, 4e10, 6e10, 8e10, 1e11, 1.25e11, 1.5e11,
+                 1.75e11, 2e11, 2.25e11, 2.5e11, 2.75e11, 3e11, 3.3e11, 3.6e11, 4e11, 4.5e11, 5e11, 6e11,
+                 7e11, 8e11, 1e12, 1.25e12)
 JOB_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
                         3600.0, 7200.0)
 
@@ -145,12 +152,11 @@ class CoordinatorMetrics:
 
         # Collective results (one per size of a sweep, as rank 0 streams them).
         coll = ["op", "dtype", "world_size", "size_bucket"]
-        self.busbw = Gauge("ringleader_collective_busbw_bytes_per_second",
-                           "Bus bandwidth of the last result in each label set (nccl-tests busbw, bytes/s)",
-                           coll, registry=r)
-        self.algbw = Gauge("ringleader_collective_algbw_bytes_per_second",
-                           "Algorithm bandwidth (size / time) of the last result in each label set, bytes/s",
-                           coll, registry=r)
+        # A histogram, not a last-value gauge: every result of a scrape interval counts, and
+        # rate(_sum) / rate(_count) is the mean busbw of a label set over any window.
+        self.busbw = Histogram("ringleader_collective_busbw_bytes_per_second",
+                               "Bus bandwidth of each result (nccl-tests busbw), bytes/s",
+                               coll, buckets=BUSBW_BUCKETS, registry=r)
         self.op_latency = Histogram("ringleader_collective_op_latency_seconds",
                                     "Mean time per op of each result (slowest rank), seconds",
                                     coll, buckets=OP_LATENCY_BUCKETS, registry=r)
@@ -188,8 +194,7 @@ class CoordinatorMetrics:
     def _on_result(self, r: pb.SizeResult) -> None:
         labels = (r.op, r.dtype, str(r.world_size), size_bucket(r.size_bytes))
         if r.size_bytes:  # barrier moves no data: latency only
-            self.busbw.labels(*labels).set(r.busbw_gbps * 1e9)
-            self.algbw.labels(*labels).set(r.algbw_gbps * 1e9)
+            self.busbw.labels(*labels).observe(r.busbw_gbps * 1e9)
         if r.time_us > 0:
             self.op_latency.labels(*labels).observe(r.time_us * 1e-6)
         if r.wrong:

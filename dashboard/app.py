@@ -8,10 +8,13 @@ from fastapi.responses import PlainTextResponse, Response
 from coordinator.service import Coordinator
 from coordinator.metrics import CoordinatorMetrics
 from dashboard import api, ui
+from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
 
 
 def create_app(core: Coordinator, metrics: CoordinatorMetrics) -> FastAPI:
     app = FastAPI(title="ringleader", version="1", description="Orchestrate GPU collective jobs.")
+    # On the coordinator's registry: /metrics shows REST next to gRPC. One app per registry.
+    app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
     app.include_router(api.router(core))
     ui.mount(app)
 

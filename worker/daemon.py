@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 
 from ringleader import __version__
@@ -79,6 +80,7 @@ class WorkerDaemon:
         self._stats_lock = threading.Lock()
         self.link = CoordinatorLink(config.coordinator, self.worker_id, self.register_message,
                                     self.heartbeat_message, self.on_coordinator, config.max_backoff_s)
+        self.loop_alive_at = time.monotonic()  # stamped by _tick; worker/health.py's liveness
         self._lock = asyncio.Lock()  # one executor operation at a time
         self._drops: dict[str, asyncio.Future] = {}
         self._stopping = asyncio.Event()
@@ -88,12 +90,18 @@ class WorkerDaemon:
         return self.link.connected
 
     async def run(self) -> None:
+        self._ticker = asyncio.create_task(self._tick())  # held: the loop keeps only weak references
         await self._start_executor()
         try:
             await self.link.run(self._stopping)
         finally:
             if self.executor:
                 await self.executor.stop()
+
+    async def _tick(self) -> None:
+        while not self._stopping.is_set():
+            self.loop_alive_at = time.monotonic()
+            await asyncio.sleep(1.0)
 
     def stop(self) -> None:
         """Leave the coordinator and stop the executor (what a first SIGTERM does)."""

@@ -49,7 +49,6 @@ class CoordinatorLink:
         self.max_backoff_s = max_backoff_s
         self.heartbeat_s = 1.0
         self.connected = asyncio.Event()
-        self.loop_alive_at = 0.0  # monotonic time of the last heartbeat loop pass (health probes)
         self._outbox: collections.deque[wpb.WorkerMessage] = collections.deque()
         self._outbox_ready = asyncio.Event()
         self._session: asyncio.Task | None = None
@@ -131,9 +130,7 @@ class CoordinatorLink:
             self._outbox_ready.clear()
 
     async def _heartbeat(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            self.loop_alive_at = loop.time()
             self.send(wpb.WorkerMessage(heartbeat=self.heartbeat()))
             await asyncio.sleep(self.heartbeat_s)
 

@@ -5,9 +5,9 @@ series labelled with its `device` (cpu, cuda:0, ...). The server is prometheus_c
 server in a daemon thread, so a scrape never runs on (or blocks) the daemons' asyncio loop; all
 values are read from the daemons when Prometheus scrapes, on the server's thread.
 
-Metrics (labels: device unless said otherwise):
+Metrics (labels: device, gpu, UUID unless said otherwise):
     ringleader_build_info{version,role="worker"}          1
-    ringleader_worker_info{device,worker_id,backend,device_name}  1 (joins device to worker id)
+    ringleader_worker_info{...,worker_id,backend,device_name}  1 (joins device to worker id)
     ringleader_worker_connected                           1 while registered with the coordinator
     ringleader_worker_busy                                1 while running a job
     ringleader_worker_executor_restarts_total             executors replaced (crash, abort)
@@ -19,6 +19,13 @@ Metrics (labels: device unless said otherwise):
     ringleader_worker_host_memory_total_bytes             host memory, no device label (CPU workers)
     ringleader_worker_host_memory_used_bytes              total - available
 
+`gpu` and `UUID` are the labels NVIDIA's dcgm-exporter gives its series: NVML's index of the GPU
+(on the host, whatever CUDA_VISIBLE_DEVICES renumbered) and its UUID ("GPU-..."), so a query can
+join the two exporters, e.g. `ringleader_worker_busy * on (UUID) group_right DCGM_FI_DEV_POWER_USAGE`.
+Both are empty (so absent) for CPU daemons.
+
+The same HTTP server answers /healthz and /readyz for Kubernetes probes (worker/health.py).
+
 NVML comes from the optional `pynvml` module (package nvidia-ml-py), imported on the first
 scrape of a CUDA daemon; without it (CPU machines, CI) only what the daemon knows is exported.
 For power, clocks, NVLink and ECC counters run NVIDIA's dcgm-exporter next to the workers.
@@ -29,14 +36,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 import threading
+from socketserver import ThreadingMixIn
 from typing import Iterable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ringleader import __version__
+from worker import health
 
 log = logging.getLogger("ringleader.worker")
 
@@ -140,24 +151,25 @@ class WorkerCollector(Collector):
         build = GaugeMetricFamily("ringleader_build_info", "Version of the running worker daemon",
                                   labels=["version", "role"])
         build.add_metric([__version__, "worker"], 1)
+        dev_labels = ["device", "gpu", "UUID"]
         info = GaugeMetricFamily("ringleader_worker_info", "Worker daemons of this process (value 1)",
-                                 labels=["device", "worker_id", "backend", "device_name"])
+                                 labels=dev_labels + ["worker_id", "backend", "device_name"])
         connected = GaugeMetricFamily("ringleader_worker_connected",
-                                      "1 while the daemon is registered with the coordinator", labels=["device"])
-        busy = GaugeMetricFamily("ringleader_worker_busy", "1 while the daemon runs a job", labels=["device"])
+                                      "1 while the daemon is registered with the coordinator", labels=dev_labels)
+        busy = GaugeMetricFamily("ringleader_worker_busy", "1 while the daemon runs a job", labels=dev_labels)
         restarts = CounterMetricFamily("ringleader_worker_executor_restarts",
                                        "Executor processes replaced (died, or killed to abort a job)",
-                                       labels=["device"])
+                                       labels=dev_labels)
         jobs = CounterMetricFamily("ringleader_worker_jobs", "Job ranks ended on this daemon, by outcome",
-                                   labels=["device", "outcome"])
+                                   labels=dev_labels + ["outcome"])
         ops = CounterMetricFamily("ringleader_worker_ops", "Collective ops run by the executors (warm-up included)",
-                                  labels=["device"])
+                                  labels=dev_labels)
         mem_total = GaugeMetricFamily("ringleader_worker_device_memory_total_bytes", "Device memory",
-                                      labels=["device"])
+                                      labels=dev_labels)
         mem_used = GaugeMetricFamily("ringleader_worker_device_memory_used_bytes", "Device memory in use (NVML)",
-                                     labels=["device"])
+                                     labels=dev_labels)
         util = GaugeMetricFamily("ringleader_worker_gpu_utilization_ratio",
-                                 "Fraction of the last NVML sample period in which a kernel ran", labels=["device"])
+                                 "Fraction of the last NVML sample period in which a kernel ran", labels=dev_labels)
         host_total = GaugeMetricFamily("ringleader_worker_host_memory_total_bytes", "Host memory")
         host_used = GaugeMetricFamily("ringleader_worker_host_memory_used_bytes",
                                       "Host memory in use (total - available)")
@@ -165,15 +177,16 @@ class WorkerCollector(Collector):
         for d in list(self.daemons):
             dev = d.config.device
             facts = dataclasses.asdict(d.device) if d.device else {}
-            info.add_metric([dev, d.worker_id, facts.get("backend", ""), facts.get("name", "")], 1)
-            connected.add_metric([dev], 1 if d.connected.is_set() else 0)
-            busy.add_metric([dev], 1 if d.job else 0)
-            restarts.add_metric([dev], d.restarts)
+            ids = [dev, *self._gpu_ids(dev, facts)]
+            info.add_metric(ids + [d.worker_id, facts.get("backend", ""), facts.get("name", "")], 1)
+            connected.add_metric(ids, 1 if d.connected.is_set() else 0)
+            busy.add_metric(ids, 1 if d.job else 0)
+            restarts.add_metric(ids, d.restarts)
             for outcome, n in list(d.jobs_done.items()):
-                jobs.add_metric([dev, outcome], n)
-            ops.add_metric([dev], d.ops_run())
+                jobs.add_metric(ids + [outcome], n)
+            ops.add_metric(ids, d.ops_run())
             if dev.startswith("cuda"):
-                self._gpu(dev, facts, mem_total, mem_used, util)
+                self._gpu(ids, facts, mem_total, mem_used, util)
             else:
                 any_cpu = True
         families = [build, info, connected, busy, restarts, jobs, ops, mem_total, mem_used, util]
@@ -185,22 +198,50 @@ class WorkerCollector(Collector):
             families += [host_total, host_used]
         return families
 
-    def _gpu(self, dev: str, facts: dict, mem_total, mem_used, util) -> None:
-        handle = self.nvml.handle(dev, facts.get("uuid", "")) if facts else None
+    def _gpu_ids(self, dev: str, facts: dict) -> tuple[str, str]:
+        """dcgm-exporter's (gpu, UUID) of a CUDA daemon: NVML's index where NVML knows the device,
+        else the daemon's own index; the UUID in NVML's "GPU-..." spelling (torch drops the prefix)."""
+        if not dev.startswith("cuda") or not facts:
+            return "", ""
+        uuid = facts.get("uuid", "")
+        if uuid and not uuid.startswith(("GPU-", "MIG-")):
+            uuid = f"GPU-{uuid}"
+        index = str(facts.get("index", ""))
+        handle = self.nvml.handle(dev, uuid)
+        if handle is not None:
+            try:
+                index = str(self.nvml.module().nvmlDeviceGetIndex(handle))
+            except Exception as exc:  # NVMLError
+                log.debug("NVML index of %s unknown: %s", dev, exc)
+        return index, uuid
+
+    def _gpu(self, ids: list[str], facts: dict, mem_total, mem_used, util) -> None:
+        handle = self.nvml.handle(ids[0], facts.get("uuid", "")) if facts else None
         if handle is not None:
             nvml = self.nvml.module()
             try:
                 mem = nvml.nvmlDeviceGetMemoryInfo(handle)
                 rates = nvml.nvmlDeviceGetUtilizationRates(handle)
             except Exception as exc:  # NVMLError: a lost GPU, a driver hiccup
-                log.debug("NVML read failed for %s: %s", dev, exc)
+                log.debug("NVML read failed for %s: %s", ids[0], exc)
             else:
-                mem_total.add_metric([dev], int(mem.total))
-                mem_used.add_metric([dev], int(mem.used))
-                util.add_metric([dev], rates.gpu / 100.0)
+                mem_total.add_metric(ids, int(mem.total))
+                mem_used.add_metric(ids, int(mem.used))
+                util.add_metric(ids, rates.gpu / 100.0)
                 return
         if facts.get("memory_bytes"):
-            mem_total.add_metric([dev], int(facts["memory_bytes"]))
+            mem_total.add_metric(ids, int(facts["memory_bytes"]))
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args) -> None:  # probes and scrapes every few seconds: no access log
+        pass
+
+
+def _server_class(host: str, port: int) -> type:
+    """A threading WSGI server of the address family of `host` (IPv4 or IPv6)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    return type("WorkerHttpServer", (ThreadingMixIn, WSGIServer), {"address_family": family, "daemon_threads": True})
 
 
 class WorkerMetrics:
@@ -210,6 +251,7 @@ class WorkerMetrics:
         self.daemons: list = list(daemons)
         self.registry = CollectorRegistry()
         self.registry.register(WorkerCollector(self.daemons))
+        self._metrics_app = make_wsgi_app(self.registry)
         self._httpd = None
         self.port = 0
 
@@ -217,13 +259,23 @@ class WorkerMetrics:
         self.daemons.extend(daemons)
 
     def serve(self, host: str, port: int) -> int:
-        """Serve /metrics on host:port (port 0 picks one) from a daemon thread; returns the port.
-        Raises OSError when the address cannot be bound."""
-        from prometheus_client import start_http_server
-
-        self._httpd, _ = start_http_server(port, addr=host, registry=self.registry)
+        """Serve /metrics, /healthz and /readyz on host:port (port 0 picks one) from a daemon
+        thread; returns the port. Raises OSError when the address cannot be bound."""
+        server = _server_class(host, port)
+        self._httpd = make_server(host, port, self.wsgi_app, server, handler_class=_QuietHandler)
+        threading.Thread(target=self._httpd.serve_forever, name="worker-metrics", daemon=True).start()
         self.port = self._httpd.server_port
         return self.port
+
+    def wsgi_app(self, environ, start_response):
+        """/healthz and /readyz (worker/health.py), everything else is prometheus_client's app."""
+        check = {"/healthz": health.liveness, "/readyz": health.readiness}.get(environ.get("PATH_INFO", ""))
+        if check is None:
+            return self._metrics_app(environ, start_response)
+        ok, reason = check(list(self.daemons))
+        start_response("200 OK" if ok else "503 Service Unavailable",
+                       [("Content-Type", "text/plain; charset=utf-8")])
+        return [reason.encode() + b"\n"]
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,5 +1,7 @@
 """The NCCL path on real GPUs: every op, several dtypes and reduce ops, warm groups, failure."""
 
+import os
+import subprocess
 import time
 
 import pytest
@@ -97,4 +99,15 @@ def test_worker_metrics_read_nvml_on_gpu(gpu_cluster):
     assert values["ringleader_worker_device_memory_total_bytes"] > 40e9  # H100 80 GB, H200 141 GB
     assert values["ringleader_worker_device_memory_used_bytes"] > 0
     assert 0 <= values["ringleader_worker_gpu_utilization_ratio"] <= 1
+    # dcgm-exporter's join labels: the GPU's UUID and host index as nvidia-smi reports them.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader", "-i", visible],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    index, uuid = [x.strip() for x in smi.split(",")]
+    busy = next(line for line in body.splitlines() if line.startswith("ringleader_worker_busy{"))
+    assert f'UUID="{uuid}"' in busy and f'gpu="{index}"' in busy, (busy, smi)
+    # The probes: alive, and ready once registered.
+    for path in ("/healthz", "/readyz"):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            assert r.status == 200, path
     gpu_cluster.kill_worker("m0")

@@ -98,6 +98,8 @@ def test_worker_metrics_without_nvml_use_the_device_facts(monkeypatch):
     cpu = daemon("cpu", dict(type="cpu", index=0, name="x86_64", uuid="", memory_bytes=1 << 30, backend="gloo"))
     text = WorkerMetrics([gpu, cpu]).render().decode()
     assert value(text, "ringleader_worker_device_memory_total_bytes", device="cuda:1") == 140 << 30
+    # Without NVML, dcgm-exporter's gpu label is the daemon's own index.
+    assert value(text, "ringleader_worker_busy", device="cuda:1", gpu="1", UUID="") == 0
     assert not [s for s in samples(text) if s.name == "ringleader_worker_device_memory_used_bytes"]
     assert value(text, "ringleader_worker_ops_total", device="cuda:1") == 7
     assert value(text, "ringleader_worker_connected", device="cpu") == 0
@@ -169,7 +171,9 @@ def test_coordinator_and_worker_metrics(fresh_cluster):
     by_size = {r.size_bytes: r for r in job.results}
     for size in (1024, 1 << 20):
         labels = dict(op="all_reduce", dtype="float32", world_size="2", size_bucket=size_bucket(size))
-        busbw = value(text, "ringleader_collective_busbw_bytes_per_second", **labels)
+        # One result per size bucket here: the histogram's sum is that result's busbw.
+        assert value(text, "ringleader_collective_busbw_bytes_per_second_count", **labels) == 1
+        busbw = value(text, "ringleader_collective_busbw_bytes_per_second_sum", **labels)
         assert busbw > 0
         assert busbw == pytest.approx(by_size[size].busbw_gbps * 1e9)
         assert value(text, "ringleader_collective_op_latency_seconds_count", **labels) == 1

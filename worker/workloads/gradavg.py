@@ -135,7 +135,6 @@ def gradient_average(numel: int, *, iters: int, warmup: int, device, counter=Non
     """
     _validate(numel, iters, warmup)
     device = torch.device(device)
-    rank, n = dist.get_rank(), dist.get_world_size()
     counter = counter if counter is not None else NoCounter()
     native = _native_avg(backend_for(device))
     group, created = _host_group_for(device, host_group)
@@ -149,5 +148,5 @@ def gradient_average(numel: int, *, iters: int, warmup: int, device, counter=Non
         "numel": numel, "size_bytes": numel * 4, "device_time_us": device_us,
         "host_time_us": host_us, "speedup": host_us / device_us if device_us > 0 else 0.0,
         "device_ok": device_bad == 0, "host_ok": host_bad == 0, "max_rel_error": max_rel,
-        "max_abs_error": max_abs, "world_size": n, "iters": iters,
+        "max_abs_error": max_abs, "world_size": dist.get_world_size(), "iters": iters,
     }

@@ -119,3 +119,15 @@ def test_modules_and_functions_stay_small():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{mod}.{node.name}: {n} lines")
     assert not big and not long, big + long
+
+
+def test_a_client_command_runs_without_importing_torch():
+    """`ringleader jobs` (here against a coordinator that is not there) loads no torch."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "ringleader", "--coordinator", "127.0.0.1:1",
+                          "jobs"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "unavailable" in out.stderr, out.stderr[-500:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "grpc" in imported and not any(m.split(".")[0] == "torch" for m in imported)

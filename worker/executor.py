@@ -148,7 +148,10 @@ class StderrCapture:
     def __enter__(self) -> "StderrCapture":
         if self.path:
             sys.stderr.flush()
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            except OSError:  # the daemon's log directory is gone (it is stopping): run uncaptured
+                return self
             self._saved = os.dup(2)
             os.dup2(fd, 2)
             os.close(fd)

@@ -75,11 +75,14 @@ def _output(text: str) -> str:
     return text
 
 
-def _coordinator_option(x: argparse.ArgumentParser) -> None:
-    """--coordinator after the subcommand too. SUPPRESS: when absent there, the value given before
-    the subcommand (or its variable, or the default) stands."""
+def _talker(sub, name: str, helptext: str) -> argparse.ArgumentParser:
+    """A subcommand that talks to a coordinator: it takes --coordinator after its name too.
+    SUPPRESS: when absent there, the value given before the subcommand (or its variable, or the
+    default) stands."""
+    x = sub.add_parser(name, help=helptext)
     x.add_argument("--coordinator", default=argparse.SUPPRESS, metavar="HOST:PORT",
                    help="the coordinator's gRPC address (also accepted before the subcommand)")
+    return x
 
 
 def _output_options(x: argparse.ArgumentParser, what: str) -> None:
@@ -101,7 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the coordinator's gRPC address, for the worker and the client commands")
     p.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_servers(sub)
+    _add_clients(sub)
+    d = sub.add_parser("demo", help="coordinator + local workers + one all_reduce sweep, then exit")
+    d.add_argument("--max-bytes", type=_size, default=None, help="largest size (default 64M on CPU, 1G on GPU)")
+    d.add_argument("--http-address", default="127.0.0.1:0", help="dashboard address (port 0: a free one)")
+    d.add_argument("--serve", action="store_true", help="keep everything running after the sweep, until Ctrl-C")
+    x = sub.add_parser("completion", help="print the shell completion script (eval it in your shell's rc file)")
+    x.add_argument("shell", choices=SHELLS)
+    return p
 
+
+def _add_servers(sub) -> None:
     c = sub.add_parser("coordinator", help="run the coordinator (gRPC and HTTP)")
     c.add_argument("--grpc-address", default=defaults.COORDINATOR_ADDRESS, metavar="HOST:PORT",
                    help="where the gRPC API listens (port 0: a free one)")
@@ -110,8 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--db", default="", metavar="PATH",
                    help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing)")
 
-    w = sub.add_parser("worker", help="run a worker daemon for one device (or one per GPU)")
-    _coordinator_option(w)
+    w = _talker(sub, "worker", "run a worker daemon for one device (or one per GPU)")
     _completer(w.add_argument("--device", type=_device, default="cpu",
                               help="cpu, cuda:N, or all (one daemon per visible GPU)"), ["cpu", "all", "cuda:0"])
     w.add_argument("--worker-id", default="", help="stable id (default HOST-DEVICE)")
@@ -120,12 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help='serve Prometheus /metrics here, one port for all devices of this process '
                         '(e.g. 0.0.0.0:9401; default "": off)')
 
-    s = sub.add_parser("submit", help="submit a job: a collective sweep, p2p, gradient-average or train")
-    _coordinator_option(s)
+
+def _add_clients(sub) -> None:
+    s = _talker(sub, "submit", "submit a job: a collective sweep, p2p, gradient-average or train")
     _add_submit(s)
     _output_options(s, "the job (and, with --wait, its results) as `ringleader job -o json` prints it")
-    j = sub.add_parser("jobs", help="list jobs, newest first")
-    _coordinator_option(j)
+    j = _talker(sub, "jobs", "list jobs, newest first")
     j.add_argument("--state", action="append", default=[],
                    choices=[n for n in pb.JobState.keys() if n != "JOB_STATE_UNSPECIFIED"])
     _completer(j.add_argument("--op", default="", help="only jobs of this op (or job kind)"), _JOB_OPS)
@@ -133,27 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     _output_options(j, '{"jobs": [Job without results, ...], "next_before": ID or null}')
     for name, helptext in (("job", "show one job with its results"), ("watch", "follow a job until it ends"),
                            ("cancel", "cancel a queued or running job")):
-        x = sub.add_parser(name, help=helptext)
-        _coordinator_option(x)
+        x = _talker(sub, name, helptext)
         x.add_argument("job_id")
         _output_options(x, '{"job": Job without results, "results": [SizeResult, ...]}')
-    x = sub.add_parser("logs", help="each rank's executor stderr captured during a job")
-    _coordinator_option(x)
+    x = _talker(sub, "logs", "each rank's executor stderr captured during a job")
     x.add_argument("job_id")
     x.add_argument("--rank", type=int, default=None, help="only this rank")
     _output_options(x, '{"job_id": ID, "ranks": [{"rank", "worker_id", "received", "text"}, ...]}')
-    x = sub.add_parser("workers", help="list workers")
-    _coordinator_option(x)
-    _output_options(x, '{"workers": [WorkerInfo, ...]}')
-
-    d = sub.add_parser("demo", help="coordinator + local workers + one all_reduce sweep, then exit")
-    d.add_argument("--max-bytes", type=_size, default=None, help="largest size (default 64M on CPU, 1G on GPU)")
-    d.add_argument("--http-address", default="127.0.0.1:0", help="dashboard address (port 0: a free one)")
-    d.add_argument("--serve", action="store_true", help="keep everything running after the sweep, until Ctrl-C")
-
-    x = sub.add_parser("completion", help="print the shell completion script (eval it in your shell's rc file)")
-    x.add_argument("shell", choices=SHELLS)
-    return p
+    _output_options(_talker(sub, "workers", "list workers"), '{"workers": [WorkerInfo, ...]}')
 
 
 def _add_submit(s: argparse.ArgumentParser) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 GRPC_PORT, HTTP_PORT = 50051, 8080
 COORDINATOR_ADDRESS = f"127.0.0.1:{GRPC_PORT}"  # where clients and workers look by default
 HTTP_ADDRESS = f"127.0.0.1:{HTTP_PORT}"
-COORDINATOR_ENV = "RINGLEADER_COORDINATOR"
 
 # Listing pages: an unset or 0 limit means PAGE_DEFAULT; larger ones are capped at PAGE_MAX.
 PAGE_DEFAULT, PAGE_MAX = 50, 1000

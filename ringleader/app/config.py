@@ -4,7 +4,8 @@ flags, also read from a RINGLEADER_* environment variable. Precedence: flag > en
 The settings model is generated from the argparse parser, not written beside it: each long option
 `--some-flag` of the global parser and of the subcommands in ENV_COMMANDS becomes a field read from
 RINGLEADER_SOME_FLAG, converted and checked as argparse converts the flag (its `type` and
-`choices`). A flag added to those subcommands later gets its variable with no change here. One
+`choices`); a client command's option that the worker has too (the connection's) reads the same
+variable. A flag added to those subcommands later gets its variable with no change here. One
 settings object results (uvicorn's style: one Config from flags or environment, passed
 explicitly); `dataclass_from` turns it into the coordinator's or a worker's config.
 
@@ -42,8 +43,7 @@ class Settings(BaseSettings):
 
 def env_name(action: argparse.Action) -> str:
     """`--grpc-address` -> RINGLEADER_GRPC_ADDRESS (the first long option names it)."""
-    long = next(s for s in action.option_strings if s.startswith("--"))
-    return ENV_PREFIX + long[2:].upper().replace("-", "_")
+    return ENV_PREFIX + _long(action)[2:].upper().replace("-", "_")
 
 
 def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -62,14 +62,32 @@ def _settable(action: argparse.Action) -> bool:
                                     argparse._StoreFalseAction, argparse._StoreConstAction)))
 
 
+def _long(action: argparse.Action) -> str:
+    return next(s for s in action.option_strings if s.startswith("--"))
+
+
+def own_env_actions(parser: argparse.ArgumentParser, command: str) -> list[argparse.Action]:
+    """The options of subcommand `command` itself that have a variable: all of an ENV_COMMAND's;
+    of another command that talks to a coordinator, those a worker has too (the same flag reads
+    the same variable: a client's --token-file would read the worker's RINGLEADER_TOKEN_FILE)."""
+    subs = subparsers(parser)
+    if command not in subs:
+        return []
+    actions = [a for a in subs[command]._actions if _settable(a)]
+    if command in ENV_COMMANDS:
+        return actions
+    if not any("--coordinator" in a.option_strings for a in subs[command]._actions):
+        return []  # the demo, completion: their flags are their own
+    shared = {_long(a) for c in ENV_COMMANDS for a in subs[c]._actions if _settable(a)}
+    return [a for a in actions if _long(a) in shared]
+
+
 def env_actions(parser: argparse.ArgumentParser, command: str) -> list[argparse.Action]:
-    """The options of `command` that have a variable: the global ones (for every command) and, for
-    the ENV_COMMANDS, all of theirs. One per destination; a subcommand's own option wins."""
+    """The options of `command` that have a variable: its own (own_env_actions) and the global
+    ones. One per destination; a subcommand's own option wins."""
     found: dict[str, argparse.Action] = {}
-    sub = subparsers(parser).get(command) if command in ENV_COMMANDS else None
-    for action in [*(sub._actions if sub else []), *parser._actions]:
-        if _settable(action):
-            found.setdefault(action.dest, action)
+    for action in [*own_env_actions(parser, command), *filter(_settable, parser._actions)]:
+        found.setdefault(action.dest, action)
     return list(found.values())
 
 
@@ -164,18 +182,18 @@ def dataclass_from(cls: type, settings: Settings, **overrides: Any):
 def env_table(parser: argparse.ArgumentParser) -> str:
     """The README's table: every variable, its flag, the commands that read it, its default."""
     rows: dict[str, list] = {}
-    subs = subparsers(parser)
-    for command, actions in (("all", parser._actions), *((c, subs[c]._actions) for c in ENV_COMMANDS)):
-        for action in filter(_settable, actions):
+    commands = [("all", list(filter(_settable, parser._actions)))]
+    commands += [(c, own_env_actions(parser, c)) for c in subparsers(parser)]
+    for command, actions in commands:
+        for action in actions:
             name = env_name(action)
             if name not in rows:
-                long = next(s for s in action.option_strings if s.startswith("--"))
                 default = "" if action.default in (None, "", False) else f"`{action.default}`"
-                rows[name] = [long, [], default, (action.help or "").replace("|", "/")]
+                rows[name] = [_long(action), [], default, (action.help or "").replace("|", "/")]
             rows[name][1].append(command)
     lines = ["| variable | flag | commands | default | meaning |", "|---|---|---|---|---|"]
-    for name, (flag, commands, default, meaning) in rows.items():
-        lines.append(f"| `{name}` | `{flag}` | {', '.join(commands)} | {default} | {meaning} |")
+    for name, (flag, used_by, default, meaning) in rows.items():
+        lines.append(f"| `{name}` | `{flag}` | {', '.join(used_by)} | {default} | {meaning} |")
     return "\n".join(lines)
 
 

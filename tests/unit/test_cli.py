@@ -171,6 +171,8 @@ def _parser_with_later_flags() -> argparse.ArgumentParser:
     subs = config.subparsers(p)
     subs["coordinator"].add_argument("--worker-ttl", type=float, default=30.0, help="seconds")
     subs["worker"].add_argument("--insecure", action="store_true", help="plaintext")
+    for command in ("worker", "jobs", "demo"):  # a connection's flag, on the worker and a client
+        subs[command].add_argument("--token-file", default="", help="token")
     return p
 
 
@@ -184,9 +186,14 @@ def test_a_flag_added_later_gets_its_variable_and_its_readme_row(monkeypatch):
     monkeypatch.setenv("RINGLEADER_WORKER_TTL", "soon")
     with pytest.raises(config.ConfigError, match=r"^RINGLEADER_WORKER_TTL='soon': invalid float value"):
         config.load(_parser_with_later_flags, ["coordinator"])
+    monkeypatch.setenv("RINGLEADER_TOKEN_FILE", "/run/token")
+    assert config.load(_parser_with_later_flags, ["jobs"])[0].token_file == "/run/token"  # the worker's variable
+    assert config.load(_parser_with_later_flags, ["jobs", "--token-file", "t"])[0].token_file == "t"
+    assert config.load(_parser_with_later_flags, ["demo"])[0].token_file == ""  # no coordinator to talk to
     table = config.env_table(_parser_with_later_flags())
     assert "| `RINGLEADER_WORKER_TTL` | `--worker-ttl` | coordinator | `30.0` | seconds |" in table
     assert "| `RINGLEADER_INSECURE` | `--insecure` | worker |  | plaintext |" in table
+    assert "| `RINGLEADER_TOKEN_FILE` | `--token-file` | worker, jobs |  | token |" in table
 
 
 def test_one_settings_object_reaches_the_coordinator_and_worker_configs(monkeypatch):
@@ -262,13 +269,15 @@ def _executor(monkeypatch, runner):
 
     from worker import executor, kinds
 
+    # As in an executor process, sys.stderr writes to fd 2 (pytest's would bypass it).
+    monkeypatch.setattr(sys, "stderr", open(2, "w", closefd=False))
     monkeypatch.setitem(kinds.RUNNERS, "collective", runner)
     ex = executor.Executor(SentToDaemon(), "cpu", multiprocessing.Value("q", 0, lock=False))
     ex.group_key = "g1"  # the assignment's group counts as warm: no process group to form here
     return ex
 
 
-def test_a_rank_that_raises_sends_its_stderr_and_traceback(tmp_path, monkeypatch, capsys):
+def test_a_rank_that_raises_sends_its_stderr_and_traceback(tmp_path, monkeypatch):
     from worker import api
 
     def failing(job, ctx):
@@ -278,9 +287,8 @@ def test_a_rank_that_raises_sends_its_stderr_and_traceback(tmp_path, monkeypatch
 
     ex = _executor(monkeypatch, failing)
     path = tmp_path / "j1.rank0.log"
-    with capsys.disabled():  # the executor's stderr is the process's own fd 2, not pytest's
-        done = ex.run(api.Run(_assignment("j1").SerializeToString(), str(path)))
-        os.write(2, b"after the job\n")
+    done = ex.run(api.Run(_assignment("j1").SerializeToString(), str(path)))
+    os.write(2, b"after the job\n")
     assert not done.ok and "RuntimeError: boom in rank 0" in done.error
     assert "a warning from Python" in done.log and "a line written on fd 2, as NCCL writes" in done.log
     assert "Traceback (most recent call last)" in done.log and "boom in rank 0" in done.log
@@ -289,7 +297,7 @@ def test_a_rank_that_raises_sends_its_stderr_and_traceback(tmp_path, monkeypatch
     assert pb_done.log == done.log  # Done.to_pb carries it to the coordinator
 
 
-def test_a_long_log_keeps_its_tail_and_says_what_was_dropped(tmp_path, monkeypatch, capsys):
+def test_a_long_log_keeps_its_tail_and_says_what_was_dropped(tmp_path, monkeypatch):
     from worker import api
 
     def chatty(job, ctx):
@@ -299,8 +307,7 @@ def test_a_long_log_keeps_its_tail_and_says_what_was_dropped(tmp_path, monkeypat
         return Outcome()
 
     ex = _executor(monkeypatch, chatty)
-    with capsys.disabled():
-        done = ex.run(api.Run(_assignment("j2").SerializeToString(), str(tmp_path / "j2.log")))
+    done = ex.run(api.Run(_assignment("j2").SerializeToString(), str(tmp_path / "j2.log")))
     assert done.ok
     first, rest = done.log.split("\n", 1)
     assert first == f"[ringleader: 1015 earlier bytes dropped; the last {defaults.LOG_TAIL_BYTES} are kept]"

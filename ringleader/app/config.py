@@ -121,16 +121,10 @@ def _field(action: argparse.Action) -> tuple[Any, Any]:
     return kind, Field(action.default, validation_alias=env_name(action), description=action.help or "")
 
 
-_models: dict[tuple[int, str], type[Settings]] = {}
-
-
 def settings_model(parser: argparse.ArgumentParser, command: str) -> type[Settings]:
     """The settings model of `command`: one field per option that has a variable."""
-    key = (id(parser), command)
-    if key not in _models:
-        fields = {a.dest: _field(a) for a in env_actions(parser, command)}
-        _models[key] = create_model(f"{command.title()}Settings", __base__=Settings, **fields)
-    return _models[key]
+    fields = {a.dest: _field(a) for a in env_actions(parser, command)}
+    return create_model(f"{command.title()}Settings", __base__=Settings, **fields)
 
 
 def given_dests(build_parser: Callable[[], argparse.ArgumentParser], argv: list[str]) -> set[str]:

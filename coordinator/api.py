@@ -37,6 +37,9 @@ class JobStore(abc.ABC):
     - `unfinished` returns QUEUED and RUNNING jobs in submission order (oldest first), with
       their results as `get` returns them.
     - `events` returns a job's events in the order they were added (NotFound if unknown).
+    - `set_rank_log` stores one rank's log text, replacing that rank's earlier one (a rerun);
+      `rank_logs` returns {rank: text} of the ranks that have one. Both MUST fail with NotFound
+      if the job is unknown. Logs are kept apart from the Job: `get` and `list` never carry them.
     - What was written before `close` is there after reopening the same path (SQL store).
     """
 
@@ -60,6 +63,12 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def clear_results(self, job_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def set_rank_log(self, job_id: str, rank: int, text: str) -> None: ...
+
+    @abc.abstractmethod
+    def rank_logs(self, job_id: str) -> dict[int, str]: ...
 
     @abc.abstractmethod
     def list(

@@ -23,6 +23,8 @@ from coordinator.groups import Groups
 from coordinator.jobs import JobBook, Running
 from coordinator.liveness import Timings
 from coordinator.registry import WorkerConn, WorkerRegistry
+from ringleader.defaults import LOG_TAIL_BYTES, log_tail
+from ringleader.errors import NotFound
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
@@ -213,6 +215,7 @@ class Dispatcher:
         member = rj is not None and conn.job_id == done.job_id and conn.rank == done.rank \
             and rj.members[done.rank] == conn.worker_id
         if conn.job_id == done.job_id:
+            self._keep_log(conn, done)  # first: a rank whose end fails the job has its log stored by then
             conn.transition(pb.IDLE)
         conn.executor_restarts = done.executor_restarts
         self._holds(conn, done.warm_group)
@@ -227,6 +230,22 @@ class Dispatcher:
             else:
                 self.end(rj, pb.FAILED, failed)
         self.schedule()
+
+    def _keep_log(self, conn: WorkerConn, done: wpb.JobDone) -> None:
+        """Store the rank's log if `conn` ran that rank, also after the job ended: the ranks
+        aborted because another one failed report late, and their logs matter as much."""
+        store = self.book.store
+        rj = self.book.running.get(done.job_id)
+        try:
+            members = rj.members if rj else [w.worker_id for w in sorted(store.get(done.job_id).workers,
+                                                                          key=lambda w: w.rank)]
+        except NotFound:  # a job this coordinator never had (a worker's leftover from another)
+            return
+        if done.rank < len(members) and members[done.rank] == conn.worker_id:
+            # The worker caps its log; this cap keeps a wayward one from filling the store.
+            store.set_rank_log(done.job_id, done.rank, log_tail(done.log.encode(), limit=2 * LOG_TAIL_BYTES))
+        else:
+            self.rejected["log"] += 1
 
     def _rank_finished(self, rj: Running, done: wpb.JobDone) -> None:
         store = self.book.store

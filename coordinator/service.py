@@ -1,7 +1,7 @@
 """The coordinator's facade: the one object that servicers, the REST layer and metrics call.
 
-    users    submit, get, list_jobs, cancel, watch, list_workers, queued_jobs, running_jobs,
-             add_listener
+    users    submit, get, list_jobs, cancel, watch, job_logs, list_workers, queued_jobs,
+             running_jobs, add_listener
     workers  register, disconnect, on_message (one call per message up a daemon's stream)
     process  start (reload unfinished jobs, start the liveness tick), stop
 
@@ -101,6 +101,14 @@ class Coordinator:
     def watch(self, job_id: str) -> AsyncIterator[pb.JobEvent]:
         """Stored events, then live ones, until the job reaches a terminal state."""
         return self.events.watch(job_id)
+
+    def job_logs(self, job_id: str) -> pb.JobLogs:
+        """Each rank's captured stderr, for every rank the job was placed on (NotFound if unknown)."""
+        job = self.store.get(job_id)
+        logs = self.store.rank_logs(job_id)
+        return pb.JobLogs(job_id=job_id, ranks=[
+            pb.RankLog(rank=w.rank, worker_id=w.worker_id, received=w.rank in logs, text=logs.get(w.rank, ""))
+            for w in sorted(job.workers, key=lambda w: w.rank)])
 
     def list_workers(self) -> list[pb.WorkerInfo]:
         return [w.info() for w in self.workers.all()]

@@ -56,6 +56,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         return self.c.cancel(request.job_id, request.reason)
 
     @_rpc
+    def GetJobLogs(self, request, context):
+        return self.c.job_logs(request.job_id)
+
+    @_rpc
     def ListWorkers(self, request, context):
         return pb.ListWorkersResponse(workers=self.c.list_workers())
 

@@ -24,6 +24,7 @@ class MemoryJobStore(JobStore):
         self._jobs: dict[str, pb.Job] = {}  # stored without results
         self._results: dict[str, list[pb.SizeResult]] = {}
         self._events: dict[str, list[pb.JobEvent]] = {}
+        self._logs: dict[str, dict[int, str]] = {}
 
     def _known(self, job_id: str) -> pb.Job:
         try:
@@ -46,6 +47,7 @@ class MemoryJobStore(JobStore):
         self._order[job.id] = self._seq
         self._jobs[job.id] = stored
         self._events[job.id] = []
+        self._logs[job.id] = {}
 
     def get(self, job_id: str) -> pb.Job:
         self._known(job_id)
@@ -69,6 +71,14 @@ class MemoryJobStore(JobStore):
     def clear_results(self, job_id: str) -> None:
         self._known(job_id)
         self._results[job_id].clear()
+
+    def set_rank_log(self, job_id: str, rank: int, text: str) -> None:
+        self._known(job_id)
+        self._logs[job_id][rank] = text
+
+    def rank_logs(self, job_id: str) -> dict[int, str]:
+        self._known(job_id)
+        return dict(sorted(self._logs[job_id].items()))
 
     def list(
         self, states: Iterable[int] = (), op: str = "", limit: int = PAGE_DEFAULT, before_id: str = ""

@@ -48,6 +48,15 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (job_id, idx)
         ) WITHOUT ROWID""",
     ],
+    [
+        # Each rank's captured stderr, kept apart from the job's blob (up to 64 KiB a rank).
+        """CREATE TABLE rank_logs (
+            job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+            rank INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            PRIMARY KEY (job_id, rank)
+        ) WITHOUT ROWID""",
+    ],
 ]
 
 
@@ -173,6 +182,18 @@ class SqliteJobStore(JobStore):
         with self._tx() as c:
             self._seq_of(c, job_id)
             c.execute("DELETE FROM results WHERE job_id = ?", (job_id,))
+
+    def set_rank_log(self, job_id: str, rank: int, text: str) -> None:
+        with self._tx() as c:
+            self._seq_of(c, job_id)
+            c.execute("INSERT OR REPLACE INTO rank_logs (job_id, rank, text) VALUES (?, ?, ?)",
+                      (job_id, rank, text))
+
+    def rank_logs(self, job_id: str) -> dict[int, str]:
+        with self._tx() as c:
+            self._seq_of(c, job_id)
+            rows = c.execute("SELECT rank, text FROM rank_logs WHERE job_id = ? ORDER BY rank", (job_id,)).fetchall()
+        return dict(rows)
 
     def list(
         self, states: Iterable[int] = (), op: str = "", limit: int = PAGE_DEFAULT, before_id: str = ""

@@ -1,4 +1,5 @@
-"""REST API under /api/v1: jobs, their results (JSON, CSV) and events (Server-Sent Events), workers.
+"""REST API under /api/v1: jobs, their results (JSON, CSV), logs and events (Server-Sent Events),
+workers, the version.
 
 Runs on the coordinator's asyncio loop and calls the Coordinator facade directly, so every
 endpoint is `async def` (a plain `def` would run in a thread, next to a domain that has no
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import platform
 from typing import Annotated, Any, AsyncIterator, Iterator
 
 from fastapi import APIRouter, Body, Query, Request
@@ -19,13 +21,16 @@ from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 
+import google.protobuf
+import grpc
+
 from coordinator.service import Coordinator
 from dashboard.schemas import (
-    RESULT_FIELDS, CancelIn, Error, Job, JobList, JobSpecIn, JobStateName, OpName, ResultFormat,
-    ResultList, WorkerList, json_safe,
+    RESULT_FIELDS, CancelIn, Error, Job, JobList, JobLogs, JobSpecIn, JobStateName, OpName, ResultFormat,
+    ResultList, VersionInfo, WorkerList, json_safe,
 )
 from dashboard.sse import LIVE_QUEUE, LiveFanout, aiter_list, last_event_id, sse_frame, with_keepalive
-from ringleader import states
+from ringleader import __version__, states
 from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
 from ringleader.errors import InvalidSpec, NotFound, RingleaderError, answer
 from ringleader.jsonview import to_json
@@ -75,6 +80,7 @@ def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
     _result_routes(r, core)
     _event_routes(r, core, keepalive_s)
     _worker_routes(r, core)
+    _version_route(r)
     return r
 
 
@@ -129,6 +135,16 @@ def _result_routes(r: APIRouter, core: Coordinator) -> None:
                             headers={"Content-Disposition": f'attachment; filename="{job.id}.csv"'})
         return JSON({"results": [to_json(res) for res in job.results]})
 
+    @r.get("/jobs/{job_id}/logs", tags=["jobs"], operation_id="getJobLogs", response_model=JobLogs,
+           summary="Each rank's executor stderr captured during the job",
+           description="Every rank the job was placed on, in rank order; `received` is false until the "
+                       "rank reports its end. `text` is the last 64 KiB, with a first line saying how much "
+                       "was dropped, and a line from the worker when the executor died or was replaced.",
+           responses=NOT_FOUND)
+    async def get_logs(job_id: str) -> Response:
+        with domain_errors():
+            return JSON(to_json(core.job_logs(job_id)))
+
 
 def _event_routes(r: APIRouter, core: Coordinator, keepalive_s: float) -> None:
     live = LiveFanout(summary)
@@ -170,6 +186,16 @@ def _worker_routes(r: APIRouter, core: Coordinator) -> None:
            summary="Connected and recently disconnected workers")
     async def list_workers() -> Response:
         return JSON({"workers": [to_json(w) for w in core.list_workers()]})
+
+
+def _version_route(r: APIRouter) -> None:
+    body = VersionInfo(version=__version__, api_version="v1", python=platform.python_version(),
+                       grpc=grpc.__version__, protobuf=google.protobuf.__version__).model_dump()
+
+    @r.get("/version", tags=["meta"], operation_id="getVersion", response_model=VersionInfo,
+           summary="The coordinator's version and its API's")
+    async def get_version() -> Response:
+        return JSON(body)
 
 
 # ---- helpers -------------------------------------------------------------------------------

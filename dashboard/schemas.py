@@ -213,6 +213,7 @@ Job = proto_model(pb.Job.DESCRIPTOR)
 JobSummary = proto_model(pb.Job.DESCRIPTOR, name="JobSummary", exclude=("results",))
 SizeResult = proto_model(pb.SizeResult.DESCRIPTOR)
 WorkerInfo = proto_model(pb.WorkerInfo.DESCRIPTOR)
+JobLogs = proto_model(pb.JobLogs.DESCRIPTOR)
 
 RESULT_FIELDS = tuple(f.name for f in pb.SizeResult.DESCRIPTOR.fields)  # the CSV columns, proto order
 
@@ -229,6 +230,16 @@ class ResultList(BaseModel):
 
 class WorkerList(BaseModel):
     workers: list[WorkerInfo]  # type: ignore[valid-type]
+
+
+class VersionInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: str = Field(description="ringleader's version (the coordinator's)")
+    api_version: Literal["v1"] = Field(description="the REST and gRPC API version (ringleader.v1)")
+    python: str
+    grpc: str = Field(description="grpcio's version")
+    protobuf: str
 
 
 class Error(BaseModel):

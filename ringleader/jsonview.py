@@ -1,4 +1,4 @@
-"""Protobuf messages as plain JSON values (REST API, CLI --json).
+"""Protobuf messages as plain JSON values (REST API, CLI -o json).
 
 Unlike json_format.MessageToDict, 64-bit integers stay numbers and every field is present,
 so clients and the OpenAPI schema see one stable shape. Enums become their names.

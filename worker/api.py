@@ -16,8 +16,10 @@ process runs (a stopped or wedged executor stops beating).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from ringleader.defaults import LOG_TAIL_BYTES, log_tail
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
@@ -42,6 +44,9 @@ class DeviceInfo:
 @dataclass(frozen=True)
 class Run:
     assignment: bytes  # a serialized workers_pb2.Assignment
+    # Where the executor sends its stderr (fd 2) during the job; the daemon picks it, so that it
+    # can still read the log when the executor dies. "": no capture.
+    log_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,17 +112,31 @@ class Done:
     warm_start: bool = False
     results: tuple[bytes, ...] = ()  # rank 0: every size's serialized SizeResult
     outcome: tuple[str, bytes] | None = None  # rank 0 of other kinds: (kind, serialized outcome)
+    log: str = ""  # the tail of the executor's stderr during the job (read_log)
 
     @classmethod
-    def failed(cls, job_id: str, error: str, failure: int, *, holds: str = "", warm_start: bool = False) -> "Done":
-        return cls(job_id, ok=False, error=error, failure=failure, holds=holds, warm_start=warm_start)
+    def failed(cls, job_id: str, error: str, failure: int, *, holds: str = "", warm_start: bool = False,
+               log: str = "") -> "Done":
+        return cls(job_id, ok=False, error=error, failure=failure, holds=holds, warm_start=warm_start, log=log)
 
     def to_pb(self, rank: int, executor_restarts: int) -> wpb.JobDone:
         done = wpb.JobDone(job_id=self.job_id, rank=rank, ok=self.ok, error=self.error, failure=self.failure,
                            warm_group=self.holds, warm_start=self.warm_start,
-                           executor_restarts=executor_restarts,
+                           executor_restarts=executor_restarts, log=self.log,
                            results=[pb.SizeResult.FromString(r) for r in self.results])
         if self.outcome:
             kind, raw = self.outcome
             getattr(done, kind).ParseFromString(raw)
         return done
+
+
+def read_log(path: str, limit: int = LOG_TAIL_BYTES) -> str:
+    """The last `limit` bytes of a job's captured stderr (what Done.log carries), with a first
+    line saying how much was dropped before them; "" when there is no such file."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - limit))
+            return log_tail(f.read(), dropped=max(0, size - limit), limit=limit)
+    except FileNotFoundError:  # nothing captured (or no path given)
+        return ""

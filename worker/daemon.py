@@ -9,9 +9,12 @@ executor replaced if needed, and the daemon idle and connected. Only a signal en
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -84,6 +87,7 @@ class WorkerDaemon:
         self._lock = asyncio.Lock()  # one executor operation at a time
         self._drops: dict[str, asyncio.Future] = {}
         self._stopping = asyncio.Event()
+        self._log_dir = ""  # where executors capture each job's stderr (made by run)
 
     @property
     def connected(self) -> asyncio.Event:
@@ -91,12 +95,14 @@ class WorkerDaemon:
 
     async def run(self) -> None:
         self._ticker = asyncio.create_task(self._tick())  # held: the loop keeps only weak references
-        await self._start_executor()
+        self._log_dir = tempfile.mkdtemp(prefix="ringleader-logs-")
         try:
+            await self._start_executor()
             await self.link.run(self._stopping)
         finally:
             if self.executor:
                 await self.executor.stop()
+            shutil.rmtree(self._log_dir, ignore_errors=True)
 
     async def _tick(self) -> None:
         while not self._stopping.is_set():
@@ -140,7 +146,7 @@ class WorkerDaemon:
                 self._send_done(a.rank, api.Done.failed(a.job_id, why, wpb.RANK_ERROR, holds=self.holds))
                 return
             self.job = (a.job_id, a.rank)
-            self.executor.send(api.Run(a.SerializeToString()))
+            self.executor.send(api.Run(a.SerializeToString(), self._log_path(a.job_id, a.rank)))
 
     async def _abort(self, abort: wpb.Abort) -> None:
         async with self._lock:
@@ -154,7 +160,8 @@ class WorkerDaemon:
             # The group may be mid-collective with a dead peer: only a new process is safe.
             await self._replace_executor()
             self.job = None
-            self._send_done(rank, api.Done.failed(job_id, f"aborted: {abort.reason}", wpb.ABORTED))
+            log_text = self._last_log(job_id, rank, f"aborted ({abort.reason}): the executor was replaced")
+            self._send_done(rank, api.Done.failed(job_id, f"aborted: {abort.reason}", wpb.ABORTED, log=log_text))
 
     async def _drop(self, drop: wpb.DropGroup) -> None:
         async with self._lock:
@@ -217,7 +224,8 @@ class WorkerDaemon:
             await self._replace_executor()
             self.job = None
             if job:
-                self._send_done(job[1], api.Done.failed(job[0], why, wpb.EXECUTOR_DIED))
+                self._send_done(job[1], api.Done.failed(job[0], why, wpb.EXECUTOR_DIED,
+                                                        log=self._last_log(*job, why)))
             elif held:
                 self.link.send(wpb.WorkerMessage(group_dropped=wpb.GroupDropped(group_key=held)))
 
@@ -257,6 +265,20 @@ class WorkerDaemon:
     def _send_done(self, rank: int, done: api.Done) -> None:
         self.jobs_done["succeeded" if done.ok else _OUTCOMES.get(done.failure, "failed")] += 1
         self.link.send(wpb.WorkerMessage(done=done.to_pb(rank, self.restarts)))
+        if self._log_dir:  # sent: the capture file has served
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._log_path(done.job_id, rank))
+
+    # ---- the rank's log --------------------------------------------------------------------
+
+    def _log_path(self, job_id: str, rank: int) -> str:
+        safe = "".join(c if c.isalnum() else "_" for c in job_id)  # ids are the coordinator's: stay in the dir
+        return os.path.join(self._log_dir, f"{safe}.rank{rank}.log") if self._log_dir else ""
+
+    def _last_log(self, job_id: str, rank: int, why: str) -> str:
+        """What a lost executor wrote during the job, and a line saying how it was lost."""
+        text = api.read_log(self._log_path(job_id, rank))
+        return text + ("\n" if text and not text.endswith("\n") else "") + f"[ringleader: {why}]\n"
 
 
 async def run_daemons(configs: list[WorkerConfig], metrics=None) -> None:

@@ -12,9 +12,12 @@ on a free port and reporting it (StoreReady) before the other ranks are told whe
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import platform
+import shutil
+import sys
 import threading
 import time
 import traceback
@@ -70,7 +73,7 @@ class Executor:
         self.conn.send(api.Ready(describe_device(str(self.device)), os.getpid()))
         while not isinstance(msg := self.conn.recv(), api.Exit):
             if isinstance(msg, api.Run):
-                self.conn.send(self.run(msg.assignment))  # report first: tearing down may wait on peers
+                self.conn.send(self.run(msg))  # report first: tearing down may wait on peers
                 if self.broken:
                     if self.backend == "nccl":
                         return False
@@ -82,7 +85,14 @@ class Executor:
         self._destroy_group()
         return True
 
-    def run(self, raw: bytes) -> api.Done:
+    def run(self, msg: api.Run) -> api.Done:
+        """Run a job with this process's stderr captured; the Done carries the capture's tail,
+        whether the job succeeded or raised."""
+        with StderrCapture(msg.log_path):
+            done = self._run(msg.assignment)
+        return dataclasses.replace(done, log=api.read_log(msg.log_path))
+
+    def _run(self, raw: bytes) -> api.Done:
         from ringleader import jobspec
         from ringleader.v1 import workers_pb2 as wpb
         from worker.kinds import RUNNERS, RunContext
@@ -97,6 +107,7 @@ class Executor:
             outcome = RUNNERS[job.kind](job, ctx)
             ctx.progress(job.progress_total, job.progress_total, 0)
         except Exception as exc:  # reported to the coordinator, which fails the job
+            traceback.print_exc()  # the whole of it goes into the rank's log; the reason gets one line
             self.broken = True
             detail = f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, (MemoryError, ValueError)):
@@ -130,6 +141,41 @@ class Executor:
         self.group_key, self.broken = "", False
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+class StderrCapture:
+    """Send this process's fd 2 to `path` for a job's duration: Python's tracebacks and warnings,
+    and the C++ side's output (NCCL, gloo, torch) alike. Afterwards fd 2 is restored and what the
+    job wrote is copied to it, so the worker's own log still has everything, in one piece."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._saved = -1
+
+    def __enter__(self) -> "StderrCapture":
+        if self.path:
+            sys.stderr.flush()
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            except OSError:  # the daemon's log directory is gone (it is stopping): run uncaptured
+                return self
+            self._saved = os.dup(2)
+            os.dup2(fd, 2)
+            os.close(fd)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._saved < 0:
+            return
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._saved = -1
+        try:
+            with open(self.path, "rb") as f, open(2, "wb", closefd=False) as err:
+                shutil.copyfileobj(f, err)
+        except OSError:
+            pass  # the worker's own stderr is gone: the captured copy is what matters
 
 
 PROCESS_NAME = b"rl-executor"  # what ps and /proc/PID/comm show

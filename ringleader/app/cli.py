@@ -1,7 +1,14 @@
-"""The `ringleader` command: coordinator, worker, submit, jobs, job, cancel, workers, watch, demo.
+# PYTHON_ARGCOMPLETE_OK  (argcomplete's global completion looks for this marker)
+"""The `ringleader` command: coordinator, worker, submit, jobs, job, watch, cancel, logs, workers,
+demo, completion.
 
-Exit codes come from ringleader.errors' catalog: 0 ok, 1 a failed job or request, 2 bad usage
-or a bad spec (one line naming the field), 3 refused credentials.
+Conventions: `--coordinator` before or after the subcommand; `-o json|table` (or `--json`) on
+every command that shows jobs, workers or logs; `--version`; every flag of the coordinator and
+the worker also from a RINGLEADER_* variable (ringleader/app/config.py); shell completion
+through argcomplete (`ringleader completion bash`).
+
+Exit codes come from ringleader.errors' catalog: 0 ok, 1 a failed job or request, 2 bad usage,
+a bad spec or a bad variable (one line naming the field or the variable), 3 refused credentials.
 """
 
 from __future__ import annotations
@@ -11,14 +18,18 @@ import asyncio
 import logging
 import sys
 
+import argcomplete
 import grpc
 
-from ringleader import defaults
+from ringleader import __version__, defaults, jobspec
 from ringleader import spec as specs
-from ringleader.app import commands
-from ringleader.app.client import coordinator_address
+from ringleader.app import commands, config
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
+
+OUTPUTS = ("table", "json")
+SHELLS = ("bash", "zsh", "fish")
+_JOB_OPS = (*specs.OPS, "p2p", "gradient_average", "train")  # what `jobs --op` filters on
 
 
 class CliError(Exception):
@@ -41,44 +52,108 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
+def _device(text: str) -> str:
+    if text in ("cpu", "all") or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"expected cpu, cuda:N or all, got {text!r}")
+
+
+def _metrics_address(text: str) -> str:
+    if text:
+        from worker.metrics import parse_address  # imported only when the flag is used
+
+        try:
+            parse_address(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _output(text: str) -> str:
+    if text not in OUTPUTS:  # -o was the reduce op's short flag once (nccl-tests' letter)
+        raise argparse.ArgumentTypeError(f"expected json or table, got {text!r} (the reduce op is --reduce-op)")
+    return text
+
+
+def _talker(sub, name: str, helptext: str) -> argparse.ArgumentParser:
+    """A subcommand that talks to a coordinator: it takes --coordinator after its name too.
+    SUPPRESS: when absent there, the value given before the subcommand (or its variable, or the
+    default) stands."""
+    x = sub.add_parser(name, help=helptext)
+    x.add_argument("--coordinator", default=argparse.SUPPRESS, metavar="HOST:PORT",
+                   help="the coordinator's gRPC address (also accepted before the subcommand)")
+    return x
+
+
+def _output_options(x: argparse.ArgumentParser, what: str) -> None:
+    x.add_argument("-o", "--output", type=_output, choices=OUTPUTS, default="table",
+                   help=f"table (default) or json: {what} (README.md, CLI)")
+    x.add_argument("--json", dest="output", action="store_const", const="json", help="the same as -o json")
+
+
+def _completer(action: argparse.Action, choices) -> None:
+    action.completer = argcomplete.completers.ChoicesCompleter(choices)  # type: ignore[attr-defined]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ringleader", description="Orchestrate GPU collective jobs.")
-    p.add_argument("--coordinator", help=f"HOST:PORT of the coordinator (env {defaults.COORDINATOR_ENV}; "
-                   f"default {defaults.COORDINATOR_ADDRESS})")
+    p = argparse.ArgumentParser(prog="ringleader", description="Orchestrate GPU collective jobs.",
+                                epilog="Every flag of the coordinator and the worker can also be set by an "
+                                       "environment variable: RINGLEADER_ + the flag's name (README.md).")
+    p.add_argument("--version", action="version", version=f"ringleader {__version__}")
+    p.add_argument("--coordinator", default=defaults.COORDINATOR_ADDRESS, metavar="HOST:PORT",
+                   help="the coordinator's gRPC address, for the worker and the client commands")
     p.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    c = sub.add_parser("coordinator", help="run the coordinator (gRPC and HTTP)")
-    c.add_argument("--grpc-address", default=defaults.COORDINATOR_ADDRESS)
-    c.add_argument("--http-address", default=defaults.HTTP_ADDRESS, help='"" disables the HTTP side')
-    c.add_argument("--db", default="", help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing)")
-
-    w = sub.add_parser("worker", help="run a worker daemon for one device (or one per GPU)")
-    w.add_argument("--device", default="cpu", help="cpu, cuda:N, or all (one daemon per visible GPU)")
-    w.add_argument("--worker-id", default="", help="stable id (default HOST-DEVICE)")
-    w.add_argument("--advertise-host", default="", help="address peers use to reach this host")
-    w.add_argument("--metrics-address", default="", metavar="HOST:PORT",
-                   help='serve Prometheus /metrics here, one port for all devices of this process '
-                        '(e.g. 0.0.0.0:9401; default "": off)')
-
-    _add_submit(sub.add_parser("submit", help="submit a job: a collective sweep, p2p, gradient-average or train"))
-    j = sub.add_parser("jobs", help="list jobs, newest first")
-    j.add_argument("--state", action="append", default=[],
-                   choices=[n for n in pb.JobState.keys() if n != "JOB_STATE_UNSPECIFIED"])
-    j.add_argument("--op", default="")
-    j.add_argument("--limit", type=int, default=defaults.PAGE_DEFAULT)
-    for name, helptext in (("job", "show one job with its results"), ("watch", "follow a job until it ends"),
-                           ("cancel", "cancel a queued or running job")):
-        x = sub.add_parser(name, help=helptext)
-        x.add_argument("job_id")
-        x.add_argument("--json", action="store_true")
-    sub.add_parser("workers", help="list workers")
-
+    _add_servers(sub)
+    _add_clients(sub)
     d = sub.add_parser("demo", help="coordinator + local workers + one all_reduce sweep, then exit")
     d.add_argument("--max-bytes", type=_size, default=None, help="largest size (default 64M on CPU, 1G on GPU)")
     d.add_argument("--http-address", default="127.0.0.1:0", help="dashboard address (port 0: a free one)")
     d.add_argument("--serve", action="store_true", help="keep everything running after the sweep, until Ctrl-C")
+    x = sub.add_parser("completion", help="print the shell completion script (eval it in your shell's rc file)")
+    x.add_argument("shell", choices=SHELLS)
     return p
+
+
+def _add_servers(sub) -> None:
+    c = sub.add_parser("coordinator", help="run the coordinator (gRPC and HTTP)")
+    c.add_argument("--grpc-address", default=defaults.COORDINATOR_ADDRESS, metavar="HOST:PORT",
+                   help="where the gRPC API listens (port 0: a free one)")
+    c.add_argument("--http-address", default=defaults.HTTP_ADDRESS, metavar="HOST:PORT",
+                   help='where the REST API, web UI and /metrics listen ("" disables them)')
+    c.add_argument("--db", default="", metavar="PATH",
+                   help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing)")
+
+    w = _talker(sub, "worker", "run a worker daemon for one device (or one per GPU)")
+    _completer(w.add_argument("--device", type=_device, default="cpu",
+                              help="cpu, cuda:N, or all (one daemon per visible GPU)"), ["cpu", "all", "cuda:0"])
+    w.add_argument("--worker-id", default="", help="stable id (default HOST-DEVICE)")
+    w.add_argument("--advertise-host", default="", help="address peers use to reach this host")
+    w.add_argument("--metrics-address", type=_metrics_address, default="", metavar="HOST:PORT",
+                   help='serve Prometheus /metrics here, one port for all devices of this process '
+                        '(e.g. 0.0.0.0:9401; default "": off)')
+
+
+def _add_clients(sub) -> None:
+    s = _talker(sub, "submit", "submit a job: a collective sweep, p2p, gradient-average or train")
+    _add_submit(s)
+    _output_options(s, "the job (and, with --wait, its results) as `ringleader job -o json` prints it")
+    j = _talker(sub, "jobs", "list jobs, newest first")
+    j.add_argument("--state", action="append", default=[],
+                   choices=[n for n in pb.JobState.keys() if n != "JOB_STATE_UNSPECIFIED"])
+    _completer(j.add_argument("--op", default="", help="only jobs of this op (or job kind)"), _JOB_OPS)
+    j.add_argument("--limit", type=int, default=defaults.PAGE_DEFAULT)
+    _output_options(j, '{"jobs": [Job without results, ...], "next_before": ID or null}')
+    for name, helptext in (("job", "show one job with its results"), ("watch", "follow a job until it ends"),
+                           ("cancel", "cancel a queued or running job")):
+        x = _talker(sub, name, helptext)
+        x.add_argument("job_id")
+        _output_options(x, '{"job": Job without results, "results": [SizeResult, ...]}')
+    x = _talker(sub, "logs", "each rank's executor stderr captured during a job")
+    x.add_argument("job_id")
+    x.add_argument("--rank", type=int, default=None, help="only this rank")
+    _output_options(x, '{"job_id": ID, "ranks": [{"rank", "worker_id", "received", "text"}, ...]}')
+    _output_options(_talker(sub, "workers", "list workers"), '{"workers": [WorkerInfo, ...]}')
 
 
 def _add_submit(s: argparse.ArgumentParser) -> None:
@@ -86,14 +161,16 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
     # and reduce op are checked by the spec validation, for a one-line error naming the field.
     dflt = specs.DEFAULTS
     s.add_argument("--kind", default="collective", choices=commands.KIND_FLAGS)
-    s.add_argument("--op", default="", help="collective jobs: " + ", ".join(specs.OPS))
+    _completer(s.add_argument("--op", default="", help="collective jobs: " + ", ".join(specs.OPS)), specs.OPS)
     s.add_argument("--world-size", "-n", type=int, required=True)
     s.add_argument("--min-bytes", "-b", type=_size, help=f"default {dflt['min_bytes']}")
     s.add_argument("--max-bytes", "-e", type=_size, help=f"default {specs.format_size(dflt['max_bytes'])}")
     s.add_argument("--factor", "-f", type=float, help=f"default {dflt['factor']:g}")
     s.add_argument("--sizes", type=_sizes, help="explicit sizes, e.g. 1K,1M,1G (overrides min/max/factor)")
-    s.add_argument("--dtype", "-d", default="", help=", ".join(specs.DTYPE_SIZES) + f" (default {dflt['dtype']})")
-    s.add_argument("--reduce-op", "-o", default="", help=", ".join(specs.REDUCE_OPS) + f" (default {dflt['reduce_op']})")
+    _completer(s.add_argument("--dtype", "-d", default="", help=", ".join(specs.DTYPE_SIZES)
+                              + f" (default {dflt['dtype']})"), specs.DTYPE_SIZES)
+    _completer(s.add_argument("--reduce-op", default="", help=", ".join(specs.REDUCE_OPS)
+                              + f" (default {dflt['reduce_op']})"), specs.REDUCE_OPS)
     s.add_argument("--iters", "-i", type=int, help=f"timed iterations (default {dflt['iters']})")
     s.add_argument("--warmup", "-w", type=int, help=f"warm-up iterations (default {dflt['warmup']})")
     s.add_argument("--in-place", action="store_true")
@@ -109,22 +186,26 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
     s.add_argument("--pairwise", action="store_true", help="p2p: every ordered pair in turn -> bandwidth matrix")
     s.add_argument("--async", dest="async_", action="store_true", help="p2p: isend/irecv + wait (default send/recv)")
     s.add_argument("--size", type=_size, default=None, help="gradient-average: gradient bytes (default 64M)")
-    s.add_argument("--model", default="", help="train: linear (default) or mlp")
+    _completer(s.add_argument("--model", default="", help="train: linear (default) or mlp"), jobspec.MODELS)
     s.add_argument("--steps", type=int, default=None, help="train: steps (default 50)")
     s.add_argument("--batch-size", type=int, default=None, help="train: per-rank batch size (default 64)")
     s.add_argument("--lr", type=float, default=None, help="train: learning rate (default 0.05)")
     s.add_argument("--seed", type=int, default=0, help="train: data and weight seed")
-    s.add_argument("--wait", action="store_true", help="show progress, then the results table")
-    s.add_argument("--json", action="store_true", help="print the job (and results) as JSON")
+    s.add_argument("--wait", action="store_true", help="show progress (on stderr), then the results")
 
 
 def main(argv: list[str] | None = None) -> None:
-    a = build_parser().parse_args(argv)
+    argcomplete.autocomplete(build_parser())  # answers and exits when a shell asks for completions
+    try:
+        a, settings = config.load(build_parser, sys.argv[1:] if argv is None else argv)
+    except config.ConfigError as exc:
+        print(f"ringleader: error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     quiet = a.command in ("demo",)  # the demo prints its own story; logs only for problems
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.WARNING if quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        code = _run(a)
+        code = _run(a, settings)
     except RingleaderError as exc:
         print(f"ringleader: error: {exc}", file=sys.stderr)
         code = answer(exc).exit_code
@@ -142,40 +223,40 @@ def main(argv: list[str] | None = None) -> None:
 def _rpc_message(exc: grpc.RpcError, a) -> str:
     if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # details start with the field's name
         return exc.details()
-    where = f" ({coordinator_address(a.coordinator)})" if exc.code() == grpc.StatusCode.UNAVAILABLE else ""
+    where = f" ({a.coordinator})" if exc.code() == grpc.StatusCode.UNAVAILABLE else ""
     return f"{exc.code().name.lower()}{where}: {exc.details()}"
 
 
-def _run(a) -> int:
+def _run(a, settings: config.Settings) -> int:
     if a.command == "coordinator":
         from ringleader.app.process import CoordinatorConfig, serve
 
-        asyncio.run(serve(CoordinatorConfig(a.grpc_address, a.http_address, a.db)))
+        asyncio.run(serve(config.dataclass_from(CoordinatorConfig, settings)))
         return 0
     if a.command == "worker":
-        return run_workers(a)
+        return run_workers(settings)
     if a.command == "demo":
         from ringleader.app.demo import run_demo
 
         return asyncio.run(run_demo(max_bytes=a.max_bytes, http_address=a.http_address, serve=a.serve))
+    if a.command == "completion":
+        print(argcomplete.shellcode(["ringleader"], shell=a.shell), end="")
+        return 0
     return commands.run_client_command(a)
 
 
-def run_workers(a) -> int:
+def run_workers(settings: config.Settings) -> int:
     from worker.daemon import WorkerConfig, local_cuda_devices, run_daemons
 
-    devices = [a.device]
-    if a.device == "all":
+    devices = [settings.device]
+    if settings.device == "all":
         devices = local_cuda_devices()
         if not devices:
             raise CliError("--device all: no CUDA device is visible", EXIT_USAGE)
-    elif a.device != "cpu" and not (a.device.startswith("cuda:") and a.device[5:].isdigit()):
-        raise CliError(f"--device: expected cpu, cuda:N or all, got {a.device!r}", EXIT_USAGE)
-    if a.worker_id and len(devices) > 1:
+    if settings.worker_id and len(devices) > 1:
         raise CliError("--worker-id: give it only with a single device", EXIT_USAGE)
-    configs = [WorkerConfig(coordinator=coordinator_address(a.coordinator), device=d, worker_id=a.worker_id,
-                            advertise_host=a.advertise_host) for d in devices]
-    metrics = _worker_metrics(a.metrics_address) if a.metrics_address else None
+    configs = [config.dataclass_from(WorkerConfig, settings, device=d) for d in devices]
+    metrics = _worker_metrics(settings.metrics_address) if settings.metrics_address else None
     try:
         asyncio.run(run_daemons(configs, metrics))
     finally:
@@ -187,10 +268,7 @@ def run_workers(a) -> int:
 def _worker_metrics(address: str):
     from worker.metrics import WorkerMetrics, parse_address
 
-    try:
-        host, port = parse_address(address)
-    except ValueError as exc:
-        raise CliError(f"--metrics-address: {exc}", EXIT_USAGE) from None
+    host, port = parse_address(address)  # checked when the flag or its variable was read
     metrics = WorkerMetrics()
     try:
         port = metrics.serve(host, port)

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import grpc
 
-from ringleader import defaults
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
-
-
-def coordinator_address(flag: str | None = None) -> str:
-    return flag or os.environ.get(defaults.COORDINATOR_ENV) or defaults.COORDINATOR_ADDRESS
 
 
 class Client:
@@ -46,6 +39,9 @@ class Client:
 
     def workers(self) -> list[pb.WorkerInfo]:
         return list(self._stub.ListWorkers(pb.ListWorkersRequest(), timeout=self.timeout).workers)
+
+    def logs(self, job_id: str) -> pb.JobLogs:
+        return self._stub.GetJobLogs(pb.GetJobLogsRequest(job_id=job_id), timeout=self.timeout)
 
     def watch(self, job_id: str):
         """Events of a job until it finishes (no deadline: jobs can run for long)."""

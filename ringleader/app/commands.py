@@ -1,14 +1,19 @@
-"""The client commands of the CLI: submit, jobs, job, watch, cancel, workers (over gRPC)."""
+"""The client commands of the CLI: submit, jobs, job, watch, cancel, logs, workers (over gRPC).
+
+Each prints a table, or with `-o json` one JSON document on stdout (progress goes to stderr).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from ringleader import jobspec
 from ringleader import spec as specs
 from ringleader.app import table
-from ringleader.app.client import Client, coordinator_address
+from ringleader.app.client import Client
+from ringleader.jsonview import to_json
 from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -60,8 +65,8 @@ def follow(client: Client, job_id: str, out=sys.stderr) -> pb.Job:
     return client.get(job_id)
 
 
-def show_job(job: pb.Job, as_json: bool) -> None:
-    if as_json:
+def show_job(job: pb.Job, output: str) -> None:
+    if output == "json":
         print(table.job_json(job))
         return
     print(table.job_line(job))
@@ -78,45 +83,65 @@ def cmd_submit(a, client: Client) -> int:
     jobspec.normalize(spec)  # the same checks as the coordinator, before any network call
     job = client.submit(spec)
     if not a.wait:
-        if a.json:
-            show_job(job, True)
+        if a.output == "json":
+            show_job(job, "json")
         else:
             print(job.id)
         return 0
-    job = follow(client, job.id, out=sys.stderr)
-    show_job(job, a.json)
+    return _finish(client, job.id, a.output, progress=sys.stderr)
+
+
+def _finish(client: Client, job_id: str, output: str, progress) -> int:
+    """Follow a job to its end, then show it; the exit code says whether it succeeded."""
+    job = follow(client, job_id, out=progress)
+    show_job(job, output)
     return 0 if job.state == pb.SUCCEEDED else EXIT_FAILED
 
 
 def cmd_jobs(a, client: Client) -> int:
-    for job in client.list(states=[pb.JobState.Value(s) for s in a.state], op=a.op, limit=a.limit).jobs:
-        print(table.job_line(job))
+    page = client.list(states=[pb.JobState.Value(s) for s in a.state], op=a.op, limit=a.limit)
+    if a.output == "json":
+        print(table.jobs_json(page))
+    else:
+        for job in page.jobs:
+            print(table.job_line(job))
     return 0
 
 
 def cmd_workers(a, client: Client) -> int:
-    print(f"{'WORKER':<28} {'STATE':<12} {'DEVICE':<26} {'HOST':<16} {'JOB':<13} WARM")
-    for w in client.workers():
-        device = f"{w.device.type}:{w.device.index} {w.device.name}"[:26]
-        print(f"{w.worker_id:<28} {pb.WorkerState.Name(w.state):<12} {device:<26} {w.host:<16} "
-              f"{w.job_id or '-':<13} {'yes' if w.warm_group else '-'}")
+    workers = client.workers()
+    print(table.workers_json(workers) if a.output == "json" else table.workers_table(workers))
+    return 0
+
+
+def cmd_logs(a, client: Client) -> int:
+    logs = client.logs(a.job_id)
+    if a.rank is not None:
+        ranks = [r for r in logs.ranks if r.rank == a.rank]
+        if not ranks:
+            raise InvalidSpec("--rank", f"job {a.job_id} has no rank {a.rank} "
+                                      f"(ranks: {', '.join(str(r.rank) for r in logs.ranks) or 'none'})")
+        del logs.ranks[:]
+        logs.ranks.extend(ranks)
+    print(json.dumps(to_json(logs), indent=2) if a.output == "json" else table.logs_text(logs))
     return 0
 
 
 def run_client_command(a) -> int:
-    with Client(coordinator_address(a.coordinator)) as client:
+    with Client(a.coordinator) as client:
         if a.command == "submit":
             return cmd_submit(a, client)
         if a.command == "jobs":
             return cmd_jobs(a, client)
         if a.command == "workers":
             return cmd_workers(a, client)
+        if a.command == "logs":
+            return cmd_logs(a, client)
         if a.command == "job":
-            show_job(client.get(a.job_id), a.json)
+            show_job(client.get(a.job_id), a.output)
             return 0
         if a.command == "cancel":
-            show_job(client.cancel(a.job_id), a.json)
+            show_job(client.cancel(a.job_id), a.output)
             return 0
-        job = follow(client, a.job_id, out=sys.stdout)  # watch
-        show_job(job, a.json)
-        return 0 if job.state == pb.SUCCEEDED else EXIT_FAILED
+        # watch: progress on stdout for people, on stderr when stdout carries JSON
+        return _finish(client, a.job_id, a.output, progress=sys.stderr if a.output == "json" else sys.stdout)

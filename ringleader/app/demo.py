@@ -2,7 +2,8 @@
 
 A coordinator in this process, one worker daemon process per local GPU (two gloo workers on
 CPU where there is none), one all_reduce sweep through the real gRPC API, the nccl-tests-style
-table, then a clean exit.
+table, then a clean exit. Its last line tells the truth about the dashboard: a live link only
+with `serve` (everything stays up until Ctrl-C), else how to keep it up.
 """
 
 from __future__ import annotations
@@ -46,17 +47,23 @@ async def run_demo(max_bytes: int | None = None, http_address: str = "127.0.0.1:
         config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address=http_address,
                                    db=os.path.join(tmp, "jobs.db"))
         async with RunningCoordinator(config) as coord:
-            print(f"coordinator: gRPC {coord.grpc_target}" + (f", dashboard {coord.http_url}" if coord.http_url else ""))
+            print(f"coordinator: gRPC {coord.grpc_target}")
             print(f"starting {len(devices)} workers: {', '.join(devices)}", flush=True)
-            procs = [subprocess.Popen([sys.executable, "-m", "ringleader", "--coordinator", coord.grpc_target,
-                                       "worker", "--device", d], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                     for d in devices]
+            # Their logs go to a file: a pipe nobody reads would fill up and stall a worker.
+            workers_log = os.path.join(tmp, "workers.log")
+            with open(workers_log, "wb") as logs:
+                procs = [subprocess.Popen([sys.executable, "-m", "ringleader", "worker", "--coordinator",
+                                           coord.grpc_target, "--device", d], stdout=subprocess.DEVNULL, stderr=logs)
+                         for d in devices]
             try:
-                code = await _sweep(coord, len(devices), max_bytes)
-                if serve:
-                    print(f"serving on gRPC {coord.grpc_target}" + (f" and {coord.http_url}" if coord.http_url else "")
-                          + "; Ctrl-C stops", flush=True)
-                    await _until_interrupted()
+                code, job_id = await _sweep(coord, len(devices), max_bytes, workers_log)
+                if not serve:
+                    print("dashboard: run with --serve to keep the dashboard up")
+                    return code
+                where = f"{coord.http_url}/jobs/{job_id}" if job_id else coord.http_url
+                print(f"dashboard: {where or 'off (--http-address is empty)'}  "
+                      f"(gRPC {coord.grpc_target}; serving until Ctrl-C)", flush=True)
+                await _until_interrupted()
                 return code
             finally:
                 for p in procs:
@@ -78,12 +85,15 @@ async def _until_interrupted() -> None:
     await stop.wait()
 
 
-async def _sweep(coord: RunningCoordinator, n: int, max_bytes: int) -> int:
+async def _sweep(coord: RunningCoordinator, n: int, max_bytes: int, workers_log: str) -> tuple[int, str]:
+    """Run the sweep: (exit code, the job's id or "" when none ran)."""
     deadline = time.monotonic() + WORKERS_READY_TIMEOUT_S
     while sum(w.state == pb.IDLE for w in coord.core.list_workers()) < n:
         if time.monotonic() > deadline:
-            print(f"workers did not register within {WORKERS_READY_TIMEOUT_S} s", file=sys.stderr)
-            return 1
+            print(f"workers did not register within {WORKERS_READY_TIMEOUT_S} s; their log:", file=sys.stderr)
+            with open(workers_log, "rb") as f:
+                print(f.read()[-4000:].decode(errors="replace"), file=sys.stderr)
+            return 1, ""
         await asyncio.sleep(0.1)
     async with grpc.aio.insecure_channel(coord.grpc_target) as channel:
         stub = jobs_pb2_grpc.JobServiceStub(channel)
@@ -98,6 +108,4 @@ async def _sweep(coord: RunningCoordinator, n: int, max_bytes: int) -> int:
     print(f"job {job.id} {table.state_name(job.state)} on {job.backend}: {job.reason}")
     if job.results:
         print(table.results_table(job.results))
-    if coord.http_url:
-        print(f"dashboard: {coord.http_url}/jobs/{job.id}")
-    return 0 if job.state == pb.SUCCEEDED else 1
+    return (0 if job.state == pb.SUCCEEDED else 1), job.id

@@ -1,4 +1,5 @@
-"""nccl-tests-style text tables and JSON for results and jobs (used by the CLI and the demo)."""
+"""nccl-tests-style text tables and JSON for results, jobs, workers and logs (used by the CLI and
+the demo). The JSON shapes are the REST API's where it has one: `to_json` of the messages."""
 
 from __future__ import annotations
 
@@ -45,6 +46,39 @@ def job_json(job: pb.Job) -> str:
     body = to_json(job)
     results = body.pop("results")
     return json.dumps({"job": body, "results": results}, indent=2)
+
+
+def jobs_json(page: pb.ListJobsResponse) -> str:
+    """`jobs -o json`: GET /api/v1/jobs's shape, {"jobs": [Job without results], "next_before"}."""
+    jobs = [to_json(j) for j in page.jobs]
+    for j in jobs:
+        j.pop("results")
+    return json.dumps({"jobs": jobs, "next_before": page.next_before_id or None}, indent=2)
+
+
+def workers_json(workers) -> str:
+    return json.dumps({"workers": [to_json(w) for w in workers]}, indent=2)
+
+
+def workers_table(workers) -> str:
+    lines = [f"{'WORKER':<28} {'STATE':<12} {'DEVICE':<26} {'HOST':<16} {'JOB':<13} WARM"]
+    for w in workers:
+        device = f"{w.device.type}:{w.device.index} {w.device.name}"[:26]
+        lines.append(f"{w.worker_id:<28} {pb.WorkerState.Name(w.state):<12} {device:<26} {w.host:<16} "
+                     f"{w.job_id or '-':<13} {'yes' if w.warm_group else '-'}")
+    return "\n".join(lines)
+
+
+def logs_text(logs: pb.JobLogs) -> str:
+    """Each rank's log under a header naming the rank and its worker."""
+    parts = []
+    for r in logs.ranks:
+        if not r.received:
+            parts.append(f"==> rank {r.rank} ({r.worker_id}): no log: the rank has not reported its end <==")
+            continue
+        parts.append(f"==> rank {r.rank} ({r.worker_id}) <==")
+        parts.append(r.text.rstrip("\n") if r.text else "(no output)")
+    return "\n".join(parts) if parts else f"job {logs.job_id} has not been placed on workers: no logs"
 
 
 def job_line(job: pb.Job) -> str:

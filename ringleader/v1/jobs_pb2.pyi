@@ -1131,6 +1131,84 @@ class WorkerInfo(_message.Message):
 Global___WorkerInfo: _TypeAlias = WorkerInfo  # noqa: Y015
 
 @_typing.final
+class GetJobLogsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetJobLogsRequest: _TypeAlias = GetJobLogsRequest  # noqa: Y015
+
+@_typing.final
+class RankLog(_message.Message):
+    """A rank's executor stderr during the job, as its worker reported it with the rank's end: the
+    last 64 KiB (a first line says how much earlier output was dropped), plus a line from the daemon
+    when the executor died or was replaced mid-job.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RANK_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    RECEIVED_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    rank: _builtins.int
+    worker_id: _builtins.str
+    received: _builtins.bool
+    """false: the rank has not reported its end (yet), or never will"""
+    text: _builtins.str
+    def __init__(
+        self,
+        *,
+        rank: _builtins.int = ...,
+        worker_id: _builtins.str = ...,
+        received: _builtins.bool = ...,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rank", b"rank", "received", b"received", "text", b"text", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RankLog: _TypeAlias = RankLog  # noqa: Y015
+
+@_typing.final
+class JobLogs(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    @_builtins.property
+    def ranks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RankLog]:
+        """every rank the job was placed on, in rank order"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        ranks: _abc.Iterable[Global___RankLog] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "ranks", b"ranks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobLogs: _TypeAlias = JobLogs  # noqa: Y015
+
+@_typing.final
 class ListWorkersRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

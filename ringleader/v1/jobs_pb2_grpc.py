@@ -64,6 +64,11 @@ class JobServiceStub:
                 request_serializer=ringleader_dot_v1_dot_jobs__pb2.ListWorkersRequest.SerializeToString,
                 response_deserializer=ringleader_dot_v1_dot_jobs__pb2.ListWorkersResponse.FromString,
                 _registered_method=True)
+        self.GetJobLogs = channel.unary_unary(
+                '/ringleader.v1.JobService/GetJobLogs',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.GetJobLogsRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.JobLogs.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -106,6 +111,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetJobLogs(self, request, context):
+        """Each rank's captured executor stderr (NOT_FOUND for an unknown job).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +150,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ListWorkers,
                     request_deserializer=ringleader_dot_v1_dot_jobs__pb2.ListWorkersRequest.FromString,
                     response_serializer=ringleader_dot_v1_dot_jobs__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'GetJobLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJobLogs,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.GetJobLogsRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.JobLogs.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -302,6 +319,33 @@ class JobService:
             '/ringleader.v1.JobService/ListWorkers',
             ringleader_dot_v1_dot_jobs__pb2.ListWorkersRequest.SerializeToString,
             ringleader_dot_v1_dot_jobs__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/GetJobLogs',
+            ringleader_dot_v1_dot_jobs__pb2.GetJobLogsRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.JobLogs.FromString,
             options,
             channel_credentials,
             insecure,

@@ -252,6 +252,7 @@ class JobDone(_message.Message):
     P2P_FIELD_NUMBER: _builtins.int
     GRADIENT_AVERAGE_FIELD_NUMBER: _builtins.int
     TRAIN_FIELD_NUMBER: _builtins.int
+    LOG_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     rank: _builtins.int
     ok: _builtins.bool
@@ -262,6 +263,10 @@ class JobDone(_message.Message):
     """this job reused an initialised group"""
     executor_restarts: _builtins.int
     failure: Global___FailureKind.ValueType
+    log: _builtins.str
+    """The tail of the executor's stderr during the job (worker/api.py Done.log; at most 64 KiB
+    and a line saying what was dropped), with the daemon's line if the executor died.
+    """
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[_jobs_pb2.SizeResult]:
         """Rank 0 repeats every size's result here, so a stream lost mid-job loses no row."""
@@ -287,10 +292,11 @@ class JobDone(_message.Message):
         p2p: _jobs_pb2.P2PResult | None = ...,
         gradient_average: _jobs_pb2.GradientAverageResult | None = ...,
         train: _jobs_pb2.TrainResult | None = ...,
+        log: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["gradient_average", b"gradient_average", "outcome", b"outcome", "p2p", b"p2p", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "gradient_average", b"gradient_average", "job_id", b"job_id", "ok", b"ok", "outcome", b"outcome", "p2p", b"p2p", "rank", b"rank", "results", b"results", "train", b"train", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "gradient_average", b"gradient_average", "job_id", b"job_id", "log", b"log", "ok", b"ok", "outcome", b"outcome", "p2p", b"p2p", "rank", b"rank", "results", b"results", "train", b"train", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["p2p", "gradient_average", "train"]  # noqa: Y015
     _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015

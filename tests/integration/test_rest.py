@@ -332,11 +332,11 @@ def test_health_and_openapi(api):
     doc = api.get("/openapi.json").json()
     ops = {op["operationId"]: (path, method, op) for path, item in doc["paths"].items()
            for method, op in item.items()}
-    assert {"submitJob", "listJobs", "getJob", "cancelJob", "getJobResults", "watchJob", "watchAll",
-            "listWorkers"} <= set(ops)
+    assert {"submitJob", "listJobs", "getJob", "cancelJob", "getJobResults", "getJobLogs", "watchJob", "watchAll",
+            "listWorkers", "getVersion"} <= set(ops)
     for name, (path, method, op) in ops.items():
         if path.startswith("/api/v1/"):
-            assert op["tags"] and set(op["tags"]) <= {"jobs", "workers", "events"}, name
+            assert op["tags"] and set(op["tags"]) <= {"jobs", "workers", "events", "meta"}, name
             ok = op["responses"]["201" if name == "submitJob" else "200"]
             assert ok.get("content"), name
     assert ops["watchJob"][2]["responses"]["200"]["content"].keys() == {"text/event-stream"}
@@ -373,7 +373,7 @@ def fuzzed_operations(cl):
     # Not the streams: they end only when a job does.
     schema = schema.include(path_regex="^/api/v1/").exclude(path_regex="/events$")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 6, [op.label for op in operations]
+    assert len(operations) == 8, [op.label for op in operations]
     return operations
 
 

@@ -73,8 +73,11 @@ def test_duplicate_create_fails(store):
         lambda s: s.add_result("nope", result(8)),
         lambda s: s.clear_results("nope"),
         lambda s: s.list(before_id="nope"),
+        lambda s: s.set_rank_log("nope", 0, "x"),
+        lambda s: s.rank_logs("nope"),
     ],
-    ids=["get", "update", "add_event", "events", "add_result", "clear_results", "list_before"],
+    ids=["get", "update", "add_event", "events", "add_result", "clear_results", "list_before",
+         "set_rank_log", "rank_logs"],
 )
 def test_unknown_job_is_not_found(store, call):
     store.create(make_job("a"))
@@ -267,6 +270,20 @@ def test_returned_and_given_objects_are_copies(store):
     assert store.events("a")[0].seq == 1
 
 
+def test_rank_logs_replace_per_rank_and_stay_apart_from_the_job(store):
+    store.create(make_job("a"))
+    store.create(make_job("b"))
+    assert store.rank_logs("a") == {}
+    store.set_rank_log("a", 1, "rank one\n")
+    store.set_rank_log("a", 0, "")  # an empty log is a log: the rank reported, silently
+    store.set_rank_log("a", 1, "rerun \u00e9\n")  # a later one replaces the rank's earlier one
+    store.set_rank_log("b", 0, "other job")
+    assert store.rank_logs("a") == {0: "", 1: "rerun \u00e9\n"}
+    assert list(store.rank_logs("a")) == [0, 1]
+    assert store.rank_logs("b") == {0: "other job"}
+    assert store.get("a") == make_job("a")  # the job itself carries no log
+
+
 # --- SQLite only ---------------------------------------------------------------------------
 
 
@@ -279,6 +296,7 @@ def test_sqlite_survives_reopen(tmp_path):
     s.add_result("b", result(16))
     s.add_event(pb.JobEvent(job_id="b", seq=1, state=pb.StateChange(state=pb.RUNNING)))
     s.update(pb.Job(id="a", state=pb.SUCCEEDED, reason="done", finished_at=9.0))
+    s.set_rank_log("b", 1, "kept")
     s.close()
     s.close()  # idempotent
 
@@ -289,6 +307,7 @@ def test_sqlite_survives_reopen(tmp_path):
         assert a.spec == make_job("a").spec
         assert [r.size_bytes for r in s.get("b").results] == [8, 16]
         assert [e.seq for e in s.events("b")] == [1]
+        assert s.rank_logs("b") == {1: "kept"}
         assert ids(s.list()) == ["b", "a"] and ids(s.unfinished()) == ["b"]
         s.create(make_job("c"))  # submission order continues after the reopened rows
         assert ids(s.list()) == ["c", "b", "a"]
@@ -306,7 +325,7 @@ def test_sqlite_pragmas_and_schema_version(tmp_path):
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent in file
         assert conn.execute("PRAGMA user_version").fetchone()[0] >= 1
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert {"jobs", "events", "results"} <= tables
+        assert {"jobs", "events", "results", "rank_logs"} <= tables
     finally:
         conn.close()
     s = SqliteJobStore(path)  # reopening an up-to-date schema migrates nothing and succeeds
@@ -324,3 +343,25 @@ def test_sqlite_rejects_newer_schema(tmp_path):
     conn.close()
     with pytest.raises(RuntimeError, match="newer"):
         SqliteJobStore(path)
+
+
+def test_sqlite_upgrades_a_v1_database_keeping_its_jobs(tmp_path):
+    from coordinator.store_sqlite import MIGRATIONS
+
+    path = tmp_path / "jobs.sqlite"
+    conn = sqlite3.connect(path)  # a database written before rank logs existed
+    for stmt in MIGRATIONS[0]:
+        conn.execute(stmt)
+    conn.execute("INSERT INTO jobs (id, state, op, created_at, job) VALUES (?, ?, ?, ?, ?)",
+                 ("old", pb.SUCCEEDED, "all_reduce", 1.0, make_job("old", state=pb.SUCCEEDED).SerializeToString()))
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    s = SqliteJobStore(path)
+    try:
+        assert s.get("old").state == pb.SUCCEEDED and s.rank_logs("old") == {}
+        s.set_rank_log("old", 0, "after the upgrade")
+        assert s.rank_logs("old") == {0: "after the upgrade"}
+        assert s._conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    finally:
+        s.close()

@@ -60,6 +60,7 @@ class Executor:
             torch.cuda.set_device(self.device)
         self.group_key = ""
         self.backend = ""
+        self.flavor = ""  # the communicator settings the group was created with
 
     def serve(self) -> None:
         self.conn.send(api.Ready(describe_device(str(self.device)), os.getpid()))
@@ -80,9 +81,12 @@ class Executor:
         a = wpb.Assignment.FromString(raw)
         warm = bool(self.group_key) and self.group_key == a.group_key
         try:
+            job = jobspec.normalize(a.spec)
+            if job.flavor != a.flavor or (warm and self.flavor != a.flavor):
+                raise ValueError(f"flavor: the job needs a group made with {job.flavor or 'defaults'!r}, "
+                                 f"assigned {a.flavor or 'defaults'!r}, holding {self.flavor or 'defaults'!r}")
             if not warm:
                 self._init_group(a)
-            job = jobspec.normalize(a.spec)
             ctx = RunContext(a.job_id, a.rank, self.device, self.ops, self.conn.send)
             outcome = RUNNERS[job.kind](job, ctx)
             ctx.progress(job.progress_total, job.progress_total, 0)
@@ -100,6 +104,9 @@ class Executor:
     def _init_group(self, a) -> None:
         import torch.distributed as dist
 
+        from ringleader.algos import flavor_env
+        from worker.algos import comm_env
+
         self._destroy_group()
         timeout = datetime.timedelta(seconds=STORE_TIMEOUT_S)
         if a.rank == 0:  # bind first (a free port), then say where: no port can be taken between
@@ -109,9 +116,12 @@ class Executor:
         else:
             store = dist.TCPStore(a.store_host, a.store_port, a.world_size, is_master=False, timeout=timeout)
         kwargs = {"device_id": self.device} if a.backend == "nccl" else {}
-        dist.init_process_group(a.backend, store=store, rank=a.rank, world_size=a.world_size,
-                                timeout=timeout, **kwargs)
-        self.group_key, self.backend = a.group_key, a.backend
+        # A flavor's NCCL_ALGO/NCCL_PROTO are read when the communicator is created: with
+        # device_id, inside init_process_group; restored after, so no later group inherits them.
+        with comm_env(flavor_env(a.flavor)):
+            dist.init_process_group(a.backend, store=store, rank=a.rank, world_size=a.world_size,
+                                    timeout=timeout, **kwargs)
+        self.group_key, self.backend, self.flavor = a.group_key, a.backend, a.flavor
 
     def _destroy_group(self) -> None:
         """Drop the group without waiting for peers: NCCL's graceful destroy can wait on members
@@ -120,7 +130,7 @@ class Executor:
 
         from worker.distutil import drop_default_group
 
-        self.group_key = ""
+        self.group_key = self.flavor = ""
         if dist.is_initialized():
             drop_default_group(abort=self.backend == "nccl")
 

@@ -34,6 +34,16 @@ def _sizes(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
+def _iters(text: str) -> int:
+    """A count, or "auto" (0: chosen per size by the worker)."""
+    if text.strip().lower() == "auto":
+        return specs.AUTO_ITERS
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
+
+
 def _size(text: str) -> int:
     try:
         return specs.parse_size(text)
@@ -61,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help='serve Prometheus /metrics here, one port for all devices of this process '
                         '(e.g. 0.0.0.0:9401; default "": off)')
 
-    _add_submit(sub.add_parser("submit", help="submit a job: a collective sweep, p2p, gradient-average or train"))
+    _add_submit(sub.add_parser("submit", help="submit a job: a collective sweep, p2p, gradient-average, train "
+                                              "or algo-sweep"))
     j = sub.add_parser("jobs", help="list jobs, newest first")
     j.add_argument("--state", action="append", default=[],
                    choices=[n for n in pb.JobState.keys() if n != "JOB_STATE_UNSPECIFIED"])
@@ -94,7 +105,8 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
     s.add_argument("--sizes", type=_sizes, help="explicit sizes, e.g. 1K,1M,1G (overrides min/max/factor)")
     s.add_argument("--dtype", "-d", default="", help=", ".join(specs.DTYPE_SIZES) + f" (default {dflt['dtype']})")
     s.add_argument("--reduce-op", "-o", default="", help=", ".join(specs.REDUCE_OPS) + f" (default {dflt['reduce_op']})")
-    s.add_argument("--iters", "-i", type=int, help=f"timed iterations (default {dflt['iters']})")
+    s.add_argument("--iters", "-i", type=_iters, help="timed iterations, or auto: per size, enough for a 20 ms "
+                   f"loop (collective and algo-sweep default: auto; others: {dflt['iters']})")
     s.add_argument("--warmup", "-w", type=int, help=f"warm-up iterations (default {dflt['warmup']})")
     s.add_argument("--in-place", action="store_true")
     s.add_argument("--root", "-r", type=int, default=0)
@@ -114,6 +126,10 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
     s.add_argument("--batch-size", type=int, default=None, help="train: per-rank batch size (default 64)")
     s.add_argument("--lr", type=float, default=None, help="train: learning rate (default 0.05)")
     s.add_argument("--seed", type=int, default=0, help="train: data and weight seed")
+    s.add_argument("--graph", "-G", action="store_true",
+                   help="capture the timed ops into a CUDA graph and replay it (NCCL; like nccl-tests -G)")
+    s.add_argument("--algo", default="", help="collective: nccl, nccl:ring/ll, nccl:tree/simple, ..., symm:one_shot, "
+                   "symm:two_shot; algo-sweep: a comma-separated list (default: every one available)")
     s.add_argument("--wait", action="store_true", help="show progress, then the results table")
     s.add_argument("--json", action="store_true", help="print the job (and results) as JSON")
 

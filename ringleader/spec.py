@@ -10,7 +10,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from ringleader.algos import BACKENDS, SYMM_ALGOS, SYMM_MAX_BYTES, algo_backend, check_algo, parse_algo
+from ringleader.algos import BACKENDS  # noqa: F401 - the vocabulary of backends lives with the algos
+from ringleader.algos import SYMM_ALGOS, SYMM_MAX_BYTES, algo_backend, check_algo, parse_algo
 from ringleader.errors import InvalidSpec
 
 OPS = (
@@ -185,9 +186,13 @@ def validate_collective(
     if op in ROOTED_OPS and root >= world_size:
         raise InvalidSpec("root", f"root {root} is out of range for world_size {world_size}")
     chosen = resolve_sizes(sizes, min_bytes, max_bytes, factor)
-    if algo in SYMM_ALGOS and max(chosen) > SYMM_MAX_BYTES:
-        raise InvalidSpec("algo", f"{algo} runs sizes up to {format_size(SYMM_MAX_BYTES)}B, "
-                                  f"the sweep reaches {format_size(max(chosen))}B")
+    if algo in SYMM_ALGOS:
+        if max(chosen) > SYMM_MAX_BYTES:
+            raise InvalidSpec("algo", f"{algo} runs sizes up to {format_size(SYMM_MAX_BYTES)}B, "
+                                      f"the sweep reaches {format_size(max(chosen))}B")
+        odd = [s for s in chosen if effective_size(op, s, dtype, world_size) % 4]
+        if odd:
+            raise InvalidSpec("algo", f"{algo} moves whole 4-byte words: size {odd[0]} is not a multiple of 4")
     iters, warmup = check_iters(iters, warmup, auto=True)
     if op == "barrier":
         chosen = [0]

@@ -313,3 +313,52 @@ def test_vocabulary_maps_to_torch():
         collectives.torch_dtype("complex64")
     with pytest.raises(ValueError, match="reduce_op"):
         collectives.torch_reduce_op("band")
+
+
+# ---- the algo-sweep runner on gloo (spawned ranks, as the executor runs it) -----------------
+
+def _sweep_main(rank: int, n: int, port: int, path: str) -> None:
+    import torch.distributed as dist
+
+    from ringleader import jobspec
+    from worker.kinds import RUNNERS, RunContext
+
+    payload: dict = {}
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n,
+                                timeout=datetime.timedelta(seconds=60))
+        job = jobspec.normalize(pb.JobSpec(world_size=n, algo_sweep=pb.AlgoSweepSpec(sizes=[8, 4096], iters=5)))
+        sent: list = []
+        ctx = RunContext("j", rank, torch.device("cpu"), types.SimpleNamespace(value=0), sent.append)
+        outcome = RUNNERS[job.kind](job, ctx)
+        kind, raw = outcome.serialized()
+        payload = {"kind": kind, "result": raw.hex(), "progress": [(p.done, p.total) for p in sent]}
+        dist.destroy_process_group()
+    except BaseException:
+        payload["traceback"] = traceback.format_exc()
+    with open(path, "w") as f:
+        json.dump(payload, f)
+
+
+def test_algo_sweep_runner_on_gloo(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    port, n = free_port("127.0.0.1"), 2
+    paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
+    procs = [ctx.Process(target=_sweep_main, args=(r, n, port, paths[r])) for r in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    payloads = []
+    for path in paths:
+        with open(path) as f:
+            payloads.append(json.load(f))
+    assert all("traceback" not in p for p in payloads), payloads
+    assert payloads[0]["result"] == payloads[1]["result"], "every rank reports the same outcome"
+    assert payloads[0]["kind"] == "algo_sweep"
+    r = pb.AlgoSweepResult.FromString(bytes.fromhex(payloads[0]["result"]))
+    assert (r.op, r.dtype, r.world_size, r.mode, list(r.algos)) == ("all_reduce", "float32", 2, "eager", ["gloo"])
+    assert [(x.size_bytes, x.algo, x.iters, x.wrong) for x in r.results] == [(8, "gloo", 5, 0), (4096, "gloo", 5, 0)]
+    assert [(b.size_bytes, b.algo, b.speedup) for b in r.best] == [(8, "gloo", 1.0), (4096, "gloo", 1.0)]
+    assert [(t.min_bytes, t.max_bytes, t.algo) for t in r.table] == [(8, 0, "gloo")]
+    assert payloads[0]["progress"] == [[0, 2], [1, 2]]

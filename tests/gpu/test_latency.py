@@ -31,6 +31,7 @@ def _show(job: pb.Job) -> None:
 
 
 def _ok(cluster, timeout=600, **collective) -> pb.Job:
+    collective.setdefault("iters", spec.AUTO_ITERS)  # the cluster helper would default to 3
     done = cluster.wait_job(cluster.submit(**collective).id, timeout=timeout)
     assert done.state == pb.SUCCEEDED, done.reason
     assert all(r.wrong == 0 for r in done.results), [(r.size_bytes, r.wrong) for r in done.results]

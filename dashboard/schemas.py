@@ -80,28 +80,8 @@ class CollectiveSpecIn(BaseModel):
     algo: Text(64, ALGO_HELP) = ""
 
 
-class AlgoSweepSpecIn(BaseModel):
-    """Every available all_reduce implementation over a size range: the fastest per size and
-    the dispatch table."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sizes: list[Annotated[int, Field(ge=1, le=UINT64_MAX)]] = Field(
-        default_factory=list, max_length=specs.MAX_SIZES,
-        description="explicit sizes in bytes; else min_bytes, max_bytes and factor")
-    min_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 8")
-    max_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 64 MiB")
-    factor: float = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False, description="0: 2")
-    algos: list[Text(64)] = Field(default_factory=list, max_length=32,
-                                  description="empty: every algo the backend offers; " + ALGO_HELP)
-    iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="0: auto")
-    warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
-    graph: bool = Field(False, description="time each algo in CUDA-graph mode")
-    dtype: Literal[("", *SYMM_DTYPES)] = Field("", description="empty: float32")  # type: ignore[valid-type]
-
-
-class P2PSpecIn(BaseModel):
-    """Point-to-point ping-pong: one-way latency and bandwidth per size."""
+class _SweepIn(BaseModel):
+    """The size range of a p2p or algo sweep (their first four fields)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -111,6 +91,23 @@ class P2PSpecIn(BaseModel):
     min_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 8")
     max_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 64 MiB")
     factor: float = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False, description="0: 2")
+
+
+class AlgoSweepSpecIn(_SweepIn):
+    """Every available all_reduce implementation over a size range: the fastest per size and
+    the dispatch table."""
+
+    algos: list[Text(64)] = Field(default_factory=list, max_length=32,
+                                  description="empty: every algo the backend offers; " + ALGO_HELP)
+    iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="0: auto")
+    warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
+    graph: bool = Field(False, description="time each algo in CUDA-graph mode")
+    dtype: Literal[("", *SYMM_DTYPES)] = Field("", description="empty: float32")  # type: ignore[valid-type]
+
+
+class P2PSpecIn(_SweepIn):
+    """Point-to-point ping-pong: one-way latency and bandwidth per size."""
+
     iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="0: 20")
     warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
     mode: Literal[("", *jobspec.P2P_MODES)] = Field(  # type: ignore[valid-type]

@@ -3,7 +3,7 @@
 # unit + GPU tests, the demo, and the benchmark against plain torch.distributed.
 #   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|all]
 #   logs and results under $OUT (default ./gpu-out); BENCH_ARGS go to bench/run.py.
-#   latency (issue 13) = latency-tests (tests/gpu/test_latency.py: graph mode, calibrated loops,
+#   latency (issue 13) = latency-tests (tests/gpu/test_nccl_latency.py: graph mode, calibrated loops,
 #   gather/scatter, symmetric memory, pinned NCCL algos, algo sweep, NCCL env re-read) then
 #   latency-bench (bench/run.py, every pass, goals checked in $OUT/bench-latency/bench.md).
 # Wheels the image lacks travel in .whl/ (see README, "GPU machine").
@@ -30,7 +30,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
 fi
 if [ "$what" = latency ] || [ "$what" = latency-tests ]; then
   { nvidia-smi; nvidia-smi topo -m; } > "$OUT/machine.txt" 2>&1
-  python3 -m pytest tests/gpu/test_latency.py -q -s -W default -p no:cacheprovider 2>&1 | tee "$OUT/pytest-latency.log"
+  python3 -m pytest tests/gpu/test_nccl_latency.py -q -s -W default -p no:cacheprovider 2>&1 | tee "$OUT/pytest-latency.log"
 fi
 if [ "$what" = latency ] || [ "$what" = latency-bench ]; then
   python3 bench/run.py --out "$OUT/bench-latency" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench-latency.log"

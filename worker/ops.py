@@ -93,18 +93,16 @@ class OpSetup:
             inp, out = new(count), new(count)
             self.run = partial(dist.all_to_all_single, out, inp, group=g)
             self._io(inp, rank, out=out)
-        elif op == "gather":
-            out = new(count) if rank == root else None
-            mine = out[root * c:(root + 1) * c] if out is not None else None
-            inp = mine if in_place and rank == root else new(c)
-            self.run = _rooted(out, inp, mine, c, rank=rank, n=n, root=root, receive=True, group=g)
-            self._io(inp, rank, out=out)
-        elif op == "scatter":
-            inp = new(count) if rank == root else None
-            mine = inp[root * c:(root + 1) * c] if inp is not None else None
-            out = mine if in_place and rank == root else new(c)
-            self.run = _rooted(inp, out, mine, c, rank=rank, n=n, root=root, receive=False, group=g)
-            self._io(inp, root, out=out)
+        elif op in ("gather", "scatter"):  # `whole` is the root's gathered output / scattered input
+            whole = new(count) if rank == root else None
+            mine = whole[root * c:(root + 1) * c] if whole is not None else None
+            local = mine if in_place and rank == root else new(c)  # the input / output chunk
+            gather = op == "gather"
+            self.run = _rooted(whole, local, mine, c, rank=rank, n=n, root=root, receive=gather, group=g)
+            if gather:
+                self._io(local, rank, out=whole)
+            else:
+                self._io(whole, root, out=local)
         elif op == "sendrecv":  # ring: send to the next rank, receive from the previous one
             send, recv = new(count), new(count)
             self.run = _p2p([dist.P2POp(dist.isend, send, (rank + 1) % n, group=g),

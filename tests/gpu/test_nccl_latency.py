@@ -3,7 +3,7 @@ gather/scatter on one buffer, symmetric-memory all_reduce, pinned NCCL algorithm
 their own flavor, the algo sweep, and whether NCCL re-reads NCCL_ALGO/NCCL_PROTO for a new
 communicator (what the algo sweep's variant groups rely on).
 
-    python3 -m pytest tests/gpu/test_latency.py -q -s      (scripts/gpu-check.sh latency)
+    python3 -m pytest tests/gpu/test_nccl_latency.py -q -s      (scripts/gpu-check.sh latency)
 """
 
 import datetime

@@ -55,7 +55,8 @@ class Dispatcher:
         conns = [self.workers.get(w) for w in d.worker_ids]
         flavor = self.book.queued[d.job_id].valid.flavor
         # A warm group made with other communicator settings cannot serve: form a new one.
-        warm = bool(d.warm_group) and self.groups.get(d.warm_group).flavor == flavor
+        held = self.groups.get(d.warm_group) if d.warm_group else None
+        warm = held is not None and held.flavor == flavor
         key = d.warm_group if warm else warm_groups.new_key(uuid.uuid4().hex[:8], len(conns))
         if not warm:
             # Members leave the groups they held: those break, and every holder drops them, on

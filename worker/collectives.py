@@ -1,4 +1,5 @@
-"""The measurement core: time one collective at one size on the default process group.
+"""The measurement core: time one collective at one size (on the default process group, or the
+group a Method names), eager or as a replayed CUDA graph, with calibrated iterations.
 
 Runs inside an executor process whose torch.distributed group is already initialised.
 Conventions follow nccl-tests (see ringleader/spec.py): size_bytes is the op's largest buffer,

@@ -136,7 +136,7 @@ def _normalize_collective(out: pb.JobSpec) -> ValidJob:
     oc.dtype, oc.reduce_op, oc.iters, oc.warmup, oc.algo = c.dtype, c.reduce_op, c.iters, c.warmup, c.algo
     _fill_sweep_defaults(oc)
     sizes = c.sizes_for(out.world_size)
-    need = max((specs.bytes_needed(c.op, s, out.world_size, c.in_place) for s in sizes), default=0)
+    need = max((specs.bytes_needed(c.op, s, out.world_size, c.in_place, c.algo) for s in sizes), default=0)
     return _valid(out, collective=c, sizes=sizes, needs_bytes=need, total=len(sizes))
 
 

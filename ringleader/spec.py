@@ -219,20 +219,22 @@ def backend_refusal(backend: str, *, op: str, dtype: str, reduce_op: str, graph:
     return None
 
 
-def physically_in_place(op: str, in_place: bool) -> bool:
-    """Whether the op really runs on one buffer: torch's all_reduce/reduce/broadcast always do,
-    alltoall and sendrecv never can."""
+def physically_in_place(op: str, in_place: bool, algo: str = "") -> bool:
+    """Whether the op really runs on one buffer: torch's all_reduce/reduce/broadcast always do
+    (and symm:two_shot), alltoall, sendrecv and symm:one_shot never can."""
+    if algo == "symm:one_shot":
+        return False
     if op in ("all_reduce", "reduce", "broadcast"):
         return True
     return in_place and op not in ("alltoall", "sendrecv")
 
 
-def bytes_needed(op: str, size_bytes: int, world_size: int, in_place: bool) -> int:
+def bytes_needed(op: str, size_bytes: int, world_size: int, in_place: bool, algo: str = "") -> int:
     """Device bytes one rank allocates for one size: its buffers plus the data check's reserve
     (one largest buffer), so a size that passes here fits with the allocator's slack."""
     if op == "barrier":
         return 0
-    in_place = physically_in_place(op, in_place)
+    in_place = physically_in_place(op, in_place, algo)
     n = world_size
     largest = size_bytes
     if op in ("all_gather", "gather"):

@@ -50,10 +50,10 @@ def _free_bytes(device: torch.device) -> int:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def check_fits(op: str, size_bytes: int, world_size: int, in_place: bool, device) -> None:
+def check_fits(op: str, size_bytes: int, world_size: int, in_place: bool, device, algo: str = "") -> None:
     """Raise MemoryError, with the numbers, if one rank's buffers for this size cannot fit."""
     device = torch.device(device)
-    need = spec.bytes_needed(op, size_bytes, world_size, in_place)
+    need = spec.bytes_needed(op, size_bytes, world_size, in_place, algo)
     if need == 0:
         return
     # bytes_needed reserves one largest buffer for the check; ours works in bounded chunks.
@@ -135,7 +135,7 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     rank, n = dist.get_rank(group), dist.get_world_size(group)
     count = size_bytes // spec.DTYPE_SIZES[dtype]
     if op != "barrier":
-        check_fits(op, size_bytes, n, in_place, device)
+        check_fits(op, size_bytes, n, in_place, device, method.algo)
     counter = counter if counter is not None else NoCounter()
     setup = OpSetup(op, dtype, reduce_op, count, rank=rank, n=n, root=root, in_place=in_place,
                    device=device, method=method)

@@ -27,7 +27,7 @@ def results_table(results) -> str:
                                 r.time_p99_us, r.algbw_gbps, r.busbw_gbps, r.wrong, r.iters))
     if results:
         first = results[0]
-        placement = "in-place" if specs.physically_in_place(first.op, first.in_place) else "out-of-place"
+        placement = "in-place" if specs.physically_in_place(first.op, first.in_place, first.algo) else "out-of-place"
         how = ", ".join(x for x in (first.algo, first.mode and f"{first.mode} mode") if x)
         lines.append(f"# {first.op}, {first.world_size} ranks, {placement}{', ' + how if how else ''}; "
                      "slowest rank per size: " + ",".join(str(r.slowest_rank) for r in results))

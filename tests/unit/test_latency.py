@@ -11,6 +11,7 @@ from coordinator import admission
 from coordinator.service import Coordinator
 from coordinator.store_memory import MemoryJobStore
 from ringleader import algos, jobspec
+from ringleader import spec as specs
 from ringleader.app import table
 from ringleader.app.cli import build_parser
 from ringleader.app.commands import spec_from_args
@@ -303,3 +304,10 @@ def test_cli_builds_graph_algo_and_algo_sweep_specs():
         (["nccl", "symm:one_shot"], True, "bfloat16", 1 << 20)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["submit", "-n", "2", "--iters", "lots"])
+
+
+def test_one_shot_is_out_of_place_and_needs_its_output_buffer():
+    assert specs.physically_in_place("all_reduce", False, "symm:two_shot")
+    assert not specs.physically_in_place("all_reduce", True, "symm:one_shot")
+    assert specs.bytes_needed("all_reduce", 1 << 20, 2, False, "symm:one_shot") == 3 << 20
+    assert jobspec.normalize(collective(sizes=[1 << 20], algo="symm:one_shot")).needs_bytes == 3 << 20

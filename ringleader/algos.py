@@ -30,7 +30,7 @@ def parse_algo(text: str, field: str = "algo") -> str:
     if algo.startswith("nccl:"):
         name, _, proto = algo[5:].partition("/")
         if name in NCCL_ALGOS and (not proto or proto in NCCL_PROTOS):
-            return algo
+            return f"nccl:{name}/{proto}" if proto else f"nccl:{name}"
     shown = text[:64]
     raise InvalidSpec(field, f"unknown algo {shown!r}; expected nccl, gloo, nccl:ALGO[/PROTO] with ALGO "
                              f"{'|'.join(NCCL_ALGOS)} and PROTO {'|'.join(NCCL_PROTOS)}, or {', '.join(SYMM_ALGOS)}")

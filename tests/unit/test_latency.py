@@ -65,7 +65,7 @@ def collective(n=2, **kw):
 
 def test_algo_spellings_are_canonical_and_flavors_follow():
     assert algos.parse_algo("NCCL:Ring/LL") == "nccl:ring/ll"
-    assert algos.parse_algo(" nccl:tree ") == "nccl:tree"
+    assert algos.parse_algo(" nccl:tree ") == algos.parse_algo("nccl:tree/") == "nccl:tree"
     assert algos.flavor("nccl:ring/ll") == "NCCL_ALGO=Ring,NCCL_PROTO=LL"
     assert algos.flavor("nccl:tree") == "NCCL_ALGO=Tree"
     assert algos.flavor("symm:one_shot") == algos.flavor("nccl") == algos.flavor("") == ""

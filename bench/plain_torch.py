@@ -1,9 +1,12 @@
 """The yardstick: the same ops and sizes in plain torch.distributed, as a user would write them.
 
-One process per GPU, NCCL, an eager loop timed with two CUDA events around all timed
-iterations (nccl-tests' method), out-of-place where torch's API allows it. Written apart from
-worker/collectives.py on purpose, so the comparison does not share code with what it measures.
-Run by bench/run.py; results go to a JSON file per rank 0.
+One process per GPU, NCCL, out-of-place where torch's API allows it. Mode "eager": a loop
+timed with two CUDA events around all timed iterations (nccl-tests' method). Mode "graph":
+the `iters` ops captured once into a CUDA graph, replayed GRAPH_LAUNCHES times between two
+events (nccl-tests -G). Written apart from worker/collectives.py on purpose, so the comparison
+does not share code with what it measures. Run by bench/run.py; rank 0 writes the JSON file.
+
+    torchrun --standalone --nproc-per-node N bench/plain_torch.py OPS SIZES ITERS WARMUP OUT [eager|graph]
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch.distributed as dist
 
 DTYPE = torch.float32
 WARM_GPU_ITERS = 200  # 64 MiB all_reduces, about 50 ms on H200s
+GRAPH_LAUNCHES = 20
 
 
 def buffers(op: str, size: int, n: int, dev) -> tuple:
@@ -82,9 +86,29 @@ def time_op(fn, iters: int, warmup: int) -> float:
     return start.elapsed_time(end) * 1000 / iters  # us per op
 
 
+def time_graph(fn, iters: int, warmup: int) -> float:
+    for _ in range(warmup):  # NCCL's communicator and torch's lazy state exist before capture
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(iters):
+            fn()
+    dist.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(GRAPH_LAUNCHES):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    graph.reset()
+    return start.elapsed_time(end) * 1000 / (iters * GRAPH_LAUNCHES)
+
+
 def main() -> None:
     ops, sizes, iters, warmup, out = sys.argv[1].split(","), [int(s) for s in sys.argv[2].split(",")], \
         int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    timed = time_graph if sys.argv[6:] == ["graph"] else time_op
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     torch.cuda.set_device(dev)
@@ -100,7 +124,7 @@ def main() -> None:
         for size in sizes:
             size = max(4 * n, size // (4 * n) * (4 * n))  # whole float32 chunks per rank
             fn = make_op(op, buffers(op, size, n, dev), rank, n)
-            t = torch.tensor([time_op(fn, iters, warmup)], dtype=torch.float64, device=dev)
+            t = torch.tensor([timed(fn, iters, warmup)], dtype=torch.float64, device=dev)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's time, as ringleader reports
             rows.append({"op": op, "size_bytes": size, "time_us": t.item()})
             torch.cuda.empty_cache()

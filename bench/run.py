@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""Benchmark ringleader against plain torch.distributed on this machine's GPUs, in one run.
+"""Benchmark ringleader against plain torch.distributed and nccl-tests on this machine's GPUs.
 
-    python bench/run.py --out DIR [--max-bytes 8G] [--ops all_reduce,all_gather]
+    python bench/run.py --out DIR [--max-bytes 8G] [--ops all_reduce,gather] [--passes eager,graph,...]
 
-1. plain torch.distributed (bench/plain_torch.py under torchrun): every op and size;
-2. ringleader: a coordinator and `ringleader worker --device all`, one job per op (same sizes,
-   float32, out-of-place, same iterations), plus the start latency of a trivial job on a cold
-   and on a warm group;
-3. writes DIR/bench.json and DIR/bench.md (busbw of both and their ratio per op and size).
+Passes (all by default):
+  plain        plain torch.distributed, eager, --iters iterations (bench/plain_torch.py, torchrun)
+  plain-graph  the same, the ops captured into a CUDA graph and replayed (sizes <= --graph-max-bytes)
+  eager        ringleader, eager, iterations calibrated per size (the default: iters auto)
+  eager20      ringleader, eager, --iters iterations, sizes <= 1 MiB (the fixed cost per loop, seen
+               against eager's calibrated loops and plain's)
+  graph        ringleader, CUDA-graph mode, calibrated (sizes <= --graph-max-bytes)
+  sweep        ringleader algo sweeps of all_reduce 8 B - 64 MiB, in graph and in eager mode
+Writes DIR/bench.json (every row) and DIR/bench.md (bench/report.py: tables and the issue's goals
+checked against bench/nccl_tests_reference.json), plus the coordinator and worker logs.
 """
 
 from __future__ import annotations
@@ -25,13 +30,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from report import report  # noqa: E402
 
 from ringleader import spec as specs  # noqa: E402
 from ringleader.app.client import Client  # noqa: E402
 from ringleader.app.demo import visible_gpu_count  # noqa: E402
+from ringleader.jsonview import to_json  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall", "gather", "scatter")
+PASSES = ("plain", "plain-graph", "eager", "eager20", "graph", "sweep")
+SMALL = 1 << 20  # the eager20 pass stops here
 
 
 def machine() -> dict:
@@ -45,12 +56,12 @@ def machine() -> dict:
             "NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE", "")}
 
 
-def run_plain(n: int, ops, sizes, iters, warmup, out: Path) -> list[dict]:
+def run_plain(n: int, ops, sizes, iters, warmup, out: Path, mode: str = "eager") -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
            str(ROOT / "bench" / "plain_torch.py"), ",".join(ops), ",".join(map(str, sizes)), str(iters),
-           str(warmup), str(out)]
+           str(warmup), str(out), mode]
     subprocess.run(cmd, check=True)
-    return json.loads(out.read_text())
+    return [dict(r, mode=mode) for r in json.loads(out.read_text())]
 
 
 class Service:
@@ -89,53 +100,43 @@ class Service:
             p.wait(30)
 
 
-def run_ringleader(n: int, ops, sizes, iters, warmup, tmp: Path) -> tuple[list[dict], dict]:
-    svc = Service(tmp)
-    try:
-        svc.wait_idle(n)
-        trivial = pb.JobSpec(world_size=n, collective=pb.CollectiveSpec(op="all_reduce", sizes=[8], iters=1, warmup=0))
-        cold, cold_s = svc.run(trivial)
-        warm, warm_s = svc.run(trivial)
-        # The GPUs' clocks, as plain_torch.py does; not measured.
-        svc.run(pb.JobSpec(world_size=n, collective=pb.CollectiveSpec(op="all_reduce", sizes=[64 << 20],
-                                                                      iters=200, warmup=0)))
-        starts = {"cold_job_s": cold_s, "cold_warm_start": cold.warm_start,
-                  "warm_job_s": warm_s, "warm_warm_start": warm.warm_start}
-        print(f"trivial job: cold {cold_s * 1e3:.1f} ms, warm {warm_s * 1e3:.1f} ms", flush=True)
-        rows = []
+def _rows(job: pb.Job, **extra) -> list[dict]:
+    return [dict({f.name: getattr(r, f.name) for f in r.DESCRIPTOR.fields}, **extra) for r in job.results]
+
+
+def run_ringleader(svc: Service, n: int, ops, sizes, a, passes) -> tuple[list[dict], dict]:
+    trivial = pb.JobSpec(world_size=n, collective=pb.CollectiveSpec(op="all_reduce", sizes=[8], iters=1, warmup=0))
+    cold, cold_s = svc.run(trivial)
+    warm, warm_s = svc.run(trivial)
+    # The GPUs' clocks, as plain_torch.py does; not measured.
+    svc.run(pb.JobSpec(world_size=n, collective=pb.CollectiveSpec(op="all_reduce", sizes=[64 << 20], iters=200,
+                                                                  warmup=0)))
+    extra = {"starts": {"cold_job_s": cold_s, "cold_warm_start": cold.warm_start,
+                        "warm_job_s": warm_s, "warm_warm_start": warm.warm_start}, "sweeps": []}
+    print(f"trivial job: cold {cold_s * 1e3:.1f} ms, warm {warm_s * 1e3:.1f} ms", flush=True)
+    graph_max = specs.parse_size(a.graph_max_bytes)
+    plan = {"eager": (sizes, dict()), "eager20": ([s for s in sizes if s <= SMALL], dict(iters=a.iters)),
+            "graph": ([s for s in sizes if s <= graph_max], dict(graph=True))}
+    rows = []
+    for name in (p for p in ("eager", "eager20", "graph") if p in passes):
+        chosen, kw = plan[name]
         for op in ops:
             spec = pb.JobSpec(world_size=n, op_timeout_s=600, collective=pb.CollectiveSpec(
-                op=op, dtype="float32", sizes=sizes, iters=iters, warmup=warmup))
+                op=op, dtype="float32", sizes=chosen, warmup=a.warmup, **kw))
             job, secs = svc.run(spec)
-            print(f"{op}: {pb.JobState.Name(job.state)} in {secs:.1f} s {job.reason}", flush=True)
+            print(f"{name} {op}: {pb.JobState.Name(job.state)} in {secs:.1f} s {job.reason}", flush=True)
             if job.state != pb.SUCCEEDED:
-                raise SystemExit(f"{op} failed: {job.reason}")
-            rows += [{f.name: getattr(r, f.name) for f in r.DESCRIPTOR.fields} for r in job.results]
-        return rows, starts
-    finally:
-        svc.close()
-
-
-def report(plain: list[dict], ours: list[dict], n: int, info: dict, starts: dict) -> str:
-    by_key = {(r["op"], r["size_bytes"]): r for r in plain}
-    lines = [f"# ringleader vs plain torch.distributed, {n} GPUs", "",
-             f"Machine: {', '.join(info['gpus'])}; torch {info['torch']} (CUDA {info['cuda']}), NCCL {info['nccl']}, "
-             f"Python {info['python']}; NCCL_NVLS_ENABLE={info['NCCL_NVLS_ENABLE']}; {info['date']}.",
-             "float32, out-of-place (all_reduce/reduce/broadcast are in place in torch's API, in both columns).", "",
-             f"Trivial 8 B all_reduce job, submit to SUCCEEDED through the gRPC API: cold group "
-             f"{starts['cold_job_s'] * 1e3:.1f} ms, warm group {starts['warm_job_s'] * 1e3:.1f} ms.", "",
-             "| op | size | ringleader time (us) | plain time (us) | ringleader busbw (GB/s) | plain busbw (GB/s) | ratio | wrong |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in ours:
-        p = by_key.get((r["op"], r["size_bytes"]))
-        if not p:
-            continue
-        plain_busbw = r["size_bytes"] / p["time_us"] / 1e3 * specs.busbw_factor(r["op"], n)
-        ratio = p["time_us"] / r["time_us"]  # = busbw ratio; > 1 means ringleader is faster
-        r["plain_time_us"], r["plain_busbw_gbps"], r["ratio"] = p["time_us"], plain_busbw, ratio
-        lines.append(f"| {r['op']} | {specs.format_size(r['size_bytes'])} | {r['time_us']:.2f} | {p['time_us']:.2f} | "
-                     f"{r['busbw_gbps']:.2f} | {plain_busbw:.2f} | {ratio:.3f} | {r['wrong']} |")
-    return "\n".join(lines) + "\n"
+                raise SystemExit(f"{name} {op} failed: {job.reason}")
+            rows += _rows(job, bench_pass=name)
+    if "sweep" in passes:
+        for graph in (True, False):
+            spec = pb.JobSpec(world_size=n, op_timeout_s=600, algo_sweep=pb.AlgoSweepSpec(
+                min_bytes=8, max_bytes=64 << 20, factor=2, graph=graph, warmup=a.warmup))
+            job, secs = svc.run(spec)
+            print(f"sweep graph={graph}: {pb.JobState.Name(job.state)} in {secs:.1f} s {job.reason}", flush=True)
+            if job.state == pb.SUCCEEDED:
+                extra["sweeps"].append(to_json(job.algo_sweep))
+    return rows, extra
 
 
 def main() -> None:
@@ -144,25 +145,42 @@ def main() -> None:
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--min-bytes", default="8")
     ap.add_argument("--max-bytes", default="8G")
-    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--graph-max-bytes", default="256M", help="largest size of the graph passes")
+    ap.add_argument("--iters", type=int, default=20, help="plain passes and eager20 (nccl-tests' count)")
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--passes", default=",".join(PASSES), help="comma-separated, of: " + ", ".join(PASSES))
     a = ap.parse_args()
+    passes = set(a.passes.split(","))
+    if passes - set(PASSES):
+        ap.error(f"--passes: unknown {sorted(passes - set(PASSES))}")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     n = visible_gpu_count()
     ops = a.ops.split(",")
     sizes = specs.sweep_sizes(specs.parse_size(a.min_bytes), specs.parse_size(a.max_bytes), 2)
+    graph_sizes = [s for s in sizes if s <= specs.parse_size(a.graph_max_bytes)]
     info = machine()
+    plain: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.time()
-        plain = run_plain(n, ops, sizes, a.iters, a.warmup, Path(tmp) / "plain.json")
-        print(f"plain torch done in {time.time() - t0:.0f} s", flush=True)
-        ours, starts = run_ringleader(n, ops, sizes, a.iters, a.warmup, Path(tmp))
-        for log in ("coordinator.log", "workers.log"):
-            (out / log).write_bytes((Path(tmp) / log).read_bytes())
-    md = report(plain, ours, n, info, starts)
+        for mode, chosen in (("eager", sizes), ("graph", graph_sizes)):
+            if ("plain" if mode == "eager" else "plain-graph") in passes:
+                t0 = time.time()
+                try:
+                    plain += run_plain(n, ops, chosen, a.iters, a.warmup, Path(tmp) / f"plain-{mode}.json", mode)
+                except subprocess.CalledProcessError as exc:  # one failed pass leaves the others
+                    print(f"plain torch {mode} failed: {exc}", flush=True)
+                print(f"plain torch {mode} done in {time.time() - t0:.0f} s", flush=True)
+        svc = Service(Path(tmp))
+        try:
+            svc.wait_idle(n)
+            ours, extra = run_ringleader(svc, n, ops, sizes, a, passes)
+        finally:
+            svc.close()
+            for log in ("coordinator.log", "workers.log"):
+                (out / log).write_bytes((Path(tmp) / log).read_bytes())
+    md = report(plain, ours, extra, n, info)
     (out / "bench.md").write_text(md)
-    (out / "bench.json").write_text(json.dumps({"machine": info, "starts": starts, "rows": ours}, indent=1))
+    (out / "bench.json").write_text(json.dumps({"machine": info, "plain": plain, "rows": ours, **extra}, indent=1))
     print(md)
 
 

@@ -55,15 +55,18 @@ class Dispatcher:
 
     def _start(self, d: scheduler.Decision) -> None:
         conns = [self.workers.get(w) for w in d.worker_ids]
-        warm = bool(d.warm_group)
-        key = d.warm_group or warm_groups.new_key(uuid.uuid4().hex[:8], len(conns))
+        flavor = self.book.queued[d.job_id].valid.flavor
+        # A warm group made with other communicator settings cannot serve: form a new one.
+        held = self.groups.get(d.warm_group) if d.warm_group else None
+        warm = held is not None and held.flavor == flavor
+        key = d.warm_group if warm else warm_groups.new_key(uuid.uuid4().hex[:8], len(conns))
         if not warm:
             # Members leave the groups they held: those break, and every holder drops them, on
             # each worker's ordered stream before this job's assignment.
             for c in conns:
                 if c.holds:
                     self.break_group(c.holds, f"{c.worker_id} joined another gang")
-            self.groups.form(key, d.worker_ids)
+            self.groups.form(key, d.worker_ids, flavor)
         refs = [pb.WorkerRef(worker_id=c.worker_id, rank=rank, host=c.reg.host,
                              device=f"{c.reg.device.type}:{c.reg.device.index}") for rank, c in enumerate(conns)]
         rj = self.book.start(d.job_id, refs, d.backend, key, warm)
@@ -78,7 +81,7 @@ class Dispatcher:
         c.send(wpb.CoordinatorMessage(assignment=wpb.Assignment(
             job_id=rj.id, rank=rank, world_size=len(rj.members), backend=rj.job.backend,
             store_host=rank0.reg.address, store_port=rj.store_port, group_key=rj.group_key,
-            spec=rj.job.spec)))
+            spec=rj.job.spec, flavor=rj.valid.flavor)))
         rj.assigned.add(rank)
 
     # ---- ending ----------------------------------------------------------------------------
@@ -149,7 +152,7 @@ class Dispatcher:
             rj.assigned.add(rank)
             if key and not rj.group_key:  # the group a job ran on when the coordinator restarted
                 rj.group_key = key
-                self.groups.adopt(key, tuple(rj.members))
+                self.groups.adopt(key, tuple(rj.members), rj.valid.flavor)
             if len(rj.attached) == len(rj.members):
                 rj.reattach_deadline = 0.0
                 rj.last_progress = time.monotonic()

@@ -5,7 +5,8 @@ while every member holds it and its TCP store (in rank 0's executor) lives, so t
 owns its lifecycle (ringleader.states.GROUPS):
 
     FORMING   its first job runs; rank 0 has bound the store
-    WARM      that job finished on every rank: a job on exactly these members in this order reuses it
+    WARM      that job finished on every rank: a job on exactly these members in this order, and
+              of the same flavor, reuses it
     BROKEN    a member left, failed, restarted or was taken into another gang, or a job on it did
               not succeed: every member still holding it is told to drop it (DropGroup), and a
               daemon runs nothing before its executor has dropped it
@@ -32,6 +33,9 @@ class WarmGroup:
     members: tuple[str, ...]  # worker ids in rank order
     state: str = FORMING
     holders: set[str] = field(default_factory=set)  # members whose executor holds it now
+    # The communicator settings it was created with ("" for NCCL's defaults, else e.g.
+    # "NCCL_ALGO=Ring,NCCL_PROTO=LL"): a job needing other settings cannot reuse it.
+    flavor: str = ""
 
 
 def new_key(token: str, world_size: int) -> str:
@@ -46,14 +50,15 @@ class Groups:
     def get(self, key: str) -> WarmGroup | None:
         return self._groups.get(key)
 
-    def form(self, key: str, members: tuple[str, ...]) -> WarmGroup:
-        g = WarmGroup(key, members)
+    def form(self, key: str, members: tuple[str, ...], flavor: str = "") -> WarmGroup:
+        g = WarmGroup(key, members, flavor=flavor)
         self._groups[key] = g
         return g
 
-    def adopt(self, key: str, members: tuple[str, ...]) -> WarmGroup:
-        """A group a job was running on when the coordinator restarted (its workers report it)."""
-        return self._groups.get(key) or self.form(key, members)
+    def adopt(self, key: str, members: tuple[str, ...], flavor: str = "") -> WarmGroup:
+        """A group a job was running on when the coordinator restarted (its workers report it;
+        the job's flavor is the group's)."""
+        return self._groups.get(key) or self.form(key, members, flavor)
 
     def warm(self) -> dict[str, tuple[str, ...]]:
         """Groups a job may reuse: WARM and held by every member."""

@@ -17,6 +17,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from ringleader import jobspec
+from ringleader.algos import SYMM_DTYPES
 from ringleader import spec as specs
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -34,6 +35,8 @@ JOB_STATES = tuple(name for name in pb.JobState.keys() if name != "JOB_STATE_UNS
 JobStateName = Literal[JOB_STATES]  # type: ignore[valid-type]
 OpName = Literal[specs.OPS]  # type: ignore[valid-type]
 ResultFormat = Literal["json", "csv"]
+ALGO_HELP = ('"" (the backend\'s own), nccl, gloo, nccl:ALGO[/PROTO] (ALGO ring|tree, PROTO ll|ll128|simple), '
+             'symm:one_shot, symm:two_shot')
 
 
 # ---- requests ------------------------------------------------------------------------------
@@ -67,15 +70,18 @@ class CollectiveSpecIn(BaseModel):
     max_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 64 MiB")
     factor: float = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False,
                           description="geometric step of the sweep; 0: 2")
-    iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="timed iterations; 0: 20")
+    iters: int = Field(0, ge=0, le=specs.MAX_ITERS,
+                       description="timed iterations; 0: auto (per size, a loop of at least 20 ms and 20 iterations)")
     warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS,
                                description="warm-up iterations; absent: 5 (0 allowed)")
     in_place: bool = False
     root: int = Field(0, ge=0, le=UINT32_MAX, description="for reduce, broadcast, gather, scatter")
+    graph: bool = Field(False, description="capture the timed ops into a CUDA graph and replay it (NCCL only)")
+    algo: Text(64, ALGO_HELP) = ""
 
 
-class P2PSpecIn(BaseModel):
-    """Point-to-point ping-pong: one-way latency and bandwidth per size."""
+class _SweepIn(BaseModel):
+    """The size range of a p2p or algo sweep (their first four fields)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -85,6 +91,23 @@ class P2PSpecIn(BaseModel):
     min_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 8")
     max_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 64 MiB")
     factor: float = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False, description="0: 2")
+
+
+class AlgoSweepSpecIn(_SweepIn):
+    """Every available all_reduce implementation over a size range: the fastest per size and
+    the dispatch table."""
+
+    algos: list[Text(64)] = Field(default_factory=list, max_length=32,
+                                  description="empty: every algo the backend offers; " + ALGO_HELP)
+    iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="0: auto")
+    warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
+    graph: bool = Field(False, description="time each algo in CUDA-graph mode")
+    dtype: Literal[("", *SYMM_DTYPES)] = Field("", description="empty: float32")  # type: ignore[valid-type]
+
+
+class P2PSpecIn(_SweepIn):
+    """Point-to-point ping-pong: one-way latency and bandwidth per size."""
+
     iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="0: 20")
     warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
     mode: Literal[("", *jobspec.P2P_MODES)] = Field(  # type: ignore[valid-type]
@@ -128,7 +151,7 @@ def _one_kind_schema(schema: dict) -> None:
 
 class JobSpecIn(BaseModel):
     """A job to run: the proto's JobSpec as JSON, with exactly one kind (collective, p2p,
-    gradient_average or train)."""
+    gradient_average, train or algo_sweep)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_one_kind_schema)
 
@@ -144,6 +167,7 @@ class JobSpecIn(BaseModel):
     p2p: P2PSpecIn = _kind()
     gradient_average: GradientAverageSpecIn = _kind()
     train: TrainSpecIn = _kind()
+    algo_sweep: AlgoSweepSpecIn = _kind()
 
     @model_validator(mode="after")
     def _one_kind(self) -> "JobSpecIn":

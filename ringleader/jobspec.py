@@ -12,12 +12,13 @@ import contextlib
 import math
 from dataclasses import dataclass
 
+from ringleader import algos
 from ringleader import spec as specs
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
 DEVICE_TYPES = ("", "cuda", "cpu")
-KINDS = ("collective", "p2p", "gradient_average", "train")
+KINDS = ("collective", "p2p", "gradient_average", "train", "algo_sweep")
 P2P_MODES = ("blocking", "async")
 MODELS = ("linear", "mlp")
 TRAIN_DEFAULTS = dict(model="linear", steps=50, batch_size=64, lr=0.05)
@@ -47,13 +48,26 @@ class ValidJob:
     def refusal(self, backend: str) -> InvalidSpec | None:
         """Why `backend` cannot run this job (the field named), or None."""
         c = self.collective
-        if c is None:
-            return None
-        why = specs.backend_refusal(backend, op=c.op, dtype=c.dtype, reduce_op=c.reduce_op)
-        return InvalidSpec(f"collective.{why.field}", why.message) if why else None
+        if c is not None:
+            why = specs.backend_refusal(backend, op=c.op, dtype=c.dtype, reduce_op=c.reduce_op, graph=c.graph,
+                                        algo=c.algo)
+            return InvalidSpec(f"collective.{why.field}", why.message) if why else None
+        if self.kind == "algo_sweep":
+            s = self.spec.algo_sweep
+            for algo in s.algos or [""]:
+                why = specs.backend_refusal(backend, op="all_reduce", dtype=s.dtype, reduce_op="sum",
+                                            graph=s.graph, algo=algo)
+                if why:
+                    return InvalidSpec(f"algo_sweep.{'algos' if why.field == 'algo' else why.field}", why.message)
+        return None
 
     def runs_on(self, backend: str) -> bool:
         return self.refusal(backend) is None
+
+    @property
+    def flavor(self) -> str:
+        """The communicator settings its process group needs ("" for the defaults)."""
+        return algos.flavor(self.collective.algo) if self.collective else ""
 
 
 @contextlib.contextmanager
@@ -118,11 +132,11 @@ def _normalize_collective(out: pb.JobSpec) -> ValidJob:
             op=oc.op, dtype=oc.dtype, reduce_op=oc.reduce_op, sizes=list(oc.sizes),
             min_bytes=oc.min_bytes, max_bytes=oc.max_bytes, factor=oc.factor, iters=oc.iters,
             warmup=oc.warmup if oc.HasField("warmup") else None, in_place=oc.in_place,
-            root=oc.root, world_size=out.world_size)
-    oc.dtype, oc.reduce_op, oc.iters, oc.warmup = c.dtype, c.reduce_op, c.iters, c.warmup
+            root=oc.root, world_size=out.world_size, graph=oc.graph, algo=oc.algo)
+    oc.dtype, oc.reduce_op, oc.iters, oc.warmup, oc.algo = c.dtype, c.reduce_op, c.iters, c.warmup, c.algo
     _fill_sweep_defaults(oc)
     sizes = c.sizes_for(out.world_size)
-    need = max((specs.bytes_needed(c.op, s, out.world_size, c.in_place) for s in sizes), default=0)
+    need = max((specs.bytes_needed(c.op, s, out.world_size, c.in_place, c.algo) for s in sizes), default=0)
     return _valid(out, collective=c, sizes=sizes, needs_bytes=need, total=len(sizes))
 
 
@@ -179,8 +193,37 @@ def _normalize_train(out: pb.JobSpec) -> ValidJob:
     return _valid(out, total=t.steps)  # a few MB of model and batch: no memory check
 
 
+def _normalize_algo_sweep(out: pb.JobSpec) -> ValidJob:
+    a = out.algo_sweep
+    a.dtype = a.dtype or specs.DEFAULTS["dtype"]
+    if a.dtype not in algos.SYMM_DTYPES:
+        raise InvalidSpec("algo_sweep.dtype", f"must be one of {', '.join(algos.SYMM_DTYPES)}, got {a.dtype[:MAX_TEXT]!r}")
+    chosen = [algos.parse_algo(x, "algo_sweep.algos") for x in a.algos]
+    if len(set(chosen)) != len(chosen):
+        raise InvalidSpec("algo_sweep.algos", "lists an algo twice")
+    for algo in chosen:
+        algos.check_algo(algo, op="all_reduce", dtype=a.dtype, reduce_op="sum", field="algo_sweep.algos")
+    if len({algos.algo_backend(x) or "any" for x in chosen} - {"any"}) > 1:
+        raise InvalidSpec("algo_sweep.algos", "mixes gloo and nccl implementations: no gang runs both")
+    del a.algos[:]
+    a.algos.extend(chosen)
+    with _prefixed("algo_sweep"):
+        requested = specs.resolve_sizes(list(a.sizes), a.min_bytes, a.max_bytes, a.factor)
+        a.iters, a.warmup = specs.check_iters(a.iters, a.warmup if a.HasField("warmup") else None, auto=True)
+    _fill_sweep_defaults(a)
+    sizes = []
+    for size in requested:
+        s = specs.effective_size("all_reduce", size, a.dtype, out.world_size)
+        if s not in sizes:
+            sizes.append(s)
+    # The op's buffers and check, plus one symmetric buffer of the largest size it runs.
+    need = specs.bytes_needed("all_reduce", max(sizes), out.world_size, False) + min(max(sizes), algos.SYMM_MAX_BYTES)
+    return _valid(out, sizes=sizes, needs_bytes=need, total=len(sizes))
+
+
 _NORMALIZERS = {"collective": _normalize_collective, "p2p": _normalize_p2p,
-                "gradient_average": _normalize_gradient_average, "train": _normalize_train}
+                "gradient_average": _normalize_gradient_average, "train": _normalize_train,
+                "algo_sweep": _normalize_algo_sweep}
 
 
 def size_field(v: ValidJob) -> str:

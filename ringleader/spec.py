@@ -10,6 +10,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from ringleader.algos import BACKENDS  # noqa: F401 - the vocabulary of backends lives with the algos
+from ringleader.algos import SYMM_ALGOS, SYMM_MAX_BYTES, algo_backend, check_algo, parse_algo
 from ringleader.errors import InvalidSpec
 
 OPS = (
@@ -25,14 +27,15 @@ DTYPE_SIZES = {
     "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
     "int8": 1, "uint8": 1, "int32": 4, "int64": 8,
 }
-BACKENDS = ("nccl", "gloo")
-
 INTEGER_DTYPES = ("int8", "uint8", "int32", "int64")
 
 DEFAULTS = dict(
     dtype="float32", reduce_op="sum", min_bytes=8, max_bytes=64 << 20, factor=2.0,
     iters=20, warmup=5,
 )
+AUTO_ITERS = 0  # iters of a collective sweep: choose per size (worker/calibrate.py)
+MODES = ("eager", "graph")
+
 DEFAULT_OP_TIMEOUT_S = 120.0
 MAX_SIZES = 64
 MAX_FACTOR = 1024
@@ -117,9 +120,10 @@ def resolve_sizes(sizes: list[int], min_bytes: int, max_bytes: int, factor: floa
     return chosen
 
 
-def check_iters(iters: int, warmup: int | None) -> tuple[int, int]:
-    """Timed and warm-up iterations with their defaults (warmup None: unset; 0 is allowed)."""
-    iters = iters or DEFAULTS["iters"]
+def check_iters(iters: int, warmup: int | None, *, auto: bool = False) -> tuple[int, int]:
+    """Timed and warm-up iterations with their defaults (warmup None: unset; 0 is allowed).
+    With `auto`, iters 0 stays 0: the worker chooses per size."""
+    iters = iters or (AUTO_ITERS if auto else DEFAULTS["iters"])
     if iters > MAX_ITERS:
         raise InvalidSpec("iters", f"at most {MAX_ITERS}")
     warmup = DEFAULTS["warmup"] if warmup is None else warmup
@@ -136,10 +140,12 @@ class Collective:
     dtype: str
     reduce_op: str
     sizes: tuple[int, ...]  # requested sizes; per-job rounding happens with world_size known
-    iters: int
+    iters: int  # AUTO_ITERS: chosen per size
     warmup: int
     in_place: bool
     root: int
+    graph: bool = False
+    algo: str = ""  # canonical (parse_algo); "" the backend's own
 
     def sizes_for(self, world_size: int) -> list[int]:
         """The distinct effective sizes this sweep runs on `world_size` ranks."""
@@ -154,7 +160,7 @@ class Collective:
 def validate_collective(
     *, op: str, dtype: str, reduce_op: str, sizes: list[int], min_bytes: int, max_bytes: int,
     factor: float, iters: int, warmup: int, in_place: bool, root: int, world_size: int,
-    backend: str | None = None,
+    backend: str | None = None, graph: bool = False, algo: str = "",
 ) -> Collective:
     """Check every field, naming the first bad one; fill defaults for empty ones."""
     if world_size < 1:
@@ -167,7 +173,12 @@ def validate_collective(
     reduce_op = reduce_op or DEFAULTS["reduce_op"]
     if reduce_op not in REDUCE_OPS:
         raise InvalidSpec("reduce_op", f"unknown reduce op {reduce_op!r}; expected one of {', '.join(REDUCE_OPS)}")
-    refusal = backend_refusal(backend, op=op, dtype=dtype, reduce_op=reduce_op) if backend else None
+    algo = parse_algo(algo)
+    check_algo(algo, op=op, dtype=dtype, reduce_op=reduce_op)
+    if graph and op == "barrier":
+        raise InvalidSpec("graph", "barrier cannot be captured in a CUDA graph (it waits on the host)")
+    refusal = backend_refusal(backend, op=op, dtype=dtype, reduce_op=reduce_op, graph=graph,
+                              algo=algo) if backend else None
     if refusal:
         raise refusal
     if op == "sendrecv" and world_size < 2:
@@ -175,38 +186,55 @@ def validate_collective(
     if op in ROOTED_OPS and root >= world_size:
         raise InvalidSpec("root", f"root {root} is out of range for world_size {world_size}")
     chosen = resolve_sizes(sizes, min_bytes, max_bytes, factor)
-    iters, warmup = check_iters(iters, warmup)
+    if algo in SYMM_ALGOS:
+        if max(chosen) > SYMM_MAX_BYTES:
+            raise InvalidSpec("algo", f"{algo} runs sizes up to {format_size(SYMM_MAX_BYTES)}B, "
+                                      f"the sweep reaches {format_size(max(chosen))}B")
+        odd = [s for s in chosen if effective_size(op, s, dtype, world_size) % 4]
+        if odd:
+            raise InvalidSpec("algo", f"{algo} moves whole 4-byte words: size {odd[0]} is not a multiple of 4")
+    iters, warmup = check_iters(iters, warmup, auto=True)
     if op == "barrier":
         chosen = [0]
-    return Collective(op, dtype, reduce_op, tuple(chosen), iters, warmup, bool(in_place), root)
+    return Collective(op, dtype, reduce_op, tuple(chosen), iters, warmup, bool(in_place), root,
+                      bool(graph), algo)
 
 
-def backend_refusal(backend: str, *, op: str, dtype: str, reduce_op: str) -> InvalidSpec | None:
+def backend_refusal(backend: str, *, op: str, dtype: str, reduce_op: str, graph: bool = False,
+                    algo: str = "") -> InvalidSpec | None:
     """Why `backend` cannot run this combination (an InvalidSpec naming the field), or None.
 
     The one rule of what each backend runs, used at submit, placement and in the executor.
     Measured with torch 2.11-2.13: NCCL runs the whole vocabulary; gloo runs every op and dtype,
     and avg on floating dtypes, but its avg divides in place and cannot cast back to integers.
+    CUDA graphs and the nccl/symm algos need CUDA devices, which only NCCL workers have.
     """
     if backend == "gloo" and op in REDUCING_OPS and reduce_op == "avg" and dtype in INTEGER_DTYPES:
         return InvalidSpec("reduce_op", f"avg on {dtype} is not supported by the gloo backend")
+    if graph and backend != "nccl":
+        return InvalidSpec("graph", f"CUDA graphs need CUDA devices (nccl); the {backend} backend runs on the CPU")
+    need = algo_backend(algo)
+    if need and need != backend:
+        return InvalidSpec("algo", f"{algo} needs the {need} backend, not {backend}")
     return None
 
 
-def physically_in_place(op: str, in_place: bool) -> bool:
-    """Whether the op really runs on one buffer: torch's all_reduce/reduce/broadcast always do,
-    alltoall and sendrecv never can."""
+def physically_in_place(op: str, in_place: bool, algo: str = "") -> bool:
+    """Whether the op really runs on one buffer: torch's all_reduce/reduce/broadcast always do
+    (and symm:two_shot), alltoall, sendrecv and symm:one_shot never can."""
+    if algo == "symm:one_shot":
+        return False
     if op in ("all_reduce", "reduce", "broadcast"):
         return True
     return in_place and op not in ("alltoall", "sendrecv")
 
 
-def bytes_needed(op: str, size_bytes: int, world_size: int, in_place: bool) -> int:
+def bytes_needed(op: str, size_bytes: int, world_size: int, in_place: bool, algo: str = "") -> int:
     """Device bytes one rank allocates for one size: its buffers plus the data check's reserve
     (one largest buffer), so a size that passes here fits with the allocator's slack."""
     if op == "barrier":
         return 0
-    in_place = physically_in_place(op, in_place)
+    in_place = physically_in_place(op, in_place, algo)
     n = world_size
     largest = size_bytes
     if op in ("all_gather", "gather"):

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # On the GPU machine (offline; its image has torch, grpcio, protobuf, prometheus-client):
 # unit + GPU tests, the demo, and the benchmark against plain torch.distributed.
-#   usage: scripts/gpu-check.sh [tests|bench|workloads|all]   logs and results under $OUT (default ./gpu-out)
+#   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|all]
+#   logs and results under $OUT (default ./gpu-out); BENCH_ARGS go to bench/run.py.
+#   latency (issue 13) = latency-tests (tests/gpu/test_nccl_latency.py: graph mode, calibrated loops,
+#   gather/scatter, symmetric memory, pinned NCCL algos, algo sweep, NCCL env re-read) then
+#   latency-bench (bench/run.py, every pass, goals checked in $OUT/bench-latency/bench.md).
 # Wheels the image lacks travel in .whl/ (see README, "GPU machine").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +27,13 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   python3 bench/run.py --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+fi
+if [ "$what" = latency ] || [ "$what" = latency-tests ]; then
+  { nvidia-smi; nvidia-smi topo -m; } > "$OUT/machine.txt" 2>&1
+  python3 -m pytest tests/gpu/test_nccl_latency.py -q -s -W default -p no:cacheprovider 2>&1 | tee "$OUT/pytest-latency.log"
+fi
+if [ "$what" = latency ] || [ "$what" = latency-bench ]; then
+  python3 bench/run.py --out "$OUT/bench-latency" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench-latency.log"
 fi
 if [ "$what" = workloads ] || [ "$what" = all ]; then
   python3 bench/workloads.py --out "$OUT/bench" 2>&1 | tee "$OUT/workloads.log"

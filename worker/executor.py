@@ -67,6 +67,7 @@ class Executor:
         self.group_key = ""
         self.backend = ""
         self.broken = False  # a job failed: the group's state is unknown
+        self.flavor = ""  # the communicator settings the group was created with
 
     def serve(self) -> bool:
         """Serve until told to exit (True), or until retiring after a failed NCCL job (False)."""
@@ -100,9 +101,12 @@ class Executor:
         a = wpb.Assignment.FromString(raw)
         warm = bool(self.group_key) and self.group_key == a.group_key
         try:
+            job = jobspec.normalize(a.spec)
+            if job.flavor != a.flavor or (warm and self.flavor != a.flavor):
+                raise ValueError(f"flavor: the job needs a group made with {job.flavor or 'defaults'!r}, "
+                                 f"assigned {a.flavor or 'defaults'!r}, holding {self.flavor or 'defaults'!r}")
             if not warm:
                 self._init_group(a)
-            job = jobspec.normalize(a.spec)
             ctx = RunContext(a.job_id, a.rank, self.device, self.ops, self.conn.send)
             outcome = RUNNERS[job.kind](job, ctx)
             ctx.progress(job.progress_total, job.progress_total, 0)
@@ -121,6 +125,9 @@ class Executor:
     def _init_group(self, a) -> None:
         import torch.distributed as dist
 
+        from ringleader.algos import flavor_env
+        from worker.algos import comm_env
+
         self._destroy_group()
         self.backend = a.backend
         timeout = datetime.timedelta(seconds=STORE_TIMEOUT_S)
@@ -131,14 +138,17 @@ class Executor:
         else:
             store = dist.TCPStore(a.store_host, a.store_port, a.world_size, is_master=False, timeout=timeout)
         kwargs = {"device_id": self.device} if a.backend == "nccl" else {}
-        dist.init_process_group(a.backend, store=store, rank=a.rank, world_size=a.world_size,
-                                timeout=timeout, **kwargs)
-        self.group_key = a.group_key
+        # A flavor's NCCL_ALGO/NCCL_PROTO are read when the communicator is created: with
+        # device_id, inside init_process_group; restored after, so no later group inherits them.
+        with comm_env(flavor_env(a.flavor)):
+            dist.init_process_group(a.backend, store=store, rank=a.rank, world_size=a.world_size,
+                                    timeout=timeout, **kwargs)
+        self.group_key, self.flavor = a.group_key, a.flavor
 
     def _destroy_group(self) -> None:
         import torch.distributed as dist
 
-        self.group_key, self.broken = "", False
+        self.group_key, self.flavor, self.broken = "", "", False
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -41,25 +41,66 @@ class Outcome:
         if self.message is None:
             return None
         kind = {pb.P2PResult: "p2p", pb.GradientAverageResult: "gradient_average",
-                pb.TrainResult: "train"}[type(self.message)]
+                pb.TrainResult: "train", pb.AlgoSweepResult: "algo_sweep"}[type(self.message)]
         return kind, self.message.SerializeToString()
 
 
 def run_collective(job: ValidJob, ctx: RunContext) -> Outcome:
-    from worker import collectives
+    from worker import algos
 
     c = job.collective
     rows = []
-    for i, size in enumerate(job.sizes):
-        ctx.progress(i, len(job.sizes), size)
-        local = collectives.measure(c.op, c.dtype, c.reduce_op, size, iters=c.iters, warmup=c.warmup,
-                                    in_place=c.in_place, root=c.root, device=ctx.device, counter=ctx.counter)
-        row = pb.SizeResult(**collectives.summarize(local, op=c.op, dtype=c.dtype, reduce_op=c.reduce_op,
-                                                    size_bytes=size, root=c.root, in_place=c.in_place,
-                                                    iters=c.iters, device=ctx.device))
-        ctx.result(row)
-        rows.append(row)
+    # nccl:ALGO/PROTO: the default group already has that flavor (the executor made it so).
+    with algos.method(c.algo, graph=c.graph, device=ctx.device, max_bytes=max(job.sizes), own_group=False) as how:
+        for i, size in enumerate(job.sizes):
+            ctx.progress(i, len(job.sizes), size)
+            row = pb.SizeResult(**_measured(c.op, c.dtype, c.reduce_op, size, iters=c.iters, warmup=c.warmup,
+                                            in_place=c.in_place, root=c.root, method=how, ctx=ctx))
+            ctx.result(row)
+            rows.append(row)
     return Outcome(results=rows)
+
+
+def _measured(op, dtype, reduce_op, size, *, iters, warmup, in_place, root, method, ctx) -> dict:
+    """One size measured on every rank and summarized: the SizeResult fields."""
+    from worker import collectives
+
+    local = collectives.measure(op, dtype, reduce_op, size, iters=iters, warmup=warmup, in_place=in_place,
+                                root=root, device=ctx.device, counter=ctx.counter, method=method)
+    return collectives.summarize(local, op=op, dtype=dtype, reduce_op=reduce_op, size_bytes=size, root=root,
+                                 in_place=in_place, device=ctx.device, algo=method.algo)
+
+
+def run_algo_sweep(job: ValidJob, ctx: RunContext) -> Outcome:
+    """Every algo at every size (algo by algo: an NCCL variant's communicator lives for one
+    algo), then the fastest per size and the dispatch table."""
+    from ringleader import algos as vocab
+    from worker import algos
+    from worker.distutil import backend_for
+
+    a = job.spec.algo_sweep
+    backend = backend_for(ctx.device)
+    chosen = list(a.algos) or vocab.default_algos(backend)
+    if any(x in vocab.SYMM_ALGOS for x in chosen) and (why := algos.symm_unavailable(ctx.device)):
+        if a.algos:
+            raise ValueError(f"algo_sweep.algos: {why}")
+        chosen = [x for x in chosen if x not in vocab.SYMM_ALGOS]  # the default list offers what runs
+    units = [(x, s) for x in chosen for s in job.sizes if algos.runs_at(x, s)]
+    rows: list[dict] = []
+    for algo in chosen:
+        sizes = [s for s in job.sizes if algos.runs_at(algo, s)]
+        if not sizes:
+            continue
+        with algos.method(algo, graph=a.graph, device=ctx.device, max_bytes=max(sizes), own_group=True) as how:
+            for size in sizes:
+                ctx.progress(len(rows) * job.progress_total // len(units), job.progress_total, size)
+                rows.append(_measured("all_reduce", a.dtype, "sum", size, iters=a.iters, warmup=a.warmup,
+                                      in_place=False, root=0, method=how, ctx=ctx))
+    best, table = algos.choose(rows, default=backend)
+    return Outcome(message=pb.AlgoSweepResult(
+        op="all_reduce", dtype=a.dtype, world_size=job.world_size, mode="graph" if a.graph else "eager",
+        algos=[vocab.resolved_algo(x, backend) for x in chosen], results=[pb.SizeResult(**r) for r in rows],
+        best=[pb.AlgoChoice(**b) for b in best], table=[pb.AlgoRange(**t) for t in table]))
 
 
 def run_p2p(job: ValidJob, ctx: RunContext) -> Outcome:
@@ -102,4 +143,5 @@ def run_train(job: ValidJob, ctx: RunContext) -> Outcome:
 
 RUNNERS: dict[str, Callable[[ValidJob, RunContext], Outcome]] = {
     "collective": run_collective, "p2p": run_p2p, "gradient_average": run_gradient_average, "train": run_train,
+    "algo_sweep": run_algo_sweep,
 }

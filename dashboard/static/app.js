@@ -163,7 +163,7 @@
   }
 
   // A job's kind: the member of the spec's oneof that is set (the others are absent).
-  const KINDS = ["collective", "p2p", "gradient_average", "train"];
+  const KINDS = ["collective", "p2p", "gradient_average", "train", "algo_sweep"];
   function jobKind(job) {
     return KINDS.find((k) => job.spec && job.spec[k]) || "unknown";
   }
@@ -496,6 +496,39 @@
       },
     },
 
+    // Every all_reduce implementation at every size: one line per algo; the dispatch table below.
+    algo_sweep: {
+      charts: {
+        a: { name: "time", title: "Time per op", unit: "µs", x: "size" },
+        b: { name: "busbw", title: "Bus bandwidth", unit: "GB/s", x: "size" },
+      },
+      lines(job) {
+        return [...groupBy(sweepRows(job), (r) => r.algo)].map(([algo, rows]) => ({
+          name: algo,
+          xs: rows.map((r) => r.size_bytes),
+          a: rows.map((r) => positive(r.time_us)),
+          b: rows.map((r) => positive(r.busbw_gbps)),
+        }));
+      },
+      title: (job) => `algo sweep · all_reduce · ${job.spec.world_size} ranks · ${job.spec.algo_sweep.graph ? "graph" : "eager"} mode`,
+      columns: [
+        { head: "size", unit: "(B)", num: true, cell: (r) => r.size_bytes, title: (r) => fmtBytesLong(r.size_bytes) },
+        { head: "algo", cell: (r) => r.algo },
+        { head: "time", unit: "(µs)", num: true, strong: true, cell: (r) => fmtFixed(r.time_us),
+          title: (r) => `p50 ${fmtFixed(r.time_p50_us)} · p99 ${fmtFixed(r.time_p99_us)} µs; ${r.iters} iterations` },
+        { head: "busbw", unit: "(GB/s)", num: true, cell: (r) => fmtFixed(r.busbw_gbps) },
+        { head: "#wrong", num: true, cell: (r) => r.wrong, bad: (r) => r.wrong > 0 },
+      ],
+      rows: (job) => sweepRows(job),
+      match: (r) => `${r.algo}|${r.size_bytes}`,
+      metric: { label: "time", unit: "µs", value: (r) => r.time_us },
+      foot(job) {
+        const ranges = (job.algo_sweep && job.algo_sweep.table) || [];
+        return ranges.map((t) => `# ${fmtSize(t.min_bytes)}B ${t.max_bytes ? "up to " + fmtSize(t.max_bytes) + "B" : "and above"}`
+          + ` : ${t.algo}`).join("\n");
+      },
+    },
+
     gradient_average: {
       charts: {},
       title: () => "gradient averaging: on device vs staged through the host",
@@ -548,6 +581,11 @@
       groups.get(key).push(item);
     }
     return groups;
+  }
+
+  function sweepRows(job) {
+    return [...((job.algo_sweep && job.algo_sweep.results) || [])].sort((a, b) =>
+      a.algo.localeCompare(b.algo) || a.size_bytes - b.size_bytes);
   }
 
   function p2pRows(job) {
@@ -713,11 +751,14 @@
       let what;
       if (kind === "collective") {
         what = [c.op, REDUCING_OPS.has(c.op) ? c.reduce_op : null, ROOTED_OPS.has(c.op) ? `root ${c.root}` : null,
-          c.dtype, c.in_place ? "in-place" : "out-of-place"].filter(Boolean).join(" · ");
+          c.dtype, c.in_place ? "in-place" : "out-of-place", c.algo || null, c.graph ? "graph mode" : null]
+          .filter(Boolean).join(" · ");
       } else if (kind === "p2p") {
         what = ["p2p", spec.mode || "blocking", spec.pairwise ? "every pair" : "rank 0 ↔ 1"].join(" · ");
       } else if (kind === "gradient_average") {
         what = `gradient averaging · ${fmtSize(spec.size_bytes)}B`;
+      } else if (kind === "algo_sweep") {
+        what = ["algo sweep", (spec.algos || []).join(", ") || "every algo", spec.graph ? "graph mode" : "eager"].join(" · ");
       } else {
         what = `training · ${spec.model || "linear"} · ${spec.steps ?? ""} steps · batch ${spec.batch_size ?? ""}`;
       }

@@ -45,6 +45,16 @@ def _sizes(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
+def _iters(text: str) -> int:
+    """A count, or "auto" (0: chosen per size by the worker)."""
+    if text.strip().lower() == "auto":
+        return specs.AUTO_ITERS
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
+
+
 def _size(text: str) -> int:
     try:
         return specs.parse_size(text)
@@ -135,7 +145,7 @@ def _add_servers(sub) -> None:
 
 
 def _add_clients(sub) -> None:
-    s = _talker(sub, "submit", "submit a job: a collective sweep, p2p, gradient-average or train")
+    s = _talker(sub, "submit", "submit a job: a collective sweep, p2p, gradient-average, train or algo-sweep")
     _add_submit(s)
     _output_options(s, "the job (and, with --wait, its results) as `ringleader job -o json` prints it")
     j = _talker(sub, "jobs", "list jobs, newest first")
@@ -171,7 +181,8 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
                               + f" (default {dflt['dtype']})"), specs.DTYPE_SIZES)
     _completer(s.add_argument("--reduce-op", default="", help=", ".join(specs.REDUCE_OPS)
                               + f" (default {dflt['reduce_op']})"), specs.REDUCE_OPS)
-    s.add_argument("--iters", "-i", type=int, help=f"timed iterations (default {dflt['iters']})")
+    s.add_argument("--iters", "-i", type=_iters, help="timed iterations, or auto: per size, enough for a 20 ms "
+                   f"loop (collective and algo-sweep default: auto; others: {dflt['iters']})")
     s.add_argument("--warmup", "-w", type=int, help=f"warm-up iterations (default {dflt['warmup']})")
     s.add_argument("--in-place", action="store_true")
     s.add_argument("--root", "-r", type=int, default=0)
@@ -191,6 +202,10 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
     s.add_argument("--batch-size", type=int, default=None, help="train: per-rank batch size (default 64)")
     s.add_argument("--lr", type=float, default=None, help="train: learning rate (default 0.05)")
     s.add_argument("--seed", type=int, default=0, help="train: data and weight seed")
+    s.add_argument("--graph", "-G", action="store_true",
+                   help="capture the timed ops into a CUDA graph and replay it (NCCL; like nccl-tests -G)")
+    s.add_argument("--algo", default="", help="collective: nccl, nccl:ring/ll, nccl:tree/simple, ..., symm:one_shot, "
+                   "symm:two_shot; algo-sweep: a comma-separated list (default: every one available)")
     s.add_argument("--wait", action="store_true", help="show progress (on stderr), then the results")
 
 

@@ -17,7 +17,7 @@ from ringleader.jsonview import to_json
 from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
-KIND_FLAGS = ("collective", "p2p", "gradient-average", "train")
+KIND_FLAGS = ("collective", "p2p", "gradient-average", "train", "algo-sweep")
 
 
 def _given(a: argparse.Namespace, *names: str) -> dict:
@@ -36,7 +36,11 @@ def spec_from_args(a: argparse.Namespace) -> pb.JobSpec:
         if not a.op:
             raise InvalidSpec("collective.op", "required for collective jobs (--op all_reduce, ...)")
         spec.collective.CopyFrom(pb.CollectiveSpec(op=a.op, dtype=a.dtype, reduce_op=a.reduce_op,
-                                                   in_place=a.in_place, root=a.root, **sweep, **loop))
+                                                   in_place=a.in_place, root=a.root, graph=a.graph, algo=a.algo,
+                                                   **sweep, **loop))
+    elif a.kind == "algo-sweep":
+        spec.algo_sweep.CopyFrom(pb.AlgoSweepSpec(algos=[x for x in a.algo.split(",") if x.strip()], graph=a.graph,
+                                                  dtype=a.dtype, **sweep, **loop))
     elif a.kind == "p2p":
         spec.p2p.CopyFrom(pb.P2PSpec(pairwise=a.pairwise, mode="async" if a.async_ else "blocking", **sweep, **loop))
     elif a.kind == "gradient-average":

@@ -11,12 +11,12 @@ from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
 HEADER = (
-    "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}\n"
-    "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}"
-).format("size", "count", "type", "redop", "root", "time", "p50", "p99", "algbw", "busbw", "#wrong",
-         "(B)", "(elements)", "", "", "", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "")
+    "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6} {:>6}\n"
+    "#{:>12} {:>12} {:>9} {:>6} {:>5} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6} {:>6}"
+).format("size", "count", "type", "redop", "root", "time", "p50", "p99", "algbw", "busbw", "#wrong", "iters",
+         "(B)", "(elements)", "", "", "", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "")
 
-ROW = " {:>12} {:>12} {:>9} {:>6} {:>5} {:>10.2f} {:>10.2f} {:>10.2f} {:>8.2f} {:>8.2f} {:>6}"
+ROW = " {:>12} {:>12} {:>9} {:>6} {:>5} {:>10.2f} {:>10.2f} {:>10.2f} {:>8.2f} {:>8.2f} {:>6} {:>6}"
 
 
 def results_table(results) -> str:
@@ -25,13 +25,13 @@ def results_table(results) -> str:
         root = str(r.root) if r.op in ("reduce", "broadcast", "gather", "scatter") else "-1"
         redop = r.reduce_op if r.op in ("all_reduce", "reduce", "reduce_scatter") else "none"
         lines.append(ROW.format(r.size_bytes, r.count, r.dtype, redop, root, r.time_us, r.time_p50_us,
-                                r.time_p99_us, r.algbw_gbps, r.busbw_gbps, r.wrong))
+                                r.time_p99_us, r.algbw_gbps, r.busbw_gbps, r.wrong, r.iters))
     if results:
         first = results[0]
-        placement = "in-place" if specs.physically_in_place(first.op, first.in_place) else "out-of-place"
-        lines.append(f"# {first.op}, {first.world_size} ranks, {placement}, "
-                     f"{first.iters} iterations; slowest rank per size: "
-                     + ",".join(str(r.slowest_rank) for r in results))
+        placement = "in-place" if specs.physically_in_place(first.op, first.in_place, first.algo) else "out-of-place"
+        how = ", ".join(x for x in (first.algo, first.mode and f"{first.mode} mode") if x)
+        lines.append(f"# {first.op}, {first.world_size} ranks, {placement}{', ' + how if how else ''}; "
+                     "slowest rank per size: " + ",".join(str(r.slowest_rank) for r in results))
         lines.append(f"# Out of bounds values : {sum(r.wrong for r in results)} "
                      f"{'OK' if not any(r.wrong for r in results) else 'FAILED'}")
     return "\n".join(lines)
@@ -45,7 +45,10 @@ def job_json(job: pb.Job) -> str:
     """The --json shape: {"job": {...without results}, "results": [...]}."""
     body = to_json(job)
     results = body.pop("results")
-    return json.dumps({"job": body, "results": results}, indent=2)
+    out = {"job": body, "results": results}
+    if job.HasField("algo_sweep"):
+        out["dispatch"] = dispatch_table(job.algo_sweep)
+    return json.dumps(out, indent=2)
 
 
 def jobs_json(page: pb.ListJobsResponse) -> str:
@@ -127,6 +130,49 @@ def train_table(r: pb.TrainResult) -> str:
     ])
 
 
+def dispatch_table(r: pb.AlgoSweepResult) -> dict:
+    """The dispatch table an inference engine loads: for a message of m bytes, the first row of
+    `table` with m <= max_bytes (max_bytes null: every larger size) names the algo to use.
+
+        {"op": "all_reduce", "dtype": "bfloat16", "world_size": 2, "mode": "graph",
+         "table": [{"max_bytes": 65536, "algo": "symm:one_shot"}, {"max_bytes": null, "algo": "nccl"}],
+         "measured": [{"size_bytes": 8, "algo": "symm:one_shot", "time_us": 3.9, "speedup": 1.8}, ...]}
+
+    measured: per size, the fastest algo, its time and its speedup over the backend's own (0:
+    not measured there). Boundaries are measured sizes: between two of them the larger's row
+    applies, so sweep with a fine factor near the crossovers that matter.
+    """
+    return {"op": r.op, "dtype": r.dtype, "world_size": r.world_size, "mode": r.mode,
+            "table": [{"max_bytes": t.max_bytes or None, "algo": t.algo} for t in r.table],
+            "measured": [{"size_bytes": b.size_bytes, "algo": b.algo, "time_us": b.time_us, "speedup": b.speedup}
+                         for b in r.best]}
+
+
+def algo_sweep_table(r: pb.AlgoSweepResult) -> str:
+    """Per size: every algo's time (us), the fastest, its speedup; then the crossovers and the
+    dispatch table as one line of JSON."""
+    times = {(x.size_bytes, x.algo): x for x in r.results}
+    best = {b.size_bytes: b for b in r.best}
+    sizes = sorted({x.size_bytes for x in r.results})
+    width = max([14, *(len(a) + 1 for a in r.algos)])
+    lines = [f"# {r.op} {r.dtype}, {r.world_size} ranks, {r.mode} mode: time per op (us); "
+             "* fastest, ! wrong elements, - not run",
+             f"#{'size (B)':>12}" + "".join(f"{a:>{width}}" for a in r.algos) + f"{'fastest':>{width}}{'speedup':>9}"]
+    for size in sizes:
+        cells = []
+        for a in r.algos:
+            x = times.get((size, a))
+            mark = "-" if x is None else "!" if x.wrong else "*" if size in best and best[size].algo == a else ""
+            cells.append(f"{(f'{x.time_us:.2f}' if x else '') + mark:>{width}}")
+        b = best.get(size)
+        lines.append(f" {size:>12}" + "".join(cells) + (f"{b.algo:>{width}}{b.speedup:>8.2f}x" if b else ""))
+    for t in r.table:
+        upto = f"up to {specs.format_size(t.max_bytes)}B" if t.max_bytes else "and above"
+        lines.append(f"# {specs.format_size(t.min_bytes)}B {upto}: {t.algo}")
+    lines.append("# dispatch table: " + json.dumps(dispatch_table(r)["table"]))
+    return "\n".join(lines)
+
+
 def outcome_table(job: pb.Job) -> str:
     """The job's results, whatever its kind ("" when it has none yet)."""
     kind = job.spec.WhichOneof("kind")
@@ -134,4 +180,5 @@ def outcome_table(job: pb.Job) -> str:
         return results_table(job.results) if job.results else ""
     if not job.HasField(kind):
         return ""
-    return {"p2p": p2p_table, "gradient_average": gradient_average_table, "train": train_table}[kind](getattr(job, kind))
+    return {"p2p": p2p_table, "gradient_average": gradient_average_table, "train": train_table,
+            "algo_sweep": algo_sweep_table}[kind](getattr(job, kind))

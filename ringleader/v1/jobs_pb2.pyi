@@ -150,6 +150,8 @@ class CollectiveSpec(_message.Message):
     WARMUP_FIELD_NUMBER: _builtins.int
     IN_PLACE_FIELD_NUMBER: _builtins.int
     ROOT_FIELD_NUMBER: _builtins.int
+    GRAPH_FIELD_NUMBER: _builtins.int
+    ALGO_FIELD_NUMBER: _builtins.int
     op: _builtins.str
     """all_reduce, reduce, broadcast, all_gather, reduce_scatter, alltoall, gather, scatter,
     sendrecv, barrier
@@ -165,12 +167,23 @@ class CollectiveSpec(_message.Message):
     factor: _builtins.float
     """geometric step, default 2"""
     iters: _builtins.int
-    """timed iterations, default 20"""
+    """Timed iterations; 0 (default): auto, per size enough that the timed loop lasts at least
+    20 ms and at least 20 iterations (capped), agreed by every rank.
+    """
     warmup: _builtins.int
     """warm-up iterations, default 5 (0 allowed)"""
     in_place: _builtins.bool
     root: _builtins.int
     """for reduce, broadcast, gather, scatter"""
+    graph: _builtins.bool
+    """Capture the timed ops into a CUDA graph once and replay it (nccl-tests -G): the time is the
+    device's, without per-op launch cost. NCCL only; barrier cannot be captured.
+    """
+    algo: _builtins.str
+    """Implementation: "" (the backend's own: nccl or gloo), "nccl", "nccl:ALGO/PROTO" (NCCL with a
+    fixed algorithm ring|tree and protocol ll|ll128|simple, on its own communicator),
+    "symm:one_shot" or "symm:two_shot" (torch symmetric memory all_reduce, CUDA only).
+    """
     @_builtins.property
     def sizes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """explicit sizes in bytes; when set, min/max/factor are ignored"""
@@ -189,16 +202,80 @@ class CollectiveSpec(_message.Message):
         warmup: _builtins.int | None = ...,
         in_place: _builtins.bool = ...,
         root: _builtins.int = ...,
+        graph: _builtins.bool = ...,
+        algo: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "warmup", b"warmup"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "dtype", b"dtype", "factor", b"factor", "in_place", b"in_place", "iters", b"iters", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "op", b"op", "reduce_op", b"reduce_op", "root", b"root", "sizes", b"sizes", "warmup", b"warmup"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "algo", b"algo", "dtype", b"dtype", "factor", b"factor", "graph", b"graph", "in_place", b"in_place", "iters", b"iters", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "op", b"op", "reduce_op", b"reduce_op", "root", b"root", "sizes", b"sizes", "warmup", b"warmup"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__warmup: _TypeAlias = _typing.Literal["warmup"]  # noqa: Y015
     _WhichOneofArgType__warmup: _TypeAlias = _typing.Literal["_warmup", b"_warmup"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__warmup) -> _WhichOneofReturnType__warmup | None: ...
 
 Global___CollectiveSpec: _TypeAlias = CollectiveSpec  # noqa: Y015
+
+@_typing.final
+class AlgoSweepSpec(_message.Message):
+    """Every available all_reduce implementation over a size range: the fastest per size, and the
+    size ranges where each one wins (a dispatch table an inference engine can load).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIZES_FIELD_NUMBER: _builtins.int
+    MIN_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    FACTOR_FIELD_NUMBER: _builtins.int
+    ALGOS_FIELD_NUMBER: _builtins.int
+    ITERS_FIELD_NUMBER: _builtins.int
+    WARMUP_FIELD_NUMBER: _builtins.int
+    GRAPH_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    min_bytes: _builtins.int
+    """default 8"""
+    max_bytes: _builtins.int
+    """default 64 MiB"""
+    factor: _builtins.float
+    """default 2"""
+    iters: _builtins.int
+    """0 (default): auto, as for collectives"""
+    warmup: _builtins.int
+    """default 5"""
+    graph: _builtins.bool
+    """time each algo in CUDA-graph mode"""
+    dtype: _builtins.str
+    """float32 (default) or bfloat16 (what symmetric memory reduces)"""
+    @_builtins.property
+    def sizes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """explicit sizes; else min/max/factor as for collectives"""
+
+    @_builtins.property
+    def algos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """empty: every algo the backend offers (see CollectiveSpec.algo)"""
+
+    def __init__(
+        self,
+        *,
+        sizes: _abc.Iterable[_builtins.int] | None = ...,
+        min_bytes: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+        factor: _builtins.float = ...,
+        algos: _abc.Iterable[_builtins.str] | None = ...,
+        iters: _builtins.int = ...,
+        warmup: _builtins.int | None = ...,
+        graph: _builtins.bool = ...,
+        dtype: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "warmup", b"warmup"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "algos", b"algos", "dtype", b"dtype", "factor", b"factor", "graph", b"graph", "iters", b"iters", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes", "sizes", b"sizes", "warmup", b"warmup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__warmup: _TypeAlias = _typing.Literal["warmup"]  # noqa: Y015
+    _WhichOneofArgType__warmup: _TypeAlias = _typing.Literal["_warmup", b"_warmup"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__warmup) -> _WhichOneofReturnType__warmup | None: ...
+
+Global___AlgoSweepSpec: _TypeAlias = AlgoSweepSpec  # noqa: Y015
 
 @_typing.final
 class P2PSpec(_message.Message):
@@ -347,6 +424,7 @@ class JobSpec(_message.Message):
     P2P_FIELD_NUMBER: _builtins.int
     GRADIENT_AVERAGE_FIELD_NUMBER: _builtins.int
     TRAIN_FIELD_NUMBER: _builtins.int
+    ALGO_SWEEP_FIELD_NUMBER: _builtins.int
     world_size: _builtins.int
     priority: _builtins.int
     """higher runs first; equal priorities run in submission order"""
@@ -364,6 +442,8 @@ class JobSpec(_message.Message):
     def gradient_average(self) -> Global___GradientAverageSpec: ...
     @_builtins.property
     def train(self) -> Global___TrainSpec: ...
+    @_builtins.property
+    def algo_sweep(self) -> Global___AlgoSweepSpec: ...
     def __init__(
         self,
         *,
@@ -376,12 +456,13 @@ class JobSpec(_message.Message):
         p2p: Global___P2PSpec | None = ...,
         gradient_average: Global___GradientAverageSpec | None = ...,
         train: Global___TrainSpec | None = ...,
+        algo_sweep: Global___AlgoSweepSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["collective", b"collective", "gradient_average", b"gradient_average", "kind", b"kind", "p2p", b"p2p", "placement", b"placement", "train", b"train"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "collective", b"collective", "gradient_average", b"gradient_average", "kind", b"kind", "p2p", b"p2p", "placement", b"placement", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["collective", b"collective", "gradient_average", b"gradient_average", "kind", b"kind", "name", b"name", "op_timeout_s", b"op_timeout_s", "p2p", b"p2p", "placement", b"placement", "priority", b"priority", "train", b"train", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "collective", b"collective", "gradient_average", b"gradient_average", "kind", b"kind", "name", b"name", "op_timeout_s", b"op_timeout_s", "p2p", b"p2p", "placement", b"placement", "priority", b"priority", "train", b"train", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["collective", "p2p", "gradient_average", "train"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["collective", "p2p", "gradient_average", "train", "algo_sweep"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -411,6 +492,8 @@ class SizeResult(_message.Message):
     WRONG_FIELD_NUMBER: _builtins.int
     WORLD_SIZE_FIELD_NUMBER: _builtins.int
     ITERS_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    ALGO_FIELD_NUMBER: _builtins.int
     op: _builtins.str
     dtype: _builtins.str
     reduce_op: _builtins.str
@@ -437,6 +520,11 @@ class SizeResult(_message.Message):
     """elements that failed the data check, summed over ranks"""
     world_size: _builtins.int
     iters: _builtins.int
+    """timed iterations used (chosen per size when the spec said auto)"""
+    mode: _builtins.str
+    """"eager" (ops launched one by one) or "graph" (replayed CUDA graph)"""
+    algo: _builtins.str
+    """the implementation that ran (nccl, gloo, nccl:ring/ll, symm:one_shot, ...)"""
     def __init__(
         self,
         *,
@@ -458,10 +546,12 @@ class SizeResult(_message.Message):
         wrong: _builtins.int = ...,
         world_size: _builtins.int = ...,
         iters: _builtins.int = ...,
+        mode: _builtins.str = ...,
+        algo: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "busbw_gbps", b"busbw_gbps", "count", b"count", "dtype", b"dtype", "in_place", b"in_place", "iters", b"iters", "op", b"op", "reduce_op", b"reduce_op", "root", b"root", "size_bytes", b"size_bytes", "slowest_rank", b"slowest_rank", "slowest_rank_time_us", b"slowest_rank_time_us", "time_min_us", b"time_min_us", "time_p50_us", b"time_p50_us", "time_p99_us", b"time_p99_us", "time_us", b"time_us", "world_size", b"world_size", "wrong", b"wrong"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "algo", b"algo", "busbw_gbps", b"busbw_gbps", "count", b"count", "dtype", b"dtype", "in_place", b"in_place", "iters", b"iters", "mode", b"mode", "op", b"op", "reduce_op", b"reduce_op", "root", b"root", "size_bytes", b"size_bytes", "slowest_rank", b"slowest_rank", "slowest_rank_time_us", b"slowest_rank_time_us", "time_min_us", b"time_min_us", "time_p50_us", b"time_p50_us", "time_p99_us", b"time_p99_us", "time_us", b"time_us", "world_size", b"world_size", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -713,6 +803,121 @@ class TrainResult(_message.Message):
 Global___TrainResult: _TypeAlias = TrainResult  # noqa: Y015
 
 @_typing.final
+class AlgoChoice(_message.Message):
+    """The fastest algo at one measured size."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    ALGO_FIELD_NUMBER: _builtins.int
+    TIME_US_FIELD_NUMBER: _builtins.int
+    SPEEDUP_FIELD_NUMBER: _builtins.int
+    size_bytes: _builtins.int
+    algo: _builtins.str
+    time_us: _builtins.float
+    speedup: _builtins.float
+    """time of the default (nccl/gloo) over the fastest's"""
+    def __init__(
+        self,
+        *,
+        size_bytes: _builtins.int = ...,
+        algo: _builtins.str = ...,
+        time_us: _builtins.float = ...,
+        speedup: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo", b"algo", "size_bytes", b"size_bytes", "speedup", b"speedup", "time_us", b"time_us"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlgoChoice: _TypeAlias = AlgoChoice  # noqa: Y015
+
+@_typing.final
+class AlgoRange(_message.Message):
+    """One row of the dispatch table: messages of up to max_bytes (and above the previous row's)
+    use `algo`; max_bytes 0 in the last row: every larger size.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MIN_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_FIELD_NUMBER: _builtins.int
+    ALGO_FIELD_NUMBER: _builtins.int
+    min_bytes: _builtins.int
+    """the smallest measured size of the range"""
+    max_bytes: _builtins.int
+    algo: _builtins.str
+    def __init__(
+        self,
+        *,
+        min_bytes: _builtins.int = ...,
+        max_bytes: _builtins.int = ...,
+        algo: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo", b"algo", "max_bytes", b"max_bytes", "min_bytes", b"min_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlgoRange: _TypeAlias = AlgoRange  # noqa: Y015
+
+@_typing.final
+class AlgoSweepResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OP_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    WORLD_SIZE_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    ALGOS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    BEST_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
+    op: _builtins.str
+    """all_reduce"""
+    dtype: _builtins.str
+    world_size: _builtins.int
+    mode: _builtins.str
+    """eager or graph"""
+    @_builtins.property
+    def algos(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the algos measured, in order"""
+
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___SizeResult]:
+        """every algo at every size (SizeResult.algo names it)"""
+
+    @_builtins.property
+    def best(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlgoChoice]:
+        """per size, the fastest algo with no wrong element"""
+
+    @_builtins.property
+    def table(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlgoRange]:
+        """crossovers: consecutive sizes with the same winner merged"""
+
+    def __init__(
+        self,
+        *,
+        op: _builtins.str = ...,
+        dtype: _builtins.str = ...,
+        world_size: _builtins.int = ...,
+        mode: _builtins.str = ...,
+        algos: _abc.Iterable[_builtins.str] | None = ...,
+        results: _abc.Iterable[Global___SizeResult] | None = ...,
+        best: _abc.Iterable[Global___AlgoChoice] | None = ...,
+        table: _abc.Iterable[Global___AlgoRange] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algos", b"algos", "best", b"best", "dtype", b"dtype", "mode", b"mode", "op", b"op", "results", b"results", "table", b"table", "world_size", b"world_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlgoSweepResult: _TypeAlias = AlgoSweepResult  # noqa: Y015
+
+@_typing.final
 class WorkerRef(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -759,6 +964,7 @@ class Job(_message.Message):
     P2P_FIELD_NUMBER: _builtins.int
     GRADIENT_AVERAGE_FIELD_NUMBER: _builtins.int
     TRAIN_FIELD_NUMBER: _builtins.int
+    ALGO_SWEEP_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___JobState.ValueType
     reason: _builtins.str
@@ -787,6 +993,8 @@ class Job(_message.Message):
     def gradient_average(self) -> Global___GradientAverageResult: ...
     @_builtins.property
     def train(self) -> Global___TrainResult: ...
+    @_builtins.property
+    def algo_sweep(self) -> Global___AlgoSweepResult: ...
     def __init__(
         self,
         *,
@@ -805,10 +1013,11 @@ class Job(_message.Message):
         p2p: Global___P2PResult | None = ...,
         gradient_average: Global___GradientAverageResult | None = ...,
         train: Global___TrainResult | None = ...,
+        algo_sweep: Global___AlgoSweepResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["gradient_average", b"gradient_average", "p2p", b"p2p", "progress", b"progress", "spec", b"spec", "train", b"train"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "gradient_average", b"gradient_average", "p2p", b"p2p", "progress", b"progress", "spec", b"spec", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "created_at", b"created_at", "finished_at", b"finished_at", "gradient_average", b"gradient_average", "id", b"id", "p2p", b"p2p", "progress", b"progress", "reason", b"reason", "results", b"results", "spec", b"spec", "started_at", b"started_at", "state", b"state", "train", b"train", "warm_start", b"warm_start", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "backend", b"backend", "created_at", b"created_at", "finished_at", b"finished_at", "gradient_average", b"gradient_average", "id", b"id", "p2p", b"p2p", "progress", b"progress", "reason", b"reason", "results", b"results", "spec", b"spec", "started_at", b"started_at", "state", b"state", "train", b"train", "warm_start", b"warm_start", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -252,6 +252,7 @@ class JobDone(_message.Message):
     P2P_FIELD_NUMBER: _builtins.int
     GRADIENT_AVERAGE_FIELD_NUMBER: _builtins.int
     TRAIN_FIELD_NUMBER: _builtins.int
+    ALGO_SWEEP_FIELD_NUMBER: _builtins.int
     LOG_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     rank: _builtins.int
@@ -277,6 +278,8 @@ class JobDone(_message.Message):
     def gradient_average(self) -> _jobs_pb2.GradientAverageResult: ...
     @_builtins.property
     def train(self) -> _jobs_pb2.TrainResult: ...
+    @_builtins.property
+    def algo_sweep(self) -> _jobs_pb2.AlgoSweepResult: ...
     def __init__(
         self,
         *,
@@ -292,13 +295,14 @@ class JobDone(_message.Message):
         p2p: _jobs_pb2.P2PResult | None = ...,
         gradient_average: _jobs_pb2.GradientAverageResult | None = ...,
         train: _jobs_pb2.TrainResult | None = ...,
+        algo_sweep: _jobs_pb2.AlgoSweepResult | None = ...,
         log: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["gradient_average", b"gradient_average", "outcome", b"outcome", "p2p", b"p2p", "train", b"train"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "gradient_average", b"gradient_average", "outcome", b"outcome", "p2p", b"p2p", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "gradient_average", b"gradient_average", "job_id", b"job_id", "log", b"log", "ok", b"ok", "outcome", b"outcome", "p2p", b"p2p", "rank", b"rank", "results", b"results", "train", b"train", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "gradient_average", b"gradient_average", "job_id", b"job_id", "log", b"log", "ok", b"ok", "outcome", b"outcome", "p2p", b"p2p", "rank", b"rank", "results", b"results", "train", b"train", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["p2p", "gradient_average", "train"]  # noqa: Y015
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["p2p", "gradient_average", "train", "algo_sweep"]  # noqa: Y015
     _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
 
@@ -362,6 +366,7 @@ class Assignment(_message.Message):
     STORE_PORT_FIELD_NUMBER: _builtins.int
     GROUP_KEY_FIELD_NUMBER: _builtins.int
     SPEC_FIELD_NUMBER: _builtins.int
+    FLAVOR_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     rank: _builtins.int
     world_size: _builtins.int
@@ -371,6 +376,10 @@ class Assignment(_message.Message):
     """0 for rank 0 of a new group: bind a free port, report StoreReady"""
     group_key: _builtins.str
     """equal to the executor's warm group: reuse it, no new init"""
+    flavor: _builtins.str
+    """The communicator settings a new group is created with ("" for NCCL's defaults, else e.g.
+    "NCCL_ALGO=Ring,NCCL_PROTO=LL"); ringleader.spec.flavor_env checks and parses it.
+    """
     @_builtins.property
     def spec(self) -> _jobs_pb2.JobSpec:
         """as normalized by the coordinator"""
@@ -386,10 +395,11 @@ class Assignment(_message.Message):
         store_port: _builtins.int = ...,
         group_key: _builtins.str = ...,
         spec: _jobs_pb2.JobSpec | None = ...,
+        flavor: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "group_key", b"group_key", "job_id", b"job_id", "rank", b"rank", "spec", b"spec", "store_host", b"store_host", "store_port", b"store_port", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "flavor", b"flavor", "group_key", b"group_key", "job_id", b"job_id", "rank", b"rank", "spec", b"spec", "store_host", b"store_host", "store_port", b"store_port", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

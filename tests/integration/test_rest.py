@@ -349,7 +349,8 @@ def test_health_and_openapi(api):
 def test_request_models_mirror_the_proto():
     pairs = [(schemas.JobSpecIn, pb.JobSpec), (schemas.PlacementIn, pb.Placement),
              (schemas.CollectiveSpecIn, pb.CollectiveSpec), (schemas.P2PSpecIn, pb.P2PSpec),
-             (schemas.GradientAverageSpecIn, pb.GradientAverageSpec), (schemas.TrainSpecIn, pb.TrainSpec)]
+             (schemas.GradientAverageSpecIn, pb.GradientAverageSpec), (schemas.TrainSpecIn, pb.TrainSpec),
+             (schemas.AlgoSweepSpecIn, pb.AlgoSweepSpec)]
     for model, message in pairs:
         assert list(model.model_fields) == [f.name for f in message.DESCRIPTOR.fields], model
         for f in message.DESCRIPTOR.fields:

@@ -17,15 +17,17 @@ import torch
 
 from ringleader import spec
 from ringleader.v1 import jobs_pb2 as pb
-from worker import collectives, datacheck
+from worker import calibrate, collectives, datacheck
+from worker.algos import Method
 from ports import free_port
 
 SIZES = (1000, 150_000)  # requested bytes; rounded by spec.effective_size per world size
 ITERS, WARMUP = 3, 1
 
 
-def _case(op, dtype="float32", reduce_op="sum", in_place=False, root=0):
-    return dict(op=op, dtype=dtype, reduce_op=reduce_op, in_place=in_place, root=root)
+def _case(op, dtype="float32", reduce_op="sum", in_place=False, root=0, iters=ITERS, graph=False, algo=""):
+    return dict(op=op, dtype=dtype, reduce_op=reduce_op, in_place=in_place, root=root, iters=iters,
+                graph=graph, algo=algo)
 
 
 def _cases() -> list[dict]:
@@ -47,6 +49,12 @@ def _cases() -> list[dict]:
     for op in ("all_gather", "reduce_scatter", "gather", "scatter"):
         cases += [_case(op, "float32", in_place=True, root=1), _case(op, "int32", in_place=True)]
     cases.append(_case("all_reduce", "int32", "avg"))  # unsupported by gloo: refused up front
+    # auto iterations (calibrated per size, agreed by every rank), gather/scatter's grouped p2p
+    for op in ("all_reduce", "gather", "scatter"):
+        cases.append(_case(op, "float32", root=1 if op != "all_reduce" else 0, iters=spec.AUTO_ITERS))
+    # refused up front on gloo, naming the field: CUDA graphs and the CUDA-only algos
+    cases += [_case("all_reduce", graph=True), _case("all_reduce", algo="symm:one_shot"),
+              _case("broadcast", algo="nccl:ring/ll"), _case("all_reduce", algo="gloo")]
     return [dict(c, size=s) for c in cases for s in SIZES]
 
 
@@ -55,7 +63,8 @@ CASES = _cases()
 
 def _case_id(c: dict) -> str:
     return "-".join([c["op"], c["dtype"], c["reduce_op"], f"root{c['root']}",
-                     "inplace" if c["in_place"] else "oop", str(c["size"])])
+                     "inplace" if c["in_place"] else "oop", str(c["size"]), f"iters{c['iters'] or 'auto'}",
+                     *(["graph"] if c["graph"] else []), *([c["algo"]] if c["algo"] else [])])
 
 
 def _rank_main(rank: int, n: int, port: int, cases: list[dict], path: str) -> None:
@@ -75,12 +84,13 @@ def _rank_main(rank: int, n: int, port: int, cases: list[dict], path: str) -> No
             counter = types.SimpleNamespace(value=0)
             args = dict(op=c["op"], dtype=c["dtype"], reduce_op=c["reduce_op"], size_bytes=size,
                         root=c["root"], in_place=c["in_place"], device=device)
+            method = Method(algo=c["algo"], graph=c["graph"])
             try:
-                local = collectives.measure(**args, iters=ITERS, warmup=WARMUP, counter=counter)
+                local = collectives.measure(**args, iters=c["iters"], warmup=WARMUP, counter=counter, method=method)
             except ValueError as err:
                 payload["rows"].append({"error": str(err)})
                 continue
-            row = collectives.summarize(local, **args, iters=ITERS)
+            row = collectives.summarize(local, **args, algo=c["algo"])
             payload["rows"].append({"row": row, "ops_issued": counter.value,
                                     "local_wrong": local.wrong})
         dist.destroy_process_group()
@@ -127,11 +137,12 @@ def test_measure_and_summarize_on_gloo(world, i):
     n, payloads = world
     case = CASES[i]
     seen = [p["rows"][i] for p in payloads]
-    refusal = spec.backend_refusal("gloo", op=case["op"], dtype=case["dtype"], reduce_op=case["reduce_op"])
+    refusal = spec.backend_refusal("gloo", op=case["op"], dtype=case["dtype"], reduce_op=case["reduce_op"],
+                                   graph=case["graph"], algo=case["algo"])
     reason = str(refusal) if refusal else None
     if reason:
         assert all(s == {"error": reason} for s in seen)
-        assert reason.startswith("reduce_op: ") and reason.endswith("not supported by the gloo backend")
+        assert reason.split(":")[0] in ("reduce_op", "graph", "algo")
         return
     row = seen[0]["row"]
     assert all(s["row"] == row for s in seen), "summarize must give every rank the same row"
@@ -139,7 +150,12 @@ def test_measure_and_summarize_on_gloo(world, i):
     pb.SizeResult(**row)  # exactly the message's fields, with compatible types
     assert set(row) == set(pb.SizeResult.DESCRIPTOR.fields_by_name)
     assert row["wrong"] == 0 and all(s["local_wrong"] == 0 for s in seen)
-    assert (row["world_size"], row["iters"]) == (n, ITERS)
+    assert (row["world_size"], row["mode"], row["algo"]) == (n, "eager", "gloo")
+    auto = case["iters"] == spec.AUTO_ITERS
+    if auto:  # chosen per size from the slowest rank's probe (identical rows: every rank agreed)
+        assert calibrate.MIN_ITERS <= row["iters"] <= calibrate.MAX_AUTO_ITERS
+    else:
+        assert row["iters"] == ITERS
     assert {k: row[k] for k in ("op", "dtype", "reduce_op", "root", "in_place")} == \
         {k: case[k] for k in ("op", "dtype", "reduce_op", "root", "in_place")}
     assert row["size_bytes"] == size
@@ -155,9 +171,10 @@ def test_measure_and_summarize_on_gloo(world, i):
         assert row["busbw_gbps"] == pytest.approx(
             row["algbw_gbps"] * spec.busbw_factor(case["op"], n))
         assert row["busbw_gbps"] > 0
-    # warm-up + timed + the check op, each counted once
+    # warm-up + the probe (auto) + timed + the check op, each counted once
     check_ops = 0 if case["op"] == "barrier" else 1
-    assert all(s["ops_issued"] == WARMUP + ITERS + check_ops for s in seen)
+    probe = calibrate.PROBE_ITERS if auto else 0
+    assert all(s["ops_issued"] == WARMUP + probe + row["iters"] + check_ops for s in seen)
 
 
 # ---- the data check without a process group -------------------------------------------------
@@ -296,3 +313,52 @@ def test_vocabulary_maps_to_torch():
         collectives.torch_dtype("complex64")
     with pytest.raises(ValueError, match="reduce_op"):
         collectives.torch_reduce_op("band")
+
+
+# ---- the algo-sweep runner on gloo (spawned ranks, as the executor runs it) -----------------
+
+def _sweep_main(rank: int, n: int, port: int, path: str) -> None:
+    import torch.distributed as dist
+
+    from ringleader import jobspec
+    from worker.kinds import RUNNERS, RunContext
+
+    payload: dict = {}
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n,
+                                timeout=datetime.timedelta(seconds=60))
+        job = jobspec.normalize(pb.JobSpec(world_size=n, algo_sweep=pb.AlgoSweepSpec(sizes=[8, 4096], iters=5)))
+        sent: list = []
+        ctx = RunContext("j", rank, torch.device("cpu"), types.SimpleNamespace(value=0), sent.append)
+        outcome = RUNNERS[job.kind](job, ctx)
+        kind, raw = outcome.serialized()
+        payload = {"kind": kind, "result": raw.hex(), "progress": [(p.done, p.total) for p in sent]}
+        dist.destroy_process_group()
+    except BaseException:
+        payload["traceback"] = traceback.format_exc()
+    with open(path, "w") as f:
+        json.dump(payload, f)
+
+
+def test_algo_sweep_runner_on_gloo(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    port, n = free_port("127.0.0.1"), 2
+    paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
+    procs = [ctx.Process(target=_sweep_main, args=(r, n, port, paths[r])) for r in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    payloads = []
+    for path in paths:
+        with open(path) as f:
+            payloads.append(json.load(f))
+    assert all("traceback" not in p for p in payloads), payloads
+    assert payloads[0]["result"] == payloads[1]["result"], "every rank reports the same outcome"
+    assert payloads[0]["kind"] == "algo_sweep"
+    r = pb.AlgoSweepResult.FromString(bytes.fromhex(payloads[0]["result"]))
+    assert (r.op, r.dtype, r.world_size, r.mode, list(r.algos)) == ("all_reduce", "float32", 2, "eager", ["gloo"])
+    assert [(x.size_bytes, x.algo, x.iters, x.wrong) for x in r.results] == [(8, "gloo", 5, 0), (4096, "gloo", 5, 0)]
+    assert [(b.size_bytes, b.algo, b.speedup) for b in r.best] == [(8, "gloo", 1.0), (4096, "gloo", 1.0)]
+    assert [(t.min_bytes, t.max_bytes, t.algo) for t in r.table] == [(8, 0, "gloo")]
+    assert payloads[0]["progress"] == [[0, 2], [1, 2]]

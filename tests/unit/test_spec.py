@@ -88,7 +88,7 @@ def test_missing_kind_is_invalid():
 def test_normalize_fills_defaults():
     s = jobspec.normalize(_spec()).spec
     c = s.collective
-    assert (c.dtype, c.reduce_op, c.iters, c.warmup) == ("float32", "sum", 20, 5)
+    assert (c.dtype, c.reduce_op, c.iters, c.warmup) == ("float32", "sum", 0, 5)  # iters 0: auto
     assert (c.min_bytes, c.max_bytes, c.factor) == (8, 64 << 20, 2.0)
     assert s.op_timeout_s == specs.DEFAULT_OP_TIMEOUT_S
 

@@ -1,0 +1,36 @@
+"""CUDA-graph mode: an op's launches captured once and replayed, so the time is the device's.
+
+An op is captured only after it ran eagerly (the warm-up): NCCL creates its communicator and
+torch its lazily built state on the first call, and neither may happen during a capture. Every
+op in the vocabulary but barrier is capturable (barrier waits on the host); the spec refuses it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def capture(run, ops: int, device: torch.device) -> torch.cuda.CUDAGraph:
+    """A graph of `ops` calls of `run`, captured on a side stream (torch.cuda.graph's own)."""
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(ops):
+            run()
+    torch.cuda.synchronize(device)
+    return graph
+
+
+class Captured:
+    """The timed graph (`ops` launches of the op) and a one-op graph for the data check: the
+    check runs what was timed, and an in-place op repeated `ops` times has no closed form."""
+
+    def __init__(self, run, ops: int, device: torch.device) -> None:
+        self.ops = ops
+        self.timed = capture(run, ops, device)
+        self.check = capture(run, 1, device)
+
+    def release(self) -> None:
+        """Free the graphs now (NCCL keeps resources for a captured op until its graph goes)."""
+        for graph in (self.timed, self.check):
+            graph.reset()

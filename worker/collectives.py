@@ -197,15 +197,15 @@ def summarize(local: LocalMeasurement, *, op, dtype, reduce_op, size_bytes, root
     """Combine every rank's measurement (a collective on the default group: call on every rank).
     algo: what ran ("" names the backend's own)."""
     device = torch.device(device)
-    n = dist.get_world_size()
-    # One gather carries both: [mean, times...] per rank.
-    mine = torch.tensor([local.mean_us, *local.times_us], dtype=torch.float64, device=device)
-    everyone = [torch.empty_like(mine) for _ in range(n)]
-    dist.all_gather(everyone, mine)
-    wrong = torch.tensor([local.wrong], dtype=torch.int64, device=device)
-    dist.all_reduce(wrong, op=dist.ReduceOp.SUM)
-    rows = [t.tolist() for t in everyone]
-    return build_result([r[1:] for r in rows], [r[0] for r in rows], int(wrong.item()), op=op, dtype=dtype,
+    n, rank = dist.get_world_size(), dist.get_rank()
+    # One sum carries everything: each rank fills its own row [mean, times..., wrong]. A sum, not
+    # a gather: a group pinned to NCCL_ALGO=Tree (an algo flavor) runs all_reduce and nothing else.
+    table = torch.zeros(n, len(local.times_us) + 2, dtype=torch.float64, device=device)
+    table[rank] = torch.tensor([local.mean_us, *local.times_us, local.wrong], dtype=torch.float64)
+    dist.all_reduce(table, op=dist.ReduceOp.SUM)
+    rows = table.tolist()
+    wrong = int(sum(r[-1] for r in rows))  # exact: counts stay far below 2**53
+    return build_result([r[1:-1] for r in rows], [r[0] for r in rows], wrong, op=op, dtype=dtype,
                         reduce_op=reduce_op, size_bytes=size_bytes, root=root, in_place=in_place,
                         iters=local.iters, mode=local.mode,
                         algo=vocab.resolved_algo(algo, backend_for(device)))

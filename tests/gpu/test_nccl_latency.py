@@ -15,9 +15,14 @@ import traceback
 
 import pytest
 
+from fleet import GPUS, SHARED
+from ports import free_port
+
 from ringleader import algos, spec
 from ringleader.v1 import jobs_pb2 as pb
-from ports import free_port
+
+# Symmetric memory needs a GPU per rank; so do the sweep (it includes it) and the env probe.
+needs_a_gpu_per_rank = pytest.mark.skipif(bool(SHARED) or GPUS < 2, reason="needs 2 CUDA GPUs, one per rank")
 
 pytestmark = pytest.mark.gpu
 
@@ -59,11 +64,14 @@ def test_gather_and_scatter_on_one_buffer(gpu_cluster, op, in_place):
 def test_auto_iterations_are_calibrated_per_size(gpu_cluster):
     done = _ok(gpu_cluster, op="all_reduce", sizes=[8, 1 << 30])
     small, large = done.results
-    assert small.mode == "eager" and small.iters > 20, small.iters  # ~20 ms of 8 B ops: hundreds
+    assert small.mode == "eager" and small.iters >= 20
+    if not SHARED:  # over the shared fleet's sockets an 8 B op takes milliseconds
+        assert small.iters > 20, small.iters  # ~20 ms of 8 B ops: hundreds
     assert small.iters * small.time_us > 5_000, "the timed loop should last about 20 ms"
     assert large.iters == 20  # a 1 GiB op is long: nccl-tests' count
 
 
+@needs_a_gpu_per_rank
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("algo", algos.SYMM_ALGOS)
@@ -84,6 +92,7 @@ def test_pinned_nccl_algorithm_gets_a_group_of_its_flavor(gpu_cluster):
     assert not back.warm_start
 
 
+@needs_a_gpu_per_rank
 def test_algo_sweep_finds_a_winner_per_size(gpu_cluster):
     job = gpu_cluster.client.submit(pb.JobSpec(world_size=2, op_timeout_s=600, algo_sweep=pb.AlgoSweepSpec(
         sizes=[8, 1024, 65536, 1 << 20, 16 << 20], graph=True)))
@@ -139,6 +148,7 @@ def _env_probe_main(rank: int, n: int, port: int, out: str) -> None:
         json.dump(result, f)
 
 
+@needs_a_gpu_per_rank
 def test_nccl_reads_algo_and_proto_again_for_a_new_group(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     port = free_port("127.0.0.1")

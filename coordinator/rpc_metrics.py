@@ -23,6 +23,14 @@ LONG_LIVED_METHODS = frozenset({
 })
 
 
+def latency_and_count(registry: CollectorRegistry, labels: list[str], histogram: tuple[str, str],
+                      counter: tuple[str, str]) -> tuple[Histogram, Counter]:
+    """A request-latency histogram and a request counter with the same labels ((name, help) each):
+    the pair every server of the coordinator exports (gRPC here, HTTP in dashboard/)."""
+    return (Histogram(*histogram, labels, buckets=RPC_LATENCY_BUCKETS, registry=registry),
+            Counter(*counter, labels, registry=registry))
+
+
 class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
     """Times every RPC of the gRPC server, labelled by service, method, kind and status code.
 
@@ -36,13 +44,11 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
     LABELS = ["grpc_service", "grpc_method", "grpc_type", "grpc_code"]
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.handling = Histogram(
-            "ringleader_grpc_server_handling_seconds",
-            "Time to handle a gRPC call (unary and short streams; long-lived streams excluded)",
-            self.LABELS, buckets=RPC_LATENCY_BUCKETS, registry=registry)
-        self.handled = Counter("ringleader_grpc_server_handled_total",
-                               "gRPC calls completed, long-lived streams included",
-                               self.LABELS, registry=registry)
+        self.handling, self.handled = latency_and_count(
+            registry, self.LABELS,
+            ("ringleader_grpc_server_handling_seconds",
+             "Time to handle a gRPC call (unary and short streams; long-lived streams excluded)"),
+            ("ringleader_grpc_server_handled_total", "gRPC calls completed, long-lived streams included"))
         self.streams_open = Gauge("ringleader_grpc_server_streams_open",
                                   "Long-lived gRPC streams open now (worker connections, job watchers)",
                                   ["grpc_service", "grpc_method"], registry=registry)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coordinator.rpc_metrics import RPC_LATENCY_BUCKETS
+from coordinator.rpc_metrics import latency_and_count
 
 UNMATCHED = "unmatched"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -27,12 +27,11 @@ class HttpMetrics:
     LABELS = ["method", "route", "status"]
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.duration = Histogram(
-            "ringleader_http_server_request_duration_seconds",
-            "Time from an HTTP request to the end of its response (event streams excluded)",
-            self.LABELS, buckets=RPC_LATENCY_BUCKETS, registry=registry)
-        self.requests = Counter("ringleader_http_server_requests_total",
-                                "HTTP requests answered, event streams included", self.LABELS, registry=registry)
+        self.duration, self.requests = latency_and_count(
+            registry, self.LABELS,
+            ("ringleader_http_server_request_duration_seconds",
+             "Time from an HTTP request to the end of its response (event streams excluded)"),
+            ("ringleader_http_server_requests_total", "HTTP requests answered, event streams included"))
 
 
 class HttpMetricsMiddleware:

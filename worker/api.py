@@ -90,16 +90,6 @@ class Result:
 
 
 @dataclass(frozen=True)
-class GroupDropped:
-    group_key: str
-
-
-@dataclass(frozen=True)
-class Exited:
-    pass
-
-
-@dataclass(frozen=True)
 class Done:
     """A rank's end of a job, whoever saw it end (the executor, or the daemon when the executor
     died, was aborted or could not take the job). `to_pb` is the one place a JobDone is built."""
@@ -140,3 +130,16 @@ def read_log(path: str, limit: int = LOG_TAIL_BYTES) -> str:
             return log_tail(f.read(), dropped=max(0, size - limit), limit=limit)
     except FileNotFoundError:  # nothing captured (or no path given)
         return ""
+
+
+@dataclass(frozen=True)
+class GroupDropped:
+    group_key: str
+
+
+# ---- from the supervisor ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Exited:
+    """The pipe closed: the executor is gone (the last message a handle delivers)."""

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
-from cluster import Cluster  # noqa: E402
+from cluster import running  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -25,15 +25,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="module")
 def web_cluster(tmp_path_factory):
     """A coordinator serving the dashboard (HTTP) and two CPU workers (w0, w1)."""
-    c = Cluster(tmp_path_factory.mktemp("web"))
-    try:
-        c.start_coordinator(http=True)
-        for wid in ("w0", "w1"):
-            c.start_worker(wid)
-        c.wait_idle(["w0", "w1"])
+    with running(tmp_path_factory.mktemp("web"), ["w0", "w1"], http=True) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,6 +18,17 @@ from ringleader.v1 import jobs_pb2 as pb
 
 def ringleader_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "ringleader", *args]
+
+
+@contextlib.contextmanager
+def running(tmp: Path, worker_ids, http: bool = False):
+    """A started cluster (Cluster.start) for the length of a `with` block or a fixture."""
+    c = Cluster(tmp)
+    try:
+        c.start(worker_ids, http=http)
+        yield c
+    finally:
+        c.close()
 
 
 class Cluster:
@@ -46,6 +58,24 @@ class Cluster:
         self.http_url = line.split()[-1] if http else ""
         self._client = None
         return self.address
+
+    def start(self, worker_ids, http: bool = False, port: int = 0) -> str:
+        """A coordinator and CPU workers with these ids, all idle; returns the gRPC address."""
+        address = self.start_coordinator(port=port, http=http)
+        for wid in worker_ids:
+            self.start_worker(wid)
+        self.wait_idle(worker_ids)
+        return address
+
+    def kill_during(self, job_id: str, worker_id: str, settle_s: float = 1.5, timeout: float = 30):
+        """Kill a worker once the job runs (and has settled into its loop); returns the finished
+        job and the seconds from the kill to its end."""
+        self.wait_job(job_id, states=(pb.RUNNING,))
+        time.sleep(settle_s)
+        killed_at = time.monotonic()
+        self.kill_worker(worker_id)
+        done = self.wait_job(job_id, timeout=timeout)
+        return done, time.monotonic() - killed_at
 
     def stop_coordinator(self, sig: int = signal.SIGTERM) -> None:
         self.coordinator.send_signal(sig)

@@ -1,20 +1,13 @@
 import pytest
 
-from cluster import Cluster
+from cluster import Cluster, running
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """One coordinator and four CPU workers (w0..w3) shared by a test module."""
-    c = Cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        c.start_coordinator()
-        for i in range(4):
-            c.start_worker(f"w{i}")
-        c.wait_idle([f"w{i}" for i in range(4)])
+    with running(tmp_path_factory.mktemp("cluster"), [f"w{i}" for i in range(4)]) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

@@ -20,11 +20,8 @@ SHORT = dict(op="all_reduce", sizes=[4096, 1 << 20], iters=5, warmup=1)
 
 
 def _start(c, n: int) -> list[str]:
-    c.start_coordinator()
     ids = [f"w{i}" for i in range(n)]
-    for wid in ids:
-        c.start_worker(wid)
-    c.wait_idle(ids)
+    c.start(ids)
     return ids
 
 

@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import (
     content_type_conformance, response_schema_conformance, status_code_conformance,
 )
 
-from cluster import Cluster
+from cluster import running
 from dashboard import api as rest
 from dashboard import schemas
 from dashboard import sse as sse_stream
@@ -33,15 +33,8 @@ NOWHERE = "nowhere.invalid"  # a placement host no worker has: such jobs stay QU
 
 @pytest.fixture(scope="module")
 def cl(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("rest"))
-    try:
-        c.start_coordinator(http=True)
-        c.start_worker("r0")
-        c.start_worker("r1")
-        c.wait_idle(["r0", "r1"])
+    with running(tmp_path_factory.mktemp("rest"), ["r0", "r1"], http=True) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")

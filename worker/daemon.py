@@ -158,10 +158,11 @@ class WorkerDaemon:
             job_id, rank = self.job
             log.warning("aborting job %s: %s", job_id, abort.reason)
             # The group may be mid-collective with a dead peer: only a new process is safe.
-            await self._replace_executor()
+            await self._retire_executor()
             self.job = None
             log_text = self._last_log(job_id, rank, f"aborted ({abort.reason}): the executor was replaced")
             self._send_done(rank, api.Done.failed(job_id, f"aborted: {abort.reason}", wpb.ABORTED, log=log_text))
+            await self._start_executor()  # under the lock: no assignment runs before it is up
 
     async def _drop(self, drop: wpb.DropGroup) -> None:
         async with self._lock:
@@ -221,13 +222,16 @@ class WorkerDaemon:
                 f"executor process killed by signal {-code}"
             if code != 0 or job:
                 log.error("%s", why)
-            await self._replace_executor()
+            await self._retire_executor()
             self.job = None
+            # Report before the replacement starts: a peer's communication error waits only a
+            # few seconds for the cause to report (coordinator/liveness.py).
             if job:
                 self._send_done(job[1], api.Done.failed(job[0], why, wpb.EXECUTOR_DIED,
                                                         log=self._last_log(*job, why)))
             elif held:
                 self.link.send(wpb.WorkerMessage(group_dropped=wpb.GroupDropped(group_key=held)))
+            await self._start_executor()
 
     # ---- the executor process --------------------------------------------------------------
 
@@ -252,7 +256,7 @@ class WorkerDaemon:
                 log.error("%s; retrying", exc)
             await asyncio.sleep(backoff.next_delay())
 
-    async def _replace_executor(self) -> None:
+    async def _retire_executor(self) -> None:
         old, self.executor = self.executor, None
         if old:
             await old.kill()
@@ -260,6 +264,9 @@ class WorkerDaemon:
                 self.ops_retired += old.op_seq
         self.holds = ""
         self.restarts += 1
+
+    async def _replace_executor(self) -> None:
+        await self._retire_executor()
         await self._start_executor()
 
     def _send_done(self, rank: int, done: api.Done) -> None:

@@ -24,6 +24,7 @@ from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker import api
 from worker.link import Backoff, CoordinatorLink
+from worker.netif import route_to
 from worker.supervisor import ExecutorHandle, ExecutorStartError
 
 log = logging.getLogger("ringleader.worker")
@@ -47,17 +48,6 @@ def default_worker_id(device: str) -> str:
     host = socket.gethostname()
     # One daemon per GPU makes cuda ids stable; CPU daemons may share a host, so add the pid.
     return f"{host}-{device.replace(':', '')}" + ("" if device.startswith("cuda") else f"-{os.getpid()}")
-
-
-def route_to(target: str) -> str:
-    """The local address this host uses to reach `target` (host:port): what peers can reach."""
-    host = target.rsplit(":", 1)[0].strip("[]")
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((host, 9))  # UDP connect sends nothing; it only picks the route
-            return s.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
 
 
 def local_cuda_devices() -> list[str]:

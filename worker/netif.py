@@ -1,4 +1,5 @@
-"""Which network interface holds an address (Linux), so gloo and NCCL use the advertised one."""
+"""Addresses and interfaces (Linux): the address a worker advertises, and the interface holding
+it, so that gloo and NCCL leave on the interface peers reach."""
 
 from __future__ import annotations
 
@@ -37,3 +38,14 @@ def pin_interfaces(address: str, environ) -> None:
     if name:
         for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             environ.setdefault(var, name)
+
+
+def route_to(target: str) -> str:
+    """The local address this host uses to reach `target` (host:port): what peers can reach."""
+    host = target.rsplit(":", 1)[0].strip("[]")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 9))  # UDP connect sends nothing; it only picks the route
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"

@@ -20,7 +20,7 @@ import uuid
 from coordinator import groups as warm_groups
 from coordinator import scheduler
 from coordinator.groups import Groups
-from coordinator.jobs import JobBook, Running
+from coordinator.jobs import JobBook, Queued, Running
 from coordinator.liveness import Timings
 from coordinator.registry import WorkerConn, WorkerRegistry
 from ringleader.v1 import jobs_pb2 as pb
@@ -36,20 +36,28 @@ class Dispatcher:
         self.groups = groups
         self.timings = timings
         self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
+        # The scheduler's indexes follow the queue and the fleet as they change, so a pass
+        # rescans neither (coordinator/scheduler.py).
+        self.scheduler = scheduler.Scheduler()
+        book.on_queued = self._queued
+        book.on_dequeued = self.scheduler.remove
+        book.waiting_reason = self.scheduler.reason
+        workers.on_change = self._worker_changed
 
     # ---- placement -------------------------------------------------------------------------
 
     def schedule(self) -> None:
-        queued = self.book.queued
-        if not queued:
-            return
-        pending = [scheduler.PendingJob.of(q.job.id, q.valid, q.job.created_at) for q in queued.values()]
-        fleet = [w.view() for w in self.workers.connected()]
-        plan = scheduler.plan(pending, fleet, time.time(), self.groups.warm())
-        for decision in plan.decisions:
+        for decision in self.scheduler.place(self.groups.warm()):
             self._start(decision)
-        for job_id, why in plan.waiting.items():
-            self.book.set_waiting_reason(queued[job_id].job, why)
+
+    def _queued(self, q: Queued) -> None:
+        self.scheduler.add(scheduler.PendingJob.of(q.job.id, q.valid, q.job.created_at))
+
+    def _worker_changed(self, conn: WorkerConn) -> None:
+        if conn.connected:
+            self.scheduler.put_worker(conn.view())
+        else:
+            self.scheduler.drop_worker(conn.worker_id)
 
     def _start(self, d: scheduler.Decision) -> None:
         conns = [self.workers.get(w) for w in d.worker_ids]

@@ -80,7 +80,7 @@ async def _until_interrupted() -> None:
 
 async def _sweep(coord: RunningCoordinator, n: int, max_bytes: int) -> int:
     deadline = time.monotonic() + WORKERS_READY_TIMEOUT_S
-    while sum(w.state == pb.IDLE for w in coord.core.list_workers()) < n:
+    while sum(w.state == pb.IDLE for w in coord.core.list_workers().workers) < n:
         if time.monotonic() > deadline:
             print(f"workers did not register within {WORKERS_READY_TIMEOUT_S} s", file=sys.stderr)
             return 1

@@ -82,9 +82,6 @@ def normalize(spec: pb.JobSpec) -> ValidJob:
     """Validate `spec`, naming the first bad field, and return it checked with defaults filled."""
     if not 1 <= spec.world_size <= MAX_WORLD_SIZE:
         raise InvalidSpec("world_size", f"must be between 1 and {MAX_WORLD_SIZE}, got {spec.world_size}")
-    if (size := spec.ByteSize()) > MAX_SPEC_BYTES:
-        raise InvalidSpec("placement.worker_ids", f"the spec is {size} bytes serialized, at most {MAX_SPEC_BYTES}: "
-                          "name fewer workers, or place by host or gpu_model")
     kind = spec.WhichOneof("kind")
     if kind is None:
         raise InvalidSpec("kind", f"set a job kind: one of {', '.join(KINDS)}")
@@ -92,6 +89,9 @@ def normalize(spec: pb.JobSpec) -> ValidJob:
         raise InvalidSpec("priority", f"must be between -{MAX_PRIORITY} and {MAX_PRIORITY}, got {spec.priority}")
     _check_text("name", spec.name)
     _check_placement(spec)
+    if (size := spec.ByteSize()) > MAX_SPEC_BYTES:  # every string is bounded: only worker ids add up
+        raise InvalidSpec("placement.worker_ids", f"the spec is {size} bytes serialized, at most {MAX_SPEC_BYTES}: "
+                          "name fewer workers, or place by host or gpu_model")
     if not math.isfinite(spec.op_timeout_s) or not 0 <= spec.op_timeout_s <= MAX_OP_TIMEOUT_S:
         raise InvalidSpec("op_timeout_s", f"must be a number of seconds between 0 (the default) and {MAX_OP_TIMEOUT_S:.0f}")
     out = pb.JobSpec()

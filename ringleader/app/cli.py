@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--grpc-address", default=defaults.COORDINATOR_ADDRESS)
     c.add_argument("--http-address", default=defaults.HTTP_ADDRESS, help='"" disables the HTTP side')
     c.add_argument("--db", default="", help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing)")
+    c.add_argument("--worker-ttl", type=float, default=600.0, metavar="SECONDS",
+                   help="how long a disconnected worker stays listed (default 600)")
 
     w = sub.add_parser("worker", help="run a worker daemon for one device (or one per GPU)")
     w.add_argument("--device", default="cpu", help="cpu, cuda:N, or all (one daemon per visible GPU)")
@@ -149,8 +151,12 @@ def _rpc_message(exc: grpc.RpcError, a) -> str:
 def _run(a) -> int:
     if a.command == "coordinator":
         from ringleader.app.process import CoordinatorConfig, serve
+        from coordinator.liveness import Timings
 
-        asyncio.run(serve(CoordinatorConfig(a.grpc_address, a.http_address, a.db)))
+        if not a.worker_ttl > 0:
+            raise CliError(f"--worker-ttl: must be a positive number of seconds, got {a.worker_ttl:g}", EXIT_USAGE)
+        asyncio.run(serve(CoordinatorConfig(a.grpc_address, a.http_address, a.db,
+                                            timings=Timings(worker_ttl_s=a.worker_ttl))))
         return 0
     if a.command == "worker":
         return run_workers(a)

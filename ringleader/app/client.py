@@ -44,8 +44,17 @@ class Client:
     def cancel(self, job_id: str, reason: str = "") -> pb.Job:
         return self._stub.CancelJob(pb.CancelJobRequest(job_id=job_id, reason=reason), timeout=self.timeout)
 
-    def workers(self) -> list[pb.WorkerInfo]:
-        return list(self._stub.ListWorkers(pb.ListWorkersRequest(), timeout=self.timeout).workers)
+    def workers(self, states=()) -> list[pb.WorkerInfo]:
+        """Every worker (in any of `states`; empty: all), page after page."""
+        out: list[pb.WorkerInfo] = []
+        token = ""
+        while True:
+            page = self._stub.ListWorkers(pb.ListWorkersRequest(states=states, limit=defaults.PAGE_MAX, page_token=token),
+                                          timeout=self.timeout)
+            out += page.workers
+            token = page.next_page_token
+            if not token:
+                return out
 
     def watch(self, job_id: str):
         """Events of a job until it finishes (no deadline: jobs can run for long)."""

@@ -74,7 +74,9 @@ def _spec(**kw):
     (dict(placement=pb.Placement(gpu_model="g" * 257)), "placement.gpu_model"),
     (dict(world_size=1, placement=pb.Placement(worker_ids=["w" * 257])), "placement.worker_ids"),
     (dict(world_size=10**9), "world_size"),
-    (dict(name="x" * (3 << 20)), "placement.worker_ids"),  # over the spec's byte limit first
+    (dict(name="x" * (3 << 20)), "name"),
+    (dict(world_size=8000, placement=pb.Placement(worker_ids=[f"worker-{i:05}" for i in range(8000)])),
+     "placement.worker_ids"),  # 8000 ids of 12 characters: over the spec's 64 KiB
     (dict(priority=1001), "priority"),
     (dict(priority=-1001), "priority"),
     (dict(op_timeout_s=7 * 86400 + 1), "op_timeout_s"),

@@ -7,7 +7,8 @@ register; heartbeat at the interval the coordinator asks for; on an Assignment, 
 group reports StoreReady first (the other ranks are assigned only then), then progress, one
 result per size (rank 0) and JobDone carrying the group it now holds (warm_group); DropGroup is
 answered with GroupDropped; Abort with a failed JobDone. A stream the coordinator ends is
-counted in `dropped` and reconnected after a second, as a daemon would.
+counted in `dropped` (one that fails, in `failed`) and reconnected after a second or two, as a
+daemon would.
 
 Used by bench/control_plane.py (many processes of many daemons) and by tests that need
 CUDA/NCCL workers on a machine without GPUs.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Callable
@@ -56,6 +58,7 @@ class Stats:
     done: int = 0
     dropped: int = 0  # streams the coordinator ended (e.g. a worker it declared lost)
     refused: int = 0  # registrations refused (ALREADY_EXISTS while the old stream is noticed)
+    failed: int = 0  # streams that failed to open or broke (UNAVAILABLE, ...)
 
     def add(self, other: "Stats") -> None:
         for name in self.__dataclass_fields__:
@@ -83,19 +86,18 @@ class SimWorker:
     _op: int = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Stay registered until `stop`, reconnecting when the coordinator ends the stream."""
+        """Stay registered until `stop`, reconnecting (after 1-2 s) when the stream ends."""
         while not stop.is_set():
             try:
-                ended = await self._session(stop)
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
-                    raise
-                self.stats.refused += 1
-                ended = True
-            if ended and not stop.is_set():
-                self.stats.dropped += 1
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 1.0)
+                if await self._session(stop):
+                    self.stats.dropped += 1
+            except grpc.aio.AioRpcError as exc:  # as a daemon's link: count, then reconnect
+                if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                    self.stats.refused += 1
+                else:
+                    self.stats.failed += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), random.uniform(1.0, 2.0))
 
     async def _session(self, stop: asyncio.Event) -> bool:
         call = self.stub.Connect()
@@ -151,7 +153,9 @@ class SimWorker:
         if a.rank == 0 and not a.store_port and a.group_key != self.holds:
             await asyncio.sleep(self.ack_s)
             self.send(store_ready=wpb.StoreReady(job_id=a.job_id, group_key=a.group_key, store_port=STORE_PORT))
-        await asyncio.sleep(self.job_s(a))
+        duration = self.job_s(a)
+        # An endless job (a benchmark holding its worker) waits until it is aborted.
+        await (asyncio.sleep(duration) if math.isfinite(duration) else asyncio.get_running_loop().create_future())
         self._op += 1
         results = _results(a) if a.rank == 0 else []
         if results:

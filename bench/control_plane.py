@@ -208,9 +208,11 @@ async def run_config(cfg: Config, tmp: Path) -> dict:
             out.update(await measured_window(cfg, stub, watch, sims, rng))
             out["queue_depth_end"] = loadstats.metric(http_url, "ringleader_queue_depth")
     finally:
-        final = sims.stop()
-        coord.terminate()
-        coord.wait(60)
+        try:
+            final = sims.stop()
+        finally:
+            coord.terminate()
+            coord.wait(60)
     log = (tmp / "coordinator.log").read_text(errors="replace")
     out["workers_declared_lost"] = len(re.findall(r"left: no heartbeat", log))
     out["streams_ended_by_coordinator"] = final.dropped

@@ -22,9 +22,11 @@ not rescan the queue or the fleet:
   every idle worker they could use): a pass visits a group once per job placed, plus once;
 - workers are indexed by kind (backend, device type, device name, memory) and host, so
   eligibility is decided once per kind, not per worker;
-- a pass ends as soon as no idle worker is left unclaimed.
-Its cost grows with the number of distinct needs, kinds and hosts, not with the queue's length.
-Waiting reasons are derived when asked (`reason`) from the fleet and the last pass.
+- a pass walks only the needs that fit a kind of worker with idle workers left unclaimed
+  (coordinator/sched_index.py's KindQueues), and ends when none is left.
+Its cost grows with the needs it visits and the hosts of their kinds, not with the queue's
+length (bench/scheduler_pass.py). Waiting reasons are derived when asked (`reason`) from the
+fleet and the last pass.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Mapping
 
-from coordinator.sched_index import Claims, FleetIndex, Kind, QueueGroup, WorkerView
+from coordinator.sched_index import Claims, FleetIndex, Kind, KindQueues, QueueGroup, WorkerView
 from ringleader import spec as specs
 from ringleader.jobspec import ValidJob
 
@@ -133,6 +135,10 @@ class Scheduler:
         self._groups: dict[Need, QueueGroup] = {}
         self._fleet = FleetIndex()
         self._pass = 0
+        # A pass visits only the needs that fit a kind with idle workers: the others can neither
+        # start nor reserve anything.
+        self._queues = KindQueues()
+        self._queues_epoch = -1
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self._jobs
@@ -147,16 +153,22 @@ class Scheduler:
         self._jobs[job.job_id] = job
         need = job.need
         group = self._groups.get(need) or self._groups.setdefault(need, QueueGroup(need))
+        first = not group.live or job.order < group.live[group.head()]
         group.push(job.job_id, job.order)
+        if first:
+            self._queues.push(need, job.order)
 
     def remove(self, job_id: str) -> None:
         job = self._jobs.pop(job_id, None)
         if job is None:
             return
         group = self._groups[job.need]
+        first = group.head() == job_id
         group.discard(job_id)
         if not group.live:
             del self._groups[job.need]
+        elif first:
+            self._queues.push(job.need, group.live[group.head()])
 
     def put_worker(self, w: WorkerView) -> None:
         """A connected worker, new or changed (idle or busy)."""
@@ -173,28 +185,31 @@ class Scheduler:
         groups a job may reuse, by size."""
         self._pass += 1
         claims = Claims(self._fleet.n_idle)
-        heads = [(g.live[g.head()], need) for need, g in self._groups.items()] if claims.free else []
-        heapq.heapify(heads)
+        if not claims.free:
+            return []
+        self._sync_queues()
+        fleet = self._fleet
+        walk = self._queues.walk(lambda: [k for k, n in fleet.idle_n.items() if n > claims.of_kind.get(k, 0)],
+                                 self._head)
         decisions: list[Decision] = []
-        while heads and claims.free:
-            _, need = heapq.heappop(heads)
+        for need in walk:
             group = self._groups[need]
             job = self._jobs[group.head()]
             backends = self._runnable_on(group)
             if not backends:
                 continue  # the connected fleet cannot run it: it claims nothing
-            decision = self._pick(job, backends, claims, warm or {})
+            pools = {b: self._fleet.idle_hosts(need, b, claims) for b in backends}
+            decision = self._pick(job, pools, claims, warm or {})
             if decision is None:
                 # Feasible later: hold what it can use now, so smaller jobs cannot starve it.
                 group.seen_pass, group.blocked = self._pass, job.job_id
-                group.seen_idle = self._reserve(need, backends, claims)
+                group.seen_idle = self._reserve(need, pools, claims)
                 continue
             decisions.append(decision)
             for wid in decision.worker_ids:
-                claims.take(self._fleet.views[wid])
-            self.remove(job.job_id)
-            if need in self._groups:
-                heapq.heappush(heads, (group.live[group.head()], need))
+                claims.take(fleet.views[wid])
+            self.remove(job.job_id)  # its need's next job, if any, joins the walk
+        walk.close()
         return decisions
 
     def reason(self, job_id: str) -> str:
@@ -215,83 +230,54 @@ class Scheduler:
 
     # ---- helpers ---------------------------------------------------------------------------
 
+    def _head(self, need: Need) -> tuple | None:
+        group = self._groups.get(need)
+        return group.live[group.head()] if group else None
+
+    def _sync_queues(self) -> None:
+        """Start the kind queues again when a kind of worker came or went, or when entries left
+        behind by started and cancelled jobs outnumber the live ones."""
+        kinds = self._fleet.totals
+        if self._queues_epoch != self._fleet.kinds_epoch or \
+                self._queues.size() > 2 * len(self._groups) * max(1, len(kinds)) + 256:
+            self._queues.rebuild(kinds, {need: self._head(need) for need in self._groups})
+            self._queues_epoch = self._fleet.kinds_epoch
+
     def _connected(self, group: QueueGroup) -> dict[str, int]:
         """Eligible connected workers per backend, counted again only when the fleet changed."""
         if group.epoch != self._fleet.epoch:
-            group.connected, group.epoch = self._count_connected(group.need), self._fleet.epoch
+            backends = tuple(b for b in specs.BACKENDS if b in group.need.backends)
+            group.connected, group.epoch = self._fleet.connected(group.need, backends), self._fleet.epoch
         return group.connected
-
-    def _count_connected(self, need: Need) -> dict[str, int]:
-        counts = {b: 0 for b in specs.BACKENDS if b in need.backends}
-        fleet = self._fleet
-        if need.worker_ids:
-            for w in (fleet.views.get(wid) for wid in need.worker_ids):
-                if w is not None and need.admits(w):
-                    counts[w.backend] += 1
-            return counts
-        for kind, by_host in fleet.hosts.items():
-            if need.fits(kind):
-                counts[kind[0]] += by_host.get(need.host, 0) if need.host else fleet.totals[kind]
-        return counts
 
     def _runnable_on(self, group: QueueGroup) -> tuple[str, ...]:
         """The backends with enough eligible connected workers for the whole gang."""
         return tuple(b for b, k in self._connected(group).items() if k >= group.need.world_size)
 
-    def _pick(self, job: PendingJob, backends: tuple[str, ...], claims: Claims,
+    def _pick(self, job: PendingJob, pools: dict[str, dict[str, int]], claims: Claims,
               warm: WarmGroups) -> Decision | None:
-        need, views = job.need, self._fleet.views
+        """A gang for `job` from the idle workers per backend and host in `pools`, or None."""
+        need, n, views = job.need, job.world_size, self._fleet.views
+        able = [b for b, hosts in pools.items() if sum(hosts.values()) >= n]
+        if not able:
+            return None
         # Prefer a warm group of exactly the right size: no new process-group init.
-        for key, members in warm.get(job.world_size, {}).items():
+        for key, members in warm.get(n, {}).items():
             ws = [views.get(m) for m in members]
             if all(w is not None and w.idle and w.worker_id not in claims.ids and need.admits(w) for w in ws) \
-                    and len({w.backend for w in ws}) == 1 and ws[0].backend in backends:
+                    and len({w.backend for w in ws}) == 1 and ws[0].backend in able:
                 return Decision(job.job_id, tuple(members), ws[0].backend, key)
-        for backend in backends:
-            chosen = self._pack(need, backend, claims)
-            if chosen:
-                return Decision(job.job_id, _rank_order(chosen), backend, "")
-        return None
-
-    def _kinds(self, need: Need, backend: str) -> list[Kind]:
-        return [k for k in self._fleet.idle if k[0] == backend and need.fits(k)]
-
-    def _pack(self, need: Need, backend: str, claims: Claims) -> list[WorkerView] | None:
-        """world_size idle eligible workers of `backend`, packed onto the hosts with the most."""
-        n = need.world_size
-        if need.worker_ids:
-            listed = self._idle_workers(need, backend, claims)
-            return listed if len(listed) >= n else None
-        kinds, idle = self._kinds(need, backend), self._fleet.idle
-        counts: dict[str, int] = {}
-        for kind in kinds:
-            for host in ((need.host,) if need.host else idle[kind]):
-                left = len(idle[kind].get(host, ())) - claims.at.get((kind, host), 0)
-                if left > 0:
-                    counts[host] = counts.get(host, 0) + left
-        if sum(counts.values()) < n:
-            return None
+        # Pack onto the hosts with the most idle workers so ranks share hosts where possible.
+        backend, hosts = able[0], pools[able[0]]
+        fullest = [(-k, h) for h, k in hosts.items()]
+        heapq.heapify(fullest)  # hosts by idle workers, popped only as far as the gang needs
         chosen: list[WorkerView] = []
-        for host in sorted(counts, key=lambda h: (-counts[h], h)):
-            on_host = [w for k in kinds for w in idle[k].get(host, {}).values() if w.worker_id not in claims.ids]
-            chosen += sorted(on_host, key=lambda w: (w.device_index, w.worker_id))[: n - len(chosen)]
-            if len(chosen) == n:
-                return chosen
-        return None  # not reached: the counts said there were enough
+        while len(chosen) < n:
+            chosen += self._fleet.idle_on(need, backend, heapq.heappop(fullest)[1], claims)[: n - len(chosen)]
+        return Decision(job.job_id, _rank_order(chosen), backend, "")
 
-    def _idle_workers(self, need: Need, backend: str, claims: Claims) -> list[WorkerView]:
-        """Every idle, unclaimed worker of `backend` that `need` admits."""
-        if need.worker_ids:
-            ws = (self._fleet.views.get(wid) for wid in need.worker_ids)
-            return [w for w in ws if w is not None and w.idle and w.backend == backend
-                    and w.worker_id not in claims.ids and need.admits(w)]
-        idle = self._fleet.idle
-        return [w for k in self._kinds(need, backend)
-                for host in ((need.host,) if need.host else idle[k])
-                for w in idle[k].get(host, {}).values() if w.worker_id not in claims.ids]
-
-    def _reserve(self, need: Need, backends: tuple[str, ...], claims: Claims) -> int:
-        held = [w for b in backends for w in self._idle_workers(need, b, claims)]
+    def _reserve(self, need: Need, pools: dict[str, dict[str, int]], claims: Claims) -> int:
+        held = [w for b, hosts in pools.items() for h in hosts for w in self._fleet.idle_on(need, b, h, claims)]
         for w in held:
             claims.take(w)
         return len(held)

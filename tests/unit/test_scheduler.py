@@ -290,3 +290,26 @@ def test_incremental_passes_match_one_shot_plans():
                 j = dataclasses.replace(j, job_id=j.job_id + f"-{rng.random()}", worker_ids=())
                 waiting.append(j)
                 s.add(j)
+
+
+def test_a_pass_walks_neither_the_queue_nor_the_fleet(monkeypatch):
+    from coordinator.sched_index import FleetIndex
+
+    visits = []
+    real = FleetIndex.idle_hosts
+    monkeypatch.setattr(FleetIndex, "idle_hosts", lambda self, *a: visits.append(a[0]) or real(self, *a))
+    s = Scheduler()
+    for i in range(64):  # 32 busy GPU workers, 32 idle CPU workers, on 8 hosts
+        gpu = i < 32
+        s.put_worker(w(f"w{i}", f"h{i // 8}", i % 8, idle=not gpu, backend="nccl" if gpu else "gloo",
+                       dtype="cuda" if gpu else "cpu"))
+    for i in range(10_000):  # GPU jobs of 40 different needs: all must wait
+        s.add(job(f"g{i}", n=1 + i % 4, t=i, device_type="cuda", host="" if i % 10 else f"h{i % 4}"))
+    assert s.place() == [] and visits == []  # none fits a kind with an idle worker
+    assert s.reason("g5") == "needs 2 workers, 0 idle matching device_type=cuda"
+    s.add(job("c", n=2, t=10_001, device_type="cpu"))
+    assert [d.job_id for d in s.place()] == ["c"] and len(visits) == 1
+    for i in range(32):  # every GPU worker busy, every CPU worker too
+        s.put_worker(w(f"w{i + 32}", f"h{(i + 32) // 8}", i % 8, idle=False, backend="gloo", dtype="cpu"))
+    visits.clear()
+    assert s.place() == [] and visits == []

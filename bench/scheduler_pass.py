@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from coordinator.scheduler import PendingJob, Scheduler, WorkerView  # noqa: E402
+from coordinator.scheduler import Need, PendingJob, Scheduler, WorkerView  # noqa: E402
 
 
 def worker(i: int, n: int, idle: bool) -> WorkerView:
@@ -33,8 +33,9 @@ def setup(n: int, q: int, rng: random.Random) -> Scheduler:
     for i in range(n):
         s.put_worker(worker(i, n, idle=i >= n // 2))
     for i in range(q):
-        s.add(PendingJob(f"g{i}", rng.choice([1, 2, 4, 8]), rng.choice([0, 0, 1, 2]), float(i),
-                         host=f"h{rng.randrange(n // 16)}" if rng.random() < 0.05 else "", device_type="cuda"))
+        s.add(PendingJob(f"g{i}", rng.choice([0, 0, 1, 2]), float(i), Need(
+            rng.choice([1, 2, 4, 8]), host=f"h{rng.randrange(n // 16)}" if rng.random() < 0.05 else "",
+            device_type="cuda")))
     s.place()
     return s
 
@@ -44,7 +45,7 @@ def per_event_us(n: int, q: int, reps: int = 2000) -> tuple[float, float]:
     s = setup(n, q, rng)
     t = time.perf_counter()
     for i in range(reps):
-        s.add(PendingJob(f"c{i}", 1, 0, 1e9 + i, device_type="cpu"))
+        s.add(PendingJob(f"c{i}", 0, 1e9 + i, Need(1, device_type="cpu")))
         (d,) = s.place()
         wid = d.worker_ids[0]
         s.put_worker(worker(int(wid[1:]), n, idle=False))

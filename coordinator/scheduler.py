@@ -50,7 +50,7 @@ class Need:
     """What a job needs of its workers; jobs with equal needs are interchangeable."""
 
     world_size: int
-    backends: frozenset[str]  # the backends that can run it
+    backends: frozenset[str] = frozenset(specs.BACKENDS)  # the backends that can run it
     needs_bytes: int = 0  # device bytes per rank for the largest size
     host: str = ""
     gpu_model: str = ""
@@ -83,28 +83,20 @@ class Need:
 @dataclass(frozen=True)
 class PendingJob:
     job_id: str
-    world_size: int
     priority: int
     submitted_at: float
-    backends: frozenset[str] = frozenset(specs.BACKENDS)  # the backends that can run it
-    needs_bytes: int = 0  # device bytes per rank for the largest size
-    host: str = ""
-    gpu_model: str = ""
-    worker_ids: tuple[str, ...] = ()
-    device_type: str = ""
+    need: Need
 
     @classmethod
     def of(cls, job_id: str, valid: ValidJob, submitted_at: float) -> "PendingJob":
         s, p = valid.spec, valid.spec.placement
-        return cls(job_id=job_id, world_size=s.world_size, priority=s.priority, submitted_at=submitted_at,
-                   backends=frozenset(b for b in specs.BACKENDS if valid.runs_on(b)),
-                   needs_bytes=valid.needs_bytes, host=p.host, gpu_model=p.gpu_model,
-                   worker_ids=tuple(p.worker_ids), device_type=p.device_type)
+        return cls(job_id, s.priority, submitted_at, Need(
+            s.world_size, frozenset(b for b in specs.BACKENDS if valid.runs_on(b)), valid.needs_bytes,
+            p.host, p.gpu_model, tuple(p.worker_ids), p.device_type))
 
     @property
-    def need(self) -> Need:
-        return Need(self.world_size, self.backends, self.needs_bytes, self.host, self.gpu_model,
-                    self.worker_ids, self.device_type)
+    def world_size(self) -> int:
+        return self.need.world_size
 
     @property
     def order(self) -> tuple[float, float, str]:

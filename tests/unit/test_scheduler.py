@@ -4,7 +4,7 @@ import dataclasses
 import random
 
 from coordinator.groups import new_key
-from coordinator.scheduler import AGING_S, PendingJob, Scheduler, WorkerView, plan
+from coordinator.scheduler import AGING_S, Need, PendingJob, Scheduler, WorkerView, plan
 from ringleader.spec import BACKENDS
 from ringleader import jobspec
 from ringleader.v1 import jobs_pb2 as pb
@@ -15,7 +15,7 @@ def w(wid, host="h1", idx=0, idle=True, backend="nccl", name="NVIDIA H200", mem=
 
 
 def job(jid, n=2, prio=0, t=0.0, **kw):
-    return PendingJob(jid, n, prio, t, **kw)
+    return PendingJob(jid, prio, t, Need(n, **kw))
 
 
 def test_places_whole_gang_or_nothing():
@@ -87,8 +87,8 @@ def test_pending_job_of_a_checked_spec_lists_the_backends_that_run_it():
     valid = jobspec.normalize(pb.JobSpec(world_size=2, placement=pb.Placement(host="h1"), collective=pb.CollectiveSpec(
         op="all_reduce", dtype="int32", reduce_op="avg", sizes=[1 << 20])))
     p = PendingJob.of("j", valid, 5.0)
-    assert (p.backends, p.host, p.world_size, p.submitted_at) == (frozenset({"nccl"}), "h1", 2, 5.0)
-    assert p.needs_bytes == valid.needs_bytes == 2 << 20
+    assert (p.need.backends, p.need.host, p.world_size, p.submitted_at) == (frozenset({"nccl"}), "h1", 2, 5.0)
+    assert p.need.needs_bytes == valid.needs_bytes == 2 << 20
 
 
 def test_gang_never_mixes_backends():
@@ -190,7 +190,7 @@ def reference(queue, fleet, groups):
         matching = [v for v in fleet if need.admits(v)]
         runnable = [b for b in BACKENDS if sum(v.backend == b for v in matching) >= n]
         if not runnable:
-            per = {b: sum(v.backend == b for v in matching) for b in BACKENDS if b in j.backends}
+            per = {b: sum(v.backend == b for v in matching) for b in BACKENDS if b in need.backends}
             per = {b: k for b, k in per.items() if k}
             waiting[j.job_id] = (f"needs {n} workers of one backend, "
                                  + ", ".join(f"{k} {b}" for b, k in per.items()) + f" connected{need.constraints()}"
@@ -232,7 +232,7 @@ def random_case(rng):
     for i in range(rng.randint(0, 10)):
         ids = tuple(rng.sample([v.worker_id for v in fleet], k=min(len(fleet), rng.randint(1, 3)))) \
             if fleet and rng.random() < 0.15 else ()
-        queue.append(PendingJob(
+        queue.append(job(
             f"j{i}", len(ids) or rng.choice([1, 1, 2, 2, 3, 4, 8]), rng.choice([0, 0, 1, 2]), float(rng.randint(0, 300)),
             backends=rng.choice([frozenset(BACKENDS), frozenset({"nccl"})]),
             needs_bytes=rng.choice([0, 0, 100 << 30]), host=rng.choice(["", "", *hosts]),
@@ -287,7 +287,8 @@ def test_incremental_passes_match_one_shot_plans():
                     s.drop_worker(wid)
             new = random_case(rng)[0][:2]
             for j in new:
-                j = dataclasses.replace(j, job_id=j.job_id + f"-{rng.random()}", worker_ids=())
+                j = dataclasses.replace(j, job_id=f"{j.job_id}-{rng.random()}",
+                                        need=dataclasses.replace(j.need, worker_ids=()))
                 waiting.append(j)
                 s.add(j)
 

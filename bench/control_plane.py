@@ -56,6 +56,7 @@ class Config:
     duration: float = 60.0
     heartbeat_window: float = 20.0
     list_rate: float = 2.0
+    coordinator_cpus: tuple[int, ...] = ()  # pin the coordinator (the load generator stays off them)
 
 
 # ---- the simulated fleet, in processes of their own ---------------------------------------------
@@ -123,11 +124,13 @@ class SimFleet:
 # ---- the coordinator ------------------------------------------------------------------------------
 
 
-def start_coordinator(tmp: Path) -> tuple[subprocess.Popen, str, str]:
+def start_coordinator(tmp: Path, cpus: set[int] | None = None) -> tuple[subprocess.Popen, str, str]:
+    """Start `ringleader coordinator` (on `cpus` only, if given); returns it, its gRPC address and URL."""
     log = open(tmp / "coordinator.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "ringleader", "coordinator", "--grpc-address", "127.0.0.1:0",
                              "--http-address", "127.0.0.1:0", "--db", str(tmp / "jobs.db")],
-                            stdout=subprocess.PIPE, stderr=log, text=True)
+                            stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     log.close()
     line = proc.stdout.readline().strip()  # "ringleader coordinator: gRPC HOST:PORT, HTTP URL"
     if not line.startswith("ringleader coordinator: gRPC "):
@@ -194,7 +197,7 @@ async def until(check, what: str, timeout: float = 300.0) -> None:
 
 async def run_config(cfg: Config, tmp: Path) -> dict:
     rng = random.Random(cfg.workers * 7 + cfg.queue)
-    coord, address, http_url = start_coordinator(tmp)
+    coord, address, http_url = start_coordinator(tmp, set(cfg.coordinator_cpus))
     watch = loadstats.ProcessWatch(coord.pid)
     sims = SimFleet(address, cfg.workers)
     out: dict = {"config": dataclasses.asdict(cfg)}
@@ -291,10 +294,18 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--matrix", action="store_true", help="every configuration of the README table")
+    ap.add_argument("--only", type=int, nargs="*", default=None, help="with --matrix: these rows (0-based)")
+    ap.add_argument("--coordinator-cpus", default="", help="pin the coordinator to these CPUs (e.g. 0,1) "
+                    "and keep the load generator off them")
     ap.add_argument("--out", type=Path, default=None, help="write results.json and results.md here")
     ap.add_argument("--logs", type=Path, default=None, help="keep each run's coordinator log here")
     a = ap.parse_args()
-    configs = MATRIX if a.matrix else [Config(a.workers, a.queue, a.rate, a.duration)]
+    configs = [MATRIX[i] for i in (a.only or range(len(MATRIX)))] if a.matrix else \
+        [Config(a.workers, a.queue, a.rate, a.duration)]
+    cpus = tuple(int(c) for c in a.coordinator_cpus.split(",") if c)
+    if cpus:
+        os.sched_setaffinity(0, set(os.sched_getaffinity(0)) - set(cpus))  # inherited by the load generator
+        configs = [dataclasses.replace(c, coordinator_cpus=cpus) for c in configs]
     results = {"machine": machine(), "runs": []}
     for cfg in configs:
         load = os.getloadavg()

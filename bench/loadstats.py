@@ -116,6 +116,10 @@ def table(results: dict) -> str:
              f"Linux {m['kernel']}", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cells(run)) + " |" for run in results["runs"]]
+    pinned = {tuple(r["config"].get("coordinator_cpus", ())) for r in results["runs"]} - {()}
+    if pinned:
+        lines += ["", f"The coordinator ran pinned to CPUs {', '.join(','.join(map(str, p)) for p in pinned)}; "
+                      "the load generator on the others."]
     lines += ["", "Load average (1 min) before / after each run: "
               + ", ".join(f"{r['loadavg_before'][0]:.1f} / {r['loadavg_after'][0]:.1f}" for r in results["runs"])]
     return "\n".join(lines) + "\n"

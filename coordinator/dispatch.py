@@ -23,10 +23,19 @@ from coordinator.groups import Groups
 from coordinator.jobs import JobBook, Queued, Running
 from coordinator.liveness import Timings
 from coordinator.registry import WorkerConn, WorkerRegistry
+from ringleader.jobspec import MAX_TEXT
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
 log = logging.getLogger("ringleader.coordinator")
+
+
+MAX_ERROR = 1024  # a rank's failure as its job's reason: room for an exception's message
+
+
+def clip(text: str, limit: int = MAX_TEXT) -> str:
+    """Free text a worker sends, as far as it may reach a job's reason or the UI."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class Dispatcher:
@@ -210,7 +219,7 @@ class Dispatcher:
         return None
 
     def _on_heartbeat(self, conn: WorkerConn, hb: wpb.Heartbeat) -> None:
-        conn.executor_health, conn.executor_detail = hb.executor or pb.EXECUTOR_OK, hb.executor_detail
+        conn.executor_health, conn.executor_detail = hb.executor or pb.EXECUTOR_OK, clip(hb.executor_detail)
         rj = self.book.running.get(hb.job_id)
         if rj and conn.job_id == rj.id and rj.seqs.get(conn.rank) != hb.op_seq:
             rj.seqs[conn.rank] = hb.op_seq
@@ -225,7 +234,7 @@ class Dispatcher:
         conn.executor_restarts = done.executor_restarts
         self._holds(conn, done.warm_group)
         if member:
-            failed = f"rank {done.rank} (worker {conn.worker_id}) failed: {done.error}"
+            failed = f"rank {done.rank} (worker {conn.worker_id}) failed: {clip(done.error, MAX_ERROR)}"
             if done.ok:
                 self._rank_finished(rj, done)
             elif done.failure == wpb.PEER_ERROR:

@@ -21,6 +21,7 @@ from coordinator.store_sqlite import SqliteJobStore
 from ringleader.app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
+from ringleader.v1 import workers_pb2 as wpb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.simfleet import CPU, GPU, SimSpec, Stats, run_fleet  # noqa: E402
@@ -223,3 +224,20 @@ async def test_field_and_message_bounds_over_grpc(tmp_path):
             await rc.stub.GetJob(pb.GetJobRequest(job_id="j" * 300))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("job_id:")
         assert not (await rc.stub.ListJobs(pb.ListJobsRequest())).jobs  # nothing was stored
+
+
+@scenario
+async def test_worker_free_text_is_clipped_before_it_reaches_a_reason(tmp_path):
+    async with coordinator(tmp_path) as rc:
+        core = rc.core
+        conn = core.register(SimSpec("w0", "h1", 0).register())
+        job = core.submit(collective(1))
+        assert core.get(job.id).state == pb.RUNNING
+        core.on_message(conn, wpb.WorkerMessage(heartbeat=wpb.Heartbeat(
+            job_id=job.id, executor=pb.EXECUTOR_STOPPED, executor_detail="d" * 5000)))
+        assert len(conn.executor_detail) == 256
+        core.on_message(conn, wpb.WorkerMessage(done=wpb.JobDone(
+            job_id=job.id, rank=0, ok=False, error="e" * (1 << 20), failure=wpb.RANK_ERROR)))
+        failed = core.get(job.id)
+        assert failed.state == pb.FAILED and failed.reason.startswith("rank 0 (worker w0) failed: eee")
+        assert len(failed.reason) < 1100

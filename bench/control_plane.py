@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import multiprocessing as mp
 import os
 import platform
 import random
@@ -40,12 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import loadstats  # noqa: E402
-from bench.simfleet import Stats, fleet_specs, run_fleet  # noqa: E402
+from bench.simfleet import SimFleet, fleet_specs  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc  # noqa: E402
 
 DEADLINE_S = 30.0
-PER_PROCESS = 1000  # simulated daemons per load-generator process
 
 
 @dataclasses.dataclass
@@ -57,68 +55,6 @@ class Config:
     heartbeat_window: float = 20.0
     list_rate: float = 2.0
     coordinator_cpus: tuple[int, ...] = ()  # pin the coordinator (the load generator stays off them)
-
-
-# ---- the simulated fleet, in processes of their own ---------------------------------------------
-
-
-def _sim_process(address: str, start: int, stop_at: int, total: int, pipe) -> None:
-    specs = fleet_specs(total)[start:stop_at]
-
-    def job_s(a) -> float:  # the benchmark's endless jobs hold their worker
-        return float("inf") if a.spec.name == "hold" else random.uniform(0.2, 1.0)
-
-    async def main() -> None:
-        stop, stats = asyncio.Event(), Stats()
-
-        def on_command() -> None:
-            command = pipe.recv()
-            if command == "stop":
-                stop.set()
-            else:
-                pipe.send(dataclasses.asdict(stats))
-
-        asyncio.get_running_loop().add_reader(pipe.fileno(), on_command)
-        await run_fleet(address, specs, stop, stats, job_s)
-        pipe.send(dataclasses.asdict(stats))
-
-    asyncio.run(main())
-
-
-class SimFleet:
-    def __init__(self, address: str, n: int) -> None:
-        ctx = mp.get_context("spawn")
-        self.pipes, self.procs = [], []
-        for start in range(0, n, PER_PROCESS):
-            parent, child = ctx.Pipe()
-            p = ctx.Process(target=_sim_process, args=(address, start, min(n, start + PER_PROCESS), n, child),
-                            daemon=True)
-            p.start()
-            self.pipes.append(parent)
-            self.procs.append(p)
-
-    def stats(self) -> Stats:
-        total = Stats()
-        for pipe in self.pipes:
-            pipe.send("stats")
-        for pipe in self.pipes:
-            total.add(Stats(**pipe.recv()))
-        return total
-
-    def cpu_s(self) -> float:
-        return sum(loadstats.cpu_seconds(p.pid) for p in self.procs)
-
-    def stop(self) -> Stats:
-        for pipe in self.pipes:
-            pipe.send("stop")
-        total = Stats()
-        for pipe, proc in zip(self.pipes, self.procs):
-            if pipe.poll(60):
-                total.add(Stats(**pipe.recv()))
-            proc.join(10)
-            if proc.is_alive():
-                proc.kill()
-        return total
 
 
 # ---- the coordinator ------------------------------------------------------------------------------

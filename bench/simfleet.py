@@ -10,21 +10,25 @@ answered with GroupDropped; Abort with a failed JobDone. A stream the coordinato
 counted in `dropped` (one that fails, in `failed`) and reconnected after a second or two, as a
 daemon would.
 
-Used by bench/control_plane.py (many processes of many daemons) and by tests that need
-CUDA/NCCL workers on a machine without GPUs.
+Used by bench/control_plane.py (SimFleet: processes of PER_PROCESS daemons, in which a job
+named "hold" runs until aborted and the others for 0.2-1 s) and by tests that need CUDA/NCCL
+workers on a machine without GPUs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
+import multiprocessing as mp
 import random
 from dataclasses import dataclass, field
 from typing import Callable
 
 import grpc
 
+from bench import loadstats
 from ringleader import __version__
 from ringleader.grpc_options import KEEPALIVE_OPTIONS
 from ringleader.v1 import jobs_pb2 as pb
@@ -207,3 +211,67 @@ async def run_fleet(address: str, specs: list[SimSpec], stop: asyncio.Event, sta
         await asyncio.gather(*(w.run(stop) for w in workers))
     finally:
         await asyncio.gather(*(c.close() for c in chans))
+
+
+# ---- many daemons, in processes of their own --------------------------------------------------
+
+PER_PROCESS = 1000  # simulated daemons per process
+
+
+def _sim_process(address: str, start: int, stop_at: int, total: int, pipe) -> None:
+    specs = fleet_specs(total)[start:stop_at]
+
+    def job_s(a) -> float:  # the benchmark's endless jobs hold their worker
+        return float("inf") if a.spec.name == "hold" else random.uniform(0.2, 1.0)
+
+    async def main() -> None:
+        stop, stats = asyncio.Event(), Stats()
+
+        def on_command() -> None:
+            command = pipe.recv()
+            if command == "stop":
+                stop.set()
+            else:
+                pipe.send(dataclasses.asdict(stats))
+
+        asyncio.get_running_loop().add_reader(pipe.fileno(), on_command)
+        await run_fleet(address, specs, stop, stats, job_s)
+        pipe.send(dataclasses.asdict(stats))
+
+    asyncio.run(main())
+
+
+class SimFleet:
+    def __init__(self, address: str, n: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.pipes, self.procs = [], []
+        for start in range(0, n, PER_PROCESS):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_sim_process, args=(address, start, min(n, start + PER_PROCESS), n, child),
+                            daemon=True)
+            p.start()
+            self.pipes.append(parent)
+            self.procs.append(p)
+
+    def stats(self) -> Stats:
+        total = Stats()
+        for pipe in self.pipes:
+            pipe.send("stats")
+        for pipe in self.pipes:
+            total.add(Stats(**pipe.recv()))
+        return total
+
+    def cpu_s(self) -> float:
+        return sum(loadstats.cpu_seconds(p.pid) for p in self.procs)
+
+    def stop(self) -> Stats:
+        for pipe in self.pipes:
+            pipe.send("stop")
+        total = Stats()
+        for pipe, proc in zip(self.pipes, self.procs):
+            if pipe.poll(60):
+                total.add(Stats(**pipe.recv()))
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+        return total

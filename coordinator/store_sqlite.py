@@ -145,8 +145,15 @@ class SqliteJobStore(JobStore):
 
     def commit(self) -> None:
         with self._lock:
-            if self._conn.in_transaction:
+            if not self._conn.in_transaction:
+                return
+            try:
                 self._conn.execute("COMMIT")
+            except sqlite3.Error:
+                # Never leave the failed group open: the next write must start (and announce) one.
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
 
     def _checkpoint_forever(self, stop: threading.Event) -> None:
         conn = sqlite3.connect(self._path, isolation_level=None)

@@ -320,6 +320,27 @@ def test_sqlite_deferred_commits_group_writes_until_commit(tmp_path):
         outside.close()
 
 
+def test_sqlite_a_failed_commit_leaves_no_group_open(tmp_path):
+    s = SqliteJobStore(tmp_path / "jobs.sqlite")
+    groups = []
+    s.defer_commits(lambda: groups.append(1))
+    try:
+        s.create(make_job("a"))
+        # A foreign key checked only at COMMIT (an event of no job) makes the commit fail.
+        s._conn.execute("PRAGMA defer_foreign_keys = ON")
+        s._conn.execute("INSERT INTO events (job_id, seq, blob) VALUES ('ghost', 1, x'')")
+        with pytest.raises(sqlite3.IntegrityError):
+            s.commit()
+        with pytest.raises(NotFound):
+            s.get("a")  # the failed group is gone whole
+        s.create(make_job("b"))
+        assert groups == [1, 1]  # and the next write opened (and announced) a new one
+        s.commit()
+        assert ids(s.list()) == ["b"]
+    finally:
+        s.close()
+
+
 def test_sqlite_deferred_checkpoints_run_on_their_own_thread(tmp_path, monkeypatch):
     import coordinator.store_sqlite as store_sqlite
 

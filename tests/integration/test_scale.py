@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import functools
 import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -241,3 +242,10 @@ async def test_worker_free_text_is_clipped_before_it_reaches_a_reason(tmp_path):
         failed = core.get(job.id)
         assert failed.state == pb.FAILED and failed.reason.startswith("rank 0 (worker w0) failed: eee")
         assert len(failed.reason) < 1100
+
+
+def test_worker_ttl_flag_is_checked():
+    out = subprocess.run([sys.executable, "-m", "ringleader", "coordinator", "--worker-ttl", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == "ringleader: error: --worker-ttl: must be a positive number of seconds, got 0"

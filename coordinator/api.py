@@ -7,7 +7,7 @@ coordinator/store_sqlite.py (the default); coordinator/stores.py picks one.
 from __future__ import annotations
 
 import abc
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ringleader import states
 from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
@@ -21,7 +21,9 @@ class JobStore(abc.ABC):
     """Durable record of jobs, their specs, state changes (events) and results.
 
     Contract (tests/unit/test_store_contract.py runs it against every implementation):
-    - `create` MUST fail with AlreadyExists if the id is known; it records the submission order.
+    - `create` MUST fail with AlreadyExists if the id is known, or if the job's `request_id` (its
+      idempotency key, when not empty) is another job's; it records the submission order.
+    - `job_for_request` returns the id of the job created with that request id ("" if none).
     - `get`, `update`, `add_event`, `add_result`, `clear_results` MUST fail with NotFound if
       the job is unknown.
     - `get` returns the job with its results in the order they were added.
@@ -41,6 +43,12 @@ class JobStore(abc.ABC):
       `rank_logs` returns {rank: text} of the ranks that have one. Both MUST fail with NotFound
       if the job is unknown. Logs are kept apart from the Job: `get` and `list` never carry them.
     - What was written before `close` is there after reopening the same path (SQL store).
+    - Durability: a write is durable when its method returns, unless `defer_commits(pending)` was
+      called: then writes are grouped, visible at once to this store's reads but durable only
+      once `commit()` returns, and `pending()` is called on the first write after each commit,
+      so that the owner schedules the next commit (the coordinator: once per turn of its event
+      loop, and SubmitJob answers only after it). An implementation with nothing to make durable
+      ignores both.
     """
 
     @abc.abstractmethod
@@ -77,6 +85,15 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def unfinished(self) -> list[pb.Job]: ...
+
+    @abc.abstractmethod
+    def job_for_request(self, request_id: str) -> str: ...
+
+    def defer_commits(self, pending: Callable[[], None]) -> None:  # noqa: B027 - see the contract
+        pass
+
+    def commit(self) -> None:  # noqa: B027 - see the contract
+        pass
 
     def close(self) -> None:  # noqa: B027 - optional for stores without resources
         pass

@@ -20,15 +20,24 @@ import uuid
 from coordinator import groups as warm_groups
 from coordinator import scheduler
 from coordinator.groups import Groups
-from coordinator.jobs import JobBook, Running
+from coordinator.jobs import JobBook, Queued, Running
 from coordinator.liveness import Timings
 from coordinator.registry import WorkerConn, WorkerRegistry
 from ringleader.defaults import LOG_TAIL_BYTES, log_tail
 from ringleader.errors import NotFound
+from ringleader.jobspec import MAX_TEXT
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
 log = logging.getLogger("ringleader.coordinator")
+
+
+MAX_ERROR = 1024  # a rank's failure as its job's reason: room for an exception's message
+
+
+def clip(text: str, limit: int = MAX_TEXT) -> str:
+    """Free text a worker sends, as far as it may reach a job's reason or the UI."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class Dispatcher:
@@ -38,20 +47,28 @@ class Dispatcher:
         self.groups = groups
         self.timings = timings
         self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
+        # The scheduler's indexes follow the queue and the fleet as they change, so a pass
+        # rescans neither (coordinator/scheduler.py).
+        self.scheduler = scheduler.Scheduler()
+        book.on_queued = self._queued
+        book.on_dequeued = self.scheduler.remove
+        book.waiting_reason = self.scheduler.reason
+        workers.on_change = self._worker_changed
 
     # ---- placement -------------------------------------------------------------------------
 
     def schedule(self) -> None:
-        queued = self.book.queued
-        if not queued:
-            return
-        pending = [scheduler.PendingJob.of(q.job.id, q.valid, q.job.created_at) for q in queued.values()]
-        fleet = [w.view() for w in self.workers.connected()]
-        plan = scheduler.plan(pending, fleet, time.time(), self.groups.warm())
-        for decision in plan.decisions:
+        for decision in self.scheduler.place(self.groups.warm()):
             self._start(decision)
-        for job_id, why in plan.waiting.items():
-            self.book.set_waiting_reason(queued[job_id].job, why)
+
+    def _queued(self, q: Queued) -> None:
+        self.scheduler.add(scheduler.PendingJob.of(q.job.id, q.valid, q.job.created_at))
+
+    def _worker_changed(self, conn: WorkerConn) -> None:
+        if conn.connected:
+            self.scheduler.put_worker(conn.view())
+        else:
+            self.scheduler.drop_worker(conn.worker_id)
 
     def _start(self, d: scheduler.Decision) -> None:
         conns = [self.workers.get(w) for w in d.worker_ids]
@@ -207,7 +224,7 @@ class Dispatcher:
         return None
 
     def _on_heartbeat(self, conn: WorkerConn, hb: wpb.Heartbeat) -> None:
-        conn.executor_health, conn.executor_detail = hb.executor or pb.EXECUTOR_OK, hb.executor_detail
+        conn.executor_health, conn.executor_detail = hb.executor or pb.EXECUTOR_OK, clip(hb.executor_detail)
         rj = self.book.running.get(hb.job_id)
         if rj and conn.job_id == rj.id and rj.seqs.get(conn.rank) != hb.op_seq:
             rj.seqs[conn.rank] = hb.op_seq
@@ -223,7 +240,7 @@ class Dispatcher:
         conn.executor_restarts = done.executor_restarts
         self._holds(conn, done.warm_group)
         if member:
-            failed = f"rank {done.rank} (worker {conn.worker_id}) failed: {done.error}"
+            failed = f"rank {done.rank} (worker {conn.worker_id}) failed: {clip(done.error, MAX_ERROR)}"
             if done.ok:
                 self._rank_finished(rj, done)
             elif done.failure == wpb.PEER_ERROR:

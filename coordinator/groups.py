@@ -46,6 +46,9 @@ def new_key(token: str, world_size: int) -> str:
 class Groups:
     def __init__(self) -> None:
         self._groups: dict[str, WarmGroup] = {}
+        # WARM groups every member holds, by size: kept up to date as groups change, so the
+        # scheduler reads them without a scan of every group.
+        self._ready: dict[int, dict[str, tuple[str, ...]]] = {}
 
     def get(self, key: str) -> WarmGroup | None:
         return self._groups.get(key)
@@ -60,14 +63,22 @@ class Groups:
         the job's flavor is the group's)."""
         return self._groups.get(key) or self.form(key, members, flavor)
 
-    def warm(self) -> dict[str, tuple[str, ...]]:
-        """Groups a job may reuse: WARM and held by every member."""
-        return {k: g.members for k, g in self._groups.items()
-                if g.state == WARM and g.holders == set(g.members)}
+    def warm(self) -> dict[int, dict[str, tuple[str, ...]]]:
+        """Groups a job may reuse (WARM and held by every member), by size: size -> key ->
+        members in rank order. The caller must not change it."""
+        return self._ready
+
+    def _refresh(self, g: WarmGroup) -> None:
+        same_size = self._ready.setdefault(len(g.members), {})
+        if g.state == WARM and len(g.holders) == len(g.members):
+            same_size[g.key] = g.members
+        else:
+            same_size.pop(g.key, None)
 
     def transition(self, g: WarmGroup, to: str, why: str = "") -> None:
         states.GROUPS.check(g.state, to)
         g.state = to
+        self._refresh(g)
         log.debug("warm group %s %s%s", g.key, to, f": {why}" if why else "")
         if to == DESTROYED:
             self._groups.pop(g.key, None)
@@ -99,6 +110,7 @@ class Groups:
         to_tell: list[str] = []
         if old and old != new and (g := self._groups.get(old)):
             g.holders.discard(worker_id)
+            self._refresh(g)
             if g.state != BROKEN:
                 # A member that lost the group leaves it incomplete: nobody may use it any more.
                 to_tell = self.break_(old, f"{worker_id} no longer holds it")
@@ -110,4 +122,5 @@ class Groups:
         if g is None or g.state == BROKEN or worker_id not in g.members:
             return True, to_tell
         g.holders.add(worker_id)
+        self._refresh(g)
         return False, to_tell

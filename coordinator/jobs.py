@@ -11,7 +11,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from coordinator.api import JobStore
 from coordinator.events import EventBus
@@ -62,13 +62,20 @@ class JobBook:
         self.events = events
         self.queued: dict[str, Queued] = {}
         self.running: dict[str, Running] = {}
+        # Told of every job entering and leaving the queue (the Dispatcher keeps the scheduler's
+        # queue index with them).
+        self.on_queued: Callable[[Queued], None] = lambda q: None
+        self.on_dequeued: Callable[[str], None] = lambda job_id: None
+        # Why a queued job waits: it changes with the fleet, so it is derived when read (by the
+        # scheduler), never written for every waiting job on every change.
+        self.waiting_reason: Callable[[str], str] = lambda job_id: ""
 
     def load(self, reattach_deadline: float) -> None:
         """After a (re)start: queued jobs queue again; running ones wait for their workers."""
         for job in self.store.unfinished():
             valid = jobspec.normalize(job.spec)
             if job.state == pb.QUEUED:
-                self.queued[job.id] = Queued(job, valid)
+                self._enqueue(Queued(job, valid))
             else:
                 members = [w.worker_id for w in sorted(job.workers, key=lambda w: w.rank)]
                 self.running[job.id] = Running(job, valid, members, group_key="",
@@ -78,10 +85,15 @@ class JobBook:
 
     def get(self, job_id: str) -> pb.Job:
         job = self.store.get(job_id)
-        live = self.running.get(job_id)
-        if live:  # progress is kept in memory between state changes
-            job.progress.CopyFrom(live.job.progress)
+        self._live(job)
         return job
+
+    def _live(self, job: pb.Job) -> None:
+        """What is kept in memory only: a running job's progress, a queued job's reason."""
+        if (live := self.running.get(job.id)) is not None:
+            job.progress.CopyFrom(live.job.progress)
+        elif job.id in self.queued:
+            job.reason = self.waiting_reason(job.id) or job.reason
 
     def page(self, states_: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> Page:
         """One page of jobs, newest first, with the id to pass as `before_id` for the next one."""
@@ -91,19 +103,17 @@ class JobBook:
         more = len(jobs) > n
         jobs = jobs[:n]
         for job in jobs:
-            live = self.running.get(job.id)
-            if live:
-                job.progress.CopyFrom(live.job.progress)
+            self._live(job)
         return Page(jobs, jobs[-1].id if more else "")
 
     # ---- changing --------------------------------------------------------------------------
 
-    def submit(self, valid: ValidJob) -> pb.Job:
+    def submit(self, valid: ValidJob, request_id: str = "") -> pb.Job:
         job = pb.Job(id=uuid.uuid4().hex[:12], spec=valid.spec, state=pb.QUEUED,
-                     reason="waiting for workers", created_at=time.time())
+                     reason="waiting for workers", created_at=time.time(), request_id=request_id)
         self.store.create(job)
         self._record_state(job)
-        self.queued[job.id] = Queued(job, valid)
+        self._enqueue(Queued(job, valid))
         return job
 
     def transition(self, job: pb.Job, to: int, reason: str) -> None:
@@ -116,17 +126,9 @@ class JobBook:
         self._record_state(job)
         log.info("job %s %s: %s", job.id, pb.JobState.Name(to), reason)
 
-    def set_waiting_reason(self, job: pb.Job, why: str) -> None:
-        """A queued job's reason changes with the fleet; not a transition, so not recorded."""
-        if job.reason == why:
-            return
-        job.reason = why
-        self.store.update(job)
-        self.events.publish(pb.JobEvent(job_id=job.id, state=pb.StateChange(state=job.state, reason=why)), job)
-
     def start(self, job_id: str, members: list[pb.WorkerRef], backend: str, group_key: str,
               warm: bool) -> Running:
-        q = self.queued.pop(job_id)
+        q = self._dequeue(job_id)
         job = q.job
         del job.workers[:]
         job.workers.extend(members)
@@ -141,7 +143,7 @@ class JobBook:
 
     def finish(self, job_id: str, to: int, reason: str) -> None:
         """End a queued or running job (the caller tells its workers)."""
-        live = self.running.pop(job_id, None) or self.queued.pop(job_id)
+        live = self.running.pop(job_id, None) or self._dequeue(job_id)
         self.transition(live.job, to, reason)
 
     def requeue(self, rj: Running, reason: str) -> None:
@@ -153,7 +155,16 @@ class JobBook:
         job.started_at, job.backend, job.warm_start = 0.0, "", False
         job.progress.Clear()
         self.transition(job, pb.QUEUED, reason)
-        self.queued[job.id] = Queued(job, rj.valid)
+        self._enqueue(Queued(job, rj.valid))
+
+    def _enqueue(self, q: Queued) -> None:
+        self.queued[q.job.id] = q
+        self.on_queued(q)
+
+    def _dequeue(self, job_id: str) -> Queued:
+        q = self.queued.pop(job_id)
+        self.on_dequeued(job_id)
+        return q
 
     def _record_state(self, job: pb.Job) -> None:
         self.events.record(pb.JobEvent(job_id=job.id, state=pb.StateChange(state=job.state, reason=job.reason)), job)

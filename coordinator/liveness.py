@@ -33,6 +33,7 @@ class Timings:
     reconcile_grace_s: float = 15.0  # after a restart, how long RUNNING jobs wait for their workers
     blame_grace_s: float = 3.0  # after a rank's communication error, how long to wait for the cause
     tick_s: float = 0.5
+    worker_ttl_s: float = 600.0  # a worker disconnected this long leaves the registry
 
 
 @dataclass

@@ -1,18 +1,36 @@
 """Registered worker daemons: what they are, their connection state, and the queue of messages
 down their stream. Connection states change only through `WorkerConn.transition`
-(ringleader.states.WORKERS: IDLE <-> BUSY, either -> DISCONNECTED)."""
+(ringleader.states.WORKERS: IDLE <-> BUSY, either -> DISCONNECTED); each change is reported to
+the registry's `on_change` (the Dispatcher keeps the scheduler's fleet index with it).
+
+A DISCONNECTED worker stays listed for `ttl_s` (so an operator sees who left), then `expire`
+forgets it; a worker that comes back registers again. Listings are pages in (host, device
+index, worker id) order, kept sorted as workers come and go, so a page costs no sort.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import bisect
+import binascii
+import collections
+import json
 import time
 from dataclasses import dataclass, field
+from typing import Callable, Iterable
 
 from coordinator.scheduler import WorkerView
 from ringleader import states
-from ringleader.errors import AlreadyExists
+from ringleader.defaults import page_limit
+from ringleader.errors import AlreadyExists, InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
+
+DEFAULT_TTL_S = 600.0
+
+SortKey = tuple[str, int, str]  # host, device index, worker id: the listing order
+MAX_TOKEN = 2048  # a page token carries a sort key of two strings of at most 256 characters
 
 
 @dataclass
@@ -31,6 +49,8 @@ class WorkerConn:
     executor_restarts: int = 0
     executor_health: int = pb.EXECUTOR_OK
     executor_detail: str = ""
+    disconnected_at: float = 0.0  # monotonic time it left (DISCONNECTED)
+    on_change: Callable[["WorkerConn"], None] = lambda conn: None
 
     @property
     def worker_id(self) -> str:
@@ -40,9 +60,18 @@ class WorkerConn:
     def connected(self) -> bool:
         return self.state != pb.DISCONNECTED
 
+    @property
+    def sort_key(self) -> SortKey:
+        return (self.reg.host, self.reg.device.index, self.worker_id)
+
     def transition(self, to: int, job_id: str = "", rank: int = 0) -> None:
         states.WORKERS.check(self.state, to)
+        changed = to != self.state
         self.state, self.job_id, self.rank = to, job_id, rank
+        if to == pb.DISCONNECTED:
+            self.disconnected_at = time.monotonic()
+        if changed:
+            self.on_change(self)
 
     def send(self, msg: wpb.CoordinatorMessage) -> None:
         self.outbox.put_nowait(msg)
@@ -66,22 +95,104 @@ class WorkerConn:
 
 
 class WorkerRegistry:
-    def __init__(self) -> None:
+    def __init__(self, ttl_s: float = DEFAULT_TTL_S,
+                 on_change: Callable[[WorkerConn], None] = lambda conn: None) -> None:
+        self.ttl_s = ttl_s
+        self.on_change = on_change  # called after a worker registers or changes state
         self._workers: dict[str, WorkerConn] = {}
+        self._order: list[SortKey] = []  # every listed worker's sort key, sorted
+        self._connected: dict[str, WorkerConn] = {}
+        self._kinds: collections.Counter[tuple] = collections.Counter()  # connected, by kind
+        self._gone: collections.deque[tuple[float, str]] = collections.deque()  # (left at, id), in order
 
     def add(self, reg: wpb.Register) -> WorkerConn:
         old = self._workers.get(reg.worker_id)
         if old and old.connected:
             raise AlreadyExists(f"worker {reg.worker_id} is already connected")
-        conn = WorkerConn(reg=reg, outbox=asyncio.Queue(), executor_restarts=reg.executor_restarts)
+        if old:
+            self._unlist(old)
+        conn = WorkerConn(reg=reg, outbox=asyncio.Queue(), executor_restarts=reg.executor_restarts,
+                          on_change=self._changed)
         self._workers[reg.worker_id] = conn
+        bisect.insort(self._order, conn.sort_key)
+        self._changed(conn)
         return conn
 
     def get(self, worker_id: str) -> WorkerConn | None:
         return self._workers.get(worker_id)
 
     def connected(self) -> list[WorkerConn]:
-        return [w for w in self._workers.values() if w.connected]
+        return list(self._connected.values())
 
     def all(self) -> list[WorkerConn]:
-        return sorted(self._workers.values(), key=lambda w: (w.reg.host, w.reg.device.index, w.worker_id))
+        return [self._workers[key[2]] for key in self._order]
+
+    def kinds(self) -> list[wpb.Register]:
+        """One registration per kind of connected worker (backend, device type, name, memory):
+        what submit-time admission needs to know of the fleet, without a scan of it."""
+        return [wpb.Register(backend=backend, device=pb.Device(type=dtype, name=name, memory_bytes=memory))
+                for backend, dtype, name, memory in self._kinds]
+
+    def page(self, states_: Iterable[int] = (), limit: int = 0, token: str = "") -> tuple[list[WorkerConn], str]:
+        """Workers in listing order after `token`, in any of `states_` (empty: all); returns them
+        with the token of the next page ("" on the last)."""
+        wanted, n = set(states_), page_limit(limit)
+        start = bisect.bisect_right(self._order, decode_token(token)) if token else 0
+        out: list[WorkerConn] = []
+        for key in self._order[start:]:
+            conn = self._workers[key[2]]
+            if wanted and conn.state not in wanted:
+                continue
+            if len(out) == n:
+                return out, encode_token(out[-1].sort_key)
+            out.append(conn)
+        return out, ""
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Forget workers DISCONNECTED for longer than the TTL; returns their ids."""
+        now = time.monotonic() if now is None else now
+        gone: list[str] = []
+        while self._gone and now - self._gone[0][0] > self.ttl_s:
+            left_at, worker_id = self._gone.popleft()
+            conn = self._workers.get(worker_id)
+            # Skip a worker that came back (and maybe left again: its newer entry is behind).
+            if conn is not None and not conn.connected and conn.disconnected_at == left_at:
+                self._unlist(conn)
+                del self._workers[worker_id]
+                gone.append(worker_id)
+        return gone
+
+    def _changed(self, conn: WorkerConn) -> None:
+        wid, kind = conn.worker_id, conn.view().kind
+        if conn.connected and wid not in self._connected:
+            self._connected[wid] = conn
+            self._kinds[kind] += 1
+        elif not conn.connected and self._connected.get(wid) is conn:
+            del self._connected[wid]
+            self._kinds[kind] -= 1
+            if not self._kinds[kind]:
+                del self._kinds[kind]
+            self._gone.append((conn.disconnected_at, wid))
+        self.on_change(conn)
+
+    def _unlist(self, conn: WorkerConn) -> None:
+        i = bisect.bisect_left(self._order, conn.sort_key)
+        if i < len(self._order) and self._order[i] == conn.sort_key:
+            del self._order[i]
+
+
+def encode_token(key: SortKey) -> str:
+    return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode()
+
+
+def decode_token(token: str) -> SortKey:
+    """The sort key a page token carries; InvalidSpec naming page_token if it is not one."""
+    if len(token) > MAX_TOKEN:
+        raise InvalidSpec("page_token", f"at most {MAX_TOKEN} characters")
+    try:
+        host, index, worker_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if isinstance(host, str) and isinstance(index, int) and isinstance(worker_id, str):
+            return (host, index, worker_id)
+    except (ValueError, TypeError, binascii.Error):
+        pass
+    raise InvalidSpec("page_token", "not a page token of this listing (pass next_page_token as it came)")

@@ -1,45 +1,53 @@
 """Gang scheduling: which queued jobs start now, on which workers, in which rank order.
 
-A pure function of the queue and the fleet, so it is tested without servers. Rules:
+Pure (no I/O, no clock), so it is tested without servers. Rules:
 - a job is placed whole (world_size idle eligible workers of one backend) or not at all;
 - queue order is priority, raised by one level per AGING_S waited, then submission order;
-- a job that cannot start now but could on the registered fleet reserves the eligible idle
-  workers it sees, so later (smaller) jobs cannot starve it; a job larger than the fleet
-  reserves nothing and blocks nobody;
+- a job that cannot start now but could on the connected fleet (world_size eligible workers of
+  one backend are connected) reserves the eligible idle workers of such backends, so later
+  (smaller) jobs cannot starve it; a job the connected fleet cannot run (too few workers, or
+  enough only across backends, which a gang never mixes) reserves nothing and blocks nobody;
 - a gang equal to a warm group (every member's executor holds the same initialised process
   group, coordinator/groups.py) is preferred and keeps that group's rank order, so the job
   starts without a new NCCL init;
-- ranks on one host are adjacent (sorted by host, then device index).
+- ranks on one host are adjacent (by host, then device index), on the hosts with most idle workers.
+
+`Scheduler` is the incremental form the Dispatcher keeps; `plan` the one-shot form. A pass does
+not rescan the queue or the fleet:
+- aging raises every waiting job by the same amount per second, so the order of waiting jobs
+  never changes: it is the static key submitted_at - AGING_S * priority (`PendingJob.order`);
+- jobs are grouped by what they need of their workers (`Need`); within a group they are
+  interchangeable, so when a group's first job cannot start, none behind it can (it reserved
+  every idle worker they could use): a pass visits a group once per job placed, plus once;
+- workers are indexed by kind (backend, device type, device name, memory) and host, so
+  eligibility is decided once per kind, not per worker;
+- a pass walks only the needs that fit a kind of worker with idle workers left unclaimed
+  (coordinator/sched_index.py's KindQueues), and ends when none is left.
+Its cost grows with the needs it visits and their kinds' hosts, not with the queue's length
+(bench/scheduler_pass.py). Waiting reasons are derived when asked (`reason`).
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable, Mapping
 
+from coordinator.sched_index import Claims, FleetIndex, Kind, KindQueues, QueueGroup, WorkerView
 from ringleader import spec as specs
 from ringleader.jobspec import ValidJob
 
 AGING_S = 60.0
 
-
-@dataclass(frozen=True)
-class WorkerView:
-    worker_id: str
-    host: str
-    device_type: str
-    device_index: int
-    device_name: str
-    memory_bytes: int
-    backend: str
-    idle: bool
+WarmGroups = Mapping[int, Mapping[str, tuple[str, ...]]]  # size -> key -> members in rank order
 
 
 @dataclass(frozen=True)
-class PendingJob:
-    job_id: str
+class Need:
+    """What a job needs of its workers; jobs with equal needs are interchangeable."""
+
     world_size: int
-    priority: int
-    submitted_at: float
     backends: frozenset[str] = frozenset(specs.BACKENDS)  # the backends that can run it
     needs_bytes: int = 0  # device bytes per rank for the largest size
     host: str = ""
@@ -47,13 +55,52 @@ class PendingJob:
     worker_ids: tuple[str, ...] = ()
     device_type: str = ""
 
+    @cached_property
+    def _ids(self) -> frozenset[str]:
+        return frozenset(self.worker_ids)
+
+    def fits(self, kind: Kind) -> bool:
+        """Whether workers of this kind are eligible (host and worker ids aside)."""
+        backend, device_type, name, memory = kind
+        return (backend in self.backends and (not self.device_type or device_type == self.device_type)
+                and (not self.gpu_model or self.gpu_model.lower() in name.lower())
+                and not (memory and self.needs_bytes > memory))
+
+    def admits(self, w: WorkerView) -> bool:
+        return (self.fits(w.kind) and (not self.host or w.host == self.host)
+                and (not self.worker_ids or w.worker_id in self._ids))
+
+    def constraints(self) -> str:
+        parts = [f"{k}={v}" for k, v in (("host", self.host), ("gpu_model", self.gpu_model),
+                                         ("device_type", self.device_type)) if v]
+        if self.worker_ids:
+            parts.append("worker_ids=" + ",".join(self.worker_ids))
+        return f" matching {' '.join(parts)}" if parts else ""
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    job_id: str
+    priority: int
+    submitted_at: float
+    need: Need
+
     @classmethod
     def of(cls, job_id: str, valid: ValidJob, submitted_at: float) -> "PendingJob":
         s, p = valid.spec, valid.spec.placement
-        return cls(job_id=job_id, world_size=s.world_size, priority=s.priority, submitted_at=submitted_at,
-                   backends=frozenset(b for b in specs.BACKENDS if valid.runs_on(b)),
-                   needs_bytes=valid.needs_bytes, host=p.host, gpu_model=p.gpu_model,
-                   worker_ids=tuple(p.worker_ids), device_type=p.device_type)
+        return cls(job_id, s.priority, submitted_at, Need(
+            s.world_size, frozenset(b for b in specs.BACKENDS if valid.runs_on(b)), valid.needs_bytes,
+            p.host, p.gpu_model, tuple(p.worker_ids), p.device_type))
+
+    @property
+    def world_size(self) -> int:
+        return self.need.world_size
+
+    @property
+    def order(self) -> tuple[float, float, str]:
+        """Queue order, smallest first: ordering by priority + waited / AGING_S at any one moment
+        is ordering by this, which does not change while the job waits."""
+        return (self.submitted_at - AGING_S * self.priority, self.submitted_at, self.job_id)
 
 
 @dataclass(frozen=True)
@@ -70,90 +117,183 @@ class Plan:
     waiting: dict[str, str] = field(default_factory=dict)  # job_id -> why it still waits
 
 
-def eligible(job: PendingJob, w: WorkerView) -> bool:
-    if job.host and w.host != job.host:
-        return False
-    if job.gpu_model and job.gpu_model.lower() not in w.device_name.lower():
-        return False
-    if job.worker_ids and w.worker_id not in job.worker_ids:
-        return False
-    if job.device_type and w.device_type != job.device_type:
-        return False
-    if w.memory_bytes and job.needs_bytes > w.memory_bytes:
-        return False
-    return w.backend in job.backends
+class Scheduler:
+    """The queue and the connected fleet, indexed; `place` decides, `reason` explains."""
 
+    def __init__(self) -> None:
+        self._jobs: dict[str, PendingJob] = {}
+        self._groups: dict[Need, QueueGroup] = {}
+        self._fleet = FleetIndex()
+        self._pass = 0
+        # A pass visits only the needs that fit a kind with idle workers: the others can neither
+        # start nor reserve anything.
+        self._queues = KindQueues()
+        self._queues_epoch = -1
 
-def queue_order(jobs: list[PendingJob], now: float) -> list[PendingJob]:
-    def key(j: PendingJob):
-        return (-(j.priority + (now - j.submitted_at) / AGING_S), j.submitted_at, j.job_id)
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self._jobs
 
-    return sorted(jobs, key=key)
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    # ---- the queue and the fleet -----------------------------------------------------------
+
+    def add(self, job: PendingJob) -> None:
+        self.remove(job.job_id)
+        self._jobs[job.job_id] = job
+        need = job.need
+        group = self._groups.get(need) or self._groups.setdefault(need, QueueGroup(need))
+        first = not group.live or job.order < group.live[group.head()]
+        group.push(job.job_id, job.order)
+        if first:
+            self._queues.push(need, job.order)
+
+    def remove(self, job_id: str) -> None:
+        job = self._jobs.pop(job_id, None)
+        if job is None:
+            return
+        group = self._groups[job.need]
+        first = group.head() == job_id
+        group.discard(job_id)
+        if not group.live:
+            del self._groups[job.need]
+        elif first:
+            self._queues.push(job.need, group.live[group.head()])
+
+    def put_worker(self, w: WorkerView) -> None:
+        """A connected worker, new or changed (idle or busy)."""
+        self._fleet.put(w)
+
+    def drop_worker(self, worker_id: str) -> None:
+        """A worker that is no longer connected."""
+        self._fleet.drop(worker_id)
+
+    # ---- decisions -------------------------------------------------------------------------
+
+    def place(self, warm: WarmGroups | None = None) -> list[Decision]:
+        """Decide which queued jobs start now (they leave the queue); `warm` holds the warm
+        groups a job may reuse, by size."""
+        self._pass += 1
+        claims = Claims(self._fleet.n_idle)
+        if not claims.free:
+            return []
+        self._sync_queues()
+        fleet = self._fleet
+        walk = self._queues.walk(lambda: [k for k, n in fleet.idle_n.items() if n > claims.of_kind.get(k, 0)],
+                                 self._head)
+        decisions: list[Decision] = []
+        for need in walk:
+            group = self._groups[need]
+            job = self._jobs[group.head()]
+            backends = self._runnable_on(group)
+            if not backends:
+                continue  # the connected fleet cannot run it: it claims nothing
+            pools = {b: self._fleet.idle_hosts(need, b, claims) for b in backends}
+            decision = self._pick(job, pools, claims, warm or {})
+            if decision is None:
+                # Feasible later: hold what it can use now, so smaller jobs cannot starve it.
+                group.seen_pass, group.blocked = self._pass, job.job_id
+                group.seen_idle = self._reserve(need, pools, claims)
+                continue
+            decisions.append(decision)
+            for wid in decision.worker_ids:
+                claims.take(fleet.views[wid])
+            self.remove(job.job_id)  # its need's next job, if any, joins the walk
+        walk.close()
+        return decisions
+
+    def reason(self, job_id: str) -> str:
+        """Why a queued job waits, as of the last pass ("" for a job not queued here)."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return ""
+        group = self._groups[job.need]
+        n, where = job.world_size, group.need.constraints()
+        counts = {b: k for b, k in self._connected(group).items() if k}
+        if not any(k >= n for k in counts.values()):
+            if len(counts) > 1:  # enough in all, but a gang never mixes backends
+                listed = ", ".join(f"{k} {b}" for b, k in counts.items())
+                return f"needs {n} workers of one backend, {listed} connected{where}"
+            return f"needs {n} workers, {sum(counts.values())} connected{where}"
+        idle = group.seen_idle if (group.seen_pass, group.blocked) == (self._pass, job_id) else 0
+        return f"needs {n} workers, {idle} idle{where}"
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _head(self, need: Need) -> tuple | None:
+        group = self._groups.get(need)
+        return group.live[group.head()] if group else None
+
+    def _sync_queues(self) -> None:
+        """Start the kind queues again when a kind of worker came or went, or when entries left
+        behind by started and cancelled jobs outnumber the live ones."""
+        kinds = self._fleet.totals
+        if self._queues_epoch != self._fleet.kinds_epoch or \
+                self._queues.size() > 2 * len(self._groups) * max(1, len(kinds)) + 256:
+            self._queues.rebuild(kinds, {need: self._head(need) for need in self._groups})
+            self._queues_epoch = self._fleet.kinds_epoch
+
+    def _connected(self, group: QueueGroup) -> dict[str, int]:
+        """Eligible connected workers per backend, counted again only when the fleet changed."""
+        if group.epoch != self._fleet.epoch:
+            backends = tuple(b for b in specs.BACKENDS if b in group.need.backends)
+            group.connected, group.epoch = self._fleet.connected(group.need, backends), self._fleet.epoch
+        return group.connected
+
+    def _runnable_on(self, group: QueueGroup) -> tuple[str, ...]:
+        """The backends with enough eligible connected workers for the whole gang."""
+        return tuple(b for b, k in self._connected(group).items() if k >= group.need.world_size)
+
+    def _pick(self, job: PendingJob, pools: dict[str, dict[str, int]], claims: Claims,
+              warm: WarmGroups) -> Decision | None:
+        """A gang for `job` from the idle workers per backend and host in `pools`, or None."""
+        need, n, views = job.need, job.world_size, self._fleet.views
+        able = [b for b, hosts in pools.items() if sum(hosts.values()) >= n]
+        if not able:
+            return None
+        # Prefer a warm group of exactly the right size: no new process-group init.
+        for key, members in warm.get(n, {}).items():
+            ws = [views.get(m) for m in members]
+            if all(w is not None and w.idle and w.worker_id not in claims.ids and need.admits(w) for w in ws) \
+                    and len({w.backend for w in ws}) == 1 and ws[0].backend in able:
+                return Decision(job.job_id, tuple(members), ws[0].backend, key)
+        # Pack onto the hosts with the most idle workers so ranks share hosts where possible.
+        backend, hosts = able[0], pools[able[0]]
+        fullest = [(-k, h) for h, k in hosts.items()]
+        heapq.heapify(fullest)  # hosts by idle workers, popped only as far as the gang needs
+        chosen: list[WorkerView] = []
+        while len(chosen) < n:
+            chosen += self._fleet.idle_on(need, backend, heapq.heappop(fullest)[1], claims)[: n - len(chosen)]
+        return Decision(job.job_id, _rank_order(chosen), backend, "")
+
+    def _reserve(self, need: Need, pools: dict[str, dict[str, int]], claims: Claims) -> int:
+        held = [w for b, hosts in pools.items() for h in hosts for w in self._fleet.idle_on(need, b, h, claims)]
+        for w in held:
+            claims.take(w)
+        return len(held)
 
 
 def _rank_order(workers: list[WorkerView]) -> tuple[str, ...]:
     return tuple(w.worker_id for w in sorted(workers, key=lambda w: (w.host, w.device_index, w.worker_id)))
 
 
-def _pick(job: PendingJob, idle: list[WorkerView], warm_groups: dict[str, tuple[str, ...]]) -> Decision | None:
-    by_backend: dict[str, list[WorkerView]] = {}
-    for w in idle:
-        by_backend.setdefault(w.backend, []).append(w)
-    # Prefer a warm group of exactly the right size: no new process-group init.
-    ids = {w.worker_id: w for w in idle}
-    for key, members in warm_groups.items():
-        if len(members) == job.world_size and all(m in ids for m in members):
-            if len({ids[m].backend for m in members}) == 1:
-                return Decision(job.job_id, members, ids[members[0]].backend, key)
-    for backend in specs.BACKENDS:
-        pool = by_backend.get(backend, [])
-        if len(pool) < job.world_size:
-            continue
-        # Pack onto the hosts with the most idle workers so ranks share hosts where possible.
-        per_host: dict[str, list[WorkerView]] = {}
-        for w in pool:
-            per_host.setdefault(w.host, []).append(w)
-        hosts = sorted(per_host, key=lambda h: (-len(per_host[h]), h))
-        chosen: list[WorkerView] = []
-        for h in hosts:
-            for w in sorted(per_host[h], key=lambda w: (w.device_index, w.worker_id)):
-                if len(chosen) < job.world_size:
-                    chosen.append(w)
-        return Decision(job.job_id, _rank_order(chosen), backend, "")
-    return None
+def by_size(groups: Mapping[str, tuple[str, ...]]) -> dict[int, dict[str, tuple[str, ...]]]:
+    """Warm groups (key -> members) indexed by size, as `Scheduler.place` takes them."""
+    out: dict[int, dict[str, tuple[str, ...]]] = {}
+    for key, members in groups.items():
+        out.setdefault(len(members), {})[key] = members
+    return out
 
 
-def _constraints(job: PendingJob) -> str:
-    parts = [f"{k}={v}" for k, v in (("host", job.host), ("gpu_model", job.gpu_model),
-                                     ("device_type", job.device_type)) if v]
-    if job.worker_ids:
-        parts.append("worker_ids=" + ",".join(job.worker_ids))
-    return f" matching {' '.join(parts)}" if parts else ""
-
-
-def plan(queue: list[PendingJob], fleet: list[WorkerView], now: float,
-         groups: dict[str, tuple[str, ...]] | None = None) -> Plan:
-    """Decide which queued jobs start now. `fleet` is every connected worker, idle or busy;
-    `groups` the warm groups a job may reuse (key -> members in rank order)."""
-    result = Plan()
-    free = {w.worker_id: w for w in fleet if w.idle}
-    groups = groups or {}
-    for job in queue_order(queue, now):
-        idle = [w for w in free.values() if eligible(job, w)]
-        decision = _pick(job, idle, groups) if len(idle) >= job.world_size else None
-        if decision:
-            result.decisions.append(decision)
-            for wid in decision.worker_ids:
-                free.pop(wid)
-            continue
-        matching = [w for w in fleet if eligible(job, w)]
-        if len(matching) >= job.world_size:
-            # Feasible later: hold what it can use now, so smaller jobs cannot starve it.
-            for w in idle:
-                free.pop(w.worker_id, None)
-            result.waiting[job.job_id] = f"needs {job.world_size} workers, {len(idle)} idle{_constraints(job)}"
-        else:
-            result.waiting[job.job_id] = (
-                f"needs {job.world_size} workers, {len(matching)} connected{_constraints(job)}"
-            )
-    return result
+def plan(queue: Iterable[PendingJob], fleet: Iterable[WorkerView],
+         groups: Mapping[str, tuple[str, ...]] | None = None) -> Plan:
+    """One pass over `queue` on `fleet` (every connected worker, idle or busy); `groups` the warm
+    groups a job may reuse (key -> members in rank order)."""
+    s = Scheduler()
+    for w in fleet:
+        s.put_worker(w)
+    queue = list(queue)
+    for job in queue:
+        s.add(job)
+    decisions = s.place(by_size(groups or {}))
+    return Plan(decisions, {j.job_id: s.reason(j.job_id) for j in queue if j.job_id in s})

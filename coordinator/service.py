@@ -1,7 +1,7 @@
 """The coordinator's facade: the one object that servicers, the REST layer and metrics call.
 
     users    submit, get, list_jobs, cancel, watch, job_logs, list_workers, queued_jobs,
-             running_jobs, add_listener
+             running_jobs, add_listener, durable
     workers  register, disconnect, on_message (one call per message up a daemon's stream)
     process  start (reload unfinished jobs, start the liveness tick), stop
 
@@ -9,6 +9,10 @@ Behind it: jobs.JobBook (queue, running jobs, the job state machine), events.Eve
 and live events, watchers, listeners), registry.WorkerRegistry (connections), groups.Groups
 (warm groups), dispatch.Dispatcher (placement and the worker protocol) and liveness.Liveness
 (heartbeats, stalls, blame, requeue). Everything runs on one asyncio loop: no locks.
+
+Store writes are grouped: once started, the store commits once per turn of the loop (`_commit`),
+and `durable()` waits for that commit, which the servicers await before they acknowledge a
+submit or a cancel, so a job acknowledged is a job stored.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import AsyncIterator, Iterable
 
 from coordinator import admission
@@ -25,15 +30,23 @@ from coordinator.events import EventBus, Listener
 from coordinator.groups import Groups
 from coordinator.jobs import JobBook, Page
 from coordinator.liveness import Liveness, Timings, Verdicts
-from coordinator.registry import WorkerConn, WorkerRegistry
+from coordinator.registry import WorkerConn, WorkerRegistry, encode_token
 from ringleader import jobspec
-from ringleader.errors import FailedPrecondition
+from ringleader.errors import FailedPrecondition, InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
 log = logging.getLogger("ringleader.coordinator")
 
-__all__ = ["Coordinator", "Timings"]
+__all__ = ["Coordinator", "Timings", "WorkerPage"]
+
+PAGE_BYTES = 2 << 20  # a listing page stops here, well under the 4 MiB message limit
+
+
+@dataclass
+class WorkerPage:
+    workers: list[pb.WorkerInfo]
+    next_page_token: str  # "" on the last page
 
 
 class Coordinator:
@@ -42,17 +55,26 @@ class Coordinator:
         self.timings = timings or Timings()
         self.events = EventBus(store)
         self.book = JobBook(store, self.events)
-        self.workers = WorkerRegistry()
+        self.workers = WorkerRegistry(ttl_s=self.timings.worker_ttl_s)
         self.groups = Groups()
         self.dispatch = Dispatcher(self.book, self.workers, self.groups, self.timings)
         self.liveness = Liveness(self.timings, self.workers, self.book.running, Verdicts(
             worker_lost=self.disconnect, job_failed=self.dispatch.fail, requeue=self.dispatch.requeue))
         self._ticker: asyncio.Task | None = None
+        self._uncommitted = False  # store writes wait for the next _commit
+        self._commit_waiters: list[asyncio.Future] = []
 
     # ---- process ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Reload unfinished jobs; RUNNING ones wait a grace period for their workers to return."""
+        loop = asyncio.get_running_loop()
+
+        def pending() -> None:  # the first write of a group: commit at the end of this turn
+            self._uncommitted = True
+            loop.call_soon(self._commit)
+
+        self.store.defer_commits(pending)
         self.book.load(reattach_deadline=time.monotonic() + self.timings.reconcile_grace_s)
         self._ticker = asyncio.create_task(self._tick_forever())
 
@@ -61,32 +83,79 @@ class Coordinator:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
         self.events.close()
+        self._commit()
+
+    async def durable(self) -> None:
+        """Return once every store write made so far is committed."""
+        if self._uncommitted:
+            waiter = asyncio.get_running_loop().create_future()
+            self._commit_waiters.append(waiter)
+            await waiter
+
+    def _commit(self) -> None:
+        waiters, self._commit_waiters, self._uncommitted = self._commit_waiters, [], False
+        try:
+            self.store.commit()
+        except Exception as exc:  # a full or failing disk: whoever waits must not say "stored"
+            log.exception("job store commit failed")
+            for w in waiters:
+                if not w.done():
+                    w.set_exception(exc)
+            return
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(self.timings.tick_s)
             try:
                 self.liveness.tick()
+                for worker_id in self.workers.expire():
+                    log.info("worker %s forgotten: disconnected for over %.0f s", worker_id, self.workers.ttl_s)
             except Exception:  # a bug here must not stop failure detection for good
                 log.exception("coordinator tick failed")
 
     # ---- users -----------------------------------------------------------------------------
 
-    def submit(self, spec: pb.JobSpec) -> pb.Job:
+    def submit(self, spec: pb.JobSpec, request_id: str = "") -> pb.Job:
+        """Accept a job. A repeat of a `request_id` returns the job it created (InvalidSpec
+        naming request_id if the spec differs). Await `durable()` before acknowledging it."""
         valid = jobspec.normalize(spec)
-        admission.check(valid, (w.reg for w in self.workers.connected()))
-        job = self.book.submit(valid)
+        if request_id:
+            jobspec.check_request_id(request_id)
+            if known := self.store.job_for_request(request_id):
+                job = self.get(known)
+                if job.spec != valid.spec:
+                    raise InvalidSpec("request_id", f"{request_id!r} was used for job {known}, with another spec")
+                return job
+        admission.check(valid, self.workers.kinds())
+        job = self.book.submit(valid, request_id)
         self.dispatch.schedule()
         return self.get(job.id)
 
     def get(self, job_id: str) -> pb.Job:
+        jobspec.check_name("job_id", job_id)
         return self.book.get(job_id)
 
     def list_jobs(self, states: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> Page:
         """A page of jobs, newest first, without results; `next_before` continues it."""
-        return self.book.page(states, op, limit, before_id)
+        jobspec.check_name("op", op)
+        jobspec.check_name("before_id", before_id)
+        page = self.book.page(states, op, limit, before_id)
+        size, keep = 0, len(page.jobs)
+        for i, job in enumerate(page.jobs):
+            size += job.ByteSize()
+            if size > PAGE_BYTES and i:  # the page is full before its limit: continue after i - 1
+                keep = i
+                break
+        if keep < len(page.jobs):
+            return Page(page.jobs[:keep], page.jobs[keep - 1].id)
+        return page
 
     def cancel(self, job_id: str, reason: str = "") -> pb.Job:
+        jobspec.check_name("job_id", job_id)
+        jobspec.check_name("reason", reason)
         reason = reason or "cancelled by user"
         if job_id in self.book.queued:
             self.book.finish(job_id, pb.CANCELLED, reason)
@@ -110,8 +179,17 @@ class Coordinator:
             pb.RankLog(rank=w.rank, worker_id=w.worker_id, received=w.rank in logs, text=logs.get(w.rank, ""))
             for w in sorted(job.workers, key=lambda w: w.rank)])
 
-    def list_workers(self) -> list[pb.WorkerInfo]:
-        return [w.info() for w in self.workers.all()]
+    def list_workers(self, states: Iterable[int] = (), limit: int = 0, page_token: str = "") -> WorkerPage:
+        """A page of workers in (host, device index, id) order; `next_page_token` continues it."""
+        conns, token = self.workers.page(states, limit, page_token)
+        infos, size = [], 0
+        for conn in conns:
+            info = conn.info()
+            size += info.ByteSize()
+            if size > PAGE_BYTES and infos:
+                return WorkerPage(infos, encode_token(conns[len(infos) - 1].sort_key))
+            infos.append(info)
+        return WorkerPage(infos, token)
 
     def queued_jobs(self) -> list[pb.Job]:
         """Jobs waiting for workers, from memory (no store read): for metrics and the dashboard."""

@@ -33,13 +33,27 @@ def _rpc(method):
     return wrapper
 
 
+def _durable(method):
+    """An RPC that changes jobs: it answers only once the change is committed to the store."""
+    @functools.wraps(method)
+    async def wrapper(self, request, context):
+        try:
+            answer_ = method(self, request, context)
+        except RingleaderError as exc:
+            await abort_with(context, exc)
+        await self.c.durable()
+        return answer_
+
+    return wrapper
+
+
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(self, coordinator: Coordinator) -> None:
         self.c = coordinator
 
-    @_rpc
+    @_durable
     def SubmitJob(self, request, context):
-        return self.c.submit(request.spec)
+        return self.c.submit(request.spec, request.request_id)
 
     @_rpc
     def GetJob(self, request, context):
@@ -51,7 +65,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                                 before_id=request.before_id)
         return pb.ListJobsResponse(jobs=page.jobs, next_before_id=page.next_before)
 
-    @_rpc
+    @_durable
     def CancelJob(self, request, context):
         return self.c.cancel(request.job_id, request.reason)
 
@@ -61,7 +75,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     @_rpc
     def ListWorkers(self, request, context):
-        return pb.ListWorkersResponse(workers=self.c.list_workers())
+        page = self.c.list_workers(states=request.states, limit=request.limit, page_token=request.page_token)
+        return pb.ListWorkersResponse(workers=page.workers, next_page_token=page.next_page_token)
 
     async def WatchJob(self, request, context):
         try:

@@ -9,6 +9,7 @@ from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
+
 def _copy(msg):
     # Every message crossing the store boundary is a fresh copy: callers (servicers, scheduler)
     # mutate the Jobs they hold, and that must not change what the store has recorded.
@@ -25,6 +26,7 @@ class MemoryJobStore(JobStore):
         self._results: dict[str, list[pb.SizeResult]] = {}
         self._events: dict[str, list[pb.JobEvent]] = {}
         self._logs: dict[str, dict[int, str]] = {}
+        self._requests: dict[str, str] = {}  # request id -> job id
 
     def _known(self, job_id: str) -> pb.Job:
         try:
@@ -40,6 +42,8 @@ class MemoryJobStore(JobStore):
     def create(self, job: pb.Job) -> None:
         if job.id in self._jobs:
             raise AlreadyExists(f"job {job.id} already exists")
+        if job.request_id in self._requests:
+            raise AlreadyExists(f"request {job.request_id} already created job {self._requests[job.request_id]}")
         stored = _copy(job)
         self._results[job.id] = [_copy(r) for r in stored.results]
         stored.ClearField("results")
@@ -48,6 +52,8 @@ class MemoryJobStore(JobStore):
         self._jobs[job.id] = stored
         self._events[job.id] = []
         self._logs[job.id] = {}
+        if job.request_id:
+            self._requests[job.request_id] = job.id
 
     def get(self, job_id: str) -> pb.Job:
         self._known(job_id)
@@ -99,6 +105,9 @@ class MemoryJobStore(JobStore):
             if len(out) == n:
                 break
         return out
+
+    def job_for_request(self, request_id: str) -> str:
+        return self._requests.get(request_id, "")
 
     def unfinished(self) -> list[pb.Job]:
         ids = sorted(self._jobs, key=self._order.__getitem__)

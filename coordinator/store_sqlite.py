@@ -1,63 +1,35 @@
 """SQLite JobStore: the coordinator's durable record, so jobs survive a coordinator restart.
 
 Messages are stored as serialized protobuf blobs; only the columns that `list`/`unfinished`
-filter or order on (submission seq, state, op) are broken out, so a proto change needs no
-schema change. The `update` and `list` rules come from the contract module, coordinator/api.py.
+filter or order on (submission seq, state, op) and the idempotency key are broken out, so a
+proto change needs no schema change. The `update` and `list` rules come from the contract
+module, coordinator/api.py.
+
+The event loop is never held up by the disk: with `defer_commits` (what the coordinator uses)
+writes are grouped into one transaction per turn of the loop, and WAL checkpoints, the only
+step that waits for fsync in WAL mode with synchronous=NORMAL, run on a thread of their own
+(a PASSIVE checkpoint runs beside the writer without blocking it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from coordinator.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
+from coordinator.store_schema import MIGRATIONS
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
-# Migration i (0-based) brings the schema from version i to i + 1; PRAGMA user_version records
-# the version reached. Append new migrations, never edit applied ones.
-MIGRATIONS: list[list[str]] = [
-    [
-        # seq gives submission order; AUTOINCREMENT so a seq is never reused.
-        """CREATE TABLE jobs (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            id TEXT NOT NULL UNIQUE,
-            state INTEGER NOT NULL,
-            op TEXT NOT NULL,
-            created_at REAL NOT NULL,
-            job BLOB NOT NULL  -- serialized pb.Job without results
-        )""",
-        "CREATE INDEX jobs_by_state ON jobs (state, seq)",
-        "CREATE INDEX jobs_by_op ON jobs (op, seq)",
-        # n orders events as added; seq is the event's own JobEvent.seq.
-        """CREATE TABLE events (
-            n INTEGER PRIMARY KEY,
-            job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
-            seq INTEGER NOT NULL,
-            blob BLOB NOT NULL
-        )""",
-        "CREATE INDEX events_by_job ON events (job_id, n)",
-        """CREATE TABLE results (
-            job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
-            idx INTEGER NOT NULL,
-            blob BLOB NOT NULL,
-            PRIMARY KEY (job_id, idx)
-        ) WITHOUT ROWID""",
-    ],
-    [
-        # Each rank's captured stderr, kept apart from the job's blob (up to 64 KiB a rank).
-        """CREATE TABLE rank_logs (
-            job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
-            rank INTEGER NOT NULL,
-            text TEXT NOT NULL,
-            PRIMARY KEY (job_id, rank)
-        ) WITHOUT ROWID""",
-    ],
-]
+log = logging.getLogger("ringleader.coordinator")
+
+
+CHECKPOINT_S = 1.0  # how often the checkpoint thread copies the WAL back into the database
 
 
 class SqliteJobStore(JobStore):
@@ -67,8 +39,11 @@ class SqliteJobStore(JobStore):
         # exactly one per public method, reads included, so each sees a consistent snapshot.
         # check_same_thread=False plus the lock: the event loop thread is the only caller by
         # design, but a helper thread calling in must be serialized, not corrupt the connection.
+        self._path = str(path)
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
+        self._pending: Callable[[], None] | None = None  # set by defer_commits
+        self._checkpoints: tuple[threading.Thread, threading.Event] | None = None
         try:
             # WAL: readers (a CLI peeking at the file) do not block the coordinator's writes.
             # NORMAL is durable across process crashes in WAL mode; only an OS crash may lose
@@ -94,14 +69,80 @@ class SqliteJobStore(JobStore):
             c.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
 
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        # `with conn` commits on success and rolls back on an exception.
-        with self._lock, self._conn:
-            self._conn.execute("BEGIN")
-            yield self._conn
+    def _tx(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """One transaction per public method; with deferred commits, a write joins the open
+        group (under a savepoint, so a failed method leaves nothing behind) and stays uncommitted."""
+        with self._lock:
+            c = self._conn
+            if c.in_transaction:  # the open group of deferred writes
+                if not write:
+                    yield c
+                    return
+                c.execute("SAVEPOINT op")
+                try:
+                    yield c
+                except BaseException:
+                    c.execute("ROLLBACK TO op")
+                    raise
+                finally:
+                    c.execute("RELEASE op")
+                return
+            c.execute("BEGIN")
+            try:
+                yield c
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            if write and self._pending is not None:
+                self._pending()  # a new group: its owner will commit it
+            else:
+                c.execute("COMMIT")
+
+    def defer_commits(self, pending: Callable[[], None]) -> None:
+        with self._lock:
+            self._pending = pending
+            self._conn.execute("PRAGMA wal_autocheckpoint = 0")  # the thread below does them
+        stop = threading.Event()
+        thread = threading.Thread(target=self._checkpoint_forever, args=(stop,), name="sqlite-checkpoint",
+                                  daemon=True)
+        self._checkpoints = (thread, stop)
+        thread.start()
+
+    def commit(self) -> None:
+        with self._lock:
+            if not self._conn.in_transaction:
+                return
+            try:
+                self._conn.execute("COMMIT")
+            except sqlite3.Error:
+                # Never leave the failed group open: the next write must start (and announce) one.
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    def _checkpoint_forever(self, stop: threading.Event) -> None:
+        conn = sqlite3.connect(self._path, isolation_level=None)
+        try:
+            while not stop.wait(CHECKPOINT_S):
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error as exc:  # busy or I/O: the next round tries again
+                    log.warning("WAL checkpoint failed: %s", exc)
+        finally:
+            conn.close()
 
     def close(self) -> None:
+        if self._checkpoints:
+            thread, stop = self._checkpoints
+            stop.set()
+            thread.join()
+            self._checkpoints = None
         with self._lock:
+            try:
+                if self._conn.in_transaction:
+                    self._conn.execute("COMMIT")
+            except sqlite3.ProgrammingError:
+                pass  # closed before
             self._conn.close()  # idempotent
 
     @staticmethod
@@ -128,12 +169,15 @@ class SqliteJobStore(JobStore):
         stored = pb.Job()
         stored.CopyFrom(job)
         stored.ClearField("results")  # results live in their own table
-        with self._tx() as c:
+        with self._tx(write=True) as c:
             if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone():
                 raise AlreadyExists(f"job {job.id} already exists")
+            if job.request_id and (other := self._for_request(c, job.request_id)):
+                raise AlreadyExists(f"request {job.request_id} already created job {other}")
             c.execute(
-                "INSERT INTO jobs (id, state, op, created_at, job) VALUES (?, ?, ?, ?, ?)",
-                (job.id, job.state, job_op(job), job.created_at, stored.SerializeToString()),
+                "INSERT INTO jobs (id, state, op, created_at, job, request_id) VALUES (?, ?, ?, ?, ?, ?)",
+                (job.id, job.state, job_op(job), job.created_at, stored.SerializeToString(),
+                 job.request_id or None),
             )
             c.executemany(
                 "INSERT INTO results (job_id, idx, blob) VALUES (?, ?, ?)",
@@ -145,7 +189,7 @@ class SqliteJobStore(JobStore):
             return self._load(c, job_id, with_results=True)
 
     def update(self, job: pb.Job) -> None:
-        with self._tx() as c:
+        with self._tx(write=True) as c:
             stored = self._load(c, job.id, with_results=False)
             apply_update(stored, job)
             c.execute(
@@ -154,7 +198,7 @@ class SqliteJobStore(JobStore):
             )
 
     def add_event(self, event: pb.JobEvent) -> None:
-        with self._tx() as c:
+        with self._tx(write=True) as c:
             self._seq_of(c, event.job_id)
             c.execute(
                 "INSERT INTO events (job_id, seq, blob) VALUES (?, ?, ?)",
@@ -170,7 +214,7 @@ class SqliteJobStore(JobStore):
         return [pb.JobEvent.FromString(r[0]) for r in rows]
 
     def add_result(self, job_id: str, result: pb.SizeResult) -> None:
-        with self._tx() as c:
+        with self._tx(write=True) as c:
             self._seq_of(c, job_id)
             c.execute(
                 "INSERT INTO results (job_id, idx, blob) SELECT ?, COALESCE(MAX(idx) + 1, 0), ?"
@@ -179,7 +223,7 @@ class SqliteJobStore(JobStore):
             )
 
     def clear_results(self, job_id: str) -> None:
-        with self._tx() as c:
+        with self._tx(write=True) as c:
             self._seq_of(c, job_id)
             c.execute("DELETE FROM results WHERE job_id = ?", (job_id,))
 
@@ -215,6 +259,15 @@ class SqliteJobStore(JobStore):
                 (*args, store_limit(limit)),
             ).fetchall()
         return [pb.Job.FromString(r[0]) for r in rows]
+
+    def job_for_request(self, request_id: str) -> str:
+        with self._tx() as c:
+            return self._for_request(c, request_id)
+
+    @staticmethod
+    def _for_request(c: sqlite3.Connection, request_id: str) -> str:
+        row = c.execute("SELECT id FROM jobs WHERE request_id = ?", (request_id,)).fetchone()
+        return row[0] if row else ""
 
     def unfinished(self) -> list[pb.Job]:
         with self._tx() as c:

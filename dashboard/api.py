@@ -24,13 +24,14 @@ from fastapi.routing import APIRoute
 import google.protobuf
 import grpc
 
+from coordinator.registry import MAX_TOKEN
 from coordinator.service import Coordinator
 from dashboard.schemas import (
-    RESULT_FIELDS, CancelIn, Error, Job, JobList, JobLogs, JobSpecIn, JobStateName, OpName, ResultFormat,
-    ResultList, VersionInfo, WorkerList, json_safe,
+    RESULT_FIELDS, CancelIn, Error, Job, JobId, JobList, JobLogs, JobSpecIn, JobStateName, OpName, ResultFormat,
+    ResultList, VersionInfo, WorkerList, WorkerStateName, json_safe,
 )
 from dashboard.sse import LIVE_QUEUE, LiveFanout, aiter_list, last_event_id, sse_frame, with_keepalive
-from ringleader import __version__, states
+from ringleader import __version__, jobspec, states
 from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
 from ringleader.errors import InvalidSpec, NotFound, RingleaderError, answer
 from ringleader.jsonview import to_json
@@ -88,9 +89,19 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
     @r.post("/jobs", tags=["jobs"], operation_id="submitJob", status_code=201, response_model=Job,
             summary="Submit a job",
             responses={201: {"description": "The accepted job (QUEUED, or RUNNING if it was placed at once)"}})
-    async def submit_job(spec: JobSpecIn) -> Response:
-        with domain_errors():
-            job = core.submit(spec.to_pb())
+    async def submit_job(
+        spec: JobSpecIn,
+        request_id: Annotated[str | None, Query(
+            min_length=1, max_length=jobspec.MAX_REQUEST_ID,
+            description="idempotency key chosen by the client: a retry with the same key returns the job the "
+                        "first request created (also across coordinator restarts); with another spec: 422")] = None,
+    ) -> Response:
+        try:
+            with domain_errors():
+                job = core.submit(spec.to_pb(), request_id or "")
+        except RequestValidationError as exc:
+            raise _in_query(exc, "request_id") from None
+        await core.durable()  # acknowledged only once stored
         return JSON(to_json(job), status_code=201, headers={"Location": f"{r.prefix}/jobs/{job.id}"})
 
     @r.get("/jobs", tags=["jobs"], operation_id="listJobs", response_model=JobList, summary="List jobs",
@@ -110,16 +121,18 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
 
     @r.get("/jobs/{job_id}", tags=["jobs"], operation_id="getJob", response_model=Job,
            summary="Get a job with its results", responses=NOT_FOUND)
-    async def get_job(job_id: str) -> Response:
+    async def get_job(job_id: JobId) -> Response:
         with domain_errors():
             return JSON(to_json(core.get(job_id)))
 
     @r.post("/jobs/{job_id}/cancel", tags=["jobs"], operation_id="cancelJob", response_model=Job,
             summary="Cancel a queued or running job",
             responses={**NOT_FOUND, 409: {"model": Error, "description": "The job has already finished"}})
-    async def cancel_job(job_id: str, body: Annotated[CancelIn | None, Body()] = None) -> Response:
+    async def cancel_job(job_id: JobId, body: Annotated[CancelIn | None, Body()] = None) -> Response:
         with domain_errors():
-            return JSON(to_json(core.cancel(job_id, body.reason if body else "")))
+            job = core.cancel(job_id, body.reason if body else "")
+        await core.durable()
+        return JSON(to_json(job))
 
 
 def _result_routes(r: APIRouter, core: Coordinator) -> None:
@@ -127,7 +140,7 @@ def _result_routes(r: APIRouter, core: Coordinator) -> None:
            summary="A job's results, one row per size (JSON or CSV)",
            responses={**NOT_FOUND, 200: {"description": "JSON, or CSV with a header row of the field names",
                                          "content": {"text/csv": {"schema": {"type": "string"}}}}})
-    async def get_results(job_id: str, format: Annotated[ResultFormat, Query()] = "json") -> Response:  # noqa: A002
+    async def get_results(job_id: JobId, format: Annotated[ResultFormat, Query()] = "json") -> Response:  # noqa: A002
         with domain_errors():
             job = core.get(job_id)
         if format == "csv":
@@ -156,7 +169,7 @@ def _event_routes(r: APIRouter, core: Coordinator, keepalive_s: float) -> None:
                "Server-Sent Events; `event:` state, progress or result; `id:` the event's seq (absent for "
                "progress); `data:` the JobEvent as JSON. The stream ends after the terminal state."),
                204: {"description": "Reconnected (Last-Event-ID) to a finished job with nothing left to send"}})
-    async def watch_job(job_id: str, request: Request) -> Response:
+    async def watch_job(job_id: JobId, request: Request) -> Response:
         with domain_errors():
             job = core.get(job_id)
         after = last_event_id(request.headers.get("last-event-id"))
@@ -183,9 +196,22 @@ def _event_routes(r: APIRouter, core: Coordinator, keepalive_s: float) -> None:
 
 def _worker_routes(r: APIRouter, core: Coordinator) -> None:
     @r.get("/workers", tags=["workers"], operation_id="listWorkers", response_model=WorkerList,
-           summary="Connected and recently disconnected workers")
-    async def list_workers() -> Response:
-        return JSON({"workers": [to_json(w) for w in core.list_workers()]})
+           summary="Connected and recently disconnected workers",
+           description="In (host, device index, worker id) order. Page with `page_token` = the previous page's "
+                       "`next_page_token`. A worker disconnected for longer than the coordinator's --worker-ttl "
+                       "is no longer listed.")
+    async def list_workers(
+        state: Annotated[list[WorkerStateName], Query(description="any of these states (repeat the parameter)")] = [],  # noqa: B006
+        limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_DEFAULT,
+        page_token: Annotated[str | None, Query(max_length=MAX_TOKEN)] = None,
+    ) -> Response:
+        wanted = [pb.WorkerState.Value(s) for s in state]
+        try:
+            with domain_errors():
+                page = core.list_workers(states=wanted, limit=limit, page_token=page_token or "")
+        except RequestValidationError as exc:
+            raise _in_query(exc, "page_token") from None
+        return JSON({"workers": [to_json(w) for w in page.workers], "next_page_token": page.next_page_token or None})
 
 
 def _version_route(r: APIRouter) -> None:
@@ -209,6 +235,12 @@ def domain_errors() -> Iterator[None]:
         raise validation_error(("body", *exc.field.split(".")), exc.message) from None
     except RingleaderError as exc:
         raise HTTPException(answer(exc).http_status, str(exc)) from None
+
+
+def _in_query(exc: RequestValidationError, name: str) -> RequestValidationError:
+    """A domain error about a query parameter: point `loc` at the query, not the body."""
+    errors = [{**e, "loc": ("query", name)} if tuple(e["loc"]) == ("body", name) else e for e in exc.errors()]
+    return RequestValidationError(errors)
 
 
 def validation_error(loc: tuple[str, ...], msg: str) -> RequestValidationError:

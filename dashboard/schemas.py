@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from ringleader import jobspec
@@ -22,8 +23,6 @@ from ringleader import spec as specs
 from ringleader.v1 import jobs_pb2 as pb
 
 UINT32_MAX = 2**32 - 1
-UINT64_MAX = 2**64 - 1
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 def Text(max_length: int, description: str = "") -> Any:  # noqa: N802 - a type alias factory
@@ -33,6 +32,9 @@ def Text(max_length: int, description: str = "") -> Any:  # noqa: N802 - a type 
 
 JOB_STATES = tuple(name for name in pb.JobState.keys() if name != "JOB_STATE_UNSPECIFIED")
 JobStateName = Literal[JOB_STATES]  # type: ignore[valid-type]
+WORKER_STATES = tuple(name for name in pb.WorkerState.keys() if name != "WORKER_STATE_UNSPECIFIED")
+WorkerStateName = Literal[WORKER_STATES]  # type: ignore[valid-type]
+JobId = Annotated[str, Path(max_length=jobspec.MAX_TEXT)]
 OpName = Literal[specs.OPS]  # type: ignore[valid-type]
 ResultFormat = Literal["json", "csv"]
 ALGO_HELP = ('"" (the backend\'s own), nccl, gloo, nccl:ALGO[/PROTO] (ALGO ring|tree, PROTO ll|ll128|simple), '
@@ -63,11 +65,11 @@ class CollectiveSpecIn(BaseModel):
     op: OpName
     dtype: Literal[("", *specs.DTYPE_SIZES)] = Field("", description="empty: float32")  # type: ignore[valid-type]
     reduce_op: Literal[("", *specs.REDUCE_OPS)] = Field("", description="empty: sum")  # type: ignore[valid-type]
-    sizes: list[Annotated[int, Field(ge=1, le=UINT64_MAX)]] = Field(
+    sizes: list[Annotated[int, Field(ge=1, le=specs.MAX_BYTES)]] = Field(
         default_factory=list, max_length=specs.MAX_SIZES,
         description="explicit sizes in bytes; when set, min_bytes, max_bytes and factor are ignored")
-    min_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 8")
-    max_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 64 MiB")
+    min_bytes: int = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 8")
+    max_bytes: int = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 64 MiB")
     factor: float = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False,
                           description="geometric step of the sweep; 0: 2")
     iters: int = Field(0, ge=0, le=specs.MAX_ITERS,
@@ -85,11 +87,11 @@ class _SweepIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sizes: list[Annotated[int, Field(ge=1, le=UINT64_MAX)]] = Field(
+    sizes: list[Annotated[int, Field(ge=1, le=specs.MAX_BYTES)]] = Field(
         default_factory=list, max_length=specs.MAX_SIZES,
         description="explicit sizes in bytes; else min_bytes, max_bytes and factor as for collectives")
-    min_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 8")
-    max_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="0: 64 MiB")
+    min_bytes: int = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 8")
+    max_bytes: int = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 64 MiB")
     factor: float = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False, description="0: 2")
 
 
@@ -120,7 +122,7 @@ class GradientAverageSpecIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    size_bytes: int = Field(0, ge=0, le=UINT64_MAX, description="float32 gradient bytes; 0: 64 MiB")
+    size_bytes: int = Field(0, ge=0, le=specs.MAX_BYTES, description="float32 gradient bytes; 0: 64 MiB")
     iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="0: 20")
     warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
 
@@ -133,7 +135,7 @@ class TrainSpecIn(BaseModel):
 
     model: Literal[("", *jobspec.MODELS)] = Field("", description="empty: linear")  # type: ignore[valid-type]
     steps: int | None = Field(None, ge=1, le=jobspec.MAX_TRAIN_STEPS, description="absent: 50")
-    batch_size: int | None = Field(None, ge=1, le=UINT32_MAX, description="per rank; absent: 64")
+    batch_size: int | None = Field(None, ge=1, le=jobspec.MAX_BATCH_SIZE, description="per rank; absent: 64")
     lr: float | None = Field(None, gt=0, allow_inf_nan=False, description="absent: 0.05")
     seed: int = Field(0, ge=0, le=UINT32_MAX)
 
@@ -157,10 +159,11 @@ class JobSpecIn(BaseModel):
 
     world_size: int = Field(ge=1, le=jobspec.MAX_WORLD_SIZE)
     placement: PlacementIn = Field(default_factory=PlacementIn)
-    priority: int = Field(0, ge=INT32_MIN, le=INT32_MAX,
-                          description="higher runs first; equal priorities run in submission order")
+    priority: int = Field(0, ge=-jobspec.MAX_PRIORITY, le=jobspec.MAX_PRIORITY,
+                          description="higher runs first, one level gained per minute waited; equal priorities "
+                                      "run in submission order")
     name: Text(jobspec.MAX_TEXT, "free text shown in listings") = ""
-    op_timeout_s: float = Field(0.0, ge=0, le=1e9, allow_inf_nan=False,
+    op_timeout_s: float = Field(0.0, ge=0, le=jobspec.MAX_OP_TIMEOUT_S, allow_inf_nan=False,
                                 description="a rank making no progress this long fails the job; 0: 120")
     # The oneof `kind`: exactly one of these (absent ones are None; null is not a value).
     collective: CollectiveSpecIn = _kind()
@@ -254,6 +257,8 @@ class ResultList(BaseModel):
 
 class WorkerList(BaseModel):
     workers: list[WorkerInfo]  # type: ignore[valid-type]
+    next_page_token: str | None = Field(
+        description="pass as `page_token` for the next page; null on the last page")
 
 
 class VersionInfo(BaseModel):

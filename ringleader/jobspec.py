@@ -26,6 +26,17 @@ GRADIENT_AVERAGE_DEFAULT_BYTES = 64 << 20
 MAX_TRAIN_STEPS = 100_000
 MAX_WORLD_SIZE = 65_536
 MAX_TEXT = 256  # names, hosts, GPU models, worker ids: free text a user or worker sends
+# A bound on priority bounds how long aging (one level per minute) takes to overtake: 33 hours.
+MAX_PRIORITY = 1000
+MAX_OP_TIMEOUT_S = 7 * 86400.0
+MAX_BATCH_SIZE = 1 << 20
+# The spec travels to every rank in its Assignment and is stored with the job; only a long list
+# of worker ids can make it this large.
+MAX_SPEC_BYTES = 64 << 10
+# A pairwise p2p job reports world_size * (world_size - 1) * sizes rows in one message, which
+# must stay well under the 4 MiB message limit (a row is about 60 bytes).
+MAX_P2P_ROWS = 16_384
+MAX_REQUEST_ID = 128
 
 
 @dataclass(frozen=True)
@@ -88,10 +99,15 @@ def normalize(spec: pb.JobSpec) -> ValidJob:
     kind = spec.WhichOneof("kind")
     if kind is None:
         raise InvalidSpec("kind", f"set a job kind: one of {', '.join(KINDS)}")
+    if not -MAX_PRIORITY <= spec.priority <= MAX_PRIORITY:
+        raise InvalidSpec("priority", f"must be between -{MAX_PRIORITY} and {MAX_PRIORITY}, got {spec.priority}")
     _check_text("name", spec.name)
     _check_placement(spec)
-    if not math.isfinite(spec.op_timeout_s) or spec.op_timeout_s < 0:
-        raise InvalidSpec("op_timeout_s", "must be a positive number of seconds")
+    if (size := spec.ByteSize()) > MAX_SPEC_BYTES:  # every string is bounded: only worker ids add up
+        raise InvalidSpec("placement.worker_ids", f"the spec is {size} bytes serialized, at most {MAX_SPEC_BYTES}: "
+                          "name fewer workers, or place by host or gpu_model")
+    if not math.isfinite(spec.op_timeout_s) or not 0 <= spec.op_timeout_s <= MAX_OP_TIMEOUT_S:
+        raise InvalidSpec("op_timeout_s", f"must be a number of seconds between 0 (the default) and {MAX_OP_TIMEOUT_S:.0f}")
     out = pb.JobSpec()
     out.CopyFrom(spec)
     out.op_timeout_s = spec.op_timeout_s or specs.DEFAULT_OP_TIMEOUT_S
@@ -101,6 +117,17 @@ def normalize(spec: pb.JobSpec) -> ValidJob:
 def _check_text(field: str, value: str) -> None:
     if len(value) > MAX_TEXT:
         raise InvalidSpec(field, f"at most {MAX_TEXT} characters, got {len(value)}")
+
+
+def check_request_id(request_id: str) -> None:
+    """An idempotency key: 1-MAX_REQUEST_ID printable characters (empty means none)."""
+    if len(request_id) > MAX_REQUEST_ID or not request_id.isprintable():
+        raise InvalidSpec("request_id", f"at most {MAX_REQUEST_ID} printable characters, got {len(request_id)}")
+
+
+def check_name(field: str, value: str) -> None:
+    """A job id, reason or filter a request carries: at most MAX_TEXT characters."""
+    _check_text(field, value)
 
 
 def _check_placement(spec: pb.JobSpec) -> None:
@@ -161,6 +188,9 @@ def _normalize_p2p(out: pb.JobSpec) -> ValidJob:
         p.iters, p.warmup = specs.check_iters(p.iters, p.warmup if p.HasField("warmup") else None)
     _fill_sweep_defaults(p)
     n = out.world_size
+    if p.pairwise and n * (n - 1) * len(sizes) > MAX_P2P_ROWS:
+        raise InvalidSpec("p2p.pairwise", f"{n} ranks x {n - 1} peers x {len(sizes)} sizes is "
+                          f"{n * (n - 1) * len(sizes)} measurements, at most {MAX_P2P_ROWS}")
     pairs = [(i, j) for i in range(n) for j in range(n) if i != j] if p.pairwise else [(0, 1)]
     # A send and a receive buffer of the largest size.
     return _valid(out, sizes=sizes, pairs=pairs, needs_bytes=2 * max(sizes), total=len(sizes) * len(pairs))
@@ -169,8 +199,9 @@ def _normalize_p2p(out: pb.JobSpec) -> ValidJob:
 def _normalize_gradient_average(out: pb.JobSpec) -> ValidJob:
     g = out.gradient_average
     g.size_bytes = g.size_bytes or GRADIENT_AVERAGE_DEFAULT_BYTES
-    if g.size_bytes < 4 or g.size_bytes % 4:
-        raise InvalidSpec("gradient_average.size_bytes", f"must be a positive multiple of 4 (float32), got {g.size_bytes}")
+    if not 4 <= g.size_bytes <= specs.MAX_BYTES or g.size_bytes % 4:
+        raise InvalidSpec("gradient_average.size_bytes", f"must be a positive multiple of 4 (float32) up to "
+                          f"{specs.format_size(specs.MAX_BYTES)}, got {g.size_bytes}")
     with _prefixed("gradient_average"):
         g.iters, g.warmup = specs.check_iters(g.iters, g.warmup if g.HasField("warmup") else None)
     return _valid(out, needs_bytes=2 * g.size_bytes)  # the gradient and its reference
@@ -186,8 +217,8 @@ def _normalize_train(out: pb.JobSpec) -> ValidJob:
             setattr(t, name, TRAIN_DEFAULTS[name])
     if not 1 <= t.steps <= MAX_TRAIN_STEPS:
         raise InvalidSpec("train.steps", f"must be between 1 and {MAX_TRAIN_STEPS}, got {t.steps}")
-    if t.batch_size < 1:
-        raise InvalidSpec("train.batch_size", f"must be at least 1, got {t.batch_size}")
+    if not 1 <= t.batch_size <= MAX_BATCH_SIZE:
+        raise InvalidSpec("train.batch_size", f"must be between 1 and {MAX_BATCH_SIZE}, got {t.batch_size}")
     if not math.isfinite(t.lr) or t.lr <= 0:
         raise InvalidSpec("train.lr", f"must be a positive number, got {t.lr}")
     return _valid(out, total=t.steps)  # a few MB of model and batch: no memory check

@@ -40,6 +40,7 @@ DEFAULT_OP_TIMEOUT_S = 120.0
 MAX_SIZES = 64
 MAX_FACTOR = 1024
 MAX_ITERS = 100_000
+MAX_BYTES = 1 << 40  # one buffer; nothing larger exists on one device
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -100,8 +101,8 @@ def sweep_sizes(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
 def resolve_sizes(sizes: list[int], min_bytes: int, max_bytes: int, factor: float) -> list[int]:
     """An explicit size list, or the geometric sweep min..max (defaults for unset fields)."""
     if sizes:
-        if any(s < 1 for s in sizes):
-            raise InvalidSpec("sizes", "every size must be at least 1 byte")
+        if any(not 1 <= s <= MAX_BYTES for s in sizes):
+            raise InvalidSpec("sizes", f"every size must be between 1 byte and {format_size(MAX_BYTES)}")
         if len(sizes) > MAX_SIZES:
             raise InvalidSpec("sizes", f"at most {MAX_SIZES} sizes per job")
         return list(sizes)
@@ -110,6 +111,8 @@ def resolve_sizes(sizes: list[int], min_bytes: int, max_bytes: int, factor: floa
     factor = factor or DEFAULTS["factor"]
     if max_bytes < min_bytes:
         raise InvalidSpec("max_bytes", f"{max_bytes} is below min_bytes {min_bytes}")
+    if max_bytes > MAX_BYTES:
+        raise InvalidSpec("max_bytes", f"at most {format_size(MAX_BYTES)}, got {max_bytes}")
     if not math.isfinite(factor) or not 1 <= factor <= MAX_FACTOR:
         raise InvalidSpec("factor", f"must be between 1 and {MAX_FACTOR}, got {factor}")
     if factor == 1 and max_bytes != min_bytes:

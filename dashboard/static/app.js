@@ -233,9 +233,15 @@
     // -- fleet
 
     async refreshFleet() {
-      let workers;
+      const workers = [];
       try {
-        workers = (await getJSON(`${API}/workers`)).workers;
+        // Every page: the fleet view draws all workers, by host.
+        let token = null;
+        do {
+          const page = await getJSON(`${API}/workers?limit=1000` + (token ? `&page_token=${encodeURIComponent(token)}` : ""));
+          workers.push(...page.workers);
+          token = page.next_page_token;
+        } while (token);
       } catch (error) {
         $("fleet-summary").textContent = `cannot list workers: ${error.message}`;
         return;

@@ -23,11 +23,11 @@ import grpc
 
 from ringleader import __version__, defaults, jobspec
 from ringleader import spec as specs
-from ringleader.app import commands, config
+from ringleader.app import argtypes, commands, config
+from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
 
-OUTPUTS = ("table", "json")
 SHELLS = ("bash", "zsh", "fish")
 _JOB_OPS = (*specs.OPS, "p2p", "gradient_average", "train")  # what `jobs --op` filters on
 
@@ -36,53 +36,6 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
         super().__init__(message)
         self.code = code
-
-
-def _sizes(text: str) -> list[int]:
-    try:
-        return [specs.parse_size(s, "sizes") for s in text.split(",") if s.strip()]
-    except RingleaderError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-
-
-def _iters(text: str) -> int:
-    """A count, or "auto" (0: chosen per size by the worker)."""
-    if text.strip().lower() == "auto":
-        return specs.AUTO_ITERS
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
-
-
-def _size(text: str) -> int:
-    try:
-        return specs.parse_size(text)
-    except RingleaderError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-
-
-def _device(text: str) -> str:
-    if text in ("cpu", "all") or (text.startswith("cuda:") and text[5:].isdigit()):
-        return text
-    raise argparse.ArgumentTypeError(f"expected cpu, cuda:N or all, got {text!r}")
-
-
-def _metrics_address(text: str) -> str:
-    if text:
-        from worker.metrics import parse_address  # imported only when the flag is used
-
-        try:
-            parse_address(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
-def _output(text: str) -> str:
-    if text not in OUTPUTS:  # -o was the reduce op's short flag once (nccl-tests' letter)
-        raise argparse.ArgumentTypeError(f"expected json or table, got {text!r} (the reduce op is --reduce-op)")
-    return text
 
 
 def _talker(sub, name: str, helptext: str) -> argparse.ArgumentParser:
@@ -96,7 +49,7 @@ def _talker(sub, name: str, helptext: str) -> argparse.ArgumentParser:
 
 
 def _output_options(x: argparse.ArgumentParser, what: str) -> None:
-    x.add_argument("-o", "--output", type=_output, choices=OUTPUTS, default="table",
+    x.add_argument("-o", "--output", type=argtypes.output, choices=OUTPUTS, default="table",
                    help=f"table (default) or json: {what} (README.md, CLI)")
     x.add_argument("--json", dest="output", action="store_const", const="json", help="the same as -o json")
 
@@ -117,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_servers(sub)
     _add_clients(sub)
     d = sub.add_parser("demo", help="coordinator + local workers + one all_reduce sweep, then exit")
-    d.add_argument("--max-bytes", type=_size, default=None, help="largest size (default 64M on CPU, 1G on GPU)")
+    d.add_argument("--max-bytes", type=argtypes.size, default=None, help="largest size (default 64M on CPU, 1G on GPU)")
     d.add_argument("--http-address", default="127.0.0.1:0", help="dashboard address (port 0: a free one)")
     d.add_argument("--serve", action="store_true", help="keep everything running after the sweep, until Ctrl-C")
     x = sub.add_parser("completion", help="print the shell completion script (eval it in your shell's rc file)")
@@ -133,13 +86,15 @@ def _add_servers(sub) -> None:
                    help='where the REST API, web UI and /metrics listen ("" disables them)')
     c.add_argument("--db", default="", metavar="PATH",
                    help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing)")
+    c.add_argument("--worker-ttl", type=argtypes.seconds, default=600.0, metavar="SECONDS",
+                   help="how long a disconnected worker stays listed (default 600)")
 
     w = _talker(sub, "worker", "run a worker daemon for one device (or one per GPU)")
-    _completer(w.add_argument("--device", type=_device, default="cpu",
+    _completer(w.add_argument("--device", type=argtypes.device, default="cpu",
                               help="cpu, cuda:N, or all (one daemon per visible GPU)"), ["cpu", "all", "cuda:0"])
     w.add_argument("--worker-id", default="", help="stable id (default HOST-DEVICE)")
     w.add_argument("--advertise-host", default="", help="address peers use to reach this host")
-    w.add_argument("--metrics-address", type=_metrics_address, default="", metavar="HOST:PORT",
+    w.add_argument("--metrics-address", type=argtypes.metrics_address, default="", metavar="HOST:PORT",
                    help='serve Prometheus /metrics here, one port for all devices of this process '
                         '(e.g. 0.0.0.0:9401; default "": off)')
 
@@ -173,15 +128,15 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
     s.add_argument("--kind", default="collective", choices=commands.KIND_FLAGS)
     _completer(s.add_argument("--op", default="", help="collective jobs: " + ", ".join(specs.OPS)), specs.OPS)
     s.add_argument("--world-size", "-n", type=int, required=True)
-    s.add_argument("--min-bytes", "-b", type=_size, help=f"default {dflt['min_bytes']}")
-    s.add_argument("--max-bytes", "-e", type=_size, help=f"default {specs.format_size(dflt['max_bytes'])}")
+    s.add_argument("--min-bytes", "-b", type=argtypes.size, help=f"default {dflt['min_bytes']}")
+    s.add_argument("--max-bytes", "-e", type=argtypes.size, help=f"default {specs.format_size(dflt['max_bytes'])}")
     s.add_argument("--factor", "-f", type=float, help=f"default {dflt['factor']:g}")
-    s.add_argument("--sizes", type=_sizes, help="explicit sizes, e.g. 1K,1M,1G (overrides min/max/factor)")
+    s.add_argument("--sizes", type=argtypes.sizes, help="explicit sizes, e.g. 1K,1M,1G (overrides min/max/factor)")
     _completer(s.add_argument("--dtype", "-d", default="", help=", ".join(specs.DTYPE_SIZES)
                               + f" (default {dflt['dtype']})"), specs.DTYPE_SIZES)
     _completer(s.add_argument("--reduce-op", default="", help=", ".join(specs.REDUCE_OPS)
                               + f" (default {dflt['reduce_op']})"), specs.REDUCE_OPS)
-    s.add_argument("--iters", "-i", type=_iters, help="timed iterations, or auto: per size, enough for a 20 ms "
+    s.add_argument("--iters", "-i", type=argtypes.iters, help="timed iterations, or auto: per size, enough for a 20 ms "
                    f"loop (collective and algo-sweep default: auto; others: {dflt['iters']})")
     s.add_argument("--warmup", "-w", type=int, help=f"warm-up iterations (default {dflt['warmup']})")
     s.add_argument("--in-place", action="store_true")
@@ -196,7 +151,7 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
                    help=f"seconds without progress before failing (default {specs.DEFAULT_OP_TIMEOUT_S:g})")
     s.add_argument("--pairwise", action="store_true", help="p2p: every ordered pair in turn -> bandwidth matrix")
     s.add_argument("--async", dest="async_", action="store_true", help="p2p: isend/irecv + wait (default send/recv)")
-    s.add_argument("--size", type=_size, default=None, help="gradient-average: gradient bytes (default 64M)")
+    s.add_argument("--size", type=argtypes.size, default=None, help="gradient-average: gradient bytes (default 64M)")
     _completer(s.add_argument("--model", default="", help="train: linear (default) or mlp"), jobspec.MODELS)
     s.add_argument("--steps", type=int, default=None, help="train: steps (default 50)")
     s.add_argument("--batch-size", type=int, default=None, help="train: per-rank batch size (default 64)")

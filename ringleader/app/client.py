@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from ringleader import defaults
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 
@@ -37,8 +38,17 @@ class Client:
     def cancel(self, job_id: str, reason: str = "") -> pb.Job:
         return self._stub.CancelJob(pb.CancelJobRequest(job_id=job_id, reason=reason), timeout=self.timeout)
 
-    def workers(self) -> list[pb.WorkerInfo]:
-        return list(self._stub.ListWorkers(pb.ListWorkersRequest(), timeout=self.timeout).workers)
+    def workers(self, states=()) -> list[pb.WorkerInfo]:
+        """Every worker (in any of `states`; empty: all), page after page."""
+        out: list[pb.WorkerInfo] = []
+        token = ""
+        while True:
+            request = pb.ListWorkersRequest(states=states, limit=defaults.PAGE_MAX, page_token=token)
+            page = self._stub.ListWorkers(request, timeout=self.timeout)
+            out += page.workers
+            token = page.next_page_token
+            if not token:
+                return out
 
     def logs(self, job_id: str) -> pb.JobLogs:
         return self._stub.GetJobLogs(pb.GetJobLogsRequest(job_id=job_id), timeout=self.timeout)

@@ -88,7 +88,7 @@ async def _until_interrupted() -> None:
 async def _sweep(coord: RunningCoordinator, n: int, max_bytes: int, workers_log: str) -> tuple[int, str]:
     """Run the sweep: (exit code, the job's id or "" when none ran)."""
     deadline = time.monotonic() + WORKERS_READY_TIMEOUT_S
-    while sum(w.state == pb.IDLE for w in coord.core.list_workers()) < n:
+    while sum(w.state == pb.IDLE for w in coord.core.list_workers().workers) < n:
         if time.monotonic() > deadline:
             print(f"workers did not register within {WORKERS_READY_TIMEOUT_S} s; their log:", file=sys.stderr)
             with open(workers_log, "rb") as f:

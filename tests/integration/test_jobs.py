@@ -110,9 +110,9 @@ def test_invalid_spec_is_invalid_argument_naming_the_field(cluster):
 
 def test_size_beyond_device_memory_is_rejected_with_numbers(cluster):
     with pytest.raises(grpc.RpcError) as err:
-        cluster.client.submit(pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1 << 50])))
+        cluster.client.submit(pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1 << 40])))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert err.value.details().startswith("collective.sizes: the largest size needs 2097152.0 GiB per device")
+    assert err.value.details().startswith("collective.sizes: the largest size needs 2048.0 GiB per device")
 
 
 @pytest.mark.parametrize("args,field", [

@@ -103,6 +103,7 @@ SAMPLES = {
     "device": ("cuda:1", "cuda:1"),
     "metrics_address": ("0.0.0.0:9401", "0.0.0.0:9401"),
     "verbose": ("yes", True),
+    "worker_ttl": ("90", 90.0),
 }
 
 
@@ -169,31 +170,31 @@ def _parser_with_later_flags() -> argparse.ArgumentParser:
     """build_parser plus flags another change could add to the coordinator and the worker."""
     p = build_parser()
     subs = config.subparsers(p)
-    subs["coordinator"].add_argument("--worker-ttl", type=float, default=30.0, help="seconds")
-    subs["worker"].add_argument("--insecure", action="store_true", help="plaintext")
+    subs["coordinator"].add_argument("--later-seconds", type=float, default=30.0, help="seconds")
+    subs["worker"].add_argument("--later-switch", action="store_true", help="plaintext")
     for command in ("worker", "jobs", "demo"):  # a connection's flag, on the worker and a client
-        subs[command].add_argument("--token-file", default="", help="token")
+        subs[command].add_argument("--later-file", default="", help="token")
     return p
 
 
 def test_a_flag_added_later_gets_its_variable_and_its_readme_row(monkeypatch):
-    monkeypatch.setenv("RINGLEADER_WORKER_TTL", "2.5")
-    monkeypatch.setenv("RINGLEADER_INSECURE", "true")
+    monkeypatch.setenv("RINGLEADER_LATER_SECONDS", "2.5")
+    monkeypatch.setenv("RINGLEADER_LATER_SWITCH", "true")
     args, settings = config.load(_parser_with_later_flags, ["coordinator"])
-    assert args.worker_ttl == settings.worker_ttl == 2.5
-    assert config.load(_parser_with_later_flags, ["coordinator", "--worker-ttl", "9"])[0].worker_ttl == 9.0
-    assert config.load(_parser_with_later_flags, ["worker"])[0].insecure is True
-    monkeypatch.setenv("RINGLEADER_WORKER_TTL", "soon")
-    with pytest.raises(config.ConfigError, match=r"^RINGLEADER_WORKER_TTL='soon': invalid float value"):
+    assert args.later_seconds == settings.later_seconds == 2.5
+    assert config.load(_parser_with_later_flags, ["coordinator", "--later-seconds", "9"])[0].later_seconds == 9.0
+    assert config.load(_parser_with_later_flags, ["worker"])[0].later_switch is True
+    monkeypatch.setenv("RINGLEADER_LATER_SECONDS", "soon")
+    with pytest.raises(config.ConfigError, match=r"^RINGLEADER_LATER_SECONDS='soon': invalid float value"):
         config.load(_parser_with_later_flags, ["coordinator"])
-    monkeypatch.setenv("RINGLEADER_TOKEN_FILE", "/run/token")
-    assert config.load(_parser_with_later_flags, ["jobs"])[0].token_file == "/run/token"  # the worker's variable
-    assert config.load(_parser_with_later_flags, ["jobs", "--token-file", "t"])[0].token_file == "t"
-    assert config.load(_parser_with_later_flags, ["demo"])[0].token_file == ""  # no coordinator to talk to
+    monkeypatch.setenv("RINGLEADER_LATER_FILE", "/run/token")
+    assert config.load(_parser_with_later_flags, ["jobs"])[0].later_file == "/run/token"  # the worker's variable
+    assert config.load(_parser_with_later_flags, ["jobs", "--later-file", "t"])[0].later_file == "t"
+    assert config.load(_parser_with_later_flags, ["demo"])[0].later_file == ""  # no coordinator to talk to
     table = config.env_table(_parser_with_later_flags())
-    assert "| `RINGLEADER_WORKER_TTL` | `--worker-ttl` | coordinator | `30.0` | seconds |" in table
-    assert "| `RINGLEADER_INSECURE` | `--insecure` | worker |  | plaintext |" in table
-    assert "| `RINGLEADER_TOKEN_FILE` | `--token-file` | worker, jobs |  | token |" in table
+    assert "| `RINGLEADER_LATER_SECONDS` | `--later-seconds` | coordinator | `30.0` | seconds |" in table
+    assert "| `RINGLEADER_LATER_SWITCH` | `--later-switch` | worker |  | plaintext |" in table
+    assert "| `RINGLEADER_LATER_FILE` | `--later-file` | worker, jobs |  | token |" in table
 
 
 def test_one_settings_object_reaches_the_coordinator_and_worker_configs(monkeypatch):

@@ -89,7 +89,7 @@ def test_a_job_waits_for_workers_then_rank_0_binds_the_store_before_the_others_a
     done = core.get(job.id)
     assert (done.state, done.reason) == (pb.SUCCEEDED, "all ranks finished")
     assert all(w.state == pb.IDLE for w in ws)
-    assert core.groups.warm() == {key: ("w0", "w1")}
+    assert core.groups.warm() == {2: {key: ("w0", "w1")}}  # ready groups by size
 
 
 def test_the_same_gang_reuses_its_warm_group_and_every_rank_is_assigned_at_once(core):

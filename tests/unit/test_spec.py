@@ -71,6 +71,20 @@ def _spec(**kw):
     (dict(world_size=65_537), "world_size"),
     (dict(name="x" * 257), "name"),
     (dict(placement=pb.Placement(host="h" * 257)), "placement.host"),
+    (dict(placement=pb.Placement(gpu_model="g" * 257)), "placement.gpu_model"),
+    (dict(world_size=1, placement=pb.Placement(worker_ids=["w" * 257])), "placement.worker_ids"),
+    (dict(world_size=10**9), "world_size"),
+    (dict(name="x" * (3 << 20)), "name"),
+    (dict(world_size=8000, placement=pb.Placement(worker_ids=[f"worker-{i:05}" for i in range(8000)])),
+     "placement.worker_ids"),  # 8000 ids of 12 characters: over the spec's 64 KiB
+    (dict(priority=1001), "priority"),
+    (dict(priority=-1001), "priority"),
+    (dict(op_timeout_s=7 * 86400 + 1), "op_timeout_s"),
+    (dict(op_timeout_s=float("inf")), "op_timeout_s"),
+    (dict(sizes=[(1 << 40) + 1]), "collective.sizes"),
+    (dict(max_bytes=(1 << 40) + 1), "collective.max_bytes"),
+    (dict(sizes=list(range(1, 66))), "collective.sizes"),
+    (dict(iters=100_001), "collective.iters"),
 ])
 def test_invalid_specs_name_the_field(kw, field):
     with pytest.raises(InvalidSpec) as err:
@@ -127,11 +141,31 @@ def test_small_factor_still_progresses():
     (pb.JobSpec(world_size=2, train=pb.TrainSpec(model="resnet")), "train.model"),
     (pb.JobSpec(world_size=2, train=pb.TrainSpec(steps=0)), "train.steps"),
     (pb.JobSpec(world_size=2, train=pb.TrainSpec(lr=-1)), "train.lr"),
+    (pb.JobSpec(world_size=2, train=pb.TrainSpec(batch_size=(1 << 20) + 1)), "train.batch_size"),
+    (pb.JobSpec(world_size=2, train=pb.TrainSpec(steps=100_001)), "train.steps"),
+    (pb.JobSpec(world_size=2, gradient_average=pb.GradientAverageSpec(size_bytes=(1 << 40) + 4)),
+     "gradient_average.size_bytes"),
+    # 128 ranks pairwise over 2 sizes: 32,512 rows in one report, over the message budget.
+    (pb.JobSpec(world_size=128, p2p=pb.P2PSpec(sizes=[8, 1024], pairwise=True)), "p2p.pairwise"),
 ])
 def test_other_kinds_name_the_bad_field(spec, field):
     with pytest.raises(InvalidSpec) as err:
         jobspec.normalize(spec)
     assert err.value.field == field
+
+
+def test_bounds_admit_their_limits():
+    names = [f"w{i:05}" for i in range(4000)]  # about 32 KiB of worker ids: under the spec limit
+    big = jobspec.normalize(_spec(world_size=4000, priority=1000, name="x" * 256, op_timeout_s=7 * 86400,
+                                  placement=pb.Placement(worker_ids=names), sizes=[1 << 40]))
+    assert big.spec.priority == 1000 and len(big.spec.placement.worker_ids) == 4000
+    assert jobspec.normalize(_spec(world_size=65_536, priority=-1000)).world_size == 65_536
+    jobspec.normalize(pb.JobSpec(world_size=16, p2p=pb.P2PSpec(sizes=[8] * 1 + [1024], pairwise=True)))
+    jobspec.check_request_id("r" * 128)
+    for bad in ("r" * 129, "tab\there"):
+        with pytest.raises(InvalidSpec) as err:
+            jobspec.check_request_id(bad)
+        assert err.value.field == "request_id"
 
 
 def test_other_kinds_defaults_and_progress():

@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 
 import pytest
 
 from coordinator.api import JobStore
 from coordinator.stores import open_store
 from coordinator.store_memory import MemoryJobStore
+from coordinator.store_schema import MIGRATIONS as SQL_MIGRATIONS
 from coordinator.store_sqlite import SqliteJobStore
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-deferred"])
 def store(request, tmp_path):
     s: JobStore = MemoryJobStore() if request.param == "memory" else SqliteJobStore(
         tmp_path / "db" / "jobs.sqlite"  # parent dir does not exist yet: the store creates it
     )
+    if request.param == "sqlite-deferred":
+        # The coordinator's mode: every test's writes stay in one open group (never committed
+        # before close), so the whole contract holds for writes not yet committed.
+        s.defer_commits(lambda: None)
     yield s
     s.close()
 
@@ -284,7 +291,116 @@ def test_rank_logs_replace_per_rank_and_stay_apart_from_the_job(store):
     assert store.get("a") == make_job("a")  # the job itself carries no log
 
 
+def test_request_id_names_one_job(store):
+    first = make_job("a")
+    first.request_id = "req-1"
+    store.create(first)
+    store.create(make_job("b"))  # no request id: never matched
+    assert store.job_for_request("req-1") == "a"
+    assert store.job_for_request("req-2") == "" and store.job_for_request("") == ""
+    assert store.get("a").request_id == "req-1"
+    again = make_job("c")
+    again.request_id = "req-1"
+    with pytest.raises(AlreadyExists, match="request req-1 already created job a"):
+        store.create(again)
+    with pytest.raises(NotFound):
+        store.get("c")  # nothing of the refused job was kept
+    store.create(make_job("d"))  # many jobs without a request id
+    assert ids(store.list()) == ["d", "b", "a"]
+
+
 # --- SQLite only ---------------------------------------------------------------------------
+
+
+def test_sqlite_deferred_commits_group_writes_until_commit(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    s = SqliteJobStore(path)
+    groups = []
+    s.defer_commits(lambda: groups.append(1))
+    outside = sqlite3.connect(path)  # another process's view of the file
+    try:
+        s.create(make_job("a"))
+        s.add_event(pb.JobEvent(job_id="a", seq=1))
+        assert groups == [1]  # one notice for the group, at its first write
+        assert s.get("a") == make_job("a")  # visible to the store's own reads at once
+        assert outside.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0  # not yet durable
+        with pytest.raises(AlreadyExists):
+            s.create(make_job("a"))  # a failed write in the group ...
+        s.commit()  # ... does not spoil the rest of it
+        assert outside.execute("SELECT id FROM jobs").fetchall() == [("a",)]
+        assert [e.seq for e in s.events("a")] == [1]
+        s.update(pb.Job(id="a", state=pb.RUNNING))
+        assert groups == [1, 1]  # the next write opened the next group
+        s.close()  # commits what is pending
+        assert outside.execute("SELECT state FROM jobs").fetchone()[0] == pb.RUNNING
+    finally:
+        outside.close()
+
+
+def test_sqlite_a_failed_commit_leaves_no_group_open(tmp_path):
+    s = SqliteJobStore(tmp_path / "jobs.sqlite")
+    groups = []
+    s.defer_commits(lambda: groups.append(1))
+    try:
+        s.create(make_job("a"))
+        # A foreign key checked only at COMMIT (an event of no job) makes the commit fail.
+        s._conn.execute("PRAGMA defer_foreign_keys = ON")
+        s._conn.execute("INSERT INTO events (job_id, seq, blob) VALUES ('ghost', 1, x'')")
+        with pytest.raises(sqlite3.IntegrityError):
+            s.commit()
+        with pytest.raises(NotFound):
+            s.get("a")  # the failed group is gone whole
+        s.create(make_job("b"))
+        assert groups == [1, 1]  # and the next write opened (and announced) a new one
+        s.commit()
+        assert ids(s.list()) == ["b"]
+    finally:
+        s.close()
+
+
+def test_sqlite_deferred_checkpoints_run_on_their_own_thread(tmp_path, monkeypatch):
+    import coordinator.store_sqlite as store_sqlite
+
+    monkeypatch.setattr(store_sqlite, "CHECKPOINT_S", 0.05)
+    path = tmp_path / "jobs.sqlite"
+    s = SqliteJobStore(path)
+    s.defer_commits(lambda: None)
+    try:
+        assert s._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        before = path.stat().st_size
+        for i in range(200):
+            s.create(make_job(f"j{i}"))
+        s.commit()  # into the WAL only: the loop's thread never copies it back
+        deadline = time.monotonic() + 10
+        # The checkpoint thread copies the WAL into the database file, which grows.
+        while path.stat().st_size <= before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert path.stat().st_size > before
+    finally:
+        s.close()
+    assert not any(t.name == "sqlite-checkpoint" for t in threading.enumerate())
+
+
+def test_sqlite_migrates_a_first_version_store(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    conn = sqlite3.connect(path)
+    for stmt in SQL_MIGRATIONS[0]:
+        conn.execute(stmt)
+    conn.execute("PRAGMA user_version = 1")
+    old = make_job("old")
+    conn.execute("INSERT INTO jobs (id, state, op, created_at, job) VALUES (?, ?, ?, ?, ?)",
+                 ("old", old.state, "all_reduce", 1.0, old.SerializeToString()))
+    conn.commit()
+    conn.close()
+    s = SqliteJobStore(path)
+    try:
+        assert s.get("old") == old and s.job_for_request("x") == ""
+        new = make_job("new")
+        new.request_id = "x"
+        s.create(new)
+        assert s.job_for_request("x") == "new"
+    finally:
+        s.close()
 
 
 def test_sqlite_survives_reopen(tmp_path):
@@ -346,7 +462,7 @@ def test_sqlite_rejects_newer_schema(tmp_path):
 
 
 def test_sqlite_upgrades_a_v1_database_keeping_its_jobs(tmp_path):
-    from coordinator.store_sqlite import MIGRATIONS
+    from coordinator.store_schema import MIGRATIONS
 
     path = tmp_path / "jobs.sqlite"
     conn = sqlite3.connect(path)  # a database written before rank logs existed

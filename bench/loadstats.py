@@ -1,0 +1,125 @@
+"""What bench/control_plane.py measures and how it reports it: call latencies, a process's CPU
+and RSS (from /proc), and the results table."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import re
+import urllib.request
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all its threads (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15)
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    m = re.search(r"VmRSS:\s+(\d+) kB", status)
+    return int(m.group(1)) / 1024 if m else 0.0
+
+
+class ProcessWatch:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.rss_max_mb = 0.0
+
+    def cpu_s(self) -> float:
+        return cpu_seconds(self.pid)
+
+    async def sample_forever(self, every_s: float = 1.0) -> None:
+        while True:
+            self.rss_max_mb = max(self.rss_max_mb, rss_mb(self.pid))
+            await asyncio.sleep(every_s)
+
+
+class Recorder:
+    """Latencies of one kind of call, with when each started (perf_counter seconds)."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []  # (start, latency)
+        self.errors: collections.Counter[str] = collections.Counter()
+
+    def ok(self, start: float, latency: float) -> None:
+        self.samples.append((start, latency))
+
+    def fail(self, start: float, code: str) -> None:
+        self.errors[code] += 1
+
+    def summary(self, t0: float, window_s: float = 10.0) -> dict:
+        lat = sorted(s[1] for s in self.samples)
+        windows: dict[int, list[float]] = collections.defaultdict(list)
+        for start, latency in self.samples:
+            windows[int((start - t0) // window_s)].append(latency)
+        return {"n": len(lat), "errors": dict(self.errors), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
+                "max_ms": lat[-1] * 1e3 if lat else None,
+                "p99_ms_per_10s": [pct(sorted(windows[k]), 99) for k in sorted(windows)]}
+
+
+def pct(sorted_s: list[float], p: float) -> float | None:
+    if not sorted_s:
+        return None
+    return sorted_s[min(len(sorted_s) - 1, int(len(sorted_s) * p / 100))] * 1e3
+
+
+def metric(http_url: str, name: str) -> float | None:
+    """One unlabelled sample from the coordinator's /metrics."""
+    try:
+        text = urllib.request.urlopen(f"{http_url}/metrics", timeout=10).read().decode()
+    except OSError:
+        return None
+    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+COLUMNS = ("workers", "queued", "submit p50 / p99 ms", "get p50 / p99 ms", "list p50 / p99 ms", "errors",
+           "coord CPU %", "RSS MB", "CPU us / heartbeat", "CPU us / job", "lost")
+
+
+def cells(run: dict) -> list[str]:
+    cfg, hb = run["config"], run["heartbeat"]
+    heartbeat_cpu_rate = hb["cpu_s"] / cfg["heartbeat_window"]
+    # A job's CPU: the measured window's, less what heartbeats cost meanwhile, per submit.
+    per_job = (run["cpu_s"] - heartbeat_cpu_rate * run["elapsed_s"]) / max(1, run["submit"]["n"]) * 1e6
+    errors = sum(sum(run[k]["errors"].values()) for k in ("submit", "get", "list_workers"))
+    depth = run.get("queue_depth_end")
+
+    def lat(k: str) -> str:
+        return f"{run[k]['p50_ms']:.1f} / {run[k]['p99_ms']:.1f}"
+
+    queued = f"{cfg['queue']:,} → {int(depth):,}" if cfg["queue"] and depth is not None else "0"
+    return [f"{cfg['workers']:,}" + (f" ({cfg['duration']:.0f} s)" if cfg["duration"] != 60 else ""), queued,
+            lat("submit"), lat("get"), lat("list_workers"), str(errors), f"{run['cpu_percent']:.0f}",
+            f"{run['rss_mb_max']:.0f}", f"{hb['cpu_us_per_heartbeat']:.0f}", f"{per_job:.0f}",
+            str(run["workers_declared_lost"])]
+
+
+def row(run: dict) -> str:
+    return " | ".join(f"{c}={v}" for c, v in zip(COLUMNS, cells(run)))
+
+
+def table(results: dict) -> str:
+    m = results["machine"]
+    lines = [f"Machine: {m['nproc']} CPUs ({m['cpu_model']}), Python {m['python']}, grpcio {m['grpcio']}, "
+             f"Linux {m['kernel']}", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cells(run)) + " |" for run in results["runs"]]
+    pinned = {tuple(r["config"].get("coordinator_cpus", ())) for r in results["runs"]} - {()}
+    if pinned:
+        lines += ["", f"The coordinator ran pinned to CPUs {', '.join(','.join(map(str, p)) for p in pinned)}; "
+                      "the load generator on the others."]
+    lines += ["", "Load average (1 min) before / after each run: "
+              + ", ".join(f"{r['loadavg_before'][0]:.1f} / {r['loadavg_after'][0]:.1f}" for r in results["runs"])]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,231 @@
+"""The indexes the scheduler (coordinator/scheduler.py) keeps, so a pass rescans neither the
+queue nor the fleet: connected workers by kind and host (with the eligible ones a need can use,
+counted per kind rather than per worker), queued jobs of one need in queue order, and the
+workers one pass has claimed.
+
+A need here is the scheduler's Need: anything with world_size, host, worker_ids,
+fits(kind) (eligibility apart from host and ids) and admits(worker).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Iterable, Iterator
+
+Kind = tuple[str, str, str, int]  # backend, device type, device name, memory bytes
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    worker_id: str
+    host: str
+    device_type: str
+    device_index: int
+    device_name: str
+    memory_bytes: int
+    backend: str
+    idle: bool
+
+    @property
+    def kind(self) -> Kind:
+        return (self.backend, self.device_type, self.device_name, self.memory_bytes)
+
+
+@dataclass
+class QueueGroup:
+    """Queued jobs of one Need, in queue order (a heap with lazy deletion)."""
+
+    need: Hashable  # the scheduler's Need
+    heap: list[tuple[tuple, str]] = field(default_factory=list)
+    live: dict[str, tuple] = field(default_factory=dict)  # job id -> its order
+    epoch: int = -1  # the fleet epoch `connected` was counted at
+    connected: dict[str, int] = field(default_factory=dict)  # backend -> eligible connected workers
+    seen_pass: int = 0  # the last pass in which its first job could not start ...
+    blocked: str = ""  # ... that job ...
+    seen_idle: int = 0  # ... and the eligible idle workers it saw (and reserved)
+
+    def push(self, job_id: str, order: tuple) -> None:
+        self.live[job_id] = order
+        heapq.heappush(self.heap, (order, job_id))
+
+    def head(self) -> str:
+        while self.heap[0][1] not in self.live or self.live[self.heap[0][1]] != self.heap[0][0]:
+            heapq.heappop(self.heap)
+        return self.heap[0][1]
+
+    def discard(self, job_id: str) -> None:
+        self.live.pop(job_id, None)
+        if len(self.heap) > 2 * len(self.live) + 64:  # many cancelled behind the head: compact
+            self.heap = [(o, j) for j, o in self.live.items()]
+            heapq.heapify(self.heap)
+
+
+class FleetIndex:
+    """Connected workers by kind and host; idle ones by kind, host and id."""
+
+    def __init__(self) -> None:
+        self.views: dict[str, WorkerView] = {}
+        self.hosts: dict[Kind, dict[str, int]] = {}  # connected workers per kind and host
+        self.totals: dict[Kind, int] = {}
+        self.idle: dict[Kind, dict[str, dict[str, WorkerView]]] = {}
+        self.idle_n: dict[Kind, int] = {}  # idle workers per kind
+        self.n_idle = 0
+        self.epoch = 0  # changes whenever the connected set does (not on idle <-> busy)
+        self.kinds_epoch = 0  # changes whenever a kind appears or goes
+
+    def put(self, w: WorkerView) -> None:
+        old = self.views.get(w.worker_id)
+        if old is None or (old.kind, old.host) != (w.kind, w.host):
+            self.drop(w.worker_id)
+            self.epoch += 1
+            if w.kind not in self.totals:
+                self.kinds_epoch += 1
+            by_host = self.hosts.setdefault(w.kind, {})
+            by_host[w.host] = by_host.get(w.host, 0) + 1
+            self.totals[w.kind] = self.totals.get(w.kind, 0) + 1
+        elif old.idle:
+            self._unidle(old)
+        self.views[w.worker_id] = w
+        if w.idle:
+            self.idle.setdefault(w.kind, {}).setdefault(w.host, {})[w.worker_id] = w
+            self.idle_n[w.kind] = self.idle_n.get(w.kind, 0) + 1
+            self.n_idle += 1
+
+    def drop(self, worker_id: str) -> None:
+        w = self.views.pop(worker_id, None)
+        if w is None:
+            return
+        self.epoch += 1
+        if w.idle:
+            self._unidle(w)
+        by_host = self.hosts[w.kind]
+        by_host[w.host] -= 1
+        if not by_host[w.host]:
+            del by_host[w.host]
+        self.totals[w.kind] -= 1
+        if not self.totals[w.kind]:
+            del self.totals[w.kind], self.hosts[w.kind]
+            self.kinds_epoch += 1
+
+    def connected(self, need: Any, backends: tuple[str, ...]) -> dict[str, int]:
+        """Connected workers `need` admits, per backend (of `backends`)."""
+        counts = dict.fromkeys(backends, 0)
+        if need.worker_ids:
+            for w in (self.views.get(wid) for wid in need.worker_ids):
+                if w is not None and w.backend in counts and need.admits(w):
+                    counts[w.backend] += 1
+            return counts
+        for kind, by_host in self.hosts.items():
+            if kind[0] in counts and need.fits(kind):
+                counts[kind[0]] += by_host.get(need.host, 0) if need.host else self.totals[kind]
+        return counts
+
+    def idle_hosts(self, need: Any, backend: str, claims: "Claims") -> dict[str, int]:
+        """Idle, unclaimed workers of `backend` that `need` admits, counted per host."""
+        counts: dict[str, int] = {}
+        if need.worker_ids:
+            for w in self._listed_idle(need, backend, claims):
+                counts[w.host] = counts.get(w.host, 0) + 1
+            return counts
+        for kind, by_host in self.idle.items():
+            if kind[0] != backend or not need.fits(kind):
+                continue
+            for host in ((need.host,) if need.host else by_host):
+                left = len(by_host.get(host, ())) - claims.at.get((kind, host), 0)
+                if left > 0:
+                    counts[host] = counts.get(host, 0) + left
+        return counts
+
+    def idle_on(self, need: Any, backend: str, host: str, claims: "Claims") -> list[WorkerView]:
+        """Those workers on one host, by device index."""
+        if need.worker_ids:
+            ws = [w for w in self._listed_idle(need, backend, claims) if w.host == host]
+        else:
+            ws = [w for kind, by_host in self.idle.items() if kind[0] == backend and need.fits(kind)
+                  for w in by_host.get(host, {}).values() if w.worker_id not in claims.ids]
+        return sorted(ws, key=lambda w: (w.device_index, w.worker_id))
+
+    def _listed_idle(self, need: Any, backend: str, claims: "Claims") -> list[WorkerView]:
+        ws = (self.views.get(wid) for wid in need.worker_ids)
+        return [w for w in ws if w is not None and w.idle and w.backend == backend
+                and w.worker_id not in claims.ids and need.admits(w)]
+
+    def _unidle(self, w: WorkerView) -> None:
+        by_host = self.idle[w.kind]
+        del by_host[w.host][w.worker_id]
+        if not by_host[w.host]:
+            del by_host[w.host]
+            if not by_host:
+                del self.idle[w.kind], self.idle_n[w.kind]
+        if w.kind in self.idle_n:
+            self.idle_n[w.kind] -= 1
+        self.n_idle -= 1
+
+
+class Claims:
+    """Idle workers claimed during one pass: placed, or reserved by a job that must wait."""
+
+    def __init__(self, free: int) -> None:
+        self.ids: set[str] = set()
+        self.at: dict[tuple[Kind, str], int] = {}  # claimed per kind and host
+        self.of_kind: dict[Kind, int] = {}
+        self.free = free  # idle workers left unclaimed
+
+    def take(self, w: WorkerView) -> None:
+        self.ids.add(w.worker_id)
+        self.at[(w.kind, w.host)] = self.at.get((w.kind, w.host), 0) + 1
+        self.of_kind[w.kind] = self.of_kind.get(w.kind, 0) + 1
+        self.free -= 1
+
+
+class KindQueues:
+    """For each connected kind of worker, the needs that fit it, by the order of their first
+    queued job (heaps with lazy deletion): a pass walks, in queue order, only the needs that fit
+    a kind with idle workers left, and the others cost it nothing."""
+
+    def __init__(self) -> None:
+        self.heaps: dict[Kind, list[tuple[tuple, Any]]] = {}
+
+    def rebuild(self, kinds: Iterable[Kind], heads: dict[Any, tuple]) -> None:
+        """Start again from every need's first job (`heads`: need -> its order)."""
+        self.heaps = {k: [(order, need) for need, order in heads.items() if need.fits(k)] for k in kinds}
+        for heap in self.heaps.values():
+            heapq.heapify(heap)
+
+    def size(self) -> int:
+        return sum(len(h) for h in self.heaps.values())
+
+    def push(self, need: Any, order: tuple) -> None:
+        """`need` has a new first job, of this order."""
+        for kind, heap in self.heaps.items():
+            if need.fits(kind):
+                heapq.heappush(heap, (order, need))
+
+    def walk(self, kinds: Callable[[], list[Kind]], head: Callable[[Any], tuple | None]) -> Iterator[Any]:
+        """Needs fitting any of `kinds()` (asked again at each step), in the order of their first
+        job, each first job once; `head(need)` is the order of its first job now (None: none).
+        The caller may add and remove jobs between steps; close the walk when done."""
+        taken: list[tuple[Kind, tuple, Any]] = []  # entries popped and still current: put back
+        seen: set[tuple] = set()
+        try:
+            while True:
+                best = None
+                for kind in kinds():
+                    heap = self.heaps[kind]
+                    while heap and (heap[0][0] in seen or head(heap[0][1]) != heap[0][0]):
+                        order, need = heapq.heappop(heap)
+                        if order in seen:
+                            taken.append((kind, order, need))
+                    if heap and (best is None or heap[0][0] < best[1]):
+                        best = (kind, heap[0][0])
+                if best is None:
+                    return
+                order, need = heapq.heappop(self.heaps[best[0]])
+                taken.append((best[0], order, need))
+                seen.add(order)
+                yield need
+        finally:
+            for kind, order, need in taken:
+                if head(need) == order and kind in self.heaps:
+                    heapq.heappush(self.heaps[kind], (order, need))

@@ -1,0 +1,51 @@
+"""The SQLite store's schema, as the migrations that build it (coordinator/store_sqlite.py).
+
+Messages are stored as serialized protobuf blobs; only the columns that queries filter or order
+on are broken out, so a proto change needs no schema change.
+"""
+
+# Migration i (0-based) brings the schema from version i to i + 1; PRAGMA user_version records
+# the version reached. Append new migrations, never edit applied ones.
+MIGRATIONS: list[list[str]] = [
+    [
+        # seq gives submission order; AUTOINCREMENT so a seq is never reused.
+        """CREATE TABLE jobs (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            state INTEGER NOT NULL,
+            op TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            job BLOB NOT NULL  -- serialized pb.Job without results
+        )""",
+        "CREATE INDEX jobs_by_state ON jobs (state, seq)",
+        "CREATE INDEX jobs_by_op ON jobs (op, seq)",
+        # n orders events as added; seq is the event's own JobEvent.seq.
+        """CREATE TABLE events (
+            n INTEGER PRIMARY KEY,
+            job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            blob BLOB NOT NULL
+        )""",
+        "CREATE INDEX events_by_job ON events (job_id, n)",
+        """CREATE TABLE results (
+            job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,
+            blob BLOB NOT NULL,
+            PRIMARY KEY (job_id, idx)
+        ) WITHOUT ROWID""",
+    ],
+    [
+        # Each rank's captured stderr, kept apart from the job's blob (up to 64 KiB a rank).
+        """CREATE TABLE rank_logs (
+            job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+            rank INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            PRIMARY KEY (job_id, rank)
+        ) WITHOUT ROWID""",
+    ],
+    [
+        # The client's idempotency key; NULL when none (a UNIQUE index admits many NULLs).
+        "ALTER TABLE jobs ADD COLUMN request_id TEXT",
+        "CREATE UNIQUE INDEX jobs_by_request ON jobs (request_id)",
+    ],
+]

@@ -1,0 +1,68 @@
+"""Argument types of the `ringleader` command: each turns one flag's text into its value or
+says, in one line, what was expected."""
+
+from __future__ import annotations
+
+import argparse
+
+from ringleader import spec as specs
+from ringleader.errors import RingleaderError
+
+OUTPUTS = ("table", "json")
+
+
+def sizes(text: str) -> list[int]:
+    try:
+        return [specs.parse_size(s, "sizes") for s in text.split(",") if s.strip()]
+    except RingleaderError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def iters(text: str) -> int:
+    """A count, or "auto" (0: chosen per size by the worker)."""
+    if text.strip().lower() == "auto":
+        return specs.AUTO_ITERS
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def size(text: str) -> int:
+    try:
+        return specs.parse_size(text)
+    except RingleaderError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def device(text: str) -> str:
+    if text in ("cpu", "all") or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"expected cpu, cuda:N or all, got {text!r}")
+
+
+def metrics_address(text: str) -> str:
+    if text:
+        from worker.metrics import parse_address  # imported only when the flag is used
+
+        try:
+            parse_address(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def output(text: str) -> str:
+    if text not in OUTPUTS:  # -o was the reduce op's short flag once (nccl-tests' letter)
+        raise argparse.ArgumentTypeError(f"expected json or table, got {text!r} (the reduce op is --reduce-op)")
+    return text

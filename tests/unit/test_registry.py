@@ -1,0 +1,80 @@
+"""The worker registry: listing order and pages, expiry of disconnected workers, fleet kinds."""
+
+import pytest
+
+from coordinator.registry import WorkerRegistry, decode_token, encode_token
+from ringleader.errors import AlreadyExists, InvalidSpec
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
+
+
+def reg(wid, host="h1", idx=0, backend="gloo", dtype="cpu", name="cpu", mem=0):
+    return wpb.Register(worker_id=wid, host=host, address="127.0.0.1", backend=backend,
+                        device=pb.Device(type=dtype, index=idx, name=name, memory_bytes=mem))
+
+
+def test_pages_in_host_device_order_with_state_filter():
+    r = WorkerRegistry()
+    for wid, host, idx in [("c", "h2", 0), ("a", "h1", 1), ("b", "h1", 0), ("d", "h3", 0), ("e", "h2", 1)]:
+        r.add(reg(wid, host, idx))
+    r.get("e").transition(pb.BUSY, "job", 0)
+    seen, token = [], ""
+    while True:
+        page, token = r.page(limit=2, token=token)
+        seen.append([c.worker_id for c in page])
+        if not token:
+            break
+    assert seen == [["b", "a"], ["c", "e"], ["d"]]
+    assert [c.worker_id for c in r.page([pb.BUSY])[0]] == ["e"]
+    page, token = r.page([pb.IDLE], limit=4)
+    assert [c.worker_id for c in page] == ["b", "a", "c", "d"] and token == ""  # no empty last page
+
+
+def test_a_page_token_survives_its_worker_leaving():
+    r = WorkerRegistry(ttl_s=0)
+    for i in range(4):
+        r.add(reg(f"w{i}", idx=i))
+    page, token = r.page(limit=2)
+    r.get("w1").transition(pb.DISCONNECTED)
+    r.expire(now=float("inf"))  # w1, the last of the page, is forgotten
+    assert [c.worker_id for c in r.page(limit=2, token=token)[0]] == ["w2", "w3"]
+
+
+@pytest.mark.parametrize("token", ["x", encode_token(("h", 0, "w"))[:-3], "e30=", "W10=", "a" * 3000])
+def test_a_foreign_page_token_is_refused_naming_the_field(token):
+    with pytest.raises(InvalidSpec) as err:
+        decode_token(token)
+    assert err.value.field == "page_token"
+
+
+def test_disconnected_workers_expire_after_the_ttl_and_may_come_back():
+    r = WorkerRegistry(ttl_s=60)
+    for i in range(3):
+        r.add(reg(f"w{i}", idx=i))
+    w0 = r.get("w0")
+    w0.transition(pb.DISCONNECTED)
+    left = w0.disconnected_at
+    r.get("w1").transition(pb.DISCONNECTED)
+    with pytest.raises(AlreadyExists):
+        r.add(reg("w2", idx=2))  # still connected
+    assert r.expire(now=left + 30) == []
+    back = r.add(reg("w1", idx=1))  # came back before its TTL: stays
+    assert r.expire(now=left + 61) == ["w0"]
+    assert [c.worker_id for c in r.all()] == ["w1", "w2"] and r.get("w1") is back and r.get("w0") is None
+    r.add(reg("w0", idx=0))  # a forgotten worker registers again
+    assert [c.worker_id for c in r.all()] == ["w0", "w1", "w2"]
+
+
+def test_kinds_summarise_connected_workers_and_changes_are_reported():
+    changes = []
+    r = WorkerRegistry(on_change=lambda c: changes.append((c.worker_id, c.state)))
+    r.add(reg("g0"))
+    r.add(reg("g1", idx=1))
+    r.add(reg("n0", "h2", 0, backend="nccl", dtype="cuda", name="NVIDIA H200", mem=140 << 30))
+    kinds = sorted((k.backend, k.device.type, k.device.name, k.device.memory_bytes) for k in r.kinds())
+    assert kinds == [("gloo", "cpu", "cpu", 0), ("nccl", "cuda", "NVIDIA H200", 140 << 30)]
+    r.get("n0").transition(pb.BUSY, "j", 0)
+    r.get("n0").transition(pb.DISCONNECTED)
+    assert [k.backend for k in r.kinds()] == ["gloo"]
+    assert changes[-3:] == [("n0", pb.IDLE), ("n0", pb.BUSY), ("n0", pb.DISCONNECTED)]
+    assert {c.worker_id for c in r.connected()} == {"g0", "g1"}

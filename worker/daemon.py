@@ -14,9 +14,10 @@ import os
 import random
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ringleader import __version__
+from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker import api
@@ -38,6 +39,7 @@ class WorkerConfig:
     worker_id: str = ""
     advertise_host: str = ""  # where peers reach this worker's TCP store; default: the route to the coordinator
     max_backoff_s: float = 5.0
+    security: ClientSecurity = field(default_factory=ClientSecurity)  # the workers' token, TLS
 
 
 def default_worker_id(device: str) -> str:

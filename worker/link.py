@@ -35,6 +35,7 @@ class CoordinatorLink:
         self._outbox_ready = asyncio.Event()
         self._session: asyncio.Task | None = None
         self._stopping = False
+        self._refusal = ""  # the coordinator's last refusal of our credentials, logged once
 
     def send(self, msg: wpb.WorkerMessage) -> None:
         if msg.WhichOneof("msg") == "heartbeat" and not self.connected.is_set():
@@ -59,8 +60,15 @@ class CoordinatorLink:
                 if not self._stopping:
                     raise
             except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                if exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT):
                     log.warning("%s", exc.details())
+                elif exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    # A wrong token is the operator's to fix; keep trying so the worker joins
+                    # once the coordinator's token is set right, but say so once, not every retry.
+                    refusal = exc.details()
+                    log.log(logging.ERROR if refusal != self._refusal else logging.DEBUG,
+                            "coordinator %s refused this worker: %s", self.daemon.config.coordinator, refusal)
+                    self._refusal = refusal
                 else:
                     log.info("coordinator %s unreachable (%s)", self.daemon.config.coordinator, exc.code().name)
             except Exception:  # a bug of ours: log it, reconnect, keep serving
@@ -72,15 +80,16 @@ class CoordinatorLink:
                 pass
 
     async def _connect(self, backoff) -> None:
-        address = self.daemon.config.coordinator
-        async with grpc.aio.insecure_channel(address, options=KEEPALIVE_OPTIONS) as channel:
-            call = workers_pb2_grpc.WorkerServiceStub(channel).Connect()
+        address, security = self.daemon.config.coordinator, self.daemon.config.security
+        async with security.aio_channel(address, options=KEEPALIVE_OPTIONS) as channel:
+            call = workers_pb2_grpc.WorkerServiceStub(channel).Connect(metadata=security.metadata)
             await call.write(wpb.WorkerMessage(register=self.daemon.register_message()))
             first = await call.read()
             if first is grpc.aio.EOF:
                 return
             self.heartbeat_s = first.registered.heartbeat_interval_s or self.heartbeat_s
             backoff.reset()
+            self._refusal = ""
             self.connected.set()
             log.info("worker %s registered with %s", self.daemon.worker_id, address)
             tasks = [asyncio.create_task(t) for t in (self._read(call), self._write(call), self._heartbeat())]

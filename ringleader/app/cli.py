@@ -1,4 +1,4 @@
-"""The `ringleader` command: coordinator, worker, submit, jobs, job, cancel, workers, watch, demo.
+"""The `ringleader` command: coordinator, worker, submit, jobs, job, cancel, workers, watch, demo, certs.
 
 Exit codes come from ringleader.errors' catalog: 0 ok, 1 a failed job or request, 2 bad usage
 or a bad spec (one line naming the field), 3 refused credentials.
@@ -15,7 +15,7 @@ import grpc
 
 from ringleader import defaults
 from ringleader import spec as specs
-from ringleader.app import commands
+from ringleader.app import commands, security_flags
 from ringleader.app.client import coordinator_address
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--grpc-address", default=defaults.COORDINATOR_ADDRESS)
     c.add_argument("--http-address", default=defaults.HTTP_ADDRESS, help='"" disables the HTTP side')
     c.add_argument("--db", default="", help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing)")
+    security_flags.add_server_security(c)
 
     w = sub.add_parser("worker", help="run a worker daemon for one device (or one per GPU)")
     w.add_argument("--device", default="cpu", help="cpu, cuda:N, or all (one daemon per visible GPU)")
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--metrics-address", default="", metavar="HOST:PORT",
                    help='serve Prometheus /metrics here, one port for all devices of this process '
                         '(e.g. 0.0.0.0:9401; default "": off)')
+    security_flags.add_worker_security(w)
 
     _add_submit(sub.add_parser("submit", help="submit a job: a collective sweep, p2p, gradient-average or train"))
     j = sub.add_parser("jobs", help="list jobs, newest first")
@@ -67,12 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=[n for n in pb.JobState.keys() if n != "JOB_STATE_UNSPECIFIED"])
     j.add_argument("--op", default="")
     j.add_argument("--limit", type=int, default=defaults.PAGE_DEFAULT)
+    security_flags.add_client_security(j)
     for name, helptext in (("job", "show one job with its results"), ("watch", "follow a job until it ends"),
                            ("cancel", "cancel a queued or running job")):
         x = sub.add_parser(name, help=helptext)
         x.add_argument("job_id")
         x.add_argument("--json", action="store_true")
-    sub.add_parser("workers", help="list workers")
+        security_flags.add_client_security(x)
+    security_flags.add_client_security(sub.add_parser("workers", help="list workers"))
+    security_flags.add_certs_command(sub)
 
     d = sub.add_parser("demo", help="coordinator + local workers + one all_reduce sweep, then exit")
     d.add_argument("--max-bytes", type=_size, default=None, help="largest size (default 64M on CPU, 1G on GPU)")
@@ -116,6 +121,7 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
     s.add_argument("--seed", type=int, default=0, help="train: data and weight seed")
     s.add_argument("--wait", action="store_true", help="show progress, then the results table")
     s.add_argument("--json", action="store_true", help="print the job (and results) as JSON")
+    security_flags.add_client_security(s)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -150,8 +156,13 @@ def _run(a) -> int:
     if a.command == "coordinator":
         from ringleader.app.process import CoordinatorConfig, serve
 
-        asyncio.run(serve(CoordinatorConfig(a.grpc_address, a.http_address, a.db)))
+        asyncio.run(serve(CoordinatorConfig(a.grpc_address, a.http_address, a.db,
+                                            security=security_flags.server_security(a))))
         return 0
+    if a.command == "certs":
+        from ringleader.app import certs
+
+        return certs.run(a)
     if a.command == "worker":
         return run_workers(a)
     if a.command == "demo":
@@ -173,8 +184,9 @@ def run_workers(a) -> int:
         raise CliError(f"--device: expected cpu, cuda:N or all, got {a.device!r}", EXIT_USAGE)
     if a.worker_id and len(devices) > 1:
         raise CliError("--worker-id: give it only with a single device", EXIT_USAGE)
+    security = security_flags.worker_security(a)
     configs = [WorkerConfig(coordinator=coordinator_address(a.coordinator), device=d, worker_id=a.worker_id,
-                            advertise_host=a.advertise_host) for d in devices]
+                            advertise_host=a.advertise_host, security=security) for d in devices]
     metrics = _worker_metrics(a.metrics_address) if a.metrics_address else None
     try:
         asyncio.run(run_daemons(configs, metrics))

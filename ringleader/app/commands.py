@@ -9,6 +9,7 @@ from ringleader import jobspec
 from ringleader import spec as specs
 from ringleader.app import table
 from ringleader.app.client import Client, coordinator_address
+from ringleader.app.security_flags import client_security
 from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -95,8 +96,9 @@ def cmd_jobs(a, client: Client) -> int:
 
 
 def cmd_workers(a, client: Client) -> int:
+    workers = client.workers()  # before the header: a refused call prints only its error line
     print(f"{'WORKER':<28} {'STATE':<12} {'DEVICE':<26} {'HOST':<16} {'JOB':<13} WARM")
-    for w in client.workers():
+    for w in workers:
         device = f"{w.device.type}:{w.device.index} {w.device.name}"[:26]
         print(f"{w.worker_id:<28} {pb.WorkerState.Name(w.state):<12} {device:<26} {w.host:<16} "
               f"{w.job_id or '-':<13} {'yes' if w.warm_group else '-'}")
@@ -104,7 +106,7 @@ def cmd_workers(a, client: Client) -> int:
 
 
 def run_client_command(a) -> int:
-    with Client(coordinator_address(a.coordinator)) as client:
+    with Client(coordinator_address(a.coordinator), security=client_security(a)) as client:
         if a.command == "submit":
             return cmd_submit(a, client)
         if a.command == "jobs":

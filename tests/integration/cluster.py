@@ -8,8 +8,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Sequence
 
 from ringleader.app.client import Client
+from ringleader.security import ClientSecurity
 from ringleader.states import TERMINAL
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -19,8 +21,11 @@ def ringleader_cmd(*args: str) -> list[str]:
 
 
 class Cluster:
-    def __init__(self, tmp: Path) -> None:
+    """`security`: how the test's own client reaches the coordinator (the users' token, TLS)."""
+
+    def __init__(self, tmp: Path, security: ClientSecurity | None = None) -> None:
         self.tmp = tmp
+        self.security = security
         self.db = str(tmp / "jobs.db")
         self.address = ""
         self.http_url = ""
@@ -30,12 +35,13 @@ class Cluster:
 
     # ---- processes -------------------------------------------------------------------------
 
-    def start_coordinator(self, port: int = 0, http: bool = False) -> str:
-        """Start it; with `http`, also the dashboard on a free port (its URL in self.http_url)."""
+    def start_coordinator(self, port: int = 0, http: bool = False, extra: Sequence[str] = ()) -> str:
+        """Start it; with `http`, also the dashboard on a free port (its URL in self.http_url).
+        `extra`: more coordinator flags (tokens, TLS)."""
         log = open(self.tmp / "coordinator.log", "ab")
         self.coordinator = subprocess.Popen(
             ringleader_cmd("coordinator", "--grpc-address", f"127.0.0.1:{port}",
-                           "--http-address", "127.0.0.1:0" if http else "", "--db", self.db),
+                           "--http-address", "127.0.0.1:0" if http else "", "--db", self.db, *extra),
             stdout=subprocess.PIPE, stderr=log, text=True)
         log.close()
         line = _readline_with_timeout(self.coordinator, 60)
@@ -51,9 +57,11 @@ class Cluster:
         self.coordinator.wait(30)
         self.coordinator.stdout.close()
 
-    def start_worker(self, worker_id: str, device: str = "cpu", metrics_address: str = "") -> subprocess.Popen:
+    def start_worker(self, worker_id: str, device: str = "cpu", metrics_address: str = "",
+                     extra: Sequence[str] = ()) -> subprocess.Popen:
+        """`extra`: more worker flags (its token, TLS)."""
         log = open(self.tmp / f"{worker_id}.log", "ab")
-        extra = ["--metrics-address", metrics_address] if metrics_address else []
+        extra = [*(["--metrics-address", metrics_address] if metrics_address else []), *extra]
         p = subprocess.Popen(ringleader_cmd("--coordinator", self.address, "worker", "--device", device,
                                             "--worker-id", worker_id, *extra),
                              stdout=log, stderr=log, start_new_session=True)
@@ -89,7 +97,7 @@ class Cluster:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.address)
+            self._client = Client(self.address, security=self.security)
         return self._client
 
     def wait_idle(self, ids, timeout: float = 90) -> None:

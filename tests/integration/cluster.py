@@ -35,13 +35,15 @@ class Cluster:
 
     # ---- processes -------------------------------------------------------------------------
 
-    def start_coordinator(self, port: int = 0, http: bool = False, extra: Sequence[str] = ()) -> str:
+    def start_coordinator(self, port: int = 0, http: bool = False, extra: Sequence[str] = (),
+                          host: str = "127.0.0.1", prefix: Sequence[str] = ()) -> str:
         """Start it; with `http`, also the dashboard on a free port (its URL in self.http_url).
-        `extra`: more coordinator flags (tokens, TLS)."""
+        `extra`: more coordinator flags (tokens, TLS); `prefix`: what runs the command (another
+        host of tests/multihost's bed), `host` the address it listens on there."""
         log = open(self.tmp / "coordinator.log", "ab")
         self.coordinator = subprocess.Popen(
-            ringleader_cmd("coordinator", "--grpc-address", f"127.0.0.1:{port}",
-                           "--http-address", "127.0.0.1:0" if http else "", "--db", self.db, *extra),
+            [*prefix, *ringleader_cmd("coordinator", "--grpc-address", f"{host}:{port}",
+                                      "--http-address", f"{host}:0" if http else "", "--db", self.db, *extra)],
             stdout=subprocess.PIPE, stderr=log, text=True)
         log.close()
         line = _readline_with_timeout(self.coordinator, 60)
@@ -58,13 +60,14 @@ class Cluster:
         self.coordinator.stdout.close()
 
     def start_worker(self, worker_id: str, device: str = "cpu", metrics_address: str = "",
-                     extra: Sequence[str] = ()) -> subprocess.Popen:
-        """`extra`: more worker flags (its token, TLS)."""
+                     extra: Sequence[str] = (), prefix: Sequence[str] = (), env: dict | None = None) -> subprocess.Popen:
+        """`extra`: more worker flags (its token, TLS); `prefix`, as for the coordinator; `env`:
+        its environment (default: this process's)."""
         log = open(self.tmp / f"{worker_id}.log", "ab")
         extra = [*(["--metrics-address", metrics_address] if metrics_address else []), *extra]
-        p = subprocess.Popen(ringleader_cmd("--coordinator", self.address, "worker", "--device", device,
-                                            "--worker-id", worker_id, *extra),
-                             stdout=log, stderr=log, start_new_session=True)
+        p = subprocess.Popen([*prefix, *ringleader_cmd("--coordinator", self.address, "worker", "--device", device,
+                                                       "--worker-id", worker_id, *extra)],
+                             stdout=log, stderr=log, start_new_session=True, env=env)
         log.close()
         self.workers[worker_id] = p
         return p

@@ -21,11 +21,13 @@ def ringleader_cmd(*args: str) -> list[str]:
 
 
 class Cluster:
-    """`security`: how the test's own client reaches the coordinator (the users' token, TLS)."""
+    """`security`: how the test's own client reaches the coordinator (the users' token, TLS);
+    `worker_flags`: what every worker is started with (the workers' token, TLS)."""
 
-    def __init__(self, tmp: Path, security: ClientSecurity | None = None) -> None:
+    def __init__(self, tmp: Path, security: ClientSecurity | None = None, worker_flags: Sequence[str] = ()) -> None:
         self.tmp = tmp
         self.security = security
+        self.worker_flags = list(worker_flags)
         self.db = str(tmp / "jobs.db")
         self.address = ""
         self.http_url = ""
@@ -61,10 +63,10 @@ class Cluster:
 
     def start_worker(self, worker_id: str, device: str = "cpu", metrics_address: str = "",
                      extra: Sequence[str] = (), prefix: Sequence[str] = (), env: dict | None = None) -> subprocess.Popen:
-        """`extra`: more worker flags (its token, TLS); `prefix`, as for the coordinator; `env`:
-        its environment (default: this process's)."""
+        """`extra`: flags beyond self.worker_flags; `prefix`, as for the coordinator; `env`: its
+        environment (default: this process's)."""
         log = open(self.tmp / f"{worker_id}.log", "ab")
-        extra = [*(["--metrics-address", metrics_address] if metrics_address else []), *extra]
+        extra = [*(["--metrics-address", metrics_address] if metrics_address else []), *self.worker_flags, *extra]
         p = subprocess.Popen([*prefix, *ringleader_cmd("--coordinator", self.address, "worker", "--device", device,
                                                        "--worker-id", worker_id, *extra)],
                              stdout=log, stderr=log, start_new_session=True, env=env)

@@ -62,6 +62,7 @@ def worker_flags(pki: Path, certs: str = "ours", token_file: str | None = "worke
 def secure(tmp_path_factory, pki):
     ours = pki / "ours"
     c = Cluster(tmp_path_factory.mktemp("secure"), ClientSecurity(token(pki, "users"), client_tls(pki)))
+    # Workers get their flags one by one here: some are started with wrong ones.
     try:
         c.start_coordinator(http=True, extra=[
             "--token-file", str(ours / "users.token"), "--worker-token-file", str(ours / "workers.token"),

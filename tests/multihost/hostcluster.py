@@ -51,12 +51,12 @@ def start_cluster(bed: NetBed, tmp: Path, mode: str, workers: dict[str, str],
                              "--tls-key", str(pki / "server.key"), "--tls-client-ca", str(pki / "ca.pem")]
         worker_flags = ["--token-file", str(pki / "workers.token"), "--tls-ca", str(pki / "ca.pem"),
                         "--tls-cert", str(pki / "worker.pem"), "--tls-key", str(pki / "worker.key")]
-    c = Cluster(tmp, security)
+    c = Cluster(tmp, security, worker_flags)
     try:
         c.start_coordinator(host=bed.ip("h0"), extra=coordinator_flags, prefix=bed.command("h0", []))
         for wid, host in workers.items():
             env = env_of(wid)
-            c.start_worker(wid, device=device_of(wid), extra=worker_flags, prefix=bed.command(host, []),
+            c.start_worker(wid, device=device_of(wid), prefix=bed.command(host, []),
                            env=None if env is None else {**os.environ, **env})
         c.wait_idle(workers, timeout=240)
     except BaseException:

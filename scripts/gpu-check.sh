@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine (offline; its image has torch, grpcio, protobuf, prometheus-client):
 # unit + GPU tests, the demo, and the benchmark against plain torch.distributed.
-#   usage: scripts/gpu-check.sh [tests|bench|workloads|all]   logs and results under $OUT (default ./gpu-out)
+#   usage: scripts/gpu-check.sh [tests|bench|workloads|all|multihost]   logs and results under $OUT (default ./gpu-out)
+# multihost (not part of all): tests/multihost, gloo and NCCL across hosts made of network
+# namespaces, one GPU is enough (two NCCL workers share it, each with its own NCCL_HOSTID).
 # Wheels the image lacks travel in .whl/ (see README, "GPU machine").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +28,10 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
 fi
 if [ "$what" = workloads ] || [ "$what" = all ]; then
   python3 bench/workloads.py --out "$OUT/bench" 2>&1 | tee "$OUT/workloads.log"
+fi
+if [ "$what" = multihost ]; then
+  # This machine has no `ip`: pyroute2 (from .whl/) builds the namespaces. A bed that cannot be
+  # built fails the run instead of skipping it.
+  RINGLEADER_REQUIRE_MULTIHOST=1 python3 -m pytest tests/multihost -v -rs -W default -p no:cacheprovider 2>&1 \
+    | tee "$OUT/pytest-multihost.log"
 fi

@@ -7,10 +7,11 @@ the test's client, from `ringleader certs` with h0's address in the server certi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -35,11 +36,26 @@ def need_bed() -> None:
         pytest.skip(f"multihost bed: {why}")
 
 
-def start_cluster(bed: NetBed, tmp: Path, mode: str, workers: dict[str, str],
-                  device_of: Callable[[str], str] = lambda wid: "cpu",
-                  env_of: Callable[[str], dict | None] = lambda wid: None) -> Cluster:
-    """The coordinator on h0 and `workers` (worker id -> host), all idle; each worker on its
-    device, with more environment variables (NCCL_HOSTID, ...) if `env_of` gives some."""
+@contextlib.contextmanager
+def bed_cluster(tmp: Path, mode: str, workers: dict[str, str], device_of: Callable[[str], str] = lambda wid: "cpu",
+                env_of: Callable[[str], dict | None] = lambda wid: None) -> Iterator[tuple[NetBed, Cluster]]:
+    """A bed of h0 and the workers' hosts (h1, h2, ...), the coordinator on h0 and `workers`
+    (worker id -> host), all idle; each worker on its device, with more environment variables
+    (NCCL_HOSTID, ...) where `env_of` gives some. Everything is gone after the block."""
+    need_bed()
+    bed = NetBed.create(hosts=1 + len(set(workers.values())))
+    try:
+        c = start_cluster(bed, tmp, mode, workers, device_of, env_of)
+        try:
+            yield bed, c
+        finally:
+            c.close()
+    finally:
+        bed.remove()
+
+
+def start_cluster(bed: NetBed, tmp: Path, mode: str, workers: dict[str, str], device_of: Callable[[str], str],
+                  env_of: Callable[[str], dict | None]) -> Cluster:
     coordinator_flags, worker_flags, security = ["--insecure"], [], None
     if mode == "tokens+mtls":
         pki = tmp / "pki"

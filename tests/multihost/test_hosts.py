@@ -14,8 +14,7 @@ import sys
 
 import pytest
 
-from hostcluster import FAIL_LIMIT_S, MODES, RECONNECT_LIMIT_S, TIMINGS, cut_off_mid_job, need_bed, start_cluster
-from netbed import NetBed
+from hostcluster import FAIL_LIMIT_S, MODES, RECONNECT_LIMIT_S, TIMINGS, bed_cluster, cut_off_mid_job
 from ringleader.v1 import jobs_pb2 as pb
 
 pytestmark = pytest.mark.multihost
@@ -25,16 +24,8 @@ WORKERS = {"w1": "h1", "w2": "h2", "w3": "h3"}
 
 @pytest.fixture(scope="module", params=MODES)
 def hosts(request, tmp_path_factory):
-    need_bed()
-    bed = NetBed.create(hosts=4)
-    try:
-        c = start_cluster(bed, tmp_path_factory.mktemp(request.param.replace("+", "-")), request.param, WORKERS)
-        try:
-            yield request.param, bed, c
-        finally:
-            c.close()
-    finally:
-        bed.remove()
+    with bed_cluster(tmp_path_factory.mktemp(request.param.replace("+", "-")), request.param, WORKERS) as (bed, c):
+        yield request.param, bed, c
 
 
 def test_jobs_of_two_and_three_ranks_across_hosts(hosts):

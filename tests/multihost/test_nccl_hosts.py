@@ -3,17 +3,16 @@
 Workers g1 and g2 run in namespaces h1 and h2, each with its own NCCL_HOSTID, so NCCL takes them
 for two hosts: no shared memory or P2P between them, no "duplicate GPU" refusal when both use
 GPU 0, and its socket transport over the veth, on the interface each worker advertises
-(NCCL_SOCKET_IFNAME, set by worker/netif.py). InfiniBand is kept out (NCCL_IB_DISABLE=1) so the
-bridge is the only path. Skipped where there is no CUDA device; on the GPU machine run
-`scripts/gpu-multihost.sh`.
+(NCCL_SOCKET_IFNAME, set by worker/netif.py). InfiniBand and network plugins are kept out
+(NCCL_NET=Socket, NCCL_IB_DISABLE=1) so the bridge is the only path. Skipped where there is no CUDA device; on the GPU machine run
+`scripts/gpu-check.sh multihost`.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from hostcluster import MODES, TIMINGS, cut_off_mid_job, need_bed, start_cluster
-from netbed import NetBed
+from hostcluster import MODES, TIMINGS, bed_cluster, cut_off_mid_job
 from ringleader.app.demo import visible_gpu_count
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -24,24 +23,16 @@ WORKERS = {"g1": "h1", "g2": "h2"}
 
 @pytest.fixture(scope="module", params=MODES)
 def nccl_hosts(request, tmp_path_factory):
-    need_bed()
     gpus = visible_gpu_count()
     if gpus < 1:
-        pytest.skip("needs a CUDA GPU and NCCL (scripts/gpu-multihost.sh on the GPU machine)")
-    bed = NetBed.create(hosts=3)
-    try:
-        # Two workers share GPU 0 on a one-GPU machine; with more, each has its own.
-        devices = {wid: f"cuda:{i % gpus}" for i, wid in enumerate(WORKERS)}
-        env = {wid: {"NCCL_HOSTID": f"ringleader-{host}", "NCCL_IB_DISABLE": "1", "NCCL_NVLS_ENABLE": "0"}
-               for wid, host in WORKERS.items()}
-        c = start_cluster(bed, tmp_path_factory.mktemp(f"nccl-{request.param.replace('+', '-')}"), request.param,
-                          WORKERS, device_of=devices.get, env_of=env.get)
-        try:
-            yield request.param, bed, c
-        finally:
-            c.close()
-    finally:
-        bed.remove()
+        pytest.skip("needs a CUDA GPU and NCCL (scripts/gpu-check.sh multihost on the GPU machine)")
+    # Two workers share GPU 0 on a one-GPU machine; with more, each has its own.
+    devices = {wid: f"cuda:{i % gpus}" for i, wid in enumerate(WORKERS)}
+    env = {wid: {"NCCL_HOSTID": f"ringleader-{host}", "NCCL_NET": "Socket", "NCCL_IB_DISABLE": "1",
+                 "NCCL_NVLS_ENABLE": "0"} for wid, host in WORKERS.items()}
+    with bed_cluster(tmp_path_factory.mktemp(f"nccl-{request.param.replace('+', '-')}"), request.param, WORKERS,
+                     device_of=devices.get, env_of=env.get) as (bed, c):
+        yield request.param, bed, c
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather", "broadcast", "sendrecv"])

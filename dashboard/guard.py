@@ -65,12 +65,18 @@ def cross_origin(headers: Headers) -> bool:
     origin = headers.get("origin")
     if origin is None:
         return False  # not sent by a browser page, or a same-origin GET
-    return urlsplit(origin).netloc.lower() != headers.get("host", "").lower()
+    try:
+        return urlsplit(origin).netloc.lower() != headers.get("host", "").lower()
+    except ValueError:  # not even a URL: no page of ours sent it
+        return True
 
 
 def host_is_local(host: str) -> bool:
     """A Host header naming loopback or an IP address (which a rebinding page cannot use)."""
-    name = urlsplit(f"//{host}").hostname or ""
+    try:
+        name = urlsplit(f"//{host}").hostname or ""
+    except ValueError:  # "[::1", say
+        return False
     if name in LOOPBACK_NAMES:
         return True
     try:

@@ -80,7 +80,7 @@ class TlsFiles:
         if bool(self.cert) != bool(self.key):
             raise InvalidSpec("--tls-key" if self.cert else "--tls-cert", "give --tls-cert and --tls-key together")
 
-    def pair(self) -> tuple[bytes, bytes] | tuple[None, None]:
+    def key_and_cert(self) -> tuple[bytes, bytes] | tuple[None, None]:
         if not self.cert:
             return None, None
         return _read_pem(self.key, "--tls-key"), _read_pem(self.cert, "--tls-cert")
@@ -104,7 +104,7 @@ class ClientSecurity:
     def credentials(self) -> grpc.ChannelCredentials | None:
         if not self.tls.ca:
             return None
-        key, cert = self.tls.pair()
+        key, cert = self.tls.key_and_cert()
         return grpc.ssl_channel_credentials(_read_pem(self.tls.ca, self.tls.ca_flag), key, cert)
 
     def channel(self, target: str, options: Sequence[tuple[str, object]] = ()) -> grpc.Channel:
@@ -138,7 +138,7 @@ class ServerSecurity:
 
     def grpc_credentials(self) -> grpc.ServerCredentials | None:
         """TLS for the gRPC port (client certificates required when a client CA is set), or None."""
-        key, cert = self.tls.pair()
+        key, cert = self.tls.key_and_cert()
         if cert is None:
             return None
         client_ca = _read_pem(self.tls.ca, "--tls-client-ca") if self.tls.ca else None

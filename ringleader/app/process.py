@@ -82,6 +82,7 @@ class RunningCoordinator:
         try:
             await self._start()
             if warning:
+                log.warning("%s", warning)  # now, before anyone is told the coordinator is up
                 self._warner = asyncio.create_task(self._repeat_warning(warning))
         except BaseException:
             await self.stop(grace=0)  # release the ports and the store of a half-started coordinator
@@ -118,8 +119,8 @@ class RunningCoordinator:
 
     async def _repeat_warning(self, warning: str) -> None:
         while True:
-            log.warning("%s", warning)
             await asyncio.sleep(self.config.insecure_warning_s)
+            log.warning("%s", warning)
 
     async def stop(self, grace: float | None = None) -> None:
         if self._warner:

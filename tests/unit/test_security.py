@@ -158,12 +158,14 @@ def test_cross_origin_is_what_a_browser_says():
     assert not cross_origin(Headers({"host": "127.0.0.1:8080", "origin": "http://127.0.0.1:8080"}))
     assert cross_origin(Headers({"host": "127.0.0.1:8080", "origin": "http://evil.example"}))
     assert cross_origin(Headers({"host": "127.0.0.1:8080", "origin": "null"}))
+    assert cross_origin(Headers({"host": "127.0.0.1:8080", "origin": "http://[::1"}))  # not a URL
     assert cross_origin(Headers({"host": "127.0.0.1:8080", "sec-fetch-site": "cross-site"}))
     assert not cross_origin(Headers({"host": "127.0.0.1:8080", "sec-fetch-site": "same-origin"}))
 
 
 @pytest.mark.parametrize("host,local", [("127.0.0.1:8080", True), ("localhost:8080", True), ("[::1]:80", True),
-                                        ("10.1.2.3", True), ("evil.example:8080", False), ("", False)])
+                                        ("10.1.2.3", True), ("evil.example:8080", False), ("", False),
+                                        ("[::1", False)])
 def test_host_is_local(host, local):
     assert host_is_local(host) is local
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 
-import grpc
-
 from ringleader import defaults
 from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb

@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
 sys.path.insert(0, str(Path(__file__).parent))
 from hostcluster import TIMINGS  # noqa: E402
 
+
 def pytest_terminal_summary(terminalreporter):
     if TIMINGS:
         terminalreporter.section("multihost partition timings")

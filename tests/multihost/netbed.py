@@ -161,9 +161,9 @@ def _free_subnet() -> ipaddress.IPv4Network:
 
     with IPRoute() as here:
         used = {ipaddress.ip_address(a.get_attr("IFA_ADDRESS")) for a in here.get_addr(family=2)}
-    start = os.getpid() % 254
-    for k in range(254):
-        net = list(SUBNETS.subnets(new_prefix=24))[1 + (start + k) % 254]
+    nets, start = list(SUBNETS.subnets(new_prefix=24))[1:255], os.getpid()
+    for k in range(len(nets)):
+        net = nets[(start + k) % len(nets)]
         if not any(a in net for a in used):
             return net
     raise RuntimeError("no free /24 in 198.18.0.0/16")

@@ -25,6 +25,9 @@ GRADIENT_AVERAGE_DEFAULT_BYTES = 64 << 20
 MAX_TRAIN_STEPS = 100_000
 MAX_WORLD_SIZE = 65_536
 MAX_TEXT = 256  # names, hosts, GPU models, worker ids: free text a user or worker sends
+# A pairwise p2p job measures every ordered pair, n(n-1) of them: more ranks than this would
+# take the coordinator minutes just to list the pairs (a request that hangs it).
+MAX_PAIRWISE_RANKS = 256
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,9 @@ def _normalize_p2p(out: pb.JobSpec) -> ValidJob:
         p.iters, p.warmup = specs.check_iters(p.iters, p.warmup if p.HasField("warmup") else None)
     _fill_sweep_defaults(p)
     n = out.world_size
+    if p.pairwise and n > MAX_PAIRWISE_RANKS:
+        raise InvalidSpec("p2p.pairwise", f"every ordered pair of {n} ranks is {n * (n - 1)} measurements; "
+                                          f"pairwise takes at most {MAX_PAIRWISE_RANKS} ranks")
     pairs = [(i, j) for i in range(n) for j in range(n) if i != j] if p.pairwise else [(0, 1)]
     # A send and a receive buffer of the largest size.
     return _valid(out, sizes=sizes, pairs=pairs, needs_bytes=2 * max(sizes), total=len(sizes) * len(pairs))

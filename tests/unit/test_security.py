@@ -185,6 +185,23 @@ def test_guard_refusals_by_path():
     assert open_.refusal("/api/v1/jobs", Headers({"host": "rebound.example:1"}))[0] == 403
 
 
+# ---- a spec cannot hang the coordinator ------------------------------------------------------
+
+
+def test_pairwise_p2p_on_too_many_ranks_is_refused_at_once():
+    import time
+
+    from ringleader import jobspec
+    from ringleader.v1 import jobs_pb2 as pb
+
+    t0 = time.perf_counter()
+    with pytest.raises(InvalidSpec) as err:
+        jobspec.normalize(pb.JobSpec(world_size=65_536, p2p=pb.P2PSpec(pairwise=True, sizes=[8])))
+    assert time.perf_counter() - t0 < 1.0
+    assert err.value.field == "p2p.pairwise" and "at most 256 ranks" in str(err.value)
+    assert len(jobspec.normalize(pb.JobSpec(world_size=256, p2p=pb.P2PSpec(pairwise=True, sizes=[8]))).pairs) == 256 * 255
+
+
 # ---- certificates ----------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Admission: refuse at the door what can never run, and what a worker may not claim.
+"""Admission: refuse at the door what can never run, and what a worker may not claim or report.
 
 Pure functions of the checked spec (or a registration) and the fleet, tested without servers.
 An empty fleet admits every job: it waits for workers instead.
@@ -13,6 +13,7 @@ from ringleader import jobspec
 from ringleader import spec as specs
 from ringleader.errors import InvalidSpec
 from ringleader.jobspec import MAX_TEXT, ValidJob
+from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
 # Worker ids, hosts and group keys reach logs, the UI and metric labels: a conservative alphabet.
@@ -52,3 +53,21 @@ def check_registration(reg: wpb.Register) -> None:
                         ("running_job_id", reg.running_job_id)):
         if len(value) > MAX_TEXT or not value.isprintable():
             raise InvalidSpec(f"register.{name}", f"at most {MAX_TEXT} printable characters")
+
+
+def result_refusal(valid: ValidJob, row: pb.SizeResult) -> str:
+    """Why a result row reported for a job is not one of that job's ("" if it is one). Its op,
+    dtype and world size become metric labels and its strings reach the store and the UI, so
+    they must be the job's own; its size must be one the job measures."""
+    c = valid.collective
+    if c is None:
+        return f"a {valid.kind} job has no per-size results"
+    for name, want in (("op", c.op), ("dtype", c.dtype), ("reduce_op", c.reduce_op)):
+        got = getattr(row, name)
+        if got != want:
+            return f"{name} {got[:64]!r} is not the job's {want!r}"
+    if row.world_size != valid.world_size:
+        return f"world_size {row.world_size} is not the job's {valid.world_size}"
+    if row.size_bytes not in valid.sizes and not (c.op == "barrier" and row.size_bytes == 0):
+        return f"size {row.size_bytes} is not one the job measures"
+    return ""

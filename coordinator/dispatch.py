@@ -7,7 +7,9 @@ ranks are assigned with that port. A job on a warm group is assigned to every ra
 
 Up: heartbeats (op counters, executor health), progress, results, StoreReady, JobDone and
 GroupDropped. A report about a job is accepted only from a member of that job, as the rank it
-was given; anything else is dropped and counted in `rejected`.
+was given; anything else is dropped and counted in `rejected`. Result rows must also be the job's
+own (admission.result_refusal): a streamed row that is not is dropped and counted; a final set
+that holds one fails the job, naming the rank.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import logging
 import time
 import uuid
 
+from coordinator import admission, scheduler
 from coordinator import groups as warm_groups
-from coordinator import scheduler
 from coordinator.groups import Groups
 from coordinator.jobs import JobBook, Queued, Running
 from coordinator.liveness import Timings
@@ -208,6 +210,9 @@ class Dispatcher:
                     rj.job.progress.CopyFrom(msg.progress.progress)
                     self.book.events.publish(pb.JobEvent(job_id=rj.id, progress=msg.progress.progress), rj.job)
             elif kind == "result" and conn.rank == 0:
+                if admission.result_refusal(rj.valid, msg.result.result):
+                    self.rejected[kind] += 1
+                    return
                 self.book.store.add_result(rj.id, msg.result.result)
                 self.book.events.record(pb.JobEvent(job_id=rj.id, result=msg.result.result), rj.job)
             elif kind == "store_ready" and conn.rank == 0 and not rj.store_port:
@@ -269,6 +274,12 @@ class Dispatcher:
 
     def _rank_finished(self, rj: Running, done: wpb.JobDone) -> None:
         store = self.book.store
+        bad = next(filter(None, (admission.result_refusal(rj.valid, r) for r in done.results)), "")
+        if bad:
+            self.rejected["done"] += 1
+            self.end(rj, pb.FAILED, f"rank {done.rank} (worker {rj.members[done.rank]}) reported a result "
+                                    f"that is not this job's: {bad}")
+            return
         if done.rank == 0 and done.results:
             # The complete set from rank 0 replaces rows that streamed in (some may be lost).
             store.clear_results(rj.id)

@@ -7,7 +7,8 @@ bucket, worker state and backend, gRPC service/method/code. No job id or worker 
 
 Three sources:
 - scrape time (CoordinatorStateCollector): jobs queued/running, queue depth and age, workers by
-  state, read from the Coordinator's in-memory state when Prometheus scrapes;
+  state, worker reports refused (a report about a job the worker is no member of, a result
+  row that is not the job's), read from the Coordinator's in-memory state when Prometheus scrapes;
 - job events (Coordinator.add_listener): finished jobs, queue wait, job duration, collective
   results (busbw and op latency histograms, rows failing the data check);
 - the gRPC server (coordinator/rpc_metrics.py's RpcMetricsInterceptor): RPC latency by method
@@ -21,7 +22,7 @@ import time
 from typing import Callable, Iterable, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
@@ -55,6 +56,9 @@ JOB_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 
 
 FINAL_STATES = states.TERMINAL
 WORKER_STATES = tuple(states.WORKERS.table)
+# The worker messages whose reports can be refused (dispatch.Dispatcher.rejected's keys): all
+# exported from the start, at 0, so a rate() sees the first refusal.
+REJECTED_KINDS = ("progress", "result", "store_ready", "done")
 
 
 def size_bucket(size_bytes: int) -> str:
@@ -92,7 +96,13 @@ class CoordinatorStateCollector(Collector):
         self.clock = clock
 
     def describe(self) -> Iterable:
-        return self._families()
+        return [*self._families(), self._rejected()]
+
+    @staticmethod
+    def _rejected() -> CounterMetricFamily:
+        return CounterMetricFamily("ringleader_worker_reports_rejected",
+                                   "Worker reports refused: about a job the worker is no member of (or not at "
+                                   "its rank), or result rows that are not the job's", labels=["kind"])
 
     def _families(self) -> tuple[GaugeMetricFamily, ...]:
         return (
@@ -121,7 +131,11 @@ class CoordinatorStateCollector(Collector):
             counts[(_worker_state_name(w.state), backend)] = counts.get((_worker_state_name(w.state), backend), 0) + 1
         for (state, backend), n in sorted(counts.items()):
             workers.add_metric([state, backend], n)
-        return [jobs, depth, oldest, workers]
+        rejected = self._rejected()
+        counted = _retry(lambda: dict(self.core.dispatch.rejected))
+        for kind in sorted({*REJECTED_KINDS, *counted}):  # keys are the proto's message names: bounded
+            rejected.add_metric([kind], counted.get(kind, 0))
+        return [jobs, depth, oldest, workers, rejected]
 
 
 class CoordinatorMetrics:

@@ -20,16 +20,18 @@ SERVICE_NAMES = (
 
 
 async def start_server(coordinator: Coordinator, address: str,
-                       interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> tuple[grpc.aio.Server, int]:
+                       interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+                       credentials: grpc.ServerCredentials | None = None) -> tuple[grpc.aio.Server, int]:
     """Build and start the gRPC server on `address` (port 0 picks one); returns it with its port.
-    `interceptors` wrap every RPC (the coordinator's metrics pass their RpcMetricsInterceptor)."""
+    `interceptors` wrap every RPC, the first outermost (metrics, then coordinator.auth's token
+    check); `credentials` (ringleader.security.ServerSecurity.grpc_credentials) make it TLS."""
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=list(interceptors))
     jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(coordinator), server)
     workers_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(coordinator), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    port = server.add_insecure_port(address)
+    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     await server.start()

@@ -1,4 +1,5 @@
-"""The FastAPI application: REST API (/api/v1), web UI (/), health and /metrics."""
+"""The FastAPI application: REST API (/api/v1), web UI (/), health and /metrics, behind the
+guard (dashboard/guard.py: tokens, cross-origin refusals, CSP)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,20 @@ from fastapi.responses import PlainTextResponse, Response
 
 from coordinator.service import Coordinator
 from coordinator.metrics import CoordinatorMetrics
+from coordinator.auth import Access
 from dashboard import api, ui
+from dashboard.guard import Guard, GuardConfig
 from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
 
 
-def create_app(core: Coordinator, metrics: CoordinatorMetrics) -> FastAPI:
-    app = FastAPI(title="ringleader", version="1", description="Orchestrate GPU collective jobs.")
-    # On the coordinator's registry: /metrics shows REST next to gRPC. One app per registry.
+def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfig | None = None) -> FastAPI:
+    # No /docs or /redoc: their pages load scripts from a CDN and run inline code, which the
+    # CSP refuses (and which an offline cluster cannot fetch); /openapi.json stays.
+    app = FastAPI(title="ringleader", version="1", description="Orchestrate GPU collective jobs.",
+                  docs_url=None, redoc_url=None)
+    app.add_middleware(Guard, config=guard or GuardConfig(Access(), any_host=False))
+    # Outermost (added last), on the coordinator's registry: /metrics shows REST next to gRPC,
+    # refused requests included. One app per registry.
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
     app.include_router(api.router(core))
     ui.mount(app)

@@ -17,14 +17,18 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class HttpServer:
-    def __init__(self, app, address: str) -> None:
+    """`tls`: (certificate, key) PEM paths to serve HTTPS."""
+
+    def __init__(self, app, address: str, tls: tuple[str, str] | None = None) -> None:
         host, port = address.rsplit(":", 1)
         self._sock = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host.strip("[]"), int(port)))  # bound here so port 0 reports the real port
-        self.url = f"http://{host}:{self._sock.getsockname()[1]}"
+        self.url = f"{'https' if tls else 'http'}://{host}:{self._sock.getsockname()[1]}"
+        cert, key = tls or (None, None)
         self._server = _EmbeddedServer(uvicorn.Config(app, log_level="warning", lifespan="off",
-                                                      timeout_graceful_shutdown=2))
+                                                      timeout_graceful_shutdown=2,
+                                                      ssl_certfile=cert, ssl_keyfile=key))
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine (offline; its image has torch, grpcio, protobuf, prometheus-client):
 # unit + GPU tests, the demo, and the benchmark against plain torch.distributed.
-#   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|all]
+#   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|all|multihost]
 #   logs and results under $OUT (default ./gpu-out); BENCH_ARGS go to bench/run.py.
 #   latency (issue 13) = latency-tests (tests/gpu/test_nccl_latency.py: graph mode, calibrated loops,
 #   gather/scatter, symmetric memory, pinned NCCL algos, algo sweep, NCCL env re-read) then
 #   latency-bench (bench/run.py, every pass, goals checked in $OUT/bench-latency/bench.md).
+# multihost (not part of all): tests/multihost, gloo and NCCL across hosts made of network
+# namespaces, one GPU is enough (two NCCL workers share it, each with its own NCCL_HOSTID).
 # Wheels the image lacks travel in .whl/ (see README, "GPU machine").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,4 +39,10 @@ if [ "$what" = latency ] || [ "$what" = latency-bench ]; then
 fi
 if [ "$what" = workloads ] || [ "$what" = all ]; then
   python3 bench/workloads.py --out "$OUT/bench" 2>&1 | tee "$OUT/workloads.log"
+fi
+if [ "$what" = multihost ]; then
+  # This machine has no `ip`: pyroute2 (from .whl/) builds the namespaces. A bed that cannot be
+  # built fails the run instead of skipping it.
+  RINGLEADER_REQUIRE_MULTIHOST=1 python3 -m pytest tests/multihost -v -rs -W default -p no:cacheprovider 2>&1 \
+    | tee "$OUT/pytest-multihost.log"
 fi

@@ -17,9 +17,10 @@ import socket
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ringleader import __version__
+from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker import api
@@ -42,6 +43,7 @@ class WorkerConfig:
     worker_id: str = ""
     advertise_host: str = ""  # where peers reach this worker's TCP store; default: the route to the coordinator
     max_backoff_s: float = 5.0
+    security: ClientSecurity = field(default_factory=ClientSecurity)  # the workers' token, TLS
 
 
 def default_worker_id(device: str) -> str:
@@ -72,7 +74,8 @@ class WorkerDaemon:
         self.ops_retired = 0
         self._stats_lock = threading.Lock()
         self.link = CoordinatorLink(config.coordinator, self.worker_id, self.register_message,
-                                    self.heartbeat_message, self.on_coordinator, config.max_backoff_s)
+                                    self.heartbeat_message, self.on_coordinator, config.max_backoff_s,
+                                    config.security)
         self.loop_alive_at = time.monotonic()  # stamped by _tick; worker/health.py's liveness
         self._lock = asyncio.Lock()  # one executor operation at a time
         self._drops: dict[str, asyncio.Future] = {}

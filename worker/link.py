@@ -17,6 +17,7 @@ from typing import Awaitable, Callable
 import grpc
 
 from ringleader.grpc_options import KEEPALIVE_OPTIONS
+from ringleader.security import ClientSecurity
 from ringleader.v1 import workers_pb2 as wpb
 from ringleader.v1 import workers_pb2_grpc
 
@@ -39,12 +40,14 @@ class Backoff:
 
 class CoordinatorLink:
     """`register()` and `heartbeat()` build those messages when due; `on_message` handles each
-    message down the stream, in order."""
+    message down the stream, in order; `security` carries the workers' token and TLS settings."""
 
     def __init__(self, address: str, worker_id: str, register: Callable[[], wpb.Register],
                  heartbeat: Callable[[], wpb.Heartbeat],
-                 on_message: Callable[[wpb.CoordinatorMessage], Awaitable[None]], max_backoff_s: float) -> None:
+                 on_message: Callable[[wpb.CoordinatorMessage], Awaitable[None]], max_backoff_s: float,
+                 security: ClientSecurity | None = None) -> None:
         self.address, self.worker_id = address, worker_id
+        self.security = security or ClientSecurity()  # the workers' token and TLS
         self.register, self.heartbeat, self.on_message = register, heartbeat, on_message
         self.max_backoff_s = max_backoff_s
         self.heartbeat_s = 1.0
@@ -53,6 +56,7 @@ class CoordinatorLink:
         self._outbox_ready = asyncio.Event()
         self._session: asyncio.Task | None = None
         self._stopping = False
+        self._refusal = ""  # the coordinator's last refusal of our credentials, logged once
 
     def send(self, msg: wpb.WorkerMessage) -> None:
         if msg.WhichOneof("msg") == "heartbeat" and not self.connected.is_set():
@@ -75,8 +79,15 @@ class CoordinatorLink:
                 if not self._stopping:
                     raise
             except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                if exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT):
                     log.warning("%s", exc.details())
+                elif exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    # A wrong token is the operator's to fix; keep trying so the worker joins
+                    # once the coordinator's token is set right, but say so once, not every retry.
+                    refusal = exc.details()
+                    log.log(logging.ERROR if refusal != self._refusal else logging.DEBUG,
+                            "coordinator %s refused this worker: %s", self.address, refusal)
+                    self._refusal = refusal
                 else:
                     log.info("coordinator %s unreachable (%s)", self.address, exc.code().name)
             except Exception:  # a bug of ours: log it, reconnect, keep serving
@@ -88,14 +99,15 @@ class CoordinatorLink:
                 pass
 
     async def _connect(self, backoff: Backoff) -> None:
-        async with grpc.aio.insecure_channel(self.address, options=KEEPALIVE_OPTIONS) as channel:
-            call = workers_pb2_grpc.WorkerServiceStub(channel).Connect()
+        async with self.security.aio_channel(self.address, options=KEEPALIVE_OPTIONS) as channel:
+            call = workers_pb2_grpc.WorkerServiceStub(channel).Connect(metadata=self.security.metadata)
             await call.write(wpb.WorkerMessage(register=self.register()))
             first = await call.read()
             if first is grpc.aio.EOF:
                 return
             self.heartbeat_s = first.registered.heartbeat_interval_s or self.heartbeat_s
             backoff.reset()
+            self._refusal = ""
             self.connected.set()
             log.info("worker %s registered with %s", self.worker_id, self.address)
             tasks = [asyncio.create_task(t) for t in (self._read(call), self._write(call), self._heartbeat())]

@@ -10,6 +10,11 @@
 // Tests read the charts through window.ringleaderCharts: the uPlot instances by name (busbw and
 // time for a collective sweep; bandwidth and latency for p2p; loss for training) and `series`,
 // the line labels.
+//
+// A coordinator with a users' token answers 401: the page then asks for the token once, keeps it
+// in sessionStorage (this tab only, gone when it closes) and sends it as `Authorization: Bearer`
+// on every request. Live updates therefore use fetch() streams, not EventSource (which cannot
+// send headers), and downloads are fetched, then saved from a blob. No token ever goes in a URL.
 "use strict";
 
 (function () {
@@ -44,8 +49,54 @@
     return node;
   }
 
+  // ---- the users' token --------------------------------------------------------------------
+
+  const TOKEN_KEY = "ringleader.token";
+  let askingForToken = false;
+
+  function authHeaders(headers) {
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    return token ? { ...headers, Authorization: `Bearer ${token}` } : { ...headers };
+  }
+
+  // Every API call: with the token; a refusal (401, or 403 for a token of the wrong role)
+  // shows the sign-in form instead of the page.
+  async function apiFetch(path, headers, signal) {
+    const response = await fetch(path, { headers: authHeaders(headers), cache: "no-store", signal });
+    if (response.status === 401 || response.status === 403) askForToken(response.clone());
+    return response;
+  }
+
+  async function askForToken(response) {
+    if (askingForToken) return;
+    askingForToken = true;
+    let detail = "";
+    try { detail = (await response.json()).detail || ""; } catch (_) { /* not JSON */ }
+    const refused = sessionStorage.getItem(TOKEN_KEY) !== null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    $("login-error").textContent = refused ? `The coordinator refused that token (${response.status}): ${detail}` : "";
+    $("login-error").hidden = !refused;
+    $("logout").hidden = true;
+    setLive("idle", "");
+    showView("login-view");
+    $("login-token").focus();
+  }
+
+  function setUpLogin() {
+    $("login-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      sessionStorage.setItem(TOKEN_KEY, $("login-token").value.trim());
+      location.reload();  // start the page afresh, now with the token
+    });
+    $("logout").hidden = sessionStorage.getItem(TOKEN_KEY) === null;
+    $("logout").addEventListener("click", () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      location.reload();
+    });
+  }
+
   async function getJSON(path) {
-    const response = await fetch(path, { headers: { Accept: "application/json" } });
+    const response = await apiFetch(path, { Accept: "application/json" });
     if (!response.ok) {
       let detail = "";
       try { detail = (await response.json()).detail || ""; } catch (_) { /* not JSON */ }
@@ -54,6 +105,107 @@
       throw error;
     }
     return response.json();
+  }
+
+  // Server-Sent Events over fetch(), so the stream carries the token: the parts of EventSource
+  // this page uses (addEventListener by event name, onopen, onerror, close, readyState), with
+  // its reconnection (Last-Event-ID) and its stop on 204.
+  class EventStream {
+    constructor(url) {
+      this.url = url;
+      this.listeners = new Map();
+      this.readyState = EventStream.CONNECTING;
+      this.lastEventId = null;
+      this.onopen = null;
+      this.onerror = null;
+      this.abort = null;
+      this.run();
+    }
+
+    addEventListener(name, fn) {
+      if (!this.listeners.has(name)) this.listeners.set(name, []);
+      this.listeners.get(name).push(fn);
+    }
+
+    close() {
+      this.readyState = EventStream.CLOSED;
+      if (this.abort) this.abort.abort();
+    }
+
+    async run() {
+      while (this.readyState !== EventStream.CLOSED) {
+        this.abort = new AbortController();
+        try {
+          const headers = { Accept: "text/event-stream" };
+          if (this.lastEventId !== null) headers["Last-Event-ID"] = this.lastEventId;
+          const response = await apiFetch(this.url, headers, this.abort.signal);
+          if (response.status === 204 || response.status === 401 || response.status === 403) {
+            this.close();  // nothing more to send, or signed out
+            return;
+          }
+          if (!response.ok) throw new Error(`${response.status}`);
+          this.readyState = EventStream.OPEN;
+          if (this.onopen) this.onopen();
+          await this.read(response.body);
+        } catch (_) { /* a broken stream: reconnect below */ }
+        if (this.readyState === EventStream.CLOSED) return;
+        this.readyState = EventStream.CONNECTING;
+        if (this.onerror) this.onerror();
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+      }
+    }
+
+    async read(body) {
+      const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        buffer = (buffer + value).replace(/\r\n?/g, "\n");
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          this.dispatch(buffer.slice(0, end));
+          buffer = buffer.slice(end + 2);
+        }
+      }
+    }
+
+    dispatch(frame) {
+      let name = "message";
+      const data = [];
+      for (const line of frame.split("\n")) {
+        if (!line || line.startsWith(":")) continue;  // keep-alive comments
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+        if (field === "event") name = value;
+        else if (field === "data") data.push(value);
+        else if (field === "id") this.lastEventId = value;
+      }
+      if (!data.length) return;
+      const message = { type: name, data: data.join("\n"), lastEventId: this.lastEventId };
+      for (const fn of this.listeners.get(name) || []) fn(message);
+    }
+  }
+  EventStream.CONNECTING = 0;
+  EventStream.OPEN = 1;
+  EventStream.CLOSED = 2;
+
+  // A download link whose file needs the token: fetched on click, then saved from a blob. The
+  // link keeps the API address in its href (what the file is), for a reader and the tests.
+  function tokenDownload(link, filename) {
+    link.setAttribute("download", filename);
+    link.addEventListener("click", async (e) => {
+      e.preventDefault();
+      const response = await apiFetch(link.href, {});
+      if (!response.ok) return;
+      const url = URL.createObjectURL(await response.blob());
+      const save = h("a", { href: url, download: filename, hidden: true });
+      document.body.append(save);
+      save.click();
+      save.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10000);
+    });
   }
 
   // Binary units, as nccl-tests and `ringleader submit` sizes: 1024 -> "1K", 1048576 -> "1M".
@@ -202,6 +354,7 @@
   }
 
   function showError(text) {
+    if (askingForToken) return;  // the sign-in form is what the page needs now
     setLive("idle", "");
     $("error-text").textContent = text;
     showView("error-view");
@@ -386,7 +539,7 @@
     }
 
     listen() {
-      this.events = new EventSource(`${API}/events`);
+      this.events = new EventStream(`${API}/events`);
       this.events.onopen = () => {
         setLive("on", "live");
         if (this.hadError) this.loadJobs();  // catch up with what happened while disconnected
@@ -625,9 +778,9 @@
       const base = `${API}/jobs/${encodeURIComponent(this.id)}`;
       // Sweeps download their rows; other kinds the whole job (their result lives in it).
       $("dl-json").href = this.view.csv ? `${base}/results?format=json` : base;
-      $("dl-json").setAttribute("download", `${this.id}.json`);
+      tokenDownload($("dl-json"), `${this.id}.json`);
       $("dl-csv").href = `${base}/results?format=csv`;
-      $("dl-csv").setAttribute("download", `${this.id}.csv`);
+      tokenDownload($("dl-csv"), `${this.id}.csv`);
       $("dl-csv").hidden = !this.view.csv;
       $("compare").addEventListener("change", () => this.setCompare($("compare").value));
       new ResizeObserver(() => this.resizeCharts()).observe($("chart-a"));
@@ -648,10 +801,10 @@
     }
 
     listen() {
-      this.events = new EventSource(`${API}/jobs/${encodeURIComponent(this.id)}/events`);
+      this.events = new EventStream(`${API}/jobs/${encodeURIComponent(this.id)}/events`);
       this.events.onopen = () => setLive("on", "live");
       this.events.onerror = () => {
-        if (this.events.readyState !== EventSource.CLOSED && !TERMINAL.has(this.job.state)) setLive("off", "reconnecting…");
+        if (this.events.readyState !== EventStream.CLOSED && !TERMINAL.has(this.job.state)) setLive("off", "reconnecting…");
       };
       this.events.addEventListener("progress", (m) => {
         this.job.progress = JSON.parse(m.data).progress;
@@ -666,7 +819,7 @@
         const change = JSON.parse(m.data).state;
         Object.assign(this.job, { state: change.state, reason: change.reason });
         if (TERMINAL.has(change.state)) {
-          this.events.close();  // the stream ends here; an EventSource would reconnect
+          this.events.close();  // the stream ends here; an EventStream would reconnect
           setLive("idle", "finished");
         }
         // RUNNING brings workers, backend and start time; a finished job its complete results
@@ -984,5 +1137,6 @@
     }
   }
 
+  setUpLogin();
   route();
 })();

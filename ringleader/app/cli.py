@@ -1,6 +1,6 @@
 # PYTHON_ARGCOMPLETE_OK  (argcomplete's global completion looks for this marker)
 """The `ringleader` command: coordinator, worker, submit, jobs, job, watch, cancel, logs, workers,
-demo, completion.
+demo, completion, certs.
 
 Conventions: `--coordinator` before or after the subcommand; `-o json|table` (or `--json`) on
 every command that shows jobs, workers or logs; `--version`; every flag of the coordinator and
@@ -23,7 +23,7 @@ import grpc
 
 from ringleader import __version__, defaults, jobspec
 from ringleader import spec as specs
-from ringleader.app import argtypes, commands, config
+from ringleader.app import argtypes, commands, config, security_flags
 from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
@@ -52,6 +52,12 @@ def _output_options(x: argparse.ArgumentParser, what: str) -> None:
     x.add_argument("-o", "--output", type=argtypes.output, choices=OUTPUTS, default="table",
                    help=f"table (default) or json: {what} (README.md, CLI)")
     x.add_argument("--json", dest="output", action="store_const", const="json", help="the same as -o json")
+
+
+def _client_options(x: argparse.ArgumentParser, what: str) -> None:
+    """What every client command takes: the output format, and the users' token and TLS."""
+    _output_options(x, what)
+    security_flags.add_client_security(x)
 
 
 def _completer(action: argparse.Action, choices) -> None:
@@ -88,6 +94,7 @@ def _add_servers(sub) -> None:
                    help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing)")
     c.add_argument("--worker-ttl", type=argtypes.seconds, default=600.0, metavar="SECONDS",
                    help="how long a disconnected worker stays listed (default 600)")
+    security_flags.add_server_security(c)
 
     w = _talker(sub, "worker", "run a worker daemon for one device (or one per GPU)")
     _completer(w.add_argument("--device", type=argtypes.device, default="cpu",
@@ -97,28 +104,30 @@ def _add_servers(sub) -> None:
     w.add_argument("--metrics-address", type=argtypes.metrics_address, default="", metavar="HOST:PORT",
                    help='serve Prometheus /metrics here, one port for all devices of this process '
                         '(e.g. 0.0.0.0:9401; default "": off)')
+    security_flags.add_worker_security(w)
 
 
 def _add_clients(sub) -> None:
     s = _talker(sub, "submit", "submit a job: a collective sweep, p2p, gradient-average, train or algo-sweep")
     _add_submit(s)
-    _output_options(s, "the job (and, with --wait, its results) as `ringleader job -o json` prints it")
+    _client_options(s, "the job (and, with --wait, its results) as `ringleader job -o json` prints it")
     j = _talker(sub, "jobs", "list jobs, newest first")
     j.add_argument("--state", action="append", default=[],
                    choices=[n for n in pb.JobState.keys() if n != "JOB_STATE_UNSPECIFIED"])
     _completer(j.add_argument("--op", default="", help="only jobs of this op (or job kind)"), _JOB_OPS)
     j.add_argument("--limit", type=int, default=defaults.PAGE_DEFAULT)
-    _output_options(j, '{"jobs": [Job without results, ...], "next_before": ID or null}')
+    _client_options(j, '{"jobs": [Job without results, ...], "next_before": ID or null}')
     for name, helptext in (("job", "show one job with its results"), ("watch", "follow a job until it ends"),
                            ("cancel", "cancel a queued or running job")):
         x = _talker(sub, name, helptext)
         x.add_argument("job_id")
-        _output_options(x, '{"job": Job without results, "results": [SizeResult, ...]}')
+        _client_options(x, '{"job": Job without results, "results": [SizeResult, ...]}')
     x = _talker(sub, "logs", "each rank's executor stderr captured during a job")
     x.add_argument("job_id")
     x.add_argument("--rank", type=int, default=None, help="only this rank")
-    _output_options(x, '{"job_id": ID, "ranks": [{"rank", "worker_id", "received", "text"}, ...]}')
-    _output_options(_talker(sub, "workers", "list workers"), '{"workers": [WorkerInfo, ...]}')
+    _client_options(x, '{"job_id": ID, "ranks": [{"rank", "worker_id", "received", "text"}, ...]}')
+    _client_options(_talker(sub, "workers", "list workers"), '{"workers": [WorkerInfo, ...]}')
+    security_flags.add_certs_command(sub)
 
 
 def _add_submit(s: argparse.ArgumentParser) -> None:
@@ -201,8 +210,13 @@ def _run(a, settings: config.Settings) -> int:
     if a.command == "coordinator":
         from ringleader.app.process import CoordinatorConfig, serve
 
-        asyncio.run(serve(config.dataclass_from(CoordinatorConfig, settings)))
+        asyncio.run(serve(config.dataclass_from(CoordinatorConfig, settings,
+                                                security=security_flags.server_security(settings))))
         return 0
+    if a.command == "certs":
+        from ringleader.app import certs
+
+        return certs.run(a)
     if a.command == "worker":
         return run_workers(settings)
     if a.command == "demo":
@@ -225,7 +239,8 @@ def run_workers(settings: config.Settings) -> int:
             raise CliError("--device all: no CUDA device is visible", EXIT_USAGE)
     if settings.worker_id and len(devices) > 1:
         raise CliError("--worker-id: give it only with a single device", EXIT_USAGE)
-    configs = [config.dataclass_from(WorkerConfig, settings, device=d) for d in devices]
+    security = security_flags.worker_security(settings)
+    configs = [config.dataclass_from(WorkerConfig, settings, device=d, security=security) for d in devices]
     metrics = _worker_metrics(settings.metrics_address) if settings.metrics_address else None
     try:
         asyncio.run(run_daemons(configs, metrics))

@@ -13,6 +13,7 @@ from ringleader import jobspec
 from ringleader import spec as specs
 from ringleader.app import table
 from ringleader.app.client import Client
+from ringleader.app.security_flags import client_security
 from ringleader.jsonview import to_json
 from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
@@ -132,7 +133,7 @@ def cmd_logs(a, client: Client) -> int:
 
 
 def run_client_command(a) -> int:
-    with Client(a.coordinator) as client:
+    with Client(a.coordinator, security=client_security(a)) as client:
         if a.command == "submit":
             return cmd_submit(a, client)
         if a.command == "jobs":

@@ -40,8 +40,10 @@ class Settings(BaseSettings):
 
 
 def env_name(action: argparse.Action) -> str:
-    """`--grpc-address` -> RINGLEADER_GRPC_ADDRESS (the first long option names it)."""
-    return ENV_PREFIX + _long(action)[2:].upper().replace("-", "_")
+    """`--grpc-address` -> RINGLEADER_GRPC_ADDRESS (the first long option names it), unless the
+    action names its own (`env_var`: one flag meaning another role's setting, as the worker's
+    --token-file does)."""
+    return getattr(action, "env_var", None) or ENV_PREFIX + _long(action)[2:].upper().replace("-", "_")
 
 
 def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -9,16 +9,19 @@ import gc
 import logging
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
+from coordinator.auth import Access, AuthInterceptor
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.server import start_server
 from coordinator.service import Coordinator, Timings
 from coordinator.stores import open_store
 from ringleader import defaults
+from ringleader.errors import InvalidSpec
+from ringleader.security import ServerSecurity, is_loopback
 
 log = logging.getLogger("ringleader.coordinator")
 
@@ -38,6 +41,30 @@ class CoordinatorConfig:
     timings: Timings | None = None  # None: the defaults, with worker_ttl
     worker_ttl: float = 600.0  # seconds a disconnected worker stays listed (--worker-ttl)
     drain_s: float = 5.0
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
+
+
+def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
+    """(flag, address) of each port this coordinator would open off loopback."""
+    ports = [("--grpc-address", config.grpc_address), ("--http-address", config.http_address)]
+    return [(flag, address) for flag, address in ports if address and not is_loopback(address)]
+
+
+def check_exposure(config: CoordinatorConfig) -> str:
+    """Refuse (InvalidSpec, exit code 2) to serve off loopback without both tokens unless
+    --insecure; return the warning an --insecure coordinator repeats ("" when none is due)."""
+    ports = exposed(config)
+    missing = config.security.missing_tokens()
+    if not ports or not missing:
+        return ""
+    flag, address = ports[0]
+    what = " and ".join(missing)
+    if not config.security.insecure:
+        raise InvalidSpec(flag, f"{address} is reachable from other hosts, but {what} is not set: "
+                                "set both tokens, or pass --insecure to serve it open")
+    return (f"--insecure: {', '.join(a for _, a in ports)} reachable from other hosts without {what}: "
+            "anyone who reaches it can submit and cancel jobs, read results or join as a worker")
 
 
 class RunningCoordinator:
@@ -52,31 +79,56 @@ class RunningCoordinator:
         self.http = None
         self.grpc_target = ""
         self.http_url = ""
+        self._warner: asyncio.Task | None = None
 
     async def start(self) -> "RunningCoordinator":
+        warning = check_exposure(self.config)  # before anything is bound
         try:
             await self._start()
+            if warning:
+                log.warning("%s", warning)  # now, before anyone is told the coordinator is up
+                self._warner = asyncio.create_task(self._repeat_warning(warning))
         except BaseException:
             await self.stop(grace=0)  # release the ports and the store of a half-started coordinator
             raise
         return self
 
     async def _start(self) -> None:
+        sec = self.config.security
+        access = Access(sec.users_token, sec.workers_token)
         await self.core.start()
         self.server, port = await start_server(self.core, self.config.grpc_address,
-                                               interceptors=[self.metrics.interceptor])
+                                               interceptors=[self.metrics.interceptor, AuthInterceptor(access)],
+                                               credentials=sec.grpc_credentials())
         self.grpc_target = f"{self.config.grpc_address.rsplit(':', 1)[0]}:{port}"
         if self.config.http_address:
             # Imported here: a coordinator without HTTP runs without FastAPI installed.
             from dashboard.app import create_app
+            from dashboard.guard import GuardConfig
             from dashboard.server import HttpServer
 
-            self.http = HttpServer(create_app(self.core, self.metrics), self.config.http_address)
+            # Without a users' token only loopback names are served (DNS rebinding), unless the
+            # operator chose to be open.
+            guard = GuardConfig(access, metrics_auth=sec.metrics_auth,
+                                any_host=access.needs_token("users") or sec.insecure)
+            self.http = HttpServer(create_app(self.core, self.metrics, guard), self.config.http_address,
+                                   tls=(sec.tls.cert, sec.tls.key) if sec.tls.cert else None)
             await self.http.start()
             self.http_url = self.http.url
-        log.info("coordinator gRPC on %s (db %s)", self.grpc_target, self.config.db or default_db_path())
+        log.info("coordinator gRPC on %s%s (db %s)", self.grpc_target, " (TLS)" if sec.tls.cert else "",
+                 self.config.db or default_db_path())
+        if exposed(self.config) and not sec.tls.cert:
+            log.warning("serving off loopback without TLS (--tls-cert/--tls-key): tokens and results "
+                        "cross the network in clear text")
+
+    async def _repeat_warning(self, warning: str) -> None:
+        while True:
+            await asyncio.sleep(self.config.insecure_warning_s)
+            log.warning("%s", warning)
 
     async def stop(self, grace: float | None = None) -> None:
+        if self._warner:
+            self._warner.cancel()
         await self.core.stop()
         if self.http:
             await self.http.stop()

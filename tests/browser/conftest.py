@@ -5,7 +5,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
-from cluster import running  # noqa: E402
+from cluster import Cluster  # noqa: E402
+
+from ringleader.app.certs import write_cluster_files  # noqa: E402
+from ringleader.security import ClientSecurity  # noqa: E402
+from webui import WATCH_CSP, sign_in  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -24,14 +28,27 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="module")
 def web_cluster(tmp_path_factory):
-    """A coordinator serving the dashboard (HTTP) and two CPU workers (w0, w1)."""
-    with running(tmp_path_factory.mktemp("web"), ["w0", "w1"], http=True) as c:
+    """A coordinator serving the dashboard (HTTP) with both tokens, and two CPU workers (w0, w1).
+    The users' token is in `web_cluster.users_token`, the workers' in `.workers_token`."""
+    tmp = tmp_path_factory.mktemp("web")
+    write_cluster_files(tmp / "pki")
+    users, workers = (str(tmp / "pki" / f"{n}.token") for n in ("users", "workers"))
+    c = Cluster(tmp, ClientSecurity(Path(users).read_text().strip()), worker_flags=["--token-file", workers])
+    c.users_token, c.workers_token = Path(users).read_text().strip(), Path(workers).read_text().strip()
+    try:
+        c.start_coordinator(http=True, extra=["--token-file", users, "--worker-token-file", workers])
+        for wid in ("w0", "w1"):
+            c.start_worker(wid)
+        c.wait_idle(["w0", "w1"])
         yield c
+    finally:
+        c.close()
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    """Headless Chromium through Debian's chromedriver (Selenium Manager downloads nothing)."""
+def browser(tmp_path_factory, web_cluster):
+    """Headless Chromium through Debian's chromedriver (Selenium Manager downloads nothing),
+    signed in to web_cluster's dashboard (tests/browser/test_login.py covers the sign-in)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -44,6 +61,8 @@ def browser(tmp_path_factory):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
+        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_CSP})
+        sign_in(driver, web_cluster.http_url, web_cluster.users_token)
         yield driver
     finally:
         driver.quit()

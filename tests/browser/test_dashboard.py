@@ -32,13 +32,18 @@ SECOND = [1024, 65536, 1048576]
 WAIT_S = 30
 
 
-def get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=30) as r:
+def _get(url: str, token: str):
+    return urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"}),
+                                  timeout=30)
+
+
+def get_json(url: str, token: str) -> dict:
+    with _get(url, token) as r:
         return json.load(r)
 
 
-def get_text(url: str) -> tuple[str, str]:
-    with urllib.request.urlopen(url, timeout=30) as r:
+def get_text(url: str, token: str) -> tuple[str, str]:
+    with _get(url, token) as r:
         return r.headers.get_content_type(), r.read().decode()
 
 
@@ -51,7 +56,7 @@ def jobs(web_cluster):
         done = web_cluster.wait_job(job.id)
         assert done.state == pb.SUCCEEDED, done.reason
         ids.append(job.id)
-    return [get_json(f"{web_cluster.http_url}/api/v1/jobs/{i}") for i in ids]
+    return [get_json(f"{web_cluster.http_url}/api/v1/jobs/{i}", web_cluster.users_token) for i in ids]
 
 
 def wait_for(browser, script: str, timeout: float = WAIT_S):
@@ -112,10 +117,18 @@ def test_job_page_charts_the_api_results(web_cluster, jobs, browser, tmp_path):
     # Download links serve the job's results.
     json_href = browser.find_element(By.ID, "dl-json").get_attribute("href")
     csv_href = browser.find_element(By.ID, "dl-csv").get_attribute("href")
-    assert [r["size_bytes"] for r in get_json(json_href)["results"]] == [r["size_bytes"] for r in first["results"]]
-    content_type, csv_text = get_text(csv_href)
+    token = web_cluster.users_token
+    assert [r["size_bytes"] for r in get_json(json_href, token)["results"]] == [r["size_bytes"] for r in first["results"]]
+    content_type, csv_text = get_text(csv_href, token)
     assert content_type == "text/csv"
     assert len(csv_text.strip().splitlines()) == 1 + len(SWEEP)
+    # Clicking it saves the file: fetched with the token, saved from a blob.
+    browser.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)})
+    browser.find_element(By.ID, "dl-csv").click()
+    saved = tmp_path / f"{first['id']}.csv"
+    WebDriverWait(browser, WAIT_S).until(lambda _: saved.exists() and saved.read_text().count("\n") == 1 + len(SWEEP))
+    assert saved.read_bytes() == csv_text.encode()
+    assert browser.execute_script("return window.cspViolations") == []  # the strict CSP blocked nothing
 
     # Let the page settle (fonts, layout) before keeping its picture.
     wait_for(browser, "document.fonts.status === 'loaded'")
@@ -209,7 +222,8 @@ def test_job_page_is_live(web_cluster, jobs, browser):
     while_running = {n for s, n in seen if s == "RUNNING"}
     assert while_running, "the page never showed the job RUNNING"
     assert any(0 < n < len(SWEEP) for n in while_running), f"no partial sweep seen: {sorted(while_running)}"
-    rows = sorted(get_json(f"{web_cluster.http_url}/api/v1/jobs/{job.id}")["results"], key=lambda r: r["size_bytes"])
+    rows = sorted(get_json(f"{web_cluster.http_url}/api/v1/jobs/{job.id}", web_cluster.users_token)["results"],
+                  key=lambda r: r["size_bytes"])
     wait_for(browser, f"window.ringleaderCharts.busbw.data[0].length === {len(SWEEP)}")
     busbw = chart(browser, "busbw")
     assert busbw["data"][0] == SWEEP

@@ -10,8 +10,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Sequence
 
 from ringleader.app.client import Client
+from ringleader.security import ClientSecurity
 from ringleader.states import TERMINAL
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -32,8 +34,13 @@ def running(tmp: Path, worker_ids, http: bool = False):
 
 
 class Cluster:
-    def __init__(self, tmp: Path) -> None:
+    """`security`: how the test's own client reaches the coordinator (the users' token, TLS);
+    `worker_flags`: what every worker is started with (the workers' token, TLS)."""
+
+    def __init__(self, tmp: Path, security: ClientSecurity | None = None, worker_flags: Sequence[str] = ()) -> None:
         self.tmp = tmp
+        self.security = security
+        self.worker_flags = list(worker_flags)
         self.db = str(tmp / "jobs.db")
         self.address = ""
         self.http_url = ""
@@ -43,12 +50,15 @@ class Cluster:
 
     # ---- processes -------------------------------------------------------------------------
 
-    def start_coordinator(self, port: int = 0, http: bool = False) -> str:
-        """Start it; with `http`, also the dashboard on a free port (its URL in self.http_url)."""
+    def start_coordinator(self, port: int = 0, http: bool = False, extra: Sequence[str] = (),
+                          host: str = "127.0.0.1", prefix: Sequence[str] = ()) -> str:
+        """Start it; with `http`, also the dashboard on a free port (its URL in self.http_url).
+        `extra`: more coordinator flags (tokens, TLS); `prefix`: what runs the command (another
+        host of tests/multihost's bed), `host` the address it listens on there."""
         log = open(self.tmp / "coordinator.log", "ab")
         self.coordinator = subprocess.Popen(
-            ringleader_cmd("coordinator", "--grpc-address", f"127.0.0.1:{port}",
-                           "--http-address", "127.0.0.1:0" if http else "", "--db", self.db),
+            [*prefix, *ringleader_cmd("coordinator", "--grpc-address", f"{host}:{port}",
+                                      "--http-address", f"{host}:0" if http else "", "--db", self.db, *extra)],
             stdout=subprocess.PIPE, stderr=log, text=True)
         log.close()
         line = _readline_with_timeout(self.coordinator, 60)
@@ -83,11 +93,13 @@ class Cluster:
         self.coordinator.stdout.close()
 
     def start_worker(self, worker_id: str, device: str = "cpu", metrics_address: str = "",
-                     env: dict | None = None) -> subprocess.Popen:
+                     extra: Sequence[str] = (), prefix: Sequence[str] = (), env: dict | None = None) -> subprocess.Popen:
+        """`extra`: flags beyond self.worker_flags; `prefix`, as for the coordinator; `env`:
+        variables over this process's environment."""
         log = open(self.tmp / f"{worker_id}.log", "ab")
-        extra = ["--metrics-address", metrics_address] if metrics_address else []
-        p = subprocess.Popen(ringleader_cmd("--coordinator", self.address, "worker", "--device", device,
-                                            "--worker-id", worker_id, *extra),
+        extra = [*(["--metrics-address", metrics_address] if metrics_address else []), *self.worker_flags, *extra]
+        p = subprocess.Popen([*prefix, *ringleader_cmd("--coordinator", self.address, "worker", "--device", device,
+                                                       "--worker-id", worker_id, *extra)],
                              stdout=log, stderr=log, start_new_session=True,
                              env={**os.environ, **env} if env else None)
         log.close()
@@ -122,7 +134,7 @@ class Cluster:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.address)
+            self._client = Client(self.address, security=self.security)
         return self._client
 
     def wait_idle(self, ids, timeout: float = 90) -> None:

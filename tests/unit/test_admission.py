@@ -82,3 +82,33 @@ def test_registration_with_an_unknown_device_type_is_refused():
     with pytest.raises(InvalidSpec) as err:
         admission.check_registration(reg)
     assert err.value.field == "register.device.type"
+
+
+# ---- result rows a worker reports --------------------------------------------------------------
+
+
+def _row(**kw):
+    fields = dict(op="all_reduce", dtype="float32", reduce_op="sum", size_bytes=1024, world_size=2)
+    return pb.SizeResult(**{**fields, **kw})
+
+
+@pytest.mark.parametrize("change,why", [
+    (dict(op="<script>alert(1)</script>"), "op '<script>alert(1)</script>' is not the job's 'all_reduce'"),
+    (dict(op="broadcast"), "op 'broadcast' is not the job's 'all_reduce'"),
+    (dict(dtype="int8"), "dtype 'int8' is not the job's 'float32'"),
+    (dict(reduce_op="max"), "reduce_op 'max' is not the job's 'sum'"),
+    (dict(world_size=7), "world_size 7 is not the job's 2"),
+    (dict(size_bytes=4096), "size 4096 is not one the job measures"),
+])
+def test_result_rows_must_be_the_jobs_own(change, why):
+    valid = jobspec.normalize(collective(sizes=[1024, 2048]))
+    assert admission.result_refusal(valid, _row()) == ""
+    assert admission.result_refusal(valid, _row(size_bytes=2048)) == ""
+    assert admission.result_refusal(valid, _row(**change)) == why
+
+
+def test_result_rows_of_barrier_and_other_kinds():
+    barrier = jobspec.normalize(pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="barrier")))
+    assert admission.result_refusal(barrier, _row(op="barrier", size_bytes=0)) == ""
+    train = jobspec.normalize(pb.JobSpec(world_size=2, train=pb.TrainSpec()))
+    assert admission.result_refusal(train, _row()) == "a train job has no per-size results"

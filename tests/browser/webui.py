@@ -1,0 +1,30 @@
+"""Helpers of the browser tests: signing in, and watching for Content-Security-Policy violations."""
+
+from __future__ import annotations
+
+WAIT_S = 30
+
+# Installed before any script of a page runs: every Content-Security-Policy violation is kept
+# in window.cspViolations, so tests can assert the strict policy blocks nothing the UI needs.
+WATCH_CSP = """
+window.cspViolations = [];
+document.addEventListener("securitypolicyviolation",
+  (e) => window.cspViolations.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`));
+"""
+
+
+def sign_in(driver, url: str, token: str) -> None:
+    """Open the dashboard and give the sign-in form `token`; return once the form is gone."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"{url}/")
+    WebDriverWait(driver, WAIT_S).until(
+        lambda d: d.execute_script("return !document.getElementById('login-view').hidden"))
+    field = driver.find_element(By.ID, "login-token")
+    field.clear()
+    field.send_keys(token)
+    driver.find_element(By.ID, "login-submit").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script(
+        "return document.readyState === 'complete' && document.getElementById('login-view').hidden"
+        " && !document.getElementById('overview-view').hidden"))

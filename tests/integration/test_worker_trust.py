@@ -82,7 +82,7 @@ def test_workers_need_the_workers_token(tmp_path):
                     await w.connect()
                 await w.close()
                 assert err.value.code() == code, token
-            assert coord.core.list_workers() == []  # none of them reached the registry
+            assert coord.core.list_workers().workers == []  # none of them reached the registry
 
     asyncio.run(scenario())
 

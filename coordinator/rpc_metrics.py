@@ -12,6 +12,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 RPC_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+FAMILIES = (  # (name, help) of the latency histogram and of the call counter
+    ("ringleader_grpc_server_handling_seconds",
+     "Time to handle a gRPC call (unary and short streams; long-lived streams excluded)"),
+    ("ringleader_grpc_server_handled_total", "gRPC calls completed, long-lived streams included"),
+)
+
 # Streams that live as long as a worker daemon (Connect) or a job / a health watcher: their
 # duration says nothing about latency, so they are left out of the latency histogram. They are
 # counted in ringleader_grpc_server_handled_total when they end, and open ones in
@@ -44,11 +50,7 @@ class RpcMetricsInterceptor(grpc.aio.ServerInterceptor):
     LABELS = ["grpc_service", "grpc_method", "grpc_type", "grpc_code"]
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.handling, self.handled = latency_and_count(
-            registry, self.LABELS,
-            ("ringleader_grpc_server_handling_seconds",
-             "Time to handle a gRPC call (unary and short streams; long-lived streams excluded)"),
-            ("ringleader_grpc_server_handled_total", "gRPC calls completed, long-lived streams included"))
+        self.handling, self.handled = latency_and_count(registry, self.LABELS, *FAMILIES)
         self.streams_open = Gauge("ringleader_grpc_server_streams_open",
                                   "Long-lived gRPC streams open now (worker connections, job watchers)",
                                   ["grpc_service", "grpc_method"], registry=registry)

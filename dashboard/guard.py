@@ -29,6 +29,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.auth import USERS, Access
+from dashboard.asgi import HttpMiddleware
 from ringleader.errors import RingleaderError, answer
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -86,15 +87,12 @@ def host_is_local(host: str) -> bool:
         return False
 
 
-class Guard:
+class Guard(HttpMiddleware):
     def __init__(self, app: ASGIApp, config: GuardConfig) -> None:
-        self.app = app
+        super().__init__(app)
         self.config = config
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         refusal = self.refusal(scope["path"], Headers(scope=scope))
         if refusal:
             await _send_refusal(send, *refusal)

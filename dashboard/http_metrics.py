@@ -16,8 +16,14 @@ from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.rpc_metrics import latency_and_count
+from dashboard.asgi import HttpMiddleware
 
 UNMATCHED = "unmatched"
+FAMILIES = (  # (name, help) of the latency histogram and of the request counter
+    ("ringleader_http_server_request_duration_seconds",
+     "Time from an HTTP request to the end of its response (event streams excluded)"),
+    ("ringleader_http_server_requests_total", "HTTP requests answered, event streams included"),
+)
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
@@ -27,24 +33,17 @@ class HttpMetrics:
     LABELS = ["method", "route", "status"]
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.duration, self.requests = latency_and_count(
-            registry, self.LABELS,
-            ("ringleader_http_server_request_duration_seconds",
-             "Time from an HTTP request to the end of its response (event streams excluded)"),
-            ("ringleader_http_server_requests_total", "HTTP requests answered, event streams included"))
+        self.duration, self.requests = latency_and_count(registry, self.LABELS, *FAMILIES)
 
 
-class HttpMetricsMiddleware:
+class HttpMetricsMiddleware(HttpMiddleware):
     """Add with `app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(registry))`."""
 
     def __init__(self, app: ASGIApp, metrics: HttpMetrics) -> None:
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
         status = 500  # what the client gets when the app raises before it answers
         streaming = False

@@ -103,5 +103,6 @@ def test_a_stopped_executor_is_named_within_op_timeout_plus_5_s(fresh_cluster):
     assert "rank 1 (worker w1) is not responding (process stopped)" in done.reason, done.reason
     assert "rank 0 (worker w0) is not responding" not in done.reason
     assert elapsed < 10 + 5, elapsed
+    print(f"stopped executor named {elapsed:.1f} s after SIGSTOP (op_timeout_s 10): {done.reason}")
     c.wait_idle(ids, timeout=30)
     assert c.wait_job(c.submit(workers=ids, **SHORT).id).state == pb.SUCCEEDED

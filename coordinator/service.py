@@ -135,13 +135,13 @@ class Coordinator:
         return self.get(job.id)
 
     def get(self, job_id: str) -> pb.Job:
-        jobspec.check_name("job_id", job_id)
+        jobspec.check_text("job_id", job_id)
         return self.book.get(job_id)
 
     def list_jobs(self, states: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> Page:
         """A page of jobs, newest first, without results; `next_before` continues it."""
-        jobspec.check_name("op", op)
-        jobspec.check_name("before_id", before_id)
+        jobspec.check_text("op", op)
+        jobspec.check_text("before_id", before_id)
         page = self.book.page(states, op, limit, before_id)
         size, keep = 0, len(page.jobs)
         for i, job in enumerate(page.jobs):
@@ -154,8 +154,8 @@ class Coordinator:
         return page
 
     def cancel(self, job_id: str, reason: str = "") -> pb.Job:
-        jobspec.check_name("job_id", job_id)
-        jobspec.check_name("reason", reason)
+        jobspec.check_text("job_id", job_id)
+        jobspec.check_text("reason", reason)
         reason = reason or "cancelled by user"
         if job_id in self.book.queued:
             self.book.finish(job_id, pb.CANCELLED, reason)

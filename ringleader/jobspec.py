@@ -101,7 +101,7 @@ def normalize(spec: pb.JobSpec) -> ValidJob:
         raise InvalidSpec("kind", f"set a job kind: one of {', '.join(KINDS)}")
     if not -MAX_PRIORITY <= spec.priority <= MAX_PRIORITY:
         raise InvalidSpec("priority", f"must be between -{MAX_PRIORITY} and {MAX_PRIORITY}, got {spec.priority}")
-    _check_text("name", spec.name)
+    check_text("name", spec.name)
     _check_placement(spec)
     if (size := spec.ByteSize()) > MAX_SPEC_BYTES:  # every string is bounded: only worker ids add up
         raise InvalidSpec("placement.worker_ids", f"the spec is {size} bytes serialized, at most {MAX_SPEC_BYTES}: "
@@ -114,7 +114,9 @@ def normalize(spec: pb.JobSpec) -> ValidJob:
     return _NORMALIZERS[kind](out)
 
 
-def _check_text(field: str, value: str) -> None:
+def check_text(field: str, value: str) -> None:
+    """Free text a spec or request carries (a name, host, job id, reason, filter): at most MAX_TEXT
+    characters."""
     if len(value) > MAX_TEXT:
         raise InvalidSpec(field, f"at most {MAX_TEXT} characters, got {len(value)}")
 
@@ -125,17 +127,12 @@ def check_request_id(request_id: str) -> None:
         raise InvalidSpec("request_id", f"at most {MAX_REQUEST_ID} printable characters, got {len(request_id)}")
 
 
-def check_name(field: str, value: str) -> None:
-    """A job id, reason or filter a request carries: at most MAX_TEXT characters."""
-    _check_text(field, value)
-
-
 def _check_placement(spec: pb.JobSpec) -> None:
     p = spec.placement
     if p.device_type not in DEVICE_TYPES:
         raise InvalidSpec("placement.device_type", f"must be cuda or cpu, got {p.device_type[:MAX_TEXT]!r}")
-    _check_text("placement.host", p.host)
-    _check_text("placement.gpu_model", p.gpu_model)
+    check_text("placement.host", p.host)
+    check_text("placement.gpu_model", p.gpu_model)
     if p.worker_ids:
         if len(p.worker_ids) != spec.world_size:
             raise InvalidSpec("placement.worker_ids",
@@ -143,7 +140,7 @@ def _check_placement(spec: pb.JobSpec) -> None:
         if len(set(p.worker_ids)) != len(p.worker_ids):
             raise InvalidSpec("placement.worker_ids", "lists a worker twice")
         for w in p.worker_ids:
-            _check_text("placement.worker_ids", w)
+            check_text("placement.worker_ids", w)
 
 
 def _valid(out: pb.JobSpec, *, collective=None, sizes=(), pairs=(), needs_bytes=0, total=1) -> ValidJob:

@@ -63,6 +63,8 @@ class _WorkerStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WorkerSta
     IDLE: _WorkerState.ValueType  # 1
     BUSY: _WorkerState.ValueType  # 2
     DISCONNECTED: _WorkerState.ValueType  # 3
+    QUARANTINED: _WorkerState.ValueType  # 4
+    """connected, but no user job is placed on it (failed check or cordon)"""
 
 class WorkerState(_WorkerState, metaclass=_WorkerStateEnumTypeWrapper):
     """Worker connection states (ringleader/states.py's WORKERS table): IDLE <-> BUSY; either ->
@@ -73,7 +75,32 @@ WORKER_STATE_UNSPECIFIED: WorkerState.ValueType  # 0
 IDLE: WorkerState.ValueType  # 1
 BUSY: WorkerState.ValueType  # 2
 DISCONNECTED: WorkerState.ValueType  # 3
+QUARANTINED: WorkerState.ValueType  # 4
+"""connected, but no user job is placed on it (failed check or cordon)"""
 Global___WorkerState: _TypeAlias = WorkerState  # noqa: Y015
+
+class _Verdict:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _VerdictEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Verdict.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    VERDICT_UNSPECIFIED: _Verdict.ValueType  # 0
+    """never checked"""
+    HEALTHY: _Verdict.ValueType  # 1
+    SUSPECT: _Verdict.ValueType  # 2
+    UNHEALTHY: _Verdict.ValueType  # 3
+    """"failed": quarantined"""
+
+class Verdict(_Verdict, metaclass=_VerdictEnumTypeWrapper): ...
+
+VERDICT_UNSPECIFIED: Verdict.ValueType  # 0
+"""never checked"""
+HEALTHY: Verdict.ValueType  # 1
+SUSPECT: Verdict.ValueType  # 2
+UNHEALTHY: Verdict.ValueType  # 3
+""""failed": quarantined"""
+Global___Verdict: _TypeAlias = Verdict  # noqa: Y015
 
 class _ExecutorHealth:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -434,11 +461,17 @@ class JobSpec(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     OP_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    RENDEZVOUS_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    QUEUE_TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    PREFLIGHT_FIELD_NUMBER: _builtins.int
     COLLECTIVE_FIELD_NUMBER: _builtins.int
     P2P_FIELD_NUMBER: _builtins.int
     GRADIENT_AVERAGE_FIELD_NUMBER: _builtins.int
     TRAIN_FIELD_NUMBER: _builtins.int
     ALGO_SWEEP_FIELD_NUMBER: _builtins.int
+    LINK_MATRIX_FIELD_NUMBER: _builtins.int
+    GPU_CHECK_FIELD_NUMBER: _builtins.int
+    SDC_CHECK_FIELD_NUMBER: _builtins.int
     world_size: _builtins.int
     priority: _builtins.int
     """higher runs first (one level gained per minute waited); equal: submission order"""
@@ -446,6 +479,12 @@ class JobSpec(_message.Message):
     """free text shown in listings"""
     op_timeout_s: _builtins.float
     """a rank making no progress for this long fails the job; default 120"""
+    rendezvous_timeout_s: _builtins.float
+    """Forming a new process group must finish within this (default 30 s, shorter than op_timeout_s)."""
+    queue_timeout_s: _builtins.float
+    """A queued job not placed within this many seconds is cancelled with the reason (0: wait forever)."""
+    preflight: _builtins.bool
+    """Certify the gang just before the job starts (fleet health checks); a failed gang is replaced."""
     @_builtins.property
     def placement(self) -> Global___Placement: ...
     @_builtins.property
@@ -458,6 +497,14 @@ class JobSpec(_message.Message):
     def train(self) -> Global___TrainSpec: ...
     @_builtins.property
     def algo_sweep(self) -> Global___AlgoSweepSpec: ...
+    @_builtins.property
+    def link_matrix(self) -> Global___LinkMatrixSpec:
+        """Fleet health checks (lowest priority when the coordinator plans them itself)."""
+
+    @_builtins.property
+    def gpu_check(self) -> Global___GpuCheckSpec: ...
+    @_builtins.property
+    def sdc_check(self) -> Global___SdcCheckSpec: ...
     def __init__(
         self,
         *,
@@ -466,21 +513,122 @@ class JobSpec(_message.Message):
         priority: _builtins.int = ...,
         name: _builtins.str = ...,
         op_timeout_s: _builtins.float = ...,
+        rendezvous_timeout_s: _builtins.float = ...,
+        queue_timeout_s: _builtins.float = ...,
+        preflight: _builtins.bool = ...,
         collective: Global___CollectiveSpec | None = ...,
         p2p: Global___P2PSpec | None = ...,
         gradient_average: Global___GradientAverageSpec | None = ...,
         train: Global___TrainSpec | None = ...,
         algo_sweep: Global___AlgoSweepSpec | None = ...,
+        link_matrix: Global___LinkMatrixSpec | None = ...,
+        gpu_check: Global___GpuCheckSpec | None = ...,
+        sdc_check: Global___SdcCheckSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "collective", b"collective", "gradient_average", b"gradient_average", "kind", b"kind", "p2p", b"p2p", "placement", b"placement", "train", b"train"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "collective", b"collective", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "kind", b"kind", "link_matrix", b"link_matrix", "p2p", b"p2p", "placement", b"placement", "sdc_check", b"sdc_check", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "collective", b"collective", "gradient_average", b"gradient_average", "kind", b"kind", "name", b"name", "op_timeout_s", b"op_timeout_s", "p2p", b"p2p", "placement", b"placement", "priority", b"priority", "train", b"train", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "collective", b"collective", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "kind", b"kind", "link_matrix", b"link_matrix", "name", b"name", "op_timeout_s", b"op_timeout_s", "p2p", b"p2p", "placement", b"placement", "preflight", b"preflight", "priority", b"priority", "queue_timeout_s", b"queue_timeout_s", "rendezvous_timeout_s", b"rendezvous_timeout_s", "sdc_check", b"sdc_check", "train", b"train", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["collective", "p2p", "gradient_average", "train", "algo_sweep"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["collective", "p2p", "gradient_average", "train", "algo_sweep", "link_matrix", "gpu_check", "sdc_check"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___JobSpec: _TypeAlias = JobSpec  # noqa: Y015
+
+@_typing.final
+class LinkMatrixSpec(_message.Message):
+    """Every pair of the gang measured in n-1 rounds of disjoint pairs (a round-robin schedule), the
+    pairs of a round at the same time, each a ping-pong at one size.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    ITERS_FIELD_NUMBER: _builtins.int
+    WARMUP_FIELD_NUMBER: _builtins.int
+    size_bytes: _builtins.int
+    """default 1 MiB"""
+    iters: _builtins.int
+    """ping-pongs per pair, default 20"""
+    warmup: _builtins.int
+    """default 3"""
+    def __init__(
+        self,
+        *,
+        size_bytes: _builtins.int = ...,
+        iters: _builtins.int = ...,
+        warmup: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "warmup", b"warmup"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_warmup", b"_warmup", "iters", b"iters", "size_bytes", b"size_bytes", "warmup", b"warmup"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__warmup: _TypeAlias = _typing.Literal["warmup"]  # noqa: Y015
+    _WhichOneofArgType__warmup: _TypeAlias = _typing.Literal["_warmup", b"_warmup"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__warmup) -> _WhichOneofReturnType__warmup | None: ...
+
+Global___LinkMatrixSpec: _TypeAlias = LinkMatrixSpec  # noqa: Y015
+
+@_typing.final
+class GpuCheckSpec(_message.Message):
+    """Per worker: a fixed matrix product (TFLOP/s) and a device-memory copy (GB/s)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MATMUL_N_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    COPY_BYTES_FIELD_NUMBER: _builtins.int
+    ITERS_FIELD_NUMBER: _builtins.int
+    matmul_n: _builtins.int
+    """square matrix side, default 8192 on GPU, 1024 on CPU"""
+    dtype: _builtins.str
+    """bfloat16 (default on GPU), float32 (CPU)"""
+    copy_bytes: _builtins.int
+    """default 1 GiB on GPU, 64 MiB on CPU"""
+    iters: _builtins.int
+    """default 10"""
+    def __init__(
+        self,
+        *,
+        matmul_n: _builtins.int = ...,
+        dtype: _builtins.str = ...,
+        copy_bytes: _builtins.int = ...,
+        iters: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_bytes", b"copy_bytes", "dtype", b"dtype", "iters", b"iters", "matmul_n", b"matmul_n"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GpuCheckSpec: _TypeAlias = GpuCheckSpec  # noqa: Y015
+
+@_typing.final
+class SdcCheckSpec(_message.Message):
+    """A deterministic computation whose checksum must be bit-for-bit equal on every healthy device of
+    one model, plus collectives on exactly representable data checked bit for bit.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEED_FIELD_NUMBER: _builtins.int
+    ROUNDS_FIELD_NUMBER: _builtins.int
+    seed: _builtins.int
+    rounds: _builtins.int
+    """default 4"""
+    def __init__(
+        self,
+        *,
+        seed: _builtins.int = ...,
+        rounds: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rounds", b"rounds", "seed", b"seed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SdcCheckSpec: _TypeAlias = SdcCheckSpec  # noqa: Y015
 
 @_typing.final
 class SizeResult(_message.Message):
@@ -508,6 +656,9 @@ class SizeResult(_message.Message):
     ITERS_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     ALGO_FIELD_NUMBER: _builtins.int
+    BASELINE_BUSBW_GBPS_FIELD_NUMBER: _builtins.int
+    BASELINE_RATIO_FIELD_NUMBER: _builtins.int
+    BASELINE_KEY_FIELD_NUMBER: _builtins.int
     op: _builtins.str
     dtype: _builtins.str
     reduce_op: _builtins.str
@@ -539,6 +690,11 @@ class SizeResult(_message.Message):
     """"eager" (ops launched one by one) or "graph" (replayed CUDA graph)"""
     algo: _builtins.str
     """the implementation that ran (nccl, gloo, nccl:ring/ll, symm:one_shot, ...)"""
+    baseline_busbw_gbps: _builtins.float
+    """the median of this row's baseline, 0 when none exists yet"""
+    baseline_ratio: _builtins.float
+    """busbw / baseline_busbw_gbps (0 when no baseline)"""
+    baseline_key: _builtins.str
     def __init__(
         self,
         *,
@@ -562,10 +718,13 @@ class SizeResult(_message.Message):
         iters: _builtins.int = ...,
         mode: _builtins.str = ...,
         algo: _builtins.str = ...,
+        baseline_busbw_gbps: _builtins.float = ...,
+        baseline_ratio: _builtins.float = ...,
+        baseline_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "algo", b"algo", "busbw_gbps", b"busbw_gbps", "count", b"count", "dtype", b"dtype", "in_place", b"in_place", "iters", b"iters", "mode", b"mode", "op", b"op", "reduce_op", b"reduce_op", "root", b"root", "size_bytes", b"size_bytes", "slowest_rank", b"slowest_rank", "slowest_rank_time_us", b"slowest_rank_time_us", "time_min_us", b"time_min_us", "time_p50_us", b"time_p50_us", "time_p99_us", b"time_p99_us", "time_us", b"time_us", "world_size", b"world_size", "wrong", b"wrong"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "algo", b"algo", "baseline_busbw_gbps", b"baseline_busbw_gbps", "baseline_key", b"baseline_key", "baseline_ratio", b"baseline_ratio", "busbw_gbps", b"busbw_gbps", "count", b"count", "dtype", b"dtype", "in_place", b"in_place", "iters", b"iters", "mode", b"mode", "op", b"op", "reduce_op", b"reduce_op", "root", b"root", "size_bytes", b"size_bytes", "slowest_rank", b"slowest_rank", "slowest_rank_time_us", b"slowest_rank_time_us", "time_min_us", b"time_min_us", "time_p50_us", b"time_p50_us", "time_p99_us", b"time_p99_us", "time_us", b"time_us", "world_size", b"world_size", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -980,6 +1139,10 @@ class Job(_message.Message):
     TRAIN_FIELD_NUMBER: _builtins.int
     ALGO_SWEEP_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    LINK_MATRIX_FIELD_NUMBER: _builtins.int
+    GPU_CHECK_FIELD_NUMBER: _builtins.int
+    SDC_CHECK_FIELD_NUMBER: _builtins.int
+    STRAGGLERS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___JobState.ValueType
     reason: _builtins.str
@@ -1012,6 +1175,16 @@ class Job(_message.Message):
     def train(self) -> Global___TrainResult: ...
     @_builtins.property
     def algo_sweep(self) -> Global___AlgoSweepResult: ...
+    @_builtins.property
+    def link_matrix(self) -> Global___LinkMatrixResult: ...
+    @_builtins.property
+    def gpu_check(self) -> Global___GpuCheckResult: ...
+    @_builtins.property
+    def sdc_check(self) -> Global___SdcCheckResult: ...
+    @_builtins.property
+    def stragglers(self) -> Global___StragglerSummary:
+        """per-rank arrival lag over the job's ops (collective sweeps)"""
+
     def __init__(
         self,
         *,
@@ -1032,14 +1205,292 @@ class Job(_message.Message):
         train: Global___TrainResult | None = ...,
         algo_sweep: Global___AlgoSweepResult | None = ...,
         request_id: _builtins.str = ...,
+        link_matrix: Global___LinkMatrixResult | None = ...,
+        gpu_check: Global___GpuCheckResult | None = ...,
+        sdc_check: Global___SdcCheckResult | None = ...,
+        stragglers: Global___StragglerSummary | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "gradient_average", b"gradient_average", "p2p", b"p2p", "progress", b"progress", "spec", b"spec", "train", b"train"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "link_matrix", b"link_matrix", "p2p", b"p2p", "progress", b"progress", "sdc_check", b"sdc_check", "spec", b"spec", "stragglers", b"stragglers", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "backend", b"backend", "created_at", b"created_at", "finished_at", b"finished_at", "gradient_average", b"gradient_average", "id", b"id", "p2p", b"p2p", "progress", b"progress", "reason", b"reason", "request_id", b"request_id", "results", b"results", "spec", b"spec", "started_at", b"started_at", "state", b"state", "train", b"train", "warm_start", b"warm_start", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "backend", b"backend", "created_at", b"created_at", "finished_at", b"finished_at", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "id", b"id", "link_matrix", b"link_matrix", "p2p", b"p2p", "progress", b"progress", "reason", b"reason", "request_id", b"request_id", "results", b"results", "sdc_check", b"sdc_check", "spec", b"spec", "started_at", b"started_at", "state", b"state", "stragglers", b"stragglers", "train", b"train", "warm_start", b"warm_start", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class LinkRow(_message.Message):
+    """One measured link of a link matrix (ranks of the check's gang)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    A_FIELD_NUMBER: _builtins.int
+    B_FIELD_NUMBER: _builtins.int
+    ROUND_FIELD_NUMBER: _builtins.int
+    LATENCY_US_FIELD_NUMBER: _builtins.int
+    GBPS_FIELD_NUMBER: _builtins.int
+    RATIO_FIELD_NUMBER: _builtins.int
+    BASELINE_RATIO_FIELD_NUMBER: _builtins.int
+    FLAGGED_FIELD_NUMBER: _builtins.int
+    WRONG_FIELD_NUMBER: _builtins.int
+    a: _builtins.int
+    b: _builtins.int
+    round: _builtins.int
+    latency_us: _builtins.float
+    """one way"""
+    gbps: _builtins.float
+    ratio: _builtins.float
+    """to the median of comparable links (same host, or across hosts)"""
+    baseline_ratio: _builtins.float
+    """to its baseline, 0 when none exists"""
+    flagged: _builtins.bool
+    wrong: _builtins.int
+    def __init__(
+        self,
+        *,
+        a: _builtins.int = ...,
+        b: _builtins.int = ...,
+        round: _builtins.int = ...,
+        latency_us: _builtins.float = ...,
+        gbps: _builtins.float = ...,
+        ratio: _builtins.float = ...,
+        baseline_ratio: _builtins.float = ...,
+        flagged: _builtins.bool = ...,
+        wrong: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "baseline_ratio", b"baseline_ratio", "flagged", b"flagged", "gbps", b"gbps", "latency_us", b"latency_us", "ratio", b"ratio", "round", b"round", "wrong", b"wrong"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinkRow: _TypeAlias = LinkRow  # noqa: Y015
+
+@_typing.final
+class LinkMatrixResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    ROUNDS_FIELD_NUMBER: _builtins.int
+    LINKS_FIELD_NUMBER: _builtins.int
+    MATRIX_FIELD_NUMBER: _builtins.int
+    MEDIAN_SAME_HOST_GBPS_FIELD_NUMBER: _builtins.int
+    MEDIAN_CROSS_HOST_GBPS_FIELD_NUMBER: _builtins.int
+    size_bytes: _builtins.int
+    rounds: _builtins.int
+    median_same_host_gbps: _builtins.float
+    median_cross_host_gbps: _builtins.float
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkRow]: ...
+    @_builtins.property
+    def matrix(self) -> _containers.RepeatedCompositeFieldContainer[Global___P2PMatrixRow]:
+        """matrix[a].gbps[b], symmetric, -1 on the diagonal"""
+
+    def __init__(
+        self,
+        *,
+        size_bytes: _builtins.int = ...,
+        rounds: _builtins.int = ...,
+        links: _abc.Iterable[Global___LinkRow] | None = ...,
+        matrix: _abc.Iterable[Global___P2PMatrixRow] | None = ...,
+        median_same_host_gbps: _builtins.float = ...,
+        median_cross_host_gbps: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links", "matrix", b"matrix", "median_cross_host_gbps", b"median_cross_host_gbps", "median_same_host_gbps", b"median_same_host_gbps", "rounds", b"rounds", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LinkMatrixResult: _TypeAlias = LinkMatrixResult  # noqa: Y015
+
+@_typing.final
+class GpuFigures(_message.Message):
+    """One worker's figures in a GPU check (rank order)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RANK_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    TFLOPS_FIELD_NUMBER: _builtins.int
+    COPY_GBPS_FIELD_NUMBER: _builtins.int
+    TFLOPS_RATIO_FIELD_NUMBER: _builtins.int
+    COPY_RATIO_FIELD_NUMBER: _builtins.int
+    FLAGGED_FIELD_NUMBER: _builtins.int
+    rank: _builtins.int
+    worker_id: _builtins.str
+    device: _builtins.str
+    """model name the peers are grouped by"""
+    tflops: _builtins.float
+    copy_gbps: _builtins.float
+    tflops_ratio: _builtins.float
+    """to the median of the same model"""
+    copy_ratio: _builtins.float
+    flagged: _builtins.bool
+    def __init__(
+        self,
+        *,
+        rank: _builtins.int = ...,
+        worker_id: _builtins.str = ...,
+        device: _builtins.str = ...,
+        tflops: _builtins.float = ...,
+        copy_gbps: _builtins.float = ...,
+        tflops_ratio: _builtins.float = ...,
+        copy_ratio: _builtins.float = ...,
+        flagged: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_gbps", b"copy_gbps", "copy_ratio", b"copy_ratio", "device", b"device", "flagged", b"flagged", "rank", b"rank", "tflops", b"tflops", "tflops_ratio", b"tflops_ratio", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GpuFigures: _TypeAlias = GpuFigures  # noqa: Y015
+
+@_typing.final
+class GpuCheckResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKERS_FIELD_NUMBER: _builtins.int
+    MATMUL_N_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    COPY_BYTES_FIELD_NUMBER: _builtins.int
+    matmul_n: _builtins.int
+    dtype: _builtins.str
+    copy_bytes: _builtins.int
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuFigures]: ...
+    def __init__(
+        self,
+        *,
+        workers: _abc.Iterable[Global___GpuFigures] | None = ...,
+        matmul_n: _builtins.int = ...,
+        dtype: _builtins.str = ...,
+        copy_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_bytes", b"copy_bytes", "dtype", b"dtype", "matmul_n", b"matmul_n", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GpuCheckResult: _TypeAlias = GpuCheckResult  # noqa: Y015
+
+@_typing.final
+class SdcFigures(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RANK_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    CHECKSUM_FIELD_NUMBER: _builtins.int
+    COLLECTIVE_WRONG_FIELD_NUMBER: _builtins.int
+    FLAGGED_FIELD_NUMBER: _builtins.int
+    rank: _builtins.int
+    worker_id: _builtins.str
+    device: _builtins.str
+    checksum: _builtins.str
+    """hex digest of the deterministic computation's bytes"""
+    collective_wrong: _builtins.int
+    """elements wrong in the exact collectives"""
+    flagged: _builtins.bool
+    def __init__(
+        self,
+        *,
+        rank: _builtins.int = ...,
+        worker_id: _builtins.str = ...,
+        device: _builtins.str = ...,
+        checksum: _builtins.str = ...,
+        collective_wrong: _builtins.int = ...,
+        flagged: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum", b"checksum", "collective_wrong", b"collective_wrong", "device", b"device", "flagged", b"flagged", "rank", b"rank", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SdcFigures: _TypeAlias = SdcFigures  # noqa: Y015
+
+@_typing.final
+class SdcCheckResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKERS_FIELD_NUMBER: _builtins.int
+    MAJORITY_CHECKSUM_FIELD_NUMBER: _builtins.int
+    majority_checksum: _builtins.str
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___SdcFigures]: ...
+    def __init__(
+        self,
+        *,
+        workers: _abc.Iterable[Global___SdcFigures] | None = ...,
+        majority_checksum: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["majority_checksum", b"majority_checksum", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SdcCheckResult: _TypeAlias = SdcCheckResult  # noqa: Y015
+
+@_typing.final
+class RankLag(_message.Message):
+    """Which rank reached the job's ops last, and by how much (arrival before each op)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RANK_FIELD_NUMBER: _builtins.int
+    MEAN_LAG_US_FIELD_NUMBER: _builtins.int
+    LAST_SHARE_FIELD_NUMBER: _builtins.int
+    rank: _builtins.int
+    mean_lag_us: _builtins.float
+    """mean lateness against the first rank to arrive"""
+    last_share: _builtins.float
+    """fraction of ops where this rank arrived last"""
+    def __init__(
+        self,
+        *,
+        rank: _builtins.int = ...,
+        mean_lag_us: _builtins.float = ...,
+        last_share: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_share", b"last_share", "mean_lag_us", b"mean_lag_us", "rank", b"rank"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RankLag: _TypeAlias = RankLag  # noqa: Y015
+
+@_typing.final
+class StragglerSummary(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RANKS_FIELD_NUMBER: _builtins.int
+    STRAGGLER_FIELD_NUMBER: _builtins.int
+    STRAGGLER_LAG_US_FIELD_NUMBER: _builtins.int
+    straggler: _builtins.int
+    """rank consistently last, -1 when none"""
+    straggler_lag_us: _builtins.float
+    @_builtins.property
+    def ranks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RankLag]: ...
+    def __init__(
+        self,
+        *,
+        ranks: _abc.Iterable[Global___RankLag] | None = ...,
+        straggler: _builtins.int = ...,
+        straggler_lag_us: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ranks", b"ranks", "straggler", b"straggler", "straggler_lag_us", b"straggler_lag_us"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StragglerSummary: _TypeAlias = StragglerSummary  # noqa: Y015
 
 @_typing.final
 class Progress(_message.Message):
@@ -1306,6 +1757,55 @@ class Device(_message.Message):
 Global___Device: _TypeAlias = Device  # noqa: Y015
 
 @_typing.final
+class WorkerHealth(_message.Message):
+    """A worker's health verdict and its evidence."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERDICT_FIELD_NUMBER: _builtins.int
+    CHECK_FIELD_NUMBER: _builtins.int
+    FIGURE_FIELD_NUMBER: _builtins.int
+    EXPECTED_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    CORDONED_FIELD_NUMBER: _builtins.int
+    RECHECK_AT_FIELD_NUMBER: _builtins.int
+    verdict: Global___Verdict.ValueType
+    check: _builtins.str
+    """link_matrix, gpu_check, sdc_check, cordon, ..."""
+    figure: _builtins.str
+    """what was measured, e.g. "412.0 TFLOP/s" """
+    expected: _builtins.str
+    """what was expected and why, e.g. "median of 7 H200 peers 781.2" """
+    at: _builtins.float
+    """unix seconds"""
+    job_id: _builtins.str
+    """the check job that gave it"""
+    cordoned: _builtins.bool
+    """quarantined by hand"""
+    recheck_at: _builtins.float
+    """unix seconds of the next recheck, 0 when none"""
+    def __init__(
+        self,
+        *,
+        verdict: Global___Verdict.ValueType = ...,
+        check: _builtins.str = ...,
+        figure: _builtins.str = ...,
+        expected: _builtins.str = ...,
+        at: _builtins.float = ...,
+        job_id: _builtins.str = ...,
+        cordoned: _builtins.bool = ...,
+        recheck_at: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerHealth: _TypeAlias = WorkerHealth  # noqa: Y015
+
+@_typing.final
 class WorkerInfo(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1322,6 +1822,7 @@ class WorkerInfo(_message.Message):
     EXECUTOR_RESTARTS_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     EXECUTOR_HEALTH_FIELD_NUMBER: _builtins.int
+    HEALTH_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     host: _builtins.str
     address: _builtins.str
@@ -1339,6 +1840,8 @@ class WorkerInfo(_message.Message):
     executor_health: Global___ExecutorHealth.ValueType
     @_builtins.property
     def device(self) -> Global___Device: ...
+    @_builtins.property
+    def health(self) -> Global___WorkerHealth: ...
     def __init__(
         self,
         *,
@@ -1355,10 +1858,11 @@ class WorkerInfo(_message.Message):
         executor_restarts: _builtins.int = ...,
         version: _builtins.str = ...,
         executor_health: Global___ExecutorHealth.ValueType = ...,
+        health: Global___WorkerHealth | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "health", b"health"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "connected_at", b"connected_at", "device", b"device", "executor_health", b"executor_health", "executor_restarts", b"executor_restarts", "host", b"host", "job_id", b"job_id", "last_heartbeat", b"last_heartbeat", "state", b"state", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "connected_at", b"connected_at", "device", b"device", "executor_health", b"executor_health", "executor_restarts", b"executor_restarts", "health", b"health", "host", b"host", "job_id", b"job_id", "last_heartbeat", b"last_heartbeat", "state", b"state", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

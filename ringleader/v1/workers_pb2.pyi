@@ -253,6 +253,10 @@ class JobDone(_message.Message):
     GRADIENT_AVERAGE_FIELD_NUMBER: _builtins.int
     TRAIN_FIELD_NUMBER: _builtins.int
     ALGO_SWEEP_FIELD_NUMBER: _builtins.int
+    LINK_MATRIX_FIELD_NUMBER: _builtins.int
+    GPU_CHECK_FIELD_NUMBER: _builtins.int
+    SDC_CHECK_FIELD_NUMBER: _builtins.int
+    STRAGGLERS_FIELD_NUMBER: _builtins.int
     LOG_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     rank: _builtins.int
@@ -280,6 +284,14 @@ class JobDone(_message.Message):
     def train(self) -> _jobs_pb2.TrainResult: ...
     @_builtins.property
     def algo_sweep(self) -> _jobs_pb2.AlgoSweepResult: ...
+    @_builtins.property
+    def link_matrix(self) -> _jobs_pb2.LinkMatrixResult: ...
+    @_builtins.property
+    def gpu_check(self) -> _jobs_pb2.GpuCheckResult: ...
+    @_builtins.property
+    def sdc_check(self) -> _jobs_pb2.SdcCheckResult: ...
+    @_builtins.property
+    def stragglers(self) -> _jobs_pb2.StragglerSummary: ...
     def __init__(
         self,
         *,
@@ -296,13 +308,17 @@ class JobDone(_message.Message):
         gradient_average: _jobs_pb2.GradientAverageResult | None = ...,
         train: _jobs_pb2.TrainResult | None = ...,
         algo_sweep: _jobs_pb2.AlgoSweepResult | None = ...,
+        link_matrix: _jobs_pb2.LinkMatrixResult | None = ...,
+        gpu_check: _jobs_pb2.GpuCheckResult | None = ...,
+        sdc_check: _jobs_pb2.SdcCheckResult | None = ...,
+        stragglers: _jobs_pb2.StragglerSummary | None = ...,
         log: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "gradient_average", b"gradient_average", "outcome", b"outcome", "p2p", b"p2p", "train", b"train"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "link_matrix", b"link_matrix", "outcome", b"outcome", "p2p", b"p2p", "sdc_check", b"sdc_check", "stragglers", b"stragglers", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "gradient_average", b"gradient_average", "job_id", b"job_id", "log", b"log", "ok", b"ok", "outcome", b"outcome", "p2p", b"p2p", "rank", b"rank", "results", b"results", "train", b"train", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "job_id", b"job_id", "link_matrix", b"link_matrix", "log", b"log", "ok", b"ok", "outcome", b"outcome", "p2p", b"p2p", "rank", b"rank", "results", b"results", "sdc_check", b"sdc_check", "stragglers", b"stragglers", "train", b"train", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["p2p", "gradient_average", "train", "algo_sweep"]  # noqa: Y015
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["p2p", "gradient_average", "train", "algo_sweep", "link_matrix", "gpu_check", "sdc_check"]  # noqa: Y015
     _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
 

@@ -1,0 +1,81 @@
+"""The fault injector: faults a test turns on in one worker, so every health check is shown to catch
+what it claims. Off unless a test enables it, and refused outside tests.
+
+A test sets, in one worker daemon's environment (its executor inherits it):
+
+    RINGLEADER_FAULTS="slow_compute=8,delay_op_ms=50"   the faults, name=value separated by commas
+    RINGLEADER_FAULTS_ALLOWED=tests                     the harness's consent (tests/ sets it)
+
+RINGLEADER_FAULTS without that consent is an error at start (`check_allowed`), so a fault can
+never be switched on in production by a stray variable. A fault of the network (a slow link or
+host) is not injected here: tests put a real `tc` rate limit on a namespace host's link.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, fields
+from typing import Mapping
+
+ENV = "RINGLEADER_FAULTS"
+CONSENT_ENV = "RINGLEADER_FAULTS_ALLOWED"
+CONSENT = "tests"
+
+
+class FaultsRefused(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Faults:
+    slow_compute: float = 1.0  # the GPU check's matrix products run this many times over
+    slow_copy: float = 1.0  # the GPU check's memory copies run this many times over
+    flip_bit: int = 0  # 1: the corruption check's computation gets one bit flipped
+    wrong_result: int = 0  # 1: a collective's output gets one element changed after the op
+    delay_op_ms: float = 0.0  # sleep before each timed op (a straggler rank)
+    hang: int = 0  # 1: block forever before the first op (a rank that never arrives)
+
+    @property
+    def any(self) -> bool:
+        return self != Faults()
+
+    def before_op(self) -> None:
+        """Called by the executor before each timed op."""
+        if self.hang:
+            while True:
+                time.sleep(3600)
+        if self.delay_op_ms:
+            time.sleep(self.delay_op_ms / 1000)
+
+
+NONE = Faults()
+
+
+def parse(text: str) -> Faults:
+    known = {f.name: f.type for f in fields(Faults)}
+    values: dict[str, float | int] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, raw = item.partition("=")
+        if not sep or name not in known:
+            raise FaultsRefused(f"{ENV}: unknown fault {item!r} (known: {', '.join(known)})")
+        try:
+            values[name] = (float if known[name] in (float, "float") else int)(raw)
+        except ValueError:
+            raise FaultsRefused(f"{ENV}: {name} needs a number, not {raw!r}") from None
+    return Faults(**values)
+
+
+def check_allowed(env: Mapping[str, str] = os.environ) -> None:
+    """Refuse to start a worker whose environment asks for faults without the tests' consent."""
+    if env.get(ENV) and env.get(CONSENT_ENV) != CONSENT:
+        raise FaultsRefused(f"{ENV} is set but fault injection is for tests only "
+                            f"({CONSENT_ENV}={CONSENT} is missing): refusing to start")
+
+
+def load(env: Mapping[str, str] = os.environ) -> Faults:
+    """The faults this process runs with (NONE unless a test asked, with consent)."""
+    if not env.get(ENV):
+        return NONE
+    check_allowed(env)
+    return parse(env[ENV])

@@ -108,6 +108,9 @@ def normalize(spec: pb.JobSpec) -> ValidJob:
                           "name fewer workers, or place by host or gpu_model")
     if not math.isfinite(spec.op_timeout_s) or not 0 <= spec.op_timeout_s <= MAX_OP_TIMEOUT_S:
         raise InvalidSpec("op_timeout_s", f"must be a number of seconds between 0 (the default) and {MAX_OP_TIMEOUT_S:.0f}")
+    if not math.isfinite(spec.queue_timeout_s) or not 0 <= spec.queue_timeout_s <= MAX_OP_TIMEOUT_S:
+        raise InvalidSpec("queue_timeout_s", "must be a number of seconds between 0 (wait forever, the default) "
+                          f"and {MAX_OP_TIMEOUT_S:.0f}")
     out = pb.JobSpec()
     out.CopyFrom(spec)
     out.op_timeout_s = spec.op_timeout_s or specs.DEFAULT_OP_TIMEOUT_S

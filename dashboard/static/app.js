@@ -22,6 +22,13 @@
   const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
   const ROOTED_OPS = new Set(["reduce", "broadcast", "gather", "scatter"]);
   const REDUCING_OPS = new Set(["all_reduce", "reduce", "reduce_scatter"]);
+  // The placement a job really runs with, as the CLI prints it (ringleader/spec.py's
+  // physically_in_place): torch's all_reduce/reduce/broadcast always use one buffer.
+  const placement = (op, inPlace, algo) => {
+    if (algo === "symm:one_shot") return "out-of-place";
+    if (["all_reduce", "reduce", "broadcast"].includes(op)) return "in-place";
+    return inPlace && !["alltoall", "sendrecv"].includes(op) ? "in-place" : "out-of-place";
+  };
   const FLEET_REFRESH_MS = 2000;
   const COLORS = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04", "#db2777"];
 
@@ -585,7 +592,7 @@
       },
       title(job) {
         const c = job.spec.collective;
-        return `${c.op} · ${job.spec.world_size} ranks · ${c.in_place ? "in-place" : "out-of-place"}`;
+        return `${c.op} · ${job.spec.world_size} ranks · ${placement(c.op, c.in_place, c.algo)}`;
       },
       // nccl-tests' columns.
       columns: [
@@ -602,8 +609,9 @@
         { head: "#wrong", num: true, cell: (r) => r.wrong, bad: (r) => r.wrong > 0 },
       ],
       rows: (job, results) => results,
-      // The matching row of the compared job, and the value to compare.
-      match: (r) => `${r.op}|${r.in_place}|${r.size_bytes}`,
+      // The matching row of the compared job, and the value to compare: placement is not part
+      // of the key, so a job compares with its --in-place twin.
+      match: (r) => `${r.op}|${r.size_bytes}`,
       metric: { label: "busbw", unit: "GB/s", value: (r) => r.busbw_gbps },
       foot(job, rows) {
         if (!rows.length) return "";
@@ -910,7 +918,7 @@
       let what;
       if (kind === "collective") {
         what = [c.op, REDUCING_OPS.has(c.op) ? c.reduce_op : null, ROOTED_OPS.has(c.op) ? `root ${c.root}` : null,
-          c.dtype, c.in_place ? "in-place" : "out-of-place", c.algo || null, c.graph ? "graph mode" : null]
+          c.dtype, placement(c.op, c.in_place, c.algo), c.algo || null, c.graph ? "graph mode" : null]
           .filter(Boolean).join(" · ");
       } else if (kind === "p2p") {
         what = ["p2p", spec.mode || "blocking", spec.pairwise ? "every pair" : "rank 0 ↔ 1"].join(" · ");

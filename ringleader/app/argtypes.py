@@ -8,7 +8,7 @@ import argparse
 from ringleader import spec as specs
 from ringleader.errors import RingleaderError
 
-OUTPUTS = ("table", "json")
+OUTPUTS = ("table", "wide", "json", "yaml")
 
 
 def sizes(text: str) -> list[int]:
@@ -64,5 +64,6 @@ def metrics_address(text: str) -> str:
 
 def output(text: str) -> str:
     if text not in OUTPUTS:  # -o was the reduce op's short flag once (nccl-tests' letter)
-        raise argparse.ArgumentTypeError(f"expected json or table, got {text!r} (the reduce op is --reduce-op)")
+        raise argparse.ArgumentTypeError(f"expected {', '.join(OUTPUTS)}, got {text!r} "
+                                         "(-o is the output format here; nccl-tests' -o, the reduce op, is --reduce-op)")
     return text

@@ -16,14 +16,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 import argcomplete
 import grpc
 
-from ringleader import __version__, defaults, jobspec
+from ringleader import __version__, defaults
 from ringleader import spec as specs
-from ringleader.app import argtypes, commands, config, security_flags
+from ringleader.app import argtypes, commands, completion, config, hints, security_flags, submit_args
 from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
@@ -50,7 +51,7 @@ def _talker(sub, name: str, helptext: str) -> argparse.ArgumentParser:
 
 def _output_options(x: argparse.ArgumentParser, what: str) -> None:
     x.add_argument("-o", "--output", type=argtypes.output, choices=OUTPUTS, default="table",
-                   help=f"table (default) or json: {what} (README.md, CLI)")
+                   help=f"table (default), wide (more columns), json or yaml: {what} (README.md, CLI)")
     x.add_argument("--json", dest="output", action="store_const", const="json", help="the same as -o json")
 
 
@@ -99,7 +100,7 @@ def _add_servers(sub) -> None:
     w = _talker(sub, "worker", "run a worker daemon for one device (or one per GPU)")
     _completer(w.add_argument("--device", type=argtypes.device, default="cpu",
                               help="cpu, cuda:N, or all (one daemon per visible GPU)"), ["cpu", "all", "cuda:0"])
-    w.add_argument("--worker-id", default="", help="stable id (default HOST-DEVICE)")
+    w.add_argument("--worker-id", default="", help="stable id (default HOST-cudaN, or HOST-cpuN: the lowest N free here)")
     w.add_argument("--advertise-host", default="", help="address peers use to reach this host")
     w.add_argument("--metrics-address", type=argtypes.metrics_address, default="", metavar="HOST:PORT",
                    help='serve Prometheus /metrics here, one port for all devices of this process '
@@ -109,7 +110,7 @@ def _add_servers(sub) -> None:
 
 def _add_clients(sub) -> None:
     s = _talker(sub, "submit", "submit a job: a collective sweep, p2p, gradient-average, train or algo-sweep")
-    _add_submit(s)
+    submit_args.add_submit(s, _completer)
     _client_options(s, "the job (and, with --wait, its results) as `ringleader job -o json` prints it")
     j = _talker(sub, "jobs", "list jobs, newest first")
     j.add_argument("--state", action="append", default=[],
@@ -120,57 +121,16 @@ def _add_clients(sub) -> None:
     for name, helptext in (("job", "show one job with its results"), ("watch", "follow a job until it ends"),
                            ("cancel", "cancel a queued or running job")):
         x = _talker(sub, name, helptext)
-        x.add_argument("job_id")
+        x.add_argument("job_id").completer = completion.job_ids  # type: ignore[attr-defined]
         _client_options(x, '{"job": Job without results, "results": [SizeResult, ...]}')
     x = _talker(sub, "logs", "each rank's executor stderr captured during a job")
-    x.add_argument("job_id")
+    x.add_argument("job_id").completer = completion.job_ids  # type: ignore[attr-defined]
+    x.add_argument("-f", "--follow", action="store_true",
+                   help="wait for the job to end (its progress on stderr), then print the logs")
     x.add_argument("--rank", type=int, default=None, help="only this rank")
     _client_options(x, '{"job_id": ID, "ranks": [{"rank", "worker_id", "received", "text"}, ...]}')
     _client_options(_talker(sub, "workers", "list workers"), '{"workers": [WorkerInfo, ...]}')
     security_flags.add_certs_command(sub)
-
-
-def _add_submit(s: argparse.ArgumentParser) -> None:
-    # Unset flags stay None so that the spec's own defaults (ringleader/spec.py) apply; op, dtype
-    # and reduce op are checked by the spec validation, for a one-line error naming the field.
-    dflt = specs.DEFAULTS
-    s.add_argument("--kind", default="collective", choices=commands.KIND_FLAGS)
-    _completer(s.add_argument("--op", default="", help="collective jobs: " + ", ".join(specs.OPS)), specs.OPS)
-    s.add_argument("--world-size", "-n", type=int, required=True)
-    s.add_argument("--min-bytes", "-b", type=argtypes.size, help=f"default {dflt['min_bytes']}")
-    s.add_argument("--max-bytes", "-e", type=argtypes.size, help=f"default {specs.format_size(dflt['max_bytes'])}")
-    s.add_argument("--factor", "-f", type=float, help=f"default {dflt['factor']:g}")
-    s.add_argument("--sizes", type=argtypes.sizes, help="explicit sizes, e.g. 1K,1M,1G (overrides min/max/factor)")
-    _completer(s.add_argument("--dtype", "-d", default="", help=", ".join(specs.DTYPE_SIZES)
-                              + f" (default {dflt['dtype']})"), specs.DTYPE_SIZES)
-    _completer(s.add_argument("--reduce-op", default="", help=", ".join(specs.REDUCE_OPS)
-                              + f" (default {dflt['reduce_op']})"), specs.REDUCE_OPS)
-    s.add_argument("--iters", "-i", type=argtypes.iters, help="timed iterations, or auto: per size, enough for a 20 ms "
-                   f"loop (collective and algo-sweep default: auto; others: {dflt['iters']})")
-    s.add_argument("--warmup", "-w", type=int, help=f"warm-up iterations (default {dflt['warmup']})")
-    s.add_argument("--in-place", action="store_true")
-    s.add_argument("--root", "-r", type=int, default=0)
-    s.add_argument("--priority", type=int, default=0)
-    s.add_argument("--name", default="")
-    s.add_argument("--host", default="", help="only workers on this host")
-    s.add_argument("--gpu-model", default="", help='only GPUs whose name contains this, e.g. "H200"')
-    s.add_argument("--workers", default="", help="exactly these worker ids, comma-separated")
-    s.add_argument("--device-type", default="", choices=["", "cuda", "cpu"])
-    s.add_argument("--op-timeout", type=float, default=0.0,
-                   help=f"seconds without progress before failing (default {specs.DEFAULT_OP_TIMEOUT_S:g})")
-    s.add_argument("--pairwise", action="store_true", help="p2p: every ordered pair in turn -> bandwidth matrix")
-    s.add_argument("--async", dest="async_", action="store_true", help="p2p: isend/irecv + wait (default send/recv)")
-    s.add_argument("--size", type=argtypes.size, default=None, help="gradient-average: gradient bytes (default 64M)")
-    _completer(s.add_argument("--model", default="", help="train: linear (default) or mlp"), jobspec.MODELS)
-    s.add_argument("--steps", type=int, default=None, help="train: steps (default 50)")
-    s.add_argument("--batch-size", type=int, default=None, help="train: per-rank batch size (default 64)")
-    s.add_argument("--lr", type=float, default=None, help="train: learning rate (default 0.05)")
-    s.add_argument("--seed", type=int, default=0, help="train: data and weight seed")
-    s.add_argument("--graph", "-G", action="store_true",
-                   help="capture the timed ops into a CUDA graph and replay it (NCCL; like nccl-tests -G)")
-    s.add_argument("--algo", default="", help="collective: nccl, nccl:ring/ll, nccl:tree/simple, ..., symm:one_shot, "
-                   "symm:two_shot; algo-sweep: a comma-separated list (default: every one available)")
-    s.add_argument("--wait", action="store_true", help="show progress (on stderr), then the results")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -185,6 +145,9 @@ def main(argv: list[str] | None = None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         code = _run(a, settings)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
+    except BrokenPipeError:
+        code = _quiet_broken_pipe()
     except RingleaderError as exc:
         print(f"ringleader: error: {exc}", file=sys.stderr)
         code = answer(exc).exit_code
@@ -199,11 +162,20 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
+def _quiet_broken_pipe() -> int:
+    """`ringleader jobs | head -3`: the reader left, which is no error worth a traceback. Point
+    stdout at /dev/null so that the interpreter's last flush cannot raise again; exit as a
+    process killed by SIGPIPE would (128 + 13), so `set -o pipefail` scripts still see it."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
+
+
 def _rpc_message(exc: grpc.RpcError, a) -> str:
     if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:  # details start with the field's name
         return exc.details()
-    where = f" ({a.coordinator})" if exc.code() == grpc.StatusCode.UNAVAILABLE else ""
-    return f"{exc.code().name.lower()}{where}: {exc.details()}"
+    if exc.code() != grpc.StatusCode.UNAVAILABLE:
+        return f"{exc.code().name.lower()}: {exc.details()}"
+    return f"unavailable ({a.coordinator}): {exc.details()}{hints.unavailable(exc.details(), a)}"
 
 
 def _run(a, settings: config.Settings) -> int:
@@ -230,6 +202,7 @@ def _run(a, settings: config.Settings) -> int:
 
 
 def run_workers(settings: config.Settings) -> int:
+    from ringleader.app.worker_ids import cpu_worker_id
     from worker.daemon import WorkerConfig, local_cuda_devices, run_daemons
 
     devices = [settings.device]
@@ -240,7 +213,10 @@ def run_workers(settings: config.Settings) -> int:
     if settings.worker_id and len(devices) > 1:
         raise CliError("--worker-id: give it only with a single device", EXIT_USAGE)
     security = security_flags.worker_security(settings)
-    configs = [config.dataclass_from(WorkerConfig, settings, device=d, security=security) for d in devices]
+    # A CPU daemon's default id is HOST-cpuN, kept across restarts (ringleader/app/worker_ids.py).
+    worker_id = settings.worker_id or (cpu_worker_id() if devices == ["cpu"] else "")
+    configs = [config.dataclass_from(WorkerConfig, settings, device=d, worker_id=worker_id, security=security)
+               for d in devices]
     metrics = _worker_metrics(settings.metrics_address) if settings.metrics_address else None
     try:
         asyncio.run(run_daemons(configs, metrics))

@@ -1,24 +1,27 @@
 """The client commands of the CLI: submit, jobs, job, watch, cancel, logs, workers (over gRPC).
 
-Each prints a table, or with `-o json` one JSON document on stdout (progress goes to stderr).
+Each prints a table (`-o wide`: more columns), or with `-o json|yaml` one document on stdout
+(progress goes to stderr).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ringleader import jobspec
-from ringleader import spec as specs
-from ringleader.app import table
+from ringleader.app import listing, table
 from ringleader.app.client import Client
+from ringleader.app.fleet_fit import shortfall
+from ringleader.app.follow import follow, follow_logs
+from ringleader.app.render import dump
 from ringleader.app.security_flags import client_security
+from ringleader.app.submit_args import KIND_FLAGS, world_size
 from ringleader.jsonview import to_json
 from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
-KIND_FLAGS = ("collective", "p2p", "gradient-average", "train", "algo-sweep")
+__all__ = ["KIND_FLAGS", "run_client_command", "spec_from_args"]
 
 
 def _given(a: argparse.Namespace, *names: str) -> dict:
@@ -28,7 +31,8 @@ def _given(a: argparse.Namespace, *names: str) -> dict:
 
 def spec_from_args(a: argparse.Namespace) -> pb.JobSpec:
     worker_ids = [w for w in a.workers.split(",") if w]
-    spec = pb.JobSpec(world_size=a.world_size, priority=a.priority, name=a.name, op_timeout_s=a.op_timeout,
+    spec = pb.JobSpec(world_size=world_size(a), priority=a.priority, name=a.name, op_timeout_s=a.op_timeout,
+                      queue_timeout_s=a.queue_timeout or 0.0,
                       placement=pb.Placement(host=a.host, gpu_model=a.gpu_model, worker_ids=worker_ids,
                                              device_type=a.device_type))
     sweep = dict(sizes=a.sizes) if a.sizes else _given(a, "min_bytes", "max_bytes", "factor")
@@ -51,28 +55,9 @@ def spec_from_args(a: argparse.Namespace) -> pb.JobSpec:
     return spec
 
 
-def follow(client: Client, job_id: str, out=sys.stderr) -> pb.Job:
-    """Print progress lines while the job runs; return the finished job."""
-    shown = -1.0
-    for ev in client.watch(job_id):
-        kind = ev.WhichOneof("event")
-        if kind == "progress" and ev.progress.total:
-            fraction = ev.progress.done / ev.progress.total
-            if fraction >= shown + 0.1 or fraction == 1:  # about ten lines per job, not one per step
-                shown = fraction
-                print(f"[{job_id}] {ev.progress.done}/{ev.progress.total}", file=out, flush=True)
-        elif kind == "state":
-            print(f"[{job_id}] {table.state_name(ev.state.state)}: {ev.state.reason}", file=out, flush=True)
-        elif kind == "result":
-            r = ev.result
-            print(f"[{job_id}] {specs.format_size(r.size_bytes):>6}B  {r.time_us:10.2f} us  "
-                  f"busbw {r.busbw_gbps:8.2f} GB/s  wrong {r.wrong}", file=out, flush=True)
-    return client.get(job_id)
-
-
 def show_job(job: pb.Job, output: str) -> None:
-    if output == "json":
-        print(table.job_json(job))
+    if output in ("json", "yaml"):
+        print(dump(table.job_doc(job), output))
         return
     print(table.job_line(job))
     if job.workers:
@@ -85,11 +70,14 @@ def show_job(job: pb.Job, output: str) -> None:
 
 def cmd_submit(a, client: Client) -> int:
     spec = spec_from_args(a)
-    jobspec.normalize(spec)  # the same checks as the coordinator, before any network call
+    valid = jobspec.normalize(spec)  # the same checks as the coordinator, before any network call
+    if not a.queue and (why := shortfall(valid, client.workers())):
+        raise InvalidSpec("world_size", f"the connected workers cannot run this job: {why}; "
+                          "add --queue to queue it until they can (--queue-timeout to bound the wait)")
     job = client.submit(spec)
     if not a.wait:
-        if a.output == "json":
-            show_job(job, "json")
+        if a.output in ("json", "yaml"):
+            show_job(job, a.output)
         else:
             print(job.id)
         return 0
@@ -105,22 +93,24 @@ def _finish(client: Client, job_id: str, output: str, progress) -> int:
 
 def cmd_jobs(a, client: Client) -> int:
     page = client.list(states=[pb.JobState.Value(s) for s in a.state], op=a.op, limit=a.limit)
-    if a.output == "json":
-        print(table.jobs_json(page))
+    if a.output in ("json", "yaml"):
+        print(dump(table.jobs_doc(page), a.output))
     else:
-        for job in page.jobs:
-            print(table.job_line(job))
+        print(listing.jobs_table(page.jobs, wide=a.output == "wide"))
     return 0
 
 
 def cmd_workers(a, client: Client) -> int:
     workers = client.workers()
-    print(table.workers_json(workers) if a.output == "json" else table.workers_table(workers))
+    if a.output in ("json", "yaml"):
+        print(dump(table.workers_doc(workers), a.output))
+    else:
+        print(listing.workers_table(workers, wide=a.output == "wide"))
     return 0
 
 
 def cmd_logs(a, client: Client) -> int:
-    logs = client.logs(a.job_id)
+    logs = follow_logs(client, a.job_id) if a.follow else client.logs(a.job_id)
     if a.rank is not None:
         ranks = [r for r in logs.ranks if r.rank == a.rank]
         if not ranks:
@@ -128,7 +118,7 @@ def cmd_logs(a, client: Client) -> int:
                                       f"(ranks: {', '.join(str(r.rank) for r in logs.ranks) or 'none'})")
         del logs.ranks[:]
         logs.ranks.extend(ranks)
-    print(json.dumps(to_json(logs), indent=2) if a.output == "json" else table.logs_text(logs))
+    print(dump(to_json(logs), a.output) if a.output in ("json", "yaml") else table.logs_text(logs))
     return 0
 
 
@@ -148,5 +138,6 @@ def run_client_command(a) -> int:
         if a.command == "cancel":
             show_job(client.cancel(a.job_id), a.output)
             return 0
-        # watch: progress on stdout for people, on stderr when stdout carries JSON
-        return _finish(client, a.job_id, a.output, progress=sys.stderr if a.output == "json" else sys.stdout)
+        # watch: progress on stdout for people, on stderr when stdout carries a document
+        return _finish(client, a.job_id, a.output,
+                       progress=sys.stderr if a.output in ("json", "yaml") else sys.stdout)

@@ -42,7 +42,7 @@ def add_server_security(parser: argparse.ArgumentParser) -> None:
 
 def add_worker_security(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("security")
-    token_file = g.add_argument("--token-file", default="", metavar="PATH",
+    token_file = g.add_argument("--worker-token-file", "--token-file", dest="token_file", default="", metavar="PATH",
                                 help=f"the workers' join token (or env {WORKERS_TOKEN_ENV})")
     # The workers' token file is the coordinator's --worker-token-file, so it shares that flag's
     # variable; RINGLEADER_TOKEN_FILE stays the users' (the coordinator's and clients' --token-file).

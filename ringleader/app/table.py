@@ -1,11 +1,13 @@
-"""nccl-tests-style text tables and JSON for results, jobs, workers and logs (used by the CLI and
-the demo). The JSON shapes are the REST API's where it has one: `to_json` of the messages."""
+"""nccl-tests-style text tables and the JSON documents for results, jobs, workers and logs (used
+by the CLI and the demo). The JSON shapes are the REST API's where it has one (`to_json` of the
+messages), with times as RFC 3339 and only the job's own kind (ringleader/app/render.py)."""
 
 from __future__ import annotations
 
 import json
 
 from ringleader import spec as specs
+from ringleader.app.render import job_body, times
 from ringleader.jobspec import op_name
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
@@ -34,42 +36,45 @@ def results_table(results) -> str:
                      "slowest rank per size: " + ",".join(str(r.slowest_rank) for r in results))
         lines.append(f"# Out of bounds values : {sum(r.wrong for r in results)} "
                      f"{'OK' if not any(r.wrong for r in results) else 'FAILED'}")
+        # nccl-tests' footer, which health scripts grep for: the mean busbw over the sizes
+        lines.append(f"# Avg bus bandwidth    : {sum(r.busbw_gbps for r in results) / len(results):g} ")
     return "\n".join(lines)
+
+
+def size_label(n: int) -> str:
+    """A size in nccl-tests' binary units, said as such: 8 B, 1KiB, 64MiB (1K = 1024 bytes)."""
+    text = specs.format_size(n)
+    return text + "iB" if text[-1] in "KMG" else f"{text} B"
 
 
 def state_name(state: int) -> str:
     return pb.JobState.Name(state)
 
 
-def job_json(job: pb.Job) -> str:
-    """The --json shape: {"job": {...without results}, "results": [...]}."""
-    body = to_json(job)
+def job_doc(job: pb.Job) -> dict:
+    """The -o json|yaml shape: {"job": {...without results}, "results": [...]}."""
+    body = job_body(job, to_json(job))
     results = body.pop("results")
     out = {"job": body, "results": results}
     if job.HasField("algo_sweep"):
         out["dispatch"] = dispatch_table(job.algo_sweep)
-    return json.dumps(out, indent=2)
+    return out
 
 
-def jobs_json(page: pb.ListJobsResponse) -> str:
+def job_json(job: pb.Job) -> str:
+    return json.dumps(job_doc(job), indent=2)
+
+
+def jobs_doc(page: pb.ListJobsResponse) -> dict:
     """`jobs -o json`: GET /api/v1/jobs's shape, {"jobs": [Job without results], "next_before"}."""
-    jobs = [to_json(j) for j in page.jobs]
+    jobs = [job_body(j, to_json(j)) for j in page.jobs]
     for j in jobs:
         j.pop("results")
-    return json.dumps({"jobs": jobs, "next_before": page.next_before_id or None}, indent=2)
+    return {"jobs": jobs, "next_before": page.next_before_id or None}
 
 
-def workers_json(workers) -> str:
-    return json.dumps({"workers": [to_json(w) for w in workers]}, indent=2)
-
-
-def workers_table(workers) -> str:
-    lines = [f"{'WORKER':<28} {'STATE':<12} {'DEVICE':<26} {'HOST':<16} {'JOB':<13} WARM"]
-    for w in workers:
-        device = f"{w.device.type}:{w.device.index} {w.device.name}"[:26]
-        lines.append(f"{w.worker_id:<28} {pb.WorkerState.Name(w.state):<12} {device:<26} {w.host:<16} "
-                     f"{w.job_id or '-':<13} {'yes' if w.warm_group else '-'}")
-    return "\n".join(lines)
+def workers_doc(workers) -> dict:
+    return {"workers": [times(to_json(w)) for w in workers]}
 
 
 def logs_text(logs: pb.JobLogs) -> str:
@@ -98,7 +103,7 @@ def p2p_table(r: pb.P2PResult) -> str:
                      f"{row.latency_min_us:>10.2f} {row.bandwidth_gbps:>10.2f} {row.wrong:>7}")
     if r.matrix:
         n = len(r.matrix)
-        lines.append(f"# bandwidth matrix at {specs.format_size(r.matrix_size_bytes)}B, GB/s (row: src, column: dst); "
+        lines.append(f"# bandwidth matrix at {size_label(r.matrix_size_bytes)}, GB/s (row: src, column: dst); "
                      f"median {r.median_gbps:.2f}")
         lines.append("#     " + "".join(f"{j:>9}" for j in range(n)))
         for i, row in enumerate(r.matrix):
@@ -110,7 +115,7 @@ def p2p_table(r: pb.P2PResult) -> str:
 
 def gradient_average_table(r: pb.GradientAverageResult) -> str:
     return "\n".join([
-        f"# gradient average of {specs.format_size(r.size_bytes)}B float32 over {r.world_size} ranks, {r.iters} iterations",
+        f"# gradient average of {size_label(r.size_bytes)} float32 over {r.world_size} ranks, {r.iters} iterations",
         f"  on device (all_reduce):          {r.device_time_us:12.2f} us   {'ok' if r.device_ok else 'WRONG'}",
         f"  host-staged (copy, gloo, copy):  {r.host_time_us:12.2f} us   {'ok' if r.host_ok else 'WRONG'}",
         f"  speedup of the device path:      {r.speedup:12.2f} x   (max relative error {r.max_rel_error:.2e})",
@@ -167,8 +172,8 @@ def algo_sweep_table(r: pb.AlgoSweepResult) -> str:
         b = best.get(size)
         lines.append(f" {size:>12}" + "".join(cells) + (f"{b.algo:>{width}}{b.speedup:>8.2f}x" if b else ""))
     for t in r.table:
-        upto = f"up to {specs.format_size(t.max_bytes)}B" if t.max_bytes else "and above"
-        lines.append(f"# {specs.format_size(t.min_bytes)}B {upto}: {t.algo}")
+        upto = f"up to {size_label(t.max_bytes)}" if t.max_bytes else "and above"
+        lines.append(f"# {size_label(t.min_bytes)} {upto}: {t.algo}")
     lines.append("# dispatch table: " + json.dumps(dispatch_table(r)["table"]))
     return "\n".join(lines)
 

@@ -58,7 +58,7 @@ def test_train(cluster, model):
 
 
 def test_cli_train_wait_prints_summary(cluster):
-    p = subprocess.run(ringleader_cmd("--coordinator", cluster.address, "submit", "--kind", "train", "-n", "2",
+    p = subprocess.run(ringleader_cmd("--coordinator", cluster.address, "submit", "--kind", "train", "--world-size", "2",
                                       "--model", "linear", "--steps", "5", "--wait"),
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr
@@ -68,10 +68,10 @@ def test_cli_train_wait_prints_summary(cluster):
 
 def test_cli_pairwise_grid(cluster):
     p = subprocess.run(ringleader_cmd("--coordinator", cluster.address, "submit", "--kind", "p2p", "--pairwise",
-                                      "-n", "2", "--sizes", "4K", "--iters", "3", "--wait"),
+                                      "--world-size", "2", "--sizes", "4K", "--iters", "3", "--wait"),
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr
-    assert "# bandwidth matrix at 4KB" in p.stdout
+    assert "# bandwidth matrix at 4KiB" in p.stdout
 
 
 def test_bad_parameters_name_the_field(cluster):

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Every command that talks to a coordinator, with the arguments it needs.
 TALKERS = {
     "worker": ["worker"],
-    "submit": ["submit", "--op", "all_reduce", "-n", "2"],
+    "submit": ["submit", "--op", "all_reduce", "--world-size", "2"],
     "jobs": ["jobs"],
     "job": ["job", "ID"],
     "watch": ["watch", "ID"],
@@ -85,9 +85,9 @@ def test_every_showing_command_takes_output(command):
 
 
 def test_output_names_the_reduce_op_flag_for_a_reduce_op(capsys):
-    code, _, err = cli(capsys, "submit", "--op", "all_reduce", "-n", "2", "-o", "sum")
+    code, _, err = cli(capsys, "submit", "--op", "all_reduce", "--world-size", "2", "-o", "sum")
     assert code == 2
-    assert "expected json or table, got 'sum' (the reduce op is --reduce-op)" in err
+    assert "expected table, wide, json, yaml, got 'sum'" in err and "the reduce op, is --reduce-op" in err
 
 
 def test_version(capsys):
@@ -234,10 +234,10 @@ def _complete(line: str, tmp_path: Path) -> list[str]:
 def test_completion_of_subcommands_and_values(tmp_path):
     assert _complete("ringleader sub", tmp_path) == ["submit"]
     assert set(_complete("ringleader --coordinator h:1 wor", tmp_path)) == {"worker", "workers"}
-    assert set(_complete("ringleader submit -n 2 --op all_", tmp_path)) == {"all_reduce", "all_gather"}
+    assert set(_complete("ringleader submit --world-size 2 --op all_", tmp_path)) == {"all_reduce", "all_gather"}
     assert _complete("ringleader jobs --op scat", tmp_path) == ["scatter"]
     assert set(_complete("ringleader submit --reduce-op m", tmp_path)) == {"min", "max"}
-    assert set(_complete("ringleader jobs -o ", tmp_path)) == {"json", "table"}
+    assert set(_complete("ringleader jobs -o ", tmp_path)) == {"json", "table", "wide", "yaml"}
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh"])
@@ -362,7 +362,7 @@ def test_workers_registered_by_flag_after_subcommand_and_by_variables(cl):
 
 @pytest.mark.integration
 def test_job_commands_print_the_documented_json(cl):
-    sub = run(cl, "submit", "--op", "all_gather", "-n", "2", "--sizes", "1K,64K", "--iters", "3",
+    sub = run(cl, "submit", "--op", "all_gather", "--world-size", "2", "--sizes", "1K,64K", "--iters", "3",
               "--warmup", "1", "--wait", "-o", "json")
     body = json.loads(sub.stdout)  # stdout is one JSON document; progress went to stderr
     job_id = body["job"]["id"]
@@ -374,8 +374,9 @@ def test_job_commands_print_the_documented_json(cl):
     listed = json.loads(run(cl, "jobs", "--limit", "1", "-o", "json").stdout)
     assert [j["id"] for j in listed["jobs"]] == [job_id] and "results" not in listed["jobs"][0]
     assert listed["next_before"] is None or isinstance(listed["next_before"], str)
-    assert run(cl, "jobs", "--op", "all_gather").stdout.split()[0] == job_id
-    queued = json.loads(run(cl, "submit", "--op", "broadcast", "-n", "2", "--host", "nowhere.invalid",
+    listing = run(cl, "jobs", "--op", "all_gather").stdout.splitlines()
+    assert listing[0].split()[:2] == ["ID", "STATE"] and listing[1].split()[0] == job_id
+    queued = json.loads(run(cl, "submit", "--op", "broadcast", "--world-size", "2", "--host", "nowhere.invalid", "--queue",
                             "-o", "json").stdout)["job"]
     assert queued["state"] == "QUEUED"
     assert json.loads(run(cl, "cancel", queued["id"], "-o", "json").stdout)["job"]["state"] == "CANCELLED"

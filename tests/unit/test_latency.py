@@ -275,7 +275,7 @@ def test_algo_sweep_table_and_dispatch_json():
     r = _sweep_result()
     text = table.algo_sweep_table(r)
     assert "3.50*" in text and "25.00!" in text and "symm:one_shot" in text.splitlines()[2]
-    assert "# 8B up to 8B: symm:one_shot" in text and "# 1MB and above: nccl" in text
+    assert "# 8 B up to 8 B: symm:one_shot" in text and "# 1MiB and above: nccl" in text
     d = table.dispatch_table(r)
     assert d["table"] == [{"max_bytes": 8, "algo": "symm:one_shot"}, {"max_bytes": None, "algo": "nccl"}]
     assert d["measured"][0] == {"size_bytes": 8, "algo": "symm:one_shot", "time_us": 3.5, "speedup": 2.0}
@@ -294,16 +294,16 @@ def test_results_table_shows_iterations_mode_and_algo():
 
 def test_cli_builds_graph_algo_and_algo_sweep_specs():
     def spec(*argv):
-        return spec_from_args(build_parser().parse_args(["submit", "-n", "2", *argv]))
+        return spec_from_args(build_parser().parse_args(["submit", "--world-size", "2", *argv]))
     c = spec("--op", "all_reduce", "--graph", "--algo", "nccl:ring/ll", "--iters", "auto").collective
     assert (c.graph, c.algo, c.iters) == (True, "nccl:ring/ll", 0)
-    assert spec("--op", "all_reduce", "-i", "50").collective.iters == 50
-    s = spec("--kind", "algo-sweep", "--algo", "nccl,symm:one_shot", "-G", "-d", "bfloat16", "--max-bytes", "1M")
+    assert spec("--op", "all_reduce", "-n", "50").collective.iters == 50
+    s = spec("--kind", "algo-sweep", "--algo", "nccl,symm:one_shot", "--graph", "-d", "bfloat16", "--max-bytes", "1M")
     assert s.WhichOneof("kind") == "algo_sweep"
     assert (list(s.algo_sweep.algos), s.algo_sweep.graph, s.algo_sweep.dtype, s.algo_sweep.max_bytes) == \
         (["nccl", "symm:one_shot"], True, "bfloat16", 1 << 20)
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["submit", "-n", "2", "--iters", "lots"])
+        build_parser().parse_args(["submit", "--world-size", "2", "--iters", "lots"])
 
 
 def test_one_shot_is_out_of_place_and_needs_its_output_buffer():

@@ -1,0 +1,43 @@
+"""Whether the connected fleet can hold a job at all: `submit` refuses one it cannot (a typo in
+--world-size or --host would otherwise queue forever, silently) unless the user asks to queue it.
+
+Asked on the client side, from the worker list every user may read, so the coordinator's
+admission stays what it is (a job that fits later is a valid job) and `--queue` needs no wire
+field. The words match the scheduler's waiting reason ("needs 8 workers, 2 connected").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ringleader.jobspec import ValidJob
+from ringleader.v1 import jobs_pb2 as pb
+
+CONNECTED = (pb.IDLE, pb.BUSY)  # a quarantined or disconnected worker takes no user job
+
+
+def _admits(p: pb.Placement, w: pb.WorkerInfo) -> bool:
+    return ((not p.host or w.host == p.host) and (not p.device_type or w.device.type == p.device_type)
+            and (not p.gpu_model or p.gpu_model.lower() in w.device.name.lower())
+            and (not p.worker_ids or w.worker_id in p.worker_ids))
+
+
+def _constraints(p: pb.Placement) -> str:
+    parts = [f"{k}={v}" for k, v in (("host", p.host), ("gpu_model", p.gpu_model), ("device_type", p.device_type)) if v]
+    if p.worker_ids:
+        parts.append("worker_ids=" + ",".join(p.worker_ids))
+    return f" matching {' '.join(parts)}" if parts else ""
+
+
+def shortfall(job: ValidJob, workers: list[pb.WorkerInfo]) -> str:
+    """"" when enough connected workers of one backend can run the job, else why not."""
+    spec = job.spec
+    n = spec.world_size
+    eligible = Counter(w.backend for w in workers
+                       if w.state in CONNECTED and _admits(spec.placement, w) and job.runs_on(w.backend))
+    if any(k >= n for k in eligible.values()):
+        return ""
+    if len(eligible) > 1:  # enough in all, but a gang never mixes backends
+        listed = ", ".join(f"{k} {b}" for b, k in sorted(eligible.items()))
+        return f"needs {n} workers of one backend, {listed} connected{_constraints(spec.placement)}"
+    return f"needs {n} workers, {sum(eligible.values())} connected{_constraints(spec.placement)}"

@@ -1,0 +1,62 @@
+"""The CLI's listings, in kubectl's manner: a header row always, "No jobs found." when there is
+nothing to list, an AGE column, and `-o wide` for the columns a narrow terminal can do without."""
+
+from __future__ import annotations
+
+import time
+
+from ringleader.app.render import rfc3339
+from ringleader.jobspec import op_name
+from ringleader.v1 import jobs_pb2 as pb
+
+
+def age(seconds: float) -> str:
+    """kubectl's short ages: 42s, 7m, 5h, 3d."""
+    s = max(0, int(seconds))
+    for unit, scale, below in (("s", 1, 120), ("m", 60, 7200), ("h", 3600, 172800)):
+        if s < below:
+            return f"{s // scale}{unit}"
+    return f"{s // 86400}d"
+
+
+def _rows(header: list[str], rows: list[list[str]]) -> str:
+    """Left-aligned columns three spaces apart (kubectl's look); the last column is not padded."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    return "\n".join("   ".join([*(c.ljust(w) for c, w in zip(r, widths)), r[-1]]).rstrip() for r in [header, *rows])
+
+
+def jobs_table(jobs, wide: bool = False, now: float | None = None) -> str:
+    if not jobs:
+        return "No jobs found."
+    now = time.time() if now is None else now
+    header = ["ID", "STATE", "OP", "DTYPE", "RANKS", "AGE"]
+    if wide:
+        header += ["BACKEND", "NAME", "CREATED", "WORKERS"]
+    rows = []
+    for job in jobs:
+        dtype = job.spec.collective.dtype if job.spec.HasField("collective") else "-"
+        row = [job.id, pb.JobState.Name(job.state), op_name(job.spec), dtype or "-", str(job.spec.world_size),
+               age(now - job.created_at)]
+        if wide:
+            row += [job.backend or "-", job.spec.name or "-", rfc3339(job.created_at),
+                    ",".join(w.worker_id for w in sorted(job.workers, key=lambda w: w.rank)) or "-"]
+        rows.append(row + [job.reason])
+    return _rows(header + ["REASON"], rows)
+
+
+def workers_table(workers, wide: bool = False, now: float | None = None) -> str:
+    if not workers:
+        return "No workers found."
+    now = time.time() if now is None else now
+    header = ["WORKER", "STATE", "DEVICE", "HOST", "JOB", "WARM", "AGE"]
+    if wide:
+        header += ["ADDRESS", "BACKEND", "VERSION", "RESTARTS"]
+    rows = []
+    for w in workers:
+        row = [w.worker_id, pb.WorkerState.Name(w.state), f"{w.device.type}:{w.device.index} {w.device.name}"[:26],
+               w.host, w.job_id or "-", "yes" if w.warm_group else "-",
+               age(now - w.connected_at) if w.connected_at else "-"]
+        if wide:
+            row += [w.address or "-", w.backend or "-", w.version or "-", str(w.executor_restarts)]
+        rows.append(row)
+    return _rows(header, rows)

@@ -1,0 +1,233 @@
+"""Issue 21, a user's first hour, in-process: nccl-tests' short flags, queue timeouts, the fleet
+check at submit, output that tools parse, kubectl-style listings, stable CPU worker ids, TLS
+hints, and the web UI's placement label (run by node against the CLI's rule)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.queue_timeout import queue_timeouts
+from ringleader import jobspec
+from ringleader import spec as specs
+from ringleader.app import fleet_fit, hints, listing, render, table
+from ringleader.app.cli import build_parser, main
+from ringleader.app.commands import spec_from_args
+from ringleader.app.worker_ids import cpu_worker_id
+from ringleader.errors import InvalidSpec
+from ringleader.v1 import jobs_pb2 as pb
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def submit(*argv: str) -> pb.JobSpec:
+    return spec_from_args(build_parser().parse_args(["submit", *argv]))
+
+
+def refused(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(["submit", *argv])
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+# ---- 1. nccl-tests' short flags ---------------------------------------------------------------
+
+
+def test_short_flags_mean_what_they_mean_in_nccl_tests():
+    s = submit("--op", "all_reduce", "-b", "8", "-e", "128M", "-f", "2", "-n", "20", "-w", "5", "-d", "bfloat16",
+               "--world-size", "2")
+    c = s.collective
+    assert (c.min_bytes, c.max_bytes, c.factor, c.iters, c.warmup, c.dtype) == (8, 128 << 20, 2, 20, 5, "bfloat16")
+    assert s.world_size == 2
+
+
+@pytest.mark.parametrize("flag,names", [
+    (["-i", "100"], "--sizes"), (["-G", "1"], "--graph"), (["-G"], "--graph"), (["-c", "1"], "always on"),
+    (["-g", "8"], "--world-size"), (["-t", "2"], "--world-size"),
+])
+def test_a_flag_whose_meaning_changed_fails_naming_the_new_one(capsys, flag, names):
+    err = refused(capsys, "--op", "all_reduce", "--world-size", "2", *flag)
+    assert f"error: {flag[0]}: " in err and names in err
+
+
+def test_the_old_world_size_letter_says_what_n_is_now(capsys):
+    err = refused(capsys, "--op", "all_reduce", "-n", "20", "-w", "5")
+    assert err.strip() == ("ringleader: error: --world-size: required: the number of ranks "
+                           "(-n is the iteration count, as in nccl-tests)")
+
+
+def test_o_is_the_output_and_names_the_reduce_op_flag(capsys):
+    err = refused(capsys, "--op", "all_reduce", "--world-size", "2", "-o", "max")
+    assert "'max'" in err and "--reduce-op" in err
+
+
+def test_queue_timeout_reaches_the_spec_and_is_validated():
+    assert submit("--op", "all_reduce", "--world-size", "2", "--queue-timeout", "90").queue_timeout_s == 90
+    assert submit("--op", "all_reduce", "--world-size", "2").queue_timeout_s == 0
+    for bad in (-1.0, float("nan"), 8 * 86400.0):
+        with pytest.raises(InvalidSpec, match="^queue_timeout_s: "):
+            jobspec.normalize(pb.JobSpec(world_size=2, queue_timeout_s=bad, collective=pb.CollectiveSpec(op="all_reduce")))
+
+
+def _queued(job_id: str, created: float, timeout: float, reason: str = "", state=pb.QUEUED) -> pb.Job:
+    return pb.Job(id=job_id, state=state, created_at=created, reason=reason,
+                  spec=pb.JobSpec(world_size=20, queue_timeout_s=timeout))
+
+
+def test_queue_timeouts_cancel_only_jobs_past_theirs_with_the_waiting_reason():
+    jobs = [_queued("late", 1000.0, 60, "needs 20 workers, 2 connected"), _queued("young", 1030.0, 60),
+            _queued("forever", 0.0, 0), _queued("running", 0.0, 1, state=pb.RUNNING)]
+    assert queue_timeouts(1060.0, jobs) == [
+        ("late", "still queued after its queue timeout of 60 s: needs 20 workers, 2 connected")]
+    assert [j for j, _ in queue_timeouts(1090.0, jobs)] == ["late", "young"]
+
+
+def _worker(wid: str, backend="gloo", state=pb.IDLE, host="h", dtype="cpu", name="cpu") -> pb.WorkerInfo:
+    return pb.WorkerInfo(worker_id=wid, backend=backend, state=state, host=host,
+                         device=pb.Device(type=dtype, name=name))
+
+
+def test_fleet_fit_counts_connected_workers_that_can_run_the_job():
+    valid = jobspec.normalize(submit("--op", "all_reduce", "--world-size", "2"))
+    two = [_worker("a"), _worker("b", state=pb.BUSY)]
+    assert fleet_fit.shortfall(valid, two) == ""
+    assert fleet_fit.shortfall(valid, [_worker("a"), _worker("b", state=pb.QUARANTINED)]) == \
+        "needs 2 workers, 1 connected"
+    mixed = [_worker("a"), _worker("g", backend="nccl", dtype="cuda", name="H200")]
+    assert fleet_fit.shortfall(valid, mixed) == "needs 2 workers of one backend, 1 gloo, 1 nccl connected"
+    twenty = jobspec.normalize(submit("--op", "all_reduce", "--world-size", "20", "--host", "x"))
+    assert fleet_fit.shortfall(twenty, two) == "needs 20 workers, 0 connected matching host=x"
+
+
+# ---- 7. output that tools parse -------------------------------------------------------------
+
+
+def _result(size: int, busbw: float) -> pb.SizeResult:
+    return pb.SizeResult(op="all_reduce", dtype="float32", reduce_op="sum", size_bytes=size, count=size // 4,
+                         busbw_gbps=busbw, algbw_gbps=busbw, world_size=2, iters=5, algo="gloo")
+
+
+def test_results_table_ends_with_nccl_tests_footer():
+    lines = table.results_table([_result(1024, 1.5), _result(2048, 2.5)]).splitlines()
+    assert lines[-2] == "# Out of bounds values : 0 OK"
+    assert re.fullmatch(r"# Avg bus bandwidth    : 2 ", lines[-1])
+
+
+def test_size_labels_say_binary_units():
+    assert [table.size_label(n) for n in (8, 1024, 64 << 20, 1 << 30, 1536)] == \
+        ["8 B", "1KiB", "64MiB", "1GiB", "1536 B"]
+
+
+def test_json_times_are_rfc3339_and_unreached_times_absent_and_only_the_jobs_kind():
+    job = pb.Job(id="j1", state=pb.RUNNING, created_at=86400.25, started_at=86401.0,
+                 spec=pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="all_reduce")))
+    doc = table.job_doc(job)["job"]
+    assert doc["created_at"] == "1970-01-02T00:00:00.250Z" and doc["started_at"] == "1970-01-02T00:00:01.000Z"
+    assert "finished_at" not in doc
+    assert not {"p2p", "gradient_average", "train", "algo_sweep", "link_matrix", "gpu_check", "sdc_check",
+                "stragglers"} & set(doc)
+    assert {"spec", "progress", "workers"} <= set(doc)
+    trained = pb.Job(id="j2", train=pb.TrainResult(steps=3), spec=pb.JobSpec(world_size=2, train=pb.TrainSpec()))
+    assert "train" in table.job_doc(trained)["job"]
+
+
+def test_yaml_is_the_same_document():
+    import yaml
+
+    doc = {"jobs": [{"id": "a", "created_at": "2026-11-18T07:06:40.250Z"}], "next_before": None}
+    assert yaml.safe_load(render.dump(doc, "yaml")) == doc == json.loads(render.dump(doc, "json"))
+
+
+def test_listings_have_headers_ages_and_say_when_empty():
+    assert listing.jobs_table([]) == "No jobs found."
+    assert listing.workers_table([]) == "No workers found."
+    job = pb.Job(id="abc", state=pb.QUEUED, created_at=1000.0, reason="needs 20 workers, 2 connected",
+                 spec=pb.JobSpec(world_size=20, collective=pb.CollectiveSpec(op="all_reduce", dtype="float32")))
+    lines = listing.jobs_table([job], now=1000.0 + 7 * 60).splitlines()
+    assert lines[0].split() == ["ID", "STATE", "OP", "DTYPE", "RANKS", "AGE", "REASON"]
+    assert lines[1].split()[:6] == ["abc", "QUEUED", "all_reduce", "float32", "20", "7m"]
+    assert lines[1].endswith("needs 20 workers, 2 connected")
+    wide = listing.jobs_table([job], wide=True, now=1000.0).splitlines()
+    assert "CREATED" in wide[0] and "1970-01-01T00:16:40.000Z" in wide[1]
+    assert [listing.age(s) for s in (5, 119, 120, 7199, 7200, 172799, 172800)] == \
+        ["5s", "119s", "2m", "119m", "2h", "47h", "2d"]
+
+
+# ---- 5. README and parser agree; stable CPU worker ids ------------------------------------------
+
+
+def test_every_flag_of_the_readme_table_is_accepted_by_every_command_it_names():
+    readme = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| `(RINGLEADER_\w+)` \| `(--[\w-]+)` \| ([^|]+) \|", readme, re.M)
+    assert len(rows) > 10
+    subs = {a.dest: a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)}["command"]
+    for _, flag, commands in rows:
+        for command in commands.split(","):
+            command = command.strip()
+            if command != "all":
+                assert flag in subs.choices[command]._option_string_actions, (command, flag)
+
+
+def test_worker_takes_worker_token_file(tmp_path):
+    a = build_parser().parse_args(["worker", "--worker-token-file", str(tmp_path / "t")])
+    assert a.token_file == str(tmp_path / "t")
+
+
+def test_cpu_worker_ids_are_stable_and_distinct_without_a_pid(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    script = ("import sys; from ringleader.app.worker_ids import cpu_worker_id; print(cpu_worker_id('hostx'));"
+              "sys.stdout.flush(); sys.stdin.read()")
+    first = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, cwd=ROOT, env=_env(tmp_path))
+    try:
+        assert first.stdout.readline().strip() == "hostx-cpu0"
+        assert cpu_worker_id("hostx") == "hostx-cpu1"  # the first still runs: the next number
+    finally:
+        first.communicate("")
+    # the first one left: a restarted worker takes its number again
+    again = subprocess.run([sys.executable, "-c", script], input="", capture_output=True,
+                           text=True, cwd=ROOT, env=_env(tmp_path))
+    assert again.stdout.strip() == "hostx-cpu0"
+
+
+def _env(tmp_path: Path) -> dict:
+    return {**os.environ, "XDG_RUNTIME_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+
+
+# ---- 6. TLS hints -----------------------------------------------------------------------------
+
+
+def test_tls_hints_follow_the_flags_given():
+    def ns(ca="", cert=""):
+        return argparse.Namespace(tls_ca=ca, tls_cert=cert)
+
+    assert hints.unavailable("failed to connect: Connection refused", ns()) == ""
+    assert "--tls-ca" in hints.unavailable("Socket closed", ns())
+    assert "--tls-cert and --tls-key" in hints.unavailable("Socket closed", ns(ca="ca.pem"))
+    assert "--tls-ca signed" in hints.unavailable("Ssl handshake failed", ns(ca="ca.pem", cert="c.pem"))
+
+
+# ---- 3. the UI's placement label is the CLI's ----------------------------------------------------
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the web UI's function")
+def test_ui_placement_label_matches_the_cli_rule():
+    source = (ROOT / "dashboard" / "static" / "app.js").read_text()
+    fn = re.search(r"const placement = \(op, inPlace, algo\) => \{.*?\n  \};", source, re.S).group(0)
+    cases = [(op, ip, algo) for op in specs.OPS for ip in (False, True) for algo in ("", "symm:one_shot")]
+    script = fn + f"\nconsole.log(JSON.stringify({json.dumps(cases)}.map(([o, i, a]) => placement(o, i, a))));"
+    out = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=60, check=True).stdout
+    expected = ["in-place" if specs.physically_in_place(*c) else "out-of-place" for c in cases]
+    assert json.loads(out) == expected
+    # what the UI labels and what it matches a compared job's rows on
+    assert 'c.in_place ? "in-place" : "out-of-place"' not in source
+    assert "match: (r) => `${r.op}|${r.size_bytes}`" in source

@@ -1,4 +1,11 @@
-"""Serve the dashboard app from inside the coordinator's asyncio loop."""
+"""Serve the dashboard app from inside the coordinator's asyncio loop.
+
+The listening socket is made here (so port 0 reports the real port) with the TCP protocol named:
+asyncio sets TCP_NODELAY only on accepted sockets whose proto is IPPROTO_TCP, and without it a
+small response on a kept-alive connection waits about 40 ms (Nagle's algorithm meeting the
+client's delayed ACK). Responses over GZIP_MIN_BYTES are gzipped for clients that accept it
+(event streams excepted: Starlette's middleware passes text/event-stream through).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,12 @@ import contextlib
 import socket
 
 import uvicorn
+from starlette.middleware.gzip import GZipMiddleware
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+from dashboard import tls_sniff
+
+GZIP_MIN_BYTES = 1024
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -17,18 +30,19 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class HttpServer:
-    """`tls`: (certificate, key) PEM paths to serve HTTPS."""
+    """`tls`: (certificate, key) PEM paths to serve HTTPS (plain HTTP on that port gets a 400)."""
 
     def __init__(self, app, address: str, tls: tuple[str, str] | None = None) -> None:
         host, port = address.rsplit(":", 1)
-        self._sock = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
+        family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host.strip("[]"), int(port)))  # bound here so port 0 reports the real port
         self.url = f"{'https' if tls else 'http'}://{host}:{self._sock.getsockname()[1]}"
-        cert, key = tls or (None, None)
-        self._server = _EmbeddedServer(uvicorn.Config(app, log_level="warning", lifespan="off",
-                                                      timeout_graceful_shutdown=2,
-                                                      ssl_certfile=cert, ssl_keyfile=key))
+        # TLS is the sniffing protocol's (dashboard/tls_sniff.py), not uvicorn's ssl_* settings.
+        http = tls_sniff.sniffing(AutoHTTPProtocol, tls_sniff.server_context(*tls)) if tls else "auto"
+        self._server = _EmbeddedServer(uvicorn.Config(GZipMiddleware(app, minimum_size=GZIP_MIN_BYTES), http=http,
+                                                      log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:

@@ -195,8 +195,9 @@ def test_rest_answers_by_role_over_https(secure, pki):
         assert secure.client.get(queued.id).state == pb.QUEUED
         r = http.post(f"/api/v1/jobs/{queued.id}/cancel", headers=bearer_header(users))
         assert r.status_code == 200 and r.json()["state"] == "CANCELLED"
-    with pytest.raises(httpx.HTTPError):  # plain HTTP on the TLS port
-        httpx.get(secure.http_url.replace("https://", "http://") + "/healthz", timeout=10)
+    # plain HTTP on the TLS port: refused, with the URL to use (tests/integration/test_first_hour.py)
+    plain = httpx.get(secure.http_url.replace("https://", "http://") + "/healthz", timeout=10)
+    assert plain.status_code == 400 and plain.text.startswith("This port speaks HTTPS: use https://")
 
 
 def bearer_header(value: str) -> dict:

@@ -28,6 +28,13 @@ def iters(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
 
 
+def ranks(text: str) -> int:
+    """A number of ranks that makes a collective: 2 or more."""
+    if not text.isdigit() or int(text) < 2:
+        raise argparse.ArgumentTypeError(f"expected a number of ranks, at least 2, got {text!r}")
+    return int(text)
+
+
 def seconds(text: str) -> float:
     try:
         value = float(text)

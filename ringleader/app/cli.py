@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-bytes", type=argtypes.size, default=None, help="largest size (default 64M on CPU, 1G on GPU)")
     d.add_argument("--http-address", default="127.0.0.1:0", help="dashboard address (port 0: a free one)")
     d.add_argument("--serve", action="store_true", help="keep everything running after the sweep, until Ctrl-C")
+    d.add_argument("--shared-ranks", type=argtypes.ranks, default=None, metavar="N",
+                   help="with one GPU: N ranks share it over NCCL's socket transport (default 4)")
     x = sub.add_parser("completion", help="print the shell completion script (eval it in your shell's rc file)")
     x.add_argument("shell", choices=SHELLS)
     return p
@@ -194,7 +196,8 @@ def _run(a, settings: config.Settings) -> int:
     if a.command == "demo":
         from ringleader.app.demo import run_demo
 
-        return asyncio.run(run_demo(max_bytes=a.max_bytes, http_address=a.http_address, serve=a.serve))
+        return asyncio.run(run_demo(max_bytes=a.max_bytes, http_address=a.http_address, serve=a.serve,
+                                    shared_ranks=a.shared_ranks))
     if a.command == "completion":
         print(argcomplete.shellcode(["ringleader"], shell=a.shell), end="")
         return 0

@@ -1,9 +1,17 @@
 """`ringleader demo`: the embedded default, end to end on this machine.
 
-A coordinator in this process, one worker daemon process per local GPU (two gloo workers on
-CPU where there is none), one all_reduce sweep through the real gRPC API, the nccl-tests-style
-table, then a clean exit. Its last line tells the truth about the dashboard: a live link only
-with `serve` (everything stays up until Ctrl-C), else how to keep it up.
+A coordinator in this process, worker daemon processes, one all_reduce sweep through the real
+gRPC API, the nccl-tests-style table, then a clean exit. The workers (`plan`):
+
+- two or more GPUs: one worker per GPU;
+- one GPU: SHARED_RANKS workers sharing it, each with its own NCCL_HOSTID so that NCCL takes them
+  for separate hosts and runs its socket transport. The rendezvous, the warm group, the data
+  checks and the figures are real, and labelled as what they are: the socket's bandwidth through
+  one GPU, not the GPU's own (a 1-rank sweep would print 0.00 GB/s busbw at every size);
+- no GPU: two CPU workers with gloo.
+
+Its last line tells the truth about the dashboard: a live link only with `serve` (everything
+stays up until Ctrl-C), else how to keep it up.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 import grpc
 
@@ -23,6 +32,18 @@ from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 
 WORKERS_READY_TIMEOUT_S = 180
+SHARED_RANKS = 4  # ranks on one GPU: enough for all_reduce's ring to show, few enough for its memory
+SHARED_MAX_BYTES = 64 << 20  # sockets through one GPU: larger sizes only take longer
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the demo starts: a worker per entry of `workers` (device, extra environment, id or
+    "" for the default), and the words that say what the figures measure."""
+
+    workers: list[tuple[str, dict[str, str], str]]
+    label: str
+    max_bytes: int
 
 
 def visible_gpu_count() -> int:
@@ -32,31 +53,41 @@ def visible_gpu_count() -> int:
     return int(out.stdout.strip() or 0) if out.returncode == 0 else 0
 
 
-def local_devices() -> list[str]:
-    """One entry per visible GPU, or two CPU workers."""
-    return [f"cuda:{i}" for i in range(visible_gpu_count())] or ["cpu", "cpu"]
+def plan(gpus: int, shared_ranks: int = SHARED_RANKS) -> Plan:
+    """The demo's workers for a machine with `gpus` visible GPUs (see the module docstring)."""
+    if gpus >= 2:
+        return Plan([(f"cuda:{i}", {}, "") for i in range(gpus)], f"{gpus} GPUs, one rank each, NCCL", 1 << 30)
+    if gpus == 1:
+        # NVLink multicast off: it can take a shared machine's GPUs down.
+        workers = [("cuda:0", {"NCCL_HOSTID": f"ringleader-demo-{i}", "NCCL_NVLS_ENABLE": "0"}, f"demo-cuda0-r{i}")
+                   for i in range(shared_ranks)]
+        return Plan(workers, f"{shared_ranks} ranks sharing one GPU (cuda:0) over NCCL's socket transport: the "
+                    "bandwidth is the socket's through one GPU, not NVLink's", SHARED_MAX_BYTES)
+    return Plan([("cpu", {}, ""), ("cpu", {}, "")], "2 CPU workers, gloo (no GPU visible)", 64 << 20)
 
 
-async def run_demo(max_bytes: int | None = None, http_address: str = "127.0.0.1:0", serve: bool = False) -> int:
+async def run_demo(max_bytes: int | None = None, http_address: str = "127.0.0.1:0", serve: bool = False,
+                   shared_ranks: int | None = None) -> int:
     """Run the demo; with `serve`, keep coordinator and workers up after the sweep (until
     Ctrl-C) so the dashboard and the API can be explored."""
-    devices = local_devices()
-    on_gpu = devices[0].startswith("cuda")
-    max_bytes = max_bytes or ((1 << 30) if on_gpu else (64 << 20))
+    chosen = plan(visible_gpu_count(), shared_ranks or SHARED_RANKS)
+    devices = [d for d, _, _ in chosen.workers]
+    max_bytes = max_bytes or chosen.max_bytes
     with tempfile.TemporaryDirectory(prefix="ringleader-demo-") as tmp:
         config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address=http_address,
                                    db=os.path.join(tmp, "jobs.db"))
         async with RunningCoordinator(config) as coord:
             print(f"coordinator: gRPC {coord.grpc_target}")
-            print(f"starting {len(devices)} workers: {', '.join(devices)}", flush=True)
+            print(f"starting {len(devices)} workers: {chosen.label}", flush=True)
             # Their logs go to a file: a pipe nobody reads would fill up and stall a worker.
             workers_log = os.path.join(tmp, "workers.log")
             with open(workers_log, "wb") as logs:
                 procs = [subprocess.Popen([sys.executable, "-m", "ringleader", "worker", "--coordinator",
-                                           coord.grpc_target, "--device", d], stdout=subprocess.DEVNULL, stderr=logs)
-                         for d in devices]
+                                           coord.grpc_target, "--device", d, *(["--worker-id", wid] if wid else [])],
+                                          env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=logs)
+                         for d, env, wid in chosen.workers]
             try:
-                code, job_id = await _sweep(coord, len(devices), max_bytes, workers_log)
+                code, job_id = await _sweep(coord, len(devices), max_bytes, workers_log, chosen.label)
                 if not serve:
                     print("dashboard: run with --serve to keep the dashboard up")
                     return code
@@ -85,7 +116,7 @@ async def _until_interrupted() -> None:
     await stop.wait()
 
 
-async def _sweep(coord: RunningCoordinator, n: int, max_bytes: int, workers_log: str) -> tuple[int, str]:
+async def _sweep(coord: RunningCoordinator, n: int, max_bytes: int, workers_log: str, label: str) -> tuple[int, str]:
     """Run the sweep: (exit code, the job's id or "" when none ran)."""
     deadline = time.monotonic() + WORKERS_READY_TIMEOUT_S
     while sum(w.state == pb.IDLE for w in coord.core.list_workers().workers) < n:
@@ -106,6 +137,7 @@ async def _sweep(coord: RunningCoordinator, n: int, max_bytes: int, workers_log:
                 print(f"  {ev.result.size_bytes:>12} B  {ev.result.busbw_gbps:8.2f} GB/s busbw", flush=True)
         job = await stub.GetJob(pb.GetJobRequest(job_id=job.id))
     print(f"job {job.id} {table.state_name(job.state)} on {job.backend}: {job.reason}")
+    print(f"# measured on {label}")
     if job.results:
         print(table.results_table(job.results))
     return (0 if job.state == pb.SUCCEEDED else 1), job.id

@@ -231,3 +231,26 @@ def test_ui_placement_label_matches_the_cli_rule():
     # what the UI labels and what it matches a compared job's rows on
     assert 'c.in_place ? "in-place" : "out-of-place"' not in source
     assert "match: (r) => `${r.op}|${r.size_bytes}`" in source
+
+
+# ---- 2. one GPU is a real demo ----------------------------------------------------------------
+
+
+def test_demo_plan_shares_one_gpu_between_labelled_ranks():
+    from ringleader.app.demo import plan
+
+    one = plan(1)
+    assert [d for d, _, _ in one.workers] == ["cuda:0"] * 4
+    assert len({env["NCCL_HOSTID"] for _, env, _ in one.workers}) == 4  # NCCL sees separate hosts
+    assert len({wid for _, _, wid in one.workers}) == 4 and all(wid for _, _, wid in one.workers)
+    assert "sharing one GPU" in one.label and "socket transport" in one.label
+    assert len(plan(1, shared_ranks=2).workers) == 2
+    assert [d for d, _, _ in plan(8).workers] == [f"cuda:{i}" for i in range(8)]
+    cpu = plan(0)
+    assert [d for d, _, _ in cpu.workers] == ["cpu", "cpu"] and "gloo" in cpu.label
+
+
+def test_demo_refuses_a_single_shared_rank(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--shared-ranks", "1"])
+    assert exit_.value.code == 2 and "at least 2" in capsys.readouterr().err

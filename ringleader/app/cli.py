@@ -24,7 +24,7 @@ import grpc
 
 from ringleader import __version__, defaults
 from ringleader import spec as specs
-from ringleader.app import argtypes, commands, completion, config, hints, security_flags, submit_args
+from ringleader.app import argtypes, commands, completion, config, hints, k8s_secrets, security_flags, submit_args
 from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
@@ -133,6 +133,7 @@ def _add_clients(sub) -> None:
     _client_options(x, '{"job_id": ID, "ranks": [{"rank", "worker_id", "received", "text"}, ...]}')
     _client_options(_talker(sub, "workers", "list workers"), '{"workers": [WorkerInfo, ...]}')
     security_flags.add_certs_command(sub)
+    k8s_secrets.add_flag(sub.choices["certs"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -188,9 +189,7 @@ def _run(a, settings: config.Settings) -> int:
                                                 security=security_flags.server_security(settings))))
         return 0
     if a.command == "certs":
-        from ringleader.app import certs
-
-        return certs.run(a)
+        return k8s_secrets.run(a)
     if a.command == "worker":
         return run_workers(settings)
     if a.command == "demo":

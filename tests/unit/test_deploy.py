@@ -219,25 +219,17 @@ def test_prometheus_config_and_its_rules_pass_promtool():
 
 
 @needs_promtool
-def test_kubernetes_prometheus_config_passes_promtool(tmp_path):
-    """Debian's promtool is built without Kubernetes discovery, so it checks a copy whose
-    kubernetes_sd_configs are replaced by a static target: everything else (relabelling regexes
-    and actions, TLS settings, rule files) is checked as written."""
-    config = yaml.safe_load((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
-    for job in config["scrape_configs"]:
-        assert job.pop("kubernetes_sd_configs") == [{"role": "pod", "namespaces": {"names": ["ringleader"]}}]
-        job["static_configs"] = [{"targets": ["pod:1"]}]
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    shutil.copytree(RULES, tmp_path / "rules")
-    p = subprocess.run([PROMTOOL, "check", "config", str(tmp_path / "prometheus.yml")],
+def test_kubernetes_prometheus_config_passes_promtool_as_written():
+    """Checked as shipped, with the promtool .ci/run installs (Debian's, built without Kubernetes
+    discovery: the file finds pods through DNS). Its DNS names are Services of the manifests:
+    tests/unit/test_k8s.py."""
+    p = subprocess.run([PROMTOOL, "check", "config", str(PROMETHEUS / "prometheus-kubernetes.yml")],
                        capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stdout + p.stderr
-    # The pods' annotations and labels are what the relabelling reads (deploy/k8s/base).
-    relabel = yaml.safe_dump(config["scrape_configs"][0]["relabel_configs"])
-    for meta in ("pod_label_app_kubernetes_io_name", "pod_label_app_kubernetes_io_component",
-                 "pod_annotation_prometheus_io_scrape", "pod_annotation_prometheus_io_port",
-                 "pod_annotation_prometheus_io_scheme"):
-        assert f"__meta_kubernetes_{meta}" in relabel, meta
+    assert p.returncode == 0 and "SUCCESS: 5 rules found" in p.stdout, p.stdout + p.stderr
+    plain = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    kube = yaml.safe_load((PROMETHEUS / "prometheus-kubernetes.yml").read_text())
+    # the same job names, so the rules and the dashboard read both setups
+    assert {j["job_name"] for j in kube["scrape_configs"]} <= {j["job_name"] for j in plain["scrape_configs"]}
 
 
 @needs_promtool

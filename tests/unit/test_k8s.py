@@ -51,6 +51,13 @@ def one(docs, kind: str, name: str | None = None) -> dict:
     return found[0]
 
 
+def worker_sets(docs) -> list[dict]:
+    """The worker DaemonSets: one per GPU count (deploy/k8s/base/gpus/N/)."""
+    found = [d for d in docs if d["kind"] == "DaemonSet"]
+    assert found and all(d["metadata"]["name"].startswith("ringleader-worker-gpus-") for d in found)
+    return found
+
+
 def settings() -> dict:
     return yaml.safe_load((K8S / "base" / "settings.yaml").read_text())["data"]
 
@@ -160,7 +167,7 @@ def test_overlay_renders_and_validates_strictly(overlay, version, tmp_path):
             "resources": [os.path.relpath(K8S / "overlays" / "single-node", here)],
             "components": [os.path.relpath(K8S / "components" / "nvidia-runtime", here)]}))
         docs = render_dir(str(here))
-        assert one(docs, "DaemonSet")["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
+        assert {d["spec"]["template"]["spec"]["runtimeClassName"] for d in worker_sets(docs)} == {"nvidia"}
     else:
         docs = render(overlay)
     rendered = tmp_path / "rendered.yaml"
@@ -195,8 +202,9 @@ def test_every_pod_meets_its_namespace_pod_security_level_and_needs_it(overlay):
     # The coordinator is "restricted" everywhere; so are the workers on the pod network.
     coordinator = one(docs, "StatefulSet", "ringleader-coordinator")["spec"]["template"]["spec"]
     assert required_level(coordinator) == "restricted"
-    worker = one(docs, "DaemonSet", "ringleader-worker")["spec"]["template"]["spec"]
-    assert required_level(worker) == ("restricted" if overlay == "single-node" else "privileged")
+    for ds in worker_sets(docs):
+        worker = ds["spec"]["template"]["spec"]
+        assert required_level(worker) == ("restricted" if overlay == "single-node" else "privileged")
 
 
 @needs_kubectl
@@ -262,30 +270,76 @@ def secret_key_at(pod: dict, container: dict, path: str) -> tuple[str, str] | No
 
 @needs_kubectl
 @pytest.mark.parametrize("overlay", DEPLOYMENTS)
-def test_workers_are_guaranteed_qos_with_the_settings_resources(overlay):
-    ds = one(render(overlay), "DaemonSet", "ringleader-worker")
-    pod = ds["spec"]["template"]["spec"]
-    s = settings()
-    for c in pod["containers"]:
-        r = c["resources"]
-        assert r["requests"] == r["limits"], c["name"]  # Guaranteed: every resource, requests == limits
-        assert {"cpu", "memory"} <= set(r["limits"])
-        assert r["limits"]["nvidia.com/gpu"] == s["GPUS_PER_NODE"]
-        assert (r["limits"]["cpu"], r["limits"]["memory"]) == (s["WORKER_CPU"], s["WORKER_MEMORY"])
-    (dshm,) = [v for v in pod["volumes"] if v["name"] == "dshm"]
-    assert dshm["emptyDir"] == {"medium": "Memory", "sizeLimit": s["WORKER_SHM_SIZE"]}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["tolerations"]
+def test_workers_are_guaranteed_qos_sized_by_their_gpu_count(overlay):
+    for ds in worker_sets(render(overlay)):
+        pod = ds["spec"]["template"]["spec"]
+        n = int(pod["nodeSelector"]["nvidia.com/gpu.count"])
+        for c in pod["containers"]:
+            r = c["resources"]
+            assert r["requests"] == r["limits"], c["name"]  # Guaranteed: every resource, requests == limits
+            assert (r["limits"]["nvidia.com/gpu"], r["limits"]["cpu"], r["limits"]["memory"]) == \
+                (str(n), str(2 * n), f"{16 * n}Gi")
+        (dshm,) = [v for v in pod["volumes"] if v["name"] == "dshm"]
+        assert dshm["emptyDir"] == {"medium": "Memory", "sizeLimit": f"{2 * n}Gi"}
+        assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["tolerations"]
     pdb = one(render(overlay), "PodDisruptionBudget", "ringleader-worker")
     # An integer: the API reads a string as a percentage, which DaemonSet pods cannot use.
+    s = settings()
     assert pdb["spec"]["minAvailable"] == s["WORKERS_MIN_AVAILABLE"] and isinstance(pdb["spec"]["minAvailable"], int)
-    assert pdb["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    for ds in worker_sets(render(overlay)):
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+
+
+def _scheduled_on(docs, node_labels: dict) -> list[dict]:
+    """The DaemonSets whose pods a node with these labels runs (nodeSelector: every pair matches)."""
+    return [d for d in docs if d["kind"] == "DaemonSet"
+            and d["spec"]["template"]["spec"]["nodeSelector"].items() <= node_labels.items()]
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", DEPLOYMENTS)
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
+def test_a_node_runs_one_worker_pod_holding_all_its_gpus(overlay, gpus):
+    """A node as GPU feature discovery labels it: exactly one worker DaemonSet lands there, and
+    its pod requests the node's GPU count (the manifests once asked 8 of every node)."""
+    docs = render(overlay)
+    node = {"kubernetes.io/hostname": "n1", "nvidia.com/gpu.present": "true", "nvidia.com/gpu.count": str(gpus)}
+    (ds,) = _scheduled_on(docs, node)
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == str(gpus)
+    assert parse_cli(exec_form(dockerfile("Dockerfile.worker"), "ENTRYPOINT") + c["args"]).device == "all"
+    assert not _scheduled_on(docs, {"kubernetes.io/hostname": "cpu-only"})  # no GPU: no worker
+    # Distinct selectors: no DaemonSet adopts another's pods.
+    selectors = [tuple(sorted(d["spec"]["selector"]["matchLabels"].items())) for d in worker_sets(docs)]
+    assert len(set(selectors)) == len(selectors)
+
+
+@needs_kubectl
+def test_plain_prometheus_finds_the_pods_through_headless_services():
+    docs = render("single-node")
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus-kubernetes.yml").read_text())
+    for job in config["scrape_configs"]:
+        (sd,) = job["dns_sd_configs"]
+        (name,) = sd["names"]
+        service, namespace, _ = name.split(".", 2)
+        svc = one(docs, "Service", service)
+        assert svc["metadata"]["namespace"] == namespace and svc["spec"]["clusterIP"] == "None"
+        component = job["job_name"].removeprefix("ringleader-")
+        assert svc["spec"]["selector"]["app.kubernetes.io/component"] == component
+        assert sd["port"] in {int(p["port"]) for p in svc["spec"]["ports"]}
+    for ds in worker_sets(docs):
+        assert ds["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9401"
 
 
 @needs_kubectl
 @pytest.mark.parametrize("overlay", DEPLOYMENTS)
 def test_worker_command_probes_and_secrets(overlay):
     docs = render(overlay)
-    pod = one(docs, "DaemonSet", "ringleader-worker")["spec"]["template"]["spec"]
+    for ds in worker_sets(docs):
+        _check_worker_pod(docs, ds["spec"]["template"]["spec"])
+
+
+def _check_worker_pod(docs, pod: dict) -> None:
     (c,) = pod["containers"]
     a = parse_cli(exec_form(dockerfile("Dockerfile.worker"), "ENTRYPOINT") + c["args"])
     assert a.device == "all" and a.metrics_address == f"0.0.0.0:{DEFAULT_PORT}"
@@ -313,7 +367,14 @@ def test_worker_command_probes_and_secrets(overlay):
 def test_the_ib_overlay_uses_the_host_network_and_the_rdma_devices_from_its_values():
     docs = render("multi-node-ib")
     values = yaml.safe_load((K8S / "overlays/multi-node-ib/values.yaml").read_text())["data"]
-    pod = one(docs, "DaemonSet", "ringleader-worker")["spec"]["template"]["spec"]
+    for ds in worker_sets(docs):
+        _check_ib_worker(ds["spec"]["template"]["spec"], values)
+    policy = one(docs, "NetworkPolicy", "ringleader-coordinator")
+    assert {"ipBlock": {"cidr": values["NODE_CIDR"]}} in [f for rule in policy["spec"]["ingress"] for f in rule["from"]]
+    assert not [d for d in docs if d["kind"] == "ConfigMap"]  # values.yaml is local-config only
+
+
+def _check_ib_worker(pod: dict, values: dict) -> None:
     (c,) = pod["containers"]
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     env = {e["name"]: e.get("value") for e in c["env"]}
@@ -322,16 +383,14 @@ def test_the_ib_overlay_uses_the_host_network_and_the_rdma_devices_from_its_valu
     rdma = [k for k in c["resources"]["limits"] if k.startswith("rdma/")]
     assert rdma and all(c["resources"]["requests"][k] == c["resources"]["limits"][k] for k in rdma)
     assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
-    policy = one(docs, "NetworkPolicy", "ringleader-coordinator")
-    assert {"ipBlock": {"cidr": values["NODE_CIDR"]}} in [f for rule in policy["spec"]["ingress"] for f in rule["from"]]
-    assert not [d for d in docs if d["kind"] == "ConfigMap"]  # values.yaml is local-config only
 
 
 @needs_kubectl
 def test_single_node_workers_disable_ib_on_the_pod_network():
-    pod = one(render("single-node"), "DaemonSet", "ringleader-worker")["spec"]["template"]["spec"]
-    assert not pod.get("hostNetwork")
-    assert {"name": "NCCL_IB_DISABLE", "value": "1"} in pod["containers"][0]["env"]
+    for ds in worker_sets(render("single-node")):
+        pod = ds["spec"]["template"]["spec"]
+        assert not pod.get("hostNetwork")
+        assert {"name": "NCCL_IB_DISABLE", "value": "1"} in pod["containers"][0]["env"]
 
 
 # ---- network policies -------------------------------------------------------------------------
@@ -373,8 +432,8 @@ def test_monitors_scrape_named_ports_and_the_dashboard_is_a_sidecar_configmap():
     assert {e["port"] for e in sm["spec"]["endpoints"]} <= {p["name"] for p in svc["spec"]["ports"]}
     assert {e["scheme"] for e in sm["spec"]["endpoints"]} == {"https"}
     pm = one(monitoring, "PodMonitor")
-    worker = one(deployment, "DaemonSet", "ringleader-worker")["spec"]["template"]
-    assert pm["spec"]["selector"]["matchLabels"].items() <= worker["metadata"]["labels"].items()
+    for ds in worker_sets(deployment):
+        assert pm["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     assert {e["port"] for e in pm["spec"]["podMetricsEndpoints"]} == {"metrics"}
     dashboard = one(monitoring, "ConfigMap", "ringleader-grafana-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -404,20 +463,31 @@ def test_readme_applies_overlays_that_render():
 
 
 @needs_kubectl
-def test_readme_creates_the_secrets_the_pods_mount(tmp_path):
-    """Runs the README's Secret block with openssl, kubectl creating nothing (--dry-run=client),
-    and compares the Secrets with what the rendered pods mount."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs openssl")
-    (block,) = [b for b in readme_blocks() if "create secret" in b]
-    script = ('kubectl() { command kubectl "$@" --dry-run=client -o yaml; echo "---"; }\n' + block)
-    p = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr
-    created = {d["metadata"]["name"]: set(d["data"]) for d in yaml.safe_load_all(p.stdout) if d}
+def test_readme_creates_the_secrets_the_pods_mount(tmp_path, capsys):
+    """Runs the README's `ringleader certs DIR --k8s`, checks that its `kubectl apply -f` names the
+    manifest written, and compares the Secrets with what the rendered pods mount."""
+    from cryptography import x509
+
+    from ringleader.app.cli import main
+
+    (certs,) = [c for c in readme_commands("ringleader") if c[1] == "certs"]
+    (apply,) = [c for c in readme_commands("kubectl") if c[1:3] == ["apply", "-f"]]
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            main(certs[1:])
+    finally:
+        os.chdir(cwd)
+    assert exit_.value.code == 0, capsys.readouterr().err
+    manifest = tmp_path / apply[3]
+    assert manifest.stat().st_mode & 0o077 == 0  # private keys and tokens: owner only
+    docs = list(yaml.safe_load_all(manifest.read_text()))
+    created = {d["metadata"]["name"]: set(d["data"]) for d in docs}
+    assert {d["metadata"]["namespace"] for d in docs} == {"ringleader"}
     for overlay in DEPLOYMENTS:
-        docs = render(overlay)
-        for _, name, pod, _ in pod_templates(docs):
+        docs_ = render(overlay)
+        for _, name, pod, _ in pod_templates(docs_):
             for c in pod["containers"]:
                 for m in c["volumeMounts"]:
                     vol = next((v for v in pod["volumes"] if v["name"] == m["name"]), {})  # or a claim template
@@ -427,6 +497,11 @@ def test_readme_creates_the_secrets_the_pods_mount(tmp_path):
                         assert s["secretName"] in created and keys <= created[s["secretName"]], (overlay, name, s)
     assert created["ringleader-tokens"] == {"token", "worker-token"}
     assert created["ringleader-coordinator-tls"] == created["ringleader-worker-tls"] == {"tls.crt", "tls.key", "ca.crt"}
+    # The workers reach the coordinator by its Service's name: the certificate must carry it.
+    svc = one(render("single-node"), "Service", "ringleader-coordinator")["metadata"]["name"]
+    cert = x509.load_pem_x509_certificate((tmp_path / "pki" / "server.pem").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert {svc, f"{svc}.ringleader.svc"} <= set(names)
 
 
 @needs_kubectl

@@ -5,8 +5,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The CPU build on CI and dev machines; an unpinned torch would pull a multi-GB CUDA build.
-TORCH ?= torch==2.13.0
+# torch's CPU build, 2.13.0+cpu: PyPI's torch==2.13.0 is the CUDA build on Linux x86_64 (about 16
+# nvidia-* packages, several GB), so it comes from PyTorch's CPU index, except where the wheel is
+# on local disk: the project's dev machines keep it in /opt/wheels (pip's find-links there), and
+# cannot reach that index. GPU machines: `make TORCH=torch==2.13.0 TORCH_INDEX=` (the CUDA build).
+TORCH ?= torch==2.13.0+cpu
+TORCH_INDEX ?= $(if $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl),,https://download.pytorch.org/whl/cpu)
 # dev: the test tools; worker: torch (already satisfied by $(TORCH)) and nvidia-ml-py.
 EXTRAS ?= dev,worker
 # Images: tagged with the package version (ringleader/__init__.py), pushed under $(REGISTRY).
@@ -20,7 +24,7 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) $(TORCH)
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 

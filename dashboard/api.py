@@ -15,11 +15,12 @@ import io
 import platform
 from typing import Annotated, Any, AsyncIterator, Iterator
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, Query, Request, Security
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
+from fastapi.security import HTTPBearer
 
 import google.protobuf
 import grpc
@@ -39,6 +40,12 @@ from ringleader.v1 import jobs_pb2 as pb
 
 KEEPALIVE_S = 15.0  # a comment line after this much silence keeps proxies from closing a stream
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+# The users' token as OpenAPI's bearer scheme, so clients and generators see how to authenticate.
+# The guard (dashboard/guard.py) checks it before any route runs, for the UI and /metrics too;
+# here it is declared, not checked again (auto_error=False).
+BEARER = HTTPBearer(auto_error=False, description="the users' token (the coordinator's --token-file); "
+                                                  "required when the coordinator has one")
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Error, "description": "No job with this id"}}
 
@@ -76,7 +83,7 @@ class Route(APIRoute):
 
 
 def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
-    r = APIRouter(prefix="/api/v1", route_class=Route)
+    r = APIRouter(prefix="/api/v1", route_class=Route, dependencies=[Security(BEARER)])
     _job_routes(r, core)
     _result_routes(r, core)
     _event_routes(r, core, keepalive_s)

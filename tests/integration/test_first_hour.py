@@ -23,7 +23,10 @@ import pytest
 
 from cluster import Cluster, ringleader_cmd, running
 from ringleader.app.certs import write_cluster_files
+from dashboard.api import BEARER
 from ringleader.v1 import jobs_pb2 as pb
+
+BEARER_DESCRIPTION = BEARER.model.description
 
 pytestmark = pytest.mark.integration
 
@@ -195,3 +198,11 @@ def test_plain_http_to_the_https_port_gets_a_clear_400(mtls):
     assert answer.endswith(f"This port speaks HTTPS: use https://127.0.0.1:{port}/\n".encode())
     context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
     assert httpx.get(f"{c.http_url}/healthz", verify=context, timeout=30).text == "ok"  # HTTPS still served
+
+
+def test_openapi_declares_the_bearer_scheme_on_every_api_operation(two):
+    doc = httpx.get(f"{two.http_url}/openapi.json", timeout=30).json()
+    assert doc["components"]["securitySchemes"]["HTTPBearer"] == {
+        "type": "http", "scheme": "bearer", "description": BEARER_DESCRIPTION}
+    operations = [op for path, item in doc["paths"].items() if path.startswith("/api/v1/") for op in item.values()]
+    assert operations and all(op.get("security") == [{"HTTPBearer": []}] for op in operations)

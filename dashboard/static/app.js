@@ -407,6 +407,18 @@
         return;
       }
       this.renderFleet(workers);
+      this.refreshQueued();
+    }
+
+    // A queued job's waiting reason changes without an event (a worker comes or goes): read the
+    // queued jobs again with the fleet, so their rows say why they wait now, as `ringleader watch`.
+    async refreshQueued() {
+      if (![...this.jobs.values()].some((j) => j.state === "QUEUED")) return;
+      const page = await getJSON(`${API}/jobs?state=QUEUED&limit=100`).catch(() => null);
+      for (const job of page ? page.jobs : []) {
+        const known = this.jobs.get(job.id);
+        if (known && known.reason !== job.reason) this.onJobEvent({ state: { state: job.state, reason: job.reason } }, job);
+      }
     }
 
     renderFleet(workers) {

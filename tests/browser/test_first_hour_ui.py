@@ -1,0 +1,44 @@
+"""Issue 21 in the web UI: a job's placement label is the CLI's (torch's all_reduce runs in one
+buffer, so an out-of-place request is labelled in-place, as the CLI's table says), and a queued
+job's row shows its live waiting reason (a worker joining changes it without a state change)."""
+
+from __future__ import annotations
+
+import pytest
+from selenium.webdriver.support.ui import WebDriverWait
+
+from ringleader.app import table
+from ringleader.v1 import jobs_pb2 as pb
+
+WAIT_S = 60
+
+
+def wait_for(browser, script: str):
+    return WebDriverWait(browser, WAIT_S).until(lambda d: d.execute_script(f"return {script}"))
+
+
+def test_the_job_page_labels_placement_as_the_cli_does(web_cluster, browser):
+    job = web_cluster.wait_job(web_cluster.submit(op="all_reduce", sizes=[1024], iters=3).id)
+    assert job.state == pb.SUCCEEDED and not job.spec.collective.in_place
+    assert "2 ranks, in-place" in table.results_table(job.results)
+    browser.get(f"{web_cluster.http_url}/jobs/{job.id}")
+    facts = wait_for(browser, "document.querySelector('.fact-job dd') && document.querySelector('.fact-job dd').textContent")
+    assert "in-place" in facts and "out-of-place" not in facts
+
+
+def test_a_queued_jobs_row_shows_its_live_reason(web_cluster, browser):
+    job = web_cluster.client.submit(pb.JobSpec(world_size=4, collective=pb.CollectiveSpec(op="all_reduce")))
+    row = f"document.querySelector('tr[data-job=\"{job.id}\"] td.reason')"
+    try:
+        browser.get(f"{web_cluster.http_url}/")
+        assert "2 connected" in wait_for(browser, f"{row} && {row}.textContent")
+        web_cluster.start_worker("w2")
+        web_cluster.wait_idle(["w2"])
+        # no state change: only the fleet's refresh brings the new reason
+        assert wait_for(browser, f"{row}.textContent.includes('3 connected') && {row}.textContent")
+    finally:
+        web_cluster.client.cancel(job.id)
+        web_cluster.kill_worker("w2")
+
+
+pytestmark = pytest.mark.integration

@@ -4,6 +4,7 @@ and Prometheus."""
 
 import asyncio
 import json
+import pathlib
 import re
 import shutil
 import subprocess
@@ -390,3 +391,21 @@ def test_compose_file():
     path = provider["providers"][0]["options"]["path"]
     assert any(v.split(":")[1].startswith(path + "/") and v.split(":")[0].endswith(".json")
                for v in s["grafana"]["volumes"])
+
+
+def test_make_installs_the_cpu_torch_from_its_index_or_local_disk(tmp_path):
+    """PyPI's torch==2.13.0 is the CUDA build on Linux x86_64: make asks for 2.13.0+cpu, from
+    PyTorch's CPU index unless the wheel is on local disk (what the README's quick start says)."""
+    def setup(*overrides: str) -> str:
+        p = subprocess.run(["make", "-n", "setup", f"VENV={tmp_path / 'venv'}", *overrides], cwd=ROOT,
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        return next(line for line in p.stdout.splitlines() if "pip install" in line and "torch" in line)
+
+    line = setup("TORCH_INDEX=https://download.pytorch.org/whl/cpu")
+    assert line.endswith("--extra-index-url https://download.pytorch.org/whl/cpu torch==2.13.0+cpu")
+    assert setup("TORCH=torch==2.13.0", "TORCH_INDEX=").split()[-1] == "torch==2.13.0"
+    local = list(pathlib.Path("/opt/wheels").glob("torch-2.13.0+cpu-*.whl"))
+    assert ("--extra-index-url" in setup()) == (not local)
+    readme = (ROOT / "README.md").read_text()
+    assert "torch==2.13.0+cpu" in readme and "https://download.pytorch.org/whl/cpu" in readme

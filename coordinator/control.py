@@ -41,7 +41,7 @@ from coordinator.inputs import (CLOSE, Cancel, Disconnect, Fail, Input, Lost, Ou
 from coordinator.jobs import JobBook, Page, Queued
 from coordinator.liveness import Timings
 from coordinator.registry import WorkerConn, WorkerRegistry
-from ringleader.errors import FailedPrecondition, NotFound
+from ringleader.errors import FailedPrecondition
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
@@ -60,6 +60,7 @@ class Control(WorkerProtocol):
         self.groups = Groups()
         self.scheduler = scheduler.Scheduler()
         self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
+        self.quarantined: set[str] = set()  # worker ids kept out of user jobs (SetQuarantine)
         self._out = Out()
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
         self._last_tick: float | None = None
@@ -144,6 +145,9 @@ class Control(WorkerProtocol):
     def _register(self, inp: Register) -> None:
         reg = inp.reg
         conn = self.workers.add(reg)
+        if reg.worker_id in self.quarantined:
+            conn.quarantined = True
+            conn.transition(pb.QUARANTINED)  # indexed below, as it is
         log.info("worker %s registered (%s %s on %s)", reg.worker_id, reg.device.type, reg.device.name, reg.host)
         self._send(conn, wpb.CoordinatorMessage(registered=wpb.Registered(
             worker_id=reg.worker_id, heartbeat_interval_s=self.timings.heartbeat_interval_s)))
@@ -167,9 +171,11 @@ class Control(WorkerProtocol):
         self._holds(conn, "")
 
     def _quarantine(self, inp: SetQuarantine) -> None:
+        """Kept by worker id, so it holds across reconnects and may be set before a worker comes."""
+        (self.quarantined.add if inp.on else self.quarantined.discard)(inp.worker_id)
         conn = self.workers.get(inp.worker_id)
-        if conn is None or not conn.connected:
-            raise NotFound(f"worker {inp.worker_id} is not connected")
+        if conn is None or not conn.connected or conn.quarantined == inp.on:
+            return
         conn.quarantined = inp.on
         if conn.state in IDLE_STATES:
             self._free(conn)

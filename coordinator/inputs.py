@@ -60,7 +60,8 @@ class Tick:
 @dataclass(frozen=True)
 class SetQuarantine:
     """Keep user jobs off a worker (on) or let them back (off); a job that names the worker in
-    placement.worker_ids is still placed on it."""
+    placement.worker_ids is still placed on it. It holds for the worker id, also while the
+    worker is disconnected or before it first registers."""
 
     worker_id: str
     on: bool

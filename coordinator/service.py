@@ -217,7 +217,7 @@ class Coordinator:
         self._do(WorkerMsg(conn, msg))
 
     def set_quarantine(self, worker_id: str, on: bool) -> None:
-        """Keep user jobs off a connected worker (on), or let them back (off); NotFound if it is
-        not connected. A job whose placement.worker_ids names it still runs there."""
+        """Keep user jobs off a worker (on), or let them back (off), by id (also one that is not
+        connected now). A job whose placement.worker_ids names it still runs there."""
         jobspec.check_text("worker_id", worker_id)
         self._do(SetQuarantine(worker_id, on))

@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from coordinator.control import Control
-from coordinator.inputs import CLOSE, Cancel, Out, Register, SetQuarantine, Submit, Tick, WorkerMsg
+from coordinator.inputs import CLOSE, Cancel, Disconnect, Out, Register, SetQuarantine, Submit, Tick, WorkerMsg
 from coordinator.liveness import Timings
 from coordinator.store_memory import MemoryJobStore
 from ringleader import jobspec
-from ringleader.errors import NotFound
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
@@ -262,9 +261,18 @@ def test_a_quarantined_worker_gets_only_jobs_that_name_it():
     assert f.job(waiting).workers[0].worker_id == "w1" and f.state("w1") == pb.BUSY
 
 
-def test_quarantine_of_an_unknown_worker_is_not_found():
-    with pytest.raises(NotFound):
-        Fleet(1).ctl.handle(SetQuarantine("nobody", True))
+def test_quarantine_holds_for_the_worker_id_across_reconnects_and_before_it_registers():
+    f = Fleet(1)
+    f.ctl.handle(SetQuarantine("w1", True))  # not registered yet
+    f.register("w1", 1)
+    assert f.state("w1") == pb.QUARANTINED
+    job_id = f.submit(2).job.id
+    assert f.job(job_id).reason == "needs 2 workers, 1 connected"  # a quarantined worker is not counted
+    f.ctl.handle(Disconnect(f.conns["w1"], "test"))
+    f.register("w1", 1)
+    assert f.state("w1") == pb.QUARANTINED and f.job(job_id).state == pb.QUEUED
+    f.ctl.handle(SetQuarantine("w1", False))
+    assert f.job(job_id).state == pb.RUNNING
 
 
 def test_no_coordinator_object_installs_a_callback_on_another_and_one_place_schedules():

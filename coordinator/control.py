@@ -215,7 +215,10 @@ class Control(WorkerProtocol):
         for worker_id in self.workers.expire(now):
             log.info("worker %s forgotten: disconnected for over %.0f s", worker_id, self.workers.ttl_s)
         for verdict in liveness.verdicts(now, self.book.running.values(), self.workers, self.timings):
-            self._apply(verdict)
+            try:
+                self._apply(verdict)
+            except Exception:  # a bug in one verdict must not keep the others (or their sends) back
+                log.exception("applying %s failed", verdict)
 
     def _fail(self, inp: Fail) -> None:
         if (rj := self.book.running.get(inp.job_id)) is not None:

@@ -21,7 +21,7 @@ import logging
 import time
 
 from coordinator import admission
-from coordinator.inputs import Out
+from coordinator.inputs import Out, WorkerMsg
 from coordinator.jobs import Running, row_key
 from coordinator.liveness import UNWELL
 from coordinator.registry import WorkerConn
@@ -53,7 +53,7 @@ class WorkerProtocol:
 
     # ---- messages up a worker's stream -----------------------------------------------------
 
-    def _message(self, inp) -> None:
+    def _message(self, inp: WorkerMsg) -> None:
         conn, msg = inp.conn, inp.msg
         kind = msg.WhichOneof("msg")
         conn.last_heartbeat, conn.last_heartbeat_wall = time.monotonic(), time.time()

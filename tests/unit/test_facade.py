@@ -244,3 +244,13 @@ def test_paging_reports_a_next_page_at_the_largest_page(core):
     assert len(first.jobs) == PAGE_MAX and first.next_before == first.jobs[-1].id
     rest = core.list_jobs(limit=PAGE_MAX, before_id=first.next_before)
     assert len(rest.jobs) == 2 and rest.next_before == ""
+
+
+def test_a_quarantined_worker_is_listed_as_such_and_left_out_of_user_jobs(core):
+    ws = workers(core, 3)
+    core.set_quarantine("w2", True)
+    assert [w.worker_id for w in core.list_workers([pb.QUARANTINED]).workers] == ["w2"]
+    job = core.submit(spec(2))
+    assert [w.worker_id for w in core.get(job.id).workers] == ["w0", "w1"]
+    core.set_quarantine("w2", False)
+    assert ws[2].state == pb.IDLE

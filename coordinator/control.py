@@ -76,12 +76,11 @@ class Control(WorkerProtocol):
         """Apply one input; return the messages to send (in order) and the events it recorded.
         Bad input raises (InvalidSpec, NotFound, FailedPrecondition, AlreadyExists) and changes
         nothing."""
-        self._out, self._dirty = Out(), False
-        self.events.drain()  # events published outside an input belong to nobody's answer
-        self._apply(inp)
+        out = self._out = Out()
+        self._dirty = False
+        self._handlers[type(inp)](inp)
         if self._dirty:
             self.schedule()
-        out, self._out = self._out, Out()
         out.events = self.events.drain()
         return out
 

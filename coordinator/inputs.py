@@ -3,7 +3,8 @@
 Each input is one fact: a call from a user, a worker's registration, departure or message, a clock
 tick, or a verdict that liveness (coordinator/liveness.py) worked out from the clock. `Control.handle`
 applies one input and returns an `Out`: the messages to put on workers' streams, in order, and the
-job events the change recorded.
+job events the change recorded. Inputs are values: nobody changes one once made (they are not
+frozen only because a frozen dataclass costs twice as much to make, and a heartbeat is one).
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from ringleader.v1 import workers_pb2 as wpb
 
 # ---- from users ------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Submit:
     valid: ValidJob  # the checked spec (jobspec.normalize), admitted against the fleet
     request_id: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Cancel:
     job_id: str
     reason: str = "cancelled by user"
@@ -33,18 +34,18 @@ class Cancel:
 
 # ---- from workers ----------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Register:
     reg: wpb.Register  # checked (admission.check_registration)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Disconnect:
     conn: WorkerConn
     why: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class WorkerMsg:
     conn: WorkerConn
     msg: wpb.WorkerMessage
@@ -52,12 +53,12 @@ class WorkerMsg:
 
 # ---- from the clock and the operators --------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Tick:
     now: float  # time.monotonic()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SetQuarantine:
     """Keep user jobs off a worker (on) or let them back (off); a job that names the worker in
     placement.worker_ids is still placed on it. It holds for the worker id, also while the
@@ -67,7 +68,7 @@ class SetQuarantine:
     on: bool
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Reload:
     """After a (re)start: queued jobs queue again; running ones wait until `reattach_deadline`
     (monotonic) for their workers to come back."""
@@ -77,19 +78,19 @@ class Reload:
 
 # ---- verdicts liveness returns for a tick ----------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Lost:
     conn: WorkerConn
     why: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Fail:
     job_id: str
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Requeue:
     job_id: str
 
@@ -99,7 +100,7 @@ Input = Union[Submit, Cancel, Register, Disconnect, WorkerMsg, Tick, SetQuaranti
 CLOSE = None  # sent in place of a message: end the worker's stream
 
 
-@dataclass
+@dataclass(slots=True)
 class Out:
     """What one input did: `sends` in order ((conn, message), or (conn, CLOSE) to end a stream),
     the job events it recorded or published, and what a call returns (`job`, `conn`)."""

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from coordinator import liveness
 from coordinator.control import Control
-from coordinator.inputs import CLOSE, Cancel, Disconnect, Out, Register, SetQuarantine, Submit, Tick, WorkerMsg
+from coordinator.inputs import CLOSE, Cancel, Disconnect, Out, Register, Reload, SetQuarantine, Submit, Tick, WorkerMsg
 from coordinator.liveness import Timings
 from coordinator.store_memory import MemoryJobStore
 from ringleader import jobspec
@@ -282,3 +283,35 @@ def test_no_coordinator_object_installs_a_callback_on_another_and_one_place_sche
     assert assigned == []
     calls = [name for name, text in sources.items() for _ in re.finditer(r"(?<!def )\bschedule\(\)", text)]
     assert calls == ["control.py"]
+
+
+def test_liveness_only_returns_verdicts_and_changes_nothing():
+    f = Fleet(2)
+    job_id = started(f)
+    f.conns["w1"].last_heartbeat -= 6
+    f.beat("w0", job_id, 3, pb.EXECUTOR_STOPPED, "process stopped")
+    now = time.monotonic() + 4.5
+    got = liveness.verdicts(now, f.ctl.book.running.values(), f.ctl.workers, f.ctl.timings)
+    assert [type(v).__name__ for v in got] == ["Lost", "Fail"]
+    assert got[0].conn is f.conns["w1"] and got[1].job_id == job_id
+    assert got[1].reason.startswith("rank 0 (worker w0) is not responding (process stopped) for ")
+    assert (f.state("w1"), f.job(job_id).state) == (pb.BUSY, pb.RUNNING)  # nothing applied
+
+
+def test_a_job_whose_workers_miss_the_restart_grace_is_requeued_then_placed_again():
+    store = MemoryJobStore()
+    first = Control(store)
+    first.handle(Register(wpb.Register(worker_id="w0", host="h1", address="10.0.0.1", backend="gloo",
+                                       device=pb.Device(type="cpu", name="cpu"))))
+    job_id = first.handle(Submit(jobspec.normalize(pb.JobSpec(
+        world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))))).job.id
+    f = Fleet()  # a new coordinator over the same store
+    f.ctl = Control(store, Timings(heartbeat_timeout_s=100))
+    t0 = time.monotonic()
+    f.ctl.handle(Reload(reattach_deadline=t0 + 15))
+    assert f.job(job_id).state == pb.RUNNING  # waiting for its worker
+    out = f.ctl.handle(Tick(t0 + 16))
+    assert f.job(job_id).state == pb.QUEUED and sends(out) == []
+    out = f.register("w0")
+    assert sends(out) == [("w0", "registered"), ("w0", "assignment")]
+    assert f.job(job_id).state == pb.RUNNING

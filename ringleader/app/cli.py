@@ -22,15 +22,13 @@ import sys
 import argcomplete
 import grpc
 
-from ringleader import __version__, defaults
-from ringleader import spec as specs
+from ringleader import __version__, defaults, kinds
 from ringleader.app import argtypes, commands, completion, config, hints, k8s_secrets, security_flags, submit_args
 from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
 
 SHELLS = ("bash", "zsh", "fish")
-_JOB_OPS = (*specs.OPS, "p2p", "gradient_average", "train")  # what `jobs --op` filters on
 
 
 class CliError(Exception):
@@ -117,7 +115,7 @@ def _add_clients(sub) -> None:
     j = _talker(sub, "jobs", "list jobs, newest first")
     j.add_argument("--state", action="append", default=[],
                    choices=[n for n in pb.JobState.keys() if n != "JOB_STATE_UNSPECIFIED"])
-    _completer(j.add_argument("--op", default="", help="only jobs of this op (or job kind)"), _JOB_OPS)
+    _completer(j.add_argument("--op", default="", help="only jobs of this op (or job kind)"), kinds.listed_names())
     j.add_argument("--limit", type=int, default=defaults.PAGE_DEFAULT)
     _client_options(j, '{"jobs": [Job without results, ...], "next_before": ID or null}')
     for name, helptext in (("job", "show one job with its results"), ("watch", "follow a job until it ends"),

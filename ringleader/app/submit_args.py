@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 
-from ringleader import jobspec
+from ringleader import kinds
 from ringleader import spec as specs
 from ringleader.app import argtypes
-
-KIND_FLAGS = ("collective", "p2p", "gradient-average", "train", "algo-sweep")
 
 # short flag -> why it is refused and what to use instead
 MOVED = {
@@ -53,16 +51,14 @@ class _Moved(argparse.Action):
 
 def add_submit(s: argparse.ArgumentParser, completer) -> None:
     """Unset flags stay None so that the spec's own defaults (ringleader/spec.py) apply; op, dtype
-    and reduce op are checked by the spec validation, for a one-line error naming the field."""
-    dflt = specs.DEFAULTS
-    s.add_argument("--kind", default="collective", choices=KIND_FLAGS)
-    completer(s.add_argument("--op", default="", help="collective jobs: " + ", ".join(specs.OPS)), specs.OPS)
+    and reduce op are checked by the spec validation, for a one-line error naming the field. The
+    flags of one kind only are the kind's (ringleader/kinds.py, ringleader/app/kindargs.py)."""
+    s.add_argument("--kind", default="collective", choices=[k.cli_name for k in kinds.TABLE],
+                   help="; ".join(f"{k.cli_name}: {k.help}" for k in kinds.TABLE))
     s.add_argument("--world-size", type=int, default=None, metavar="N", help="number of ranks (required)")
     _add_sweep(s, completer)
     for flag in MOVED:
         s.add_argument(flag, action=_Moved)
-    s.add_argument("--in-place", action="store_true")
-    s.add_argument("--root", "-r", type=int, default=0)
     s.add_argument("--priority", type=int, default=0)
     s.add_argument("--name", default="")
     s.add_argument("--host", default="", help="only workers on this host")
@@ -75,8 +71,14 @@ def add_submit(s: argparse.ArgumentParser, completer) -> None:
                    help="accept the job even if the connected workers cannot hold it now (default: refuse it)")
     s.add_argument("--queue-timeout", type=argtypes.seconds, default=None, metavar="SECONDS",
                    help="cancel the job if it is still queued after this long (default: wait forever)")
-    _add_kinds(s, completer)
+    s.add_argument("--graph", action="store_true",
+                   help="capture the timed ops into a CUDA graph and replay it (NCCL; nccl-tests' -G)")
+    s.add_argument("--algo", default="", help="collective: nccl, nccl:ring/ll, nccl:tree/simple, ..., symm:one_shot, "
+                   "symm:two_shot; algo-sweep: a comma-separated list (default: every one available)")
     s.add_argument("--wait", action="store_true", help="show progress (on stderr), then the results")
+    for k in kinds.TABLE:  # each kind's own flags, from the table
+        if k.flags:
+            k.resolve("flags")(s.add_argument_group(f"{k.cli_name} jobs"))
 
 
 def _add_sweep(s: argparse.ArgumentParser, completer) -> None:
@@ -87,26 +89,9 @@ def _add_sweep(s: argparse.ArgumentParser, completer) -> None:
     s.add_argument("--sizes", type=argtypes.sizes, help="explicit sizes, e.g. 1K,1M,1G (overrides min/max/factor)")
     completer(s.add_argument("--dtype", "-d", default="", help=", ".join(specs.DTYPE_SIZES)
                              + f" (default {dflt['dtype']})"), specs.DTYPE_SIZES)
-    completer(s.add_argument("--reduce-op", default="", help=", ".join(specs.REDUCE_OPS)
-                             + f" (default {dflt['reduce_op']})"), specs.REDUCE_OPS)
     s.add_argument("--iters", "-n", type=argtypes.iters, help="timed iterations, or auto: per size, enough for a 20 ms "
                    f"loop (collective and algo-sweep default: auto; others: {dflt['iters']})")
     s.add_argument("--warmup", "-w", type=int, help=f"warm-up iterations (default {dflt['warmup']})")
-
-
-def _add_kinds(s: argparse.ArgumentParser, completer) -> None:
-    s.add_argument("--pairwise", action="store_true", help="p2p: every ordered pair in turn -> bandwidth matrix")
-    s.add_argument("--async", dest="async_", action="store_true", help="p2p: isend/irecv + wait (default send/recv)")
-    s.add_argument("--size", type=argtypes.size, default=None, help="gradient-average: gradient bytes (default 64M)")
-    completer(s.add_argument("--model", default="", help="train: linear (default) or mlp"), jobspec.MODELS)
-    s.add_argument("--steps", type=int, default=None, help="train: steps (default 50)")
-    s.add_argument("--batch-size", type=int, default=None, help="train: per-rank batch size (default 64)")
-    s.add_argument("--lr", type=float, default=None, help="train: learning rate (default 0.05)")
-    s.add_argument("--seed", type=int, default=0, help="train: data and weight seed")
-    s.add_argument("--graph", action="store_true",
-                   help="capture the timed ops into a CUDA graph and replay it (NCCL; nccl-tests' -G)")
-    s.add_argument("--algo", default="", help="collective: nccl, nccl:ring/ll, nccl:tree/simple, ..., symm:one_shot, "
-                   "symm:two_shot; algo-sweep: a comma-separated list (default: every one available)")
 
 
 def world_size(a: argparse.Namespace) -> int:

@@ -53,6 +53,8 @@ def add_submit(s: argparse.ArgumentParser, completer) -> None:
     """Unset flags stay None so that the spec's own defaults (ringleader/spec.py) apply; op, dtype
     and reduce op are checked by the spec validation, for a one-line error naming the field. The
     flags of one kind only are the kind's (ringleader/kinds.py, ringleader/app/kindargs.py)."""
+    s.epilog = ("Short flags as in nccl-tests: -b -e -f, -n iterations, -w warm-up, -d dtype, -r root. "
+                "-o is the output format (nccl-tests' -o is --reduce-op here), nccl-tests' -G is --graph.")
     s.add_argument("--kind", default="collective", choices=[k.cli_name for k in kinds.TABLE],
                    help="; ".join(f"{k.cli_name}: {k.help}" for k in kinds.TABLE))
     s.add_argument("--world-size", type=int, default=None, metavar="N", help="number of ranks (required)")

@@ -26,6 +26,18 @@ def test_the_job_page_labels_placement_as_the_cli_does(web_cluster, browser):
     assert "in-place" in facts and "out-of-place" not in facts
 
 
+def test_a_job_compares_with_its_in_place_twin(web_cluster, browser):
+    sizes = [4096, 65536]
+    first = web_cluster.wait_job(web_cluster.submit(op="all_gather", sizes=sizes, iters=3).id)
+    twin = web_cluster.wait_job(web_cluster.submit(op="all_gather", sizes=sizes, iters=3, in_place=True).id)
+    assert first.state == twin.state == pb.SUCCEEDED
+    browser.get(f"{web_cluster.http_url}/jobs/{first.id}?compare={twin.id}")
+    rows = "[...document.querySelectorAll('#results-body tr')]"
+    wait_for(browser, f"{rows}.length === 2 && {rows}.every((tr) => tr.cells.length === 10)")
+    compared = browser.execute_script(f"return {rows}.map((tr) => tr.cells[9].textContent.trim());")
+    assert all(c and c not in ("-", "—") for c in compared), compared  # a value per size, not "-"
+
+
 def test_a_queued_jobs_row_shows_its_live_reason(web_cluster, browser):
     job = web_cluster.client.submit(pb.JobSpec(world_size=4, collective=pb.CollectiveSpec(op="all_reduce")))
     row = f"document.querySelector('tr[data-job=\"{job.id}\"] td.reason')"

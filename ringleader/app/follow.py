@@ -11,6 +11,7 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+import time
 
 import grpc
 
@@ -89,8 +90,6 @@ LOGS_DEADLINE_S = 30.0  # ranks send their log as they report their end, just af
 def follow_logs(client: Client, job_id: str, out=sys.stderr) -> pb.JobLogs:
     """`logs -f`: follow the job to its end, then its logs once every rank has sent its own (or
     LOGS_DEADLINE_S passed: a rank whose worker died never will)."""
-    import time
-
     follow(client, job_id, out=out)
     deadline = time.monotonic() + LOGS_DEADLINE_S
     logs = client.logs(job_id)

@@ -29,6 +29,7 @@ MAX_TEXT = 256  # names, hosts, GPU models, worker ids: free text a user or work
 # A bound on priority bounds how long aging (one level per minute) takes to overtake: 33 hours.
 MAX_PRIORITY = 1000
 MAX_OP_TIMEOUT_S = 7 * 86400.0
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 30.0  # forming a group: within the store's and NCCL's usual times
 MAX_BATCH_SIZE = 1 << 20
 # The spec travels to every rank in its Assignment and is stored with the job; only a long list
 # of worker ids can make it this large.
@@ -111,7 +112,16 @@ def normalize(spec: pb.JobSpec) -> ValidJob:
     out = pb.JobSpec()
     out.CopyFrom(spec)
     out.op_timeout_s = spec.op_timeout_s or specs.DEFAULT_OP_TIMEOUT_S
+    out.rendezvous_timeout_s = _rendezvous_timeout(spec.rendezvous_timeout_s, out.op_timeout_s)
     return _NORMALIZERS[kind](out)
+
+
+def _rendezvous_timeout(seconds: float, op_timeout_s: float) -> float:
+    """Forming a group has its own deadline, within the op deadline (0: the default, capped by it)."""
+    if not math.isfinite(seconds) or not 0 <= seconds <= op_timeout_s:
+        raise InvalidSpec("rendezvous_timeout_s", f"must be a number of seconds between 0 (the default, "
+                          f"{DEFAULT_RENDEZVOUS_TIMEOUT_S:g}) and op_timeout_s ({op_timeout_s:g}), got {seconds}")
+    return seconds or min(DEFAULT_RENDEZVOUS_TIMEOUT_S, op_timeout_s)
 
 
 def check_text(field: str, value: str) -> None:

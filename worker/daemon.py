@@ -21,6 +21,7 @@ from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker import api
+from worker.credential import WorkerSecret
 from worker.link import Backoff, CoordinatorLink
 from worker.netif import route_to
 from worker.ranklogs import RankLogs
@@ -42,6 +43,7 @@ class WorkerConfig:
     advertise_host: str = ""  # where peers reach this worker's TCP store; default: the route to the coordinator
     max_backoff_s: float = 5.0
     security: ClientSecurity = field(default_factory=ClientSecurity)  # the workers' token, TLS
+    state_dir: str = ""  # where this worker keeps its credential across restarts (worker/credential.py)
 
 
 def default_worker_id(device: str) -> str:
@@ -73,7 +75,7 @@ class WorkerDaemon:
         self._stats_lock = threading.Lock()
         self.link = CoordinatorLink(config.coordinator, self.worker_id, self.register_message,
                                     self.heartbeat_message, self.on_coordinator, config.max_backoff_s,
-                                    config.security)
+                                    config.security, WorkerSecret(self.worker_id, config.state_dir))
         self.loop_alive_at = time.monotonic()  # stamped by _tick; worker/health.py's liveness
         self._lock = asyncio.Lock()  # one executor operation at a time
         self._drops: dict[str, asyncio.Future] = {}

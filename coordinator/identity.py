@@ -5,7 +5,9 @@ reason naming the worker id (DESIGN.md point 8).
 - Certificate (mTLS): a client certificate names one identity in a URI SAN,
   spiffe://ringleader/worker/ID or spiffe://ringleader/user/NAME (`ringleader certs`). A worker's
   certificate registers only its own id and cannot use the users' API (`caller_may_use_jobs`); a
-  user's certificate, or one naming no worker, cannot register.
+  user's certificate cannot register. A certificate naming no one (one Secret shared by a
+  Kubernetes DaemonSet's pods) proves only its CA: the token then gives the role, the credential
+  below the name.
 - Credential: the workers' token only bootstraps. On an id's first registration the coordinator
   issues a secret (Registered.worker_secret) and stores its digest bound to the id
   (JobStore.set_worker_credential: a restart keeps it); every later registration of that id must
@@ -134,11 +136,10 @@ class WorkerIdentities:
         """Return if `reg` may register its id, with the secret to issue ("" for a known id);
         raise PermissionDenied naming the id otherwise."""
         wid = reg.worker_id
-        if cert is not None and cert.role != WORKER:
-            whose = f"{cert.role} {cert.name}'s certificate" if cert.role else "a certificate naming no worker"
-            raise PermissionDenied(f"register: worker {wid}: {whose} cannot register a worker (its SAN needs "
-                                   f"{spiffe_id(WORKER, wid)}: `ringleader certs DIR --worker {wid}`)")
-        if cert is not None and cert.name != wid:
+        if cert is not None and cert.role == USER:
+            raise PermissionDenied(f"register: worker {wid}: user {cert.name}'s certificate cannot register a worker "
+                                   f"(a worker's names it: {spiffe_id(WORKER, wid)}, `ringleader certs DIR --worker {wid}`)")
+        if cert is not None and cert.role == WORKER and cert.name != wid:
             raise PermissionDenied(f"register: worker {wid}: this is worker {cert.name}'s certificate; "
                                    "a worker's certificate registers only its own id")
         bound = self.store.worker_credential(wid)

@@ -23,6 +23,8 @@ reason naming the worker id (DESIGN.md point 8).
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -54,6 +56,7 @@ class CertIdentity:
     name: str = ""
 
 
+@functools.lru_cache(maxsize=256)  # parsed once per certificate, not on every call
 def cert_identity(pem: bytes) -> CertIdentity:
     from cryptography import x509  # only where client certificates are in use
 
@@ -129,8 +132,20 @@ def digest(secret: str) -> str:
 class WorkerIdentities:
     """The per-worker credentials, kept in the job store."""
 
+    SAID_MAX = 1024  # refusals remembered, so a daemon retrying every few seconds is logged once
+
     def __init__(self, store: JobStore) -> None:
         self.store = store
+        self._said: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+
+    def log_refusal(self, worker_id: str, reason: str) -> None:
+        """Log a refused registration at WARNING the first time, then at DEBUG."""
+        key = (worker_id, reason)
+        log.log(logging.DEBUG if key in self._said else logging.WARNING, "registration refused: %s", reason)
+        self._said[key] = None
+        self._said.move_to_end(key)
+        if len(self._said) > self.SAID_MAX:
+            self._said.popitem(last=False)
 
     def check(self, reg: wpb.Register, cert: CertIdentity | None) -> str:
         """Return if `reg` may register its id, with the secret to issue ("" for a known id);

@@ -112,7 +112,7 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             reg.worker_secret = ""  # it goes no further than this check
             conn = self.c.register(reg)
         except RingleaderError as exc:
-            log.warning("registration refused: %s", exc)
+            self.identities.log_refusal(reg.worker_id, str(exc))
             await abort_with(context, exc)
         if secret:  # a first registration: bound (and committed) before the worker is told
             self.identities.bind(reg.worker_id, secret)

@@ -1,5 +1,7 @@
 """coordinator/identity.py's decisions on their own: certificates by role, bound credentials."""
 
+import logging
+
 import pytest
 
 from coordinator.identity import CertIdentity, WorkerIdentities, digest
@@ -42,3 +44,12 @@ def test_a_bound_id_needs_its_secret():
             ids.check(reg(secret=wrong), None)
     ids.forget("w0")
     assert ids.check(reg(), None)  # an operator's reset: the next registration binds a new one
+
+
+def test_a_refusal_repeated_by_a_retrying_daemon_is_logged_once(caplog):
+    ids = WorkerIdentities(MemoryJobStore())
+    with caplog.at_level(logging.DEBUG, logger="ringleader.coordinator"):
+        for reason in ("bound to another", "bound to another", "address", "bound to another"):
+            ids.log_refusal("w0", reason)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == ["registration refused: bound to another", "registration refused: address"]

@@ -114,9 +114,8 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
         except RingleaderError as exc:
             self.identities.log_refusal(reg.worker_id, str(exc))
             await abort_with(context, exc)
-        if secret:  # a first registration: bound (and committed) before the worker is told
+        if secret:  # a first registration: bound now, committed before the worker is told (_write)
             self.identities.bind(reg.worker_id, secret)
-            await self.c.durable()
         reader = asyncio.create_task(self._read(conn, context))
         writer = asyncio.create_task(self._write(conn, context, secret))
         why = "stream closed by the worker"
@@ -142,8 +141,9 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
                 return
             self.c.on_message(conn, msg)
 
-    @staticmethod
-    async def _write(conn, context, secret: str) -> None:
+    async def _write(self, conn, context, secret: str) -> None:
+        if secret:
+            await self.c.durable()
         while True:
             msg = await conn.outbox.get()
             if msg is None:  # the coordinator dropped this worker

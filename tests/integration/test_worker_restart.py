@@ -24,6 +24,10 @@ def test_a_restarted_daemon_keeps_its_id_with_its_state_dir_and_is_refused_witho
     c.start_worker("kept", extra=["--state-dir", str(state)])
     c.start_worker("lost")
     c.wait_idle(["kept", "lost"])
+    deadline = time.monotonic() + 30  # the daemon writes it once it has read its Registered
+    while not state.joinpath("worker-kept.secret").exists():
+        assert time.monotonic() < deadline, "no credential file"
+        time.sleep(0.05)
     assert [p.name for p in state.iterdir()] == ["worker-kept.secret"]
     assert oct(state.joinpath("worker-kept.secret").stat().st_mode & 0o777) == "0o600"
     for wid in ("kept", "lost"):

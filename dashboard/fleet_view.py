@@ -60,14 +60,14 @@ def record(w: pb.WorkerInfo, now: float) -> Record:
 class FleetFeed:
     """Versioned worker records of one coordinator (see the module's docstring)."""
 
-    def __init__(self, core: Coordinator, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, core: Coordinator, clock: Callable[[], float] = time.time, history: int = HISTORY) -> None:
         self.core = core
         self.clock = clock
         self.version = 0
         self.records: dict[str, Record] = {}
         self.jobs = {"running": 0, "queued": 0}
         self.links_job = ""  # the latest finished link matrix job
-        self._history: collections.deque[tuple[int, set[str]]] = collections.deque(maxlen=HISTORY)
+        self._history: collections.deque[tuple[int, set[str]]] = collections.deque(maxlen=history)
         self._read_at = float("-inf")
         self._asked_at = float("-inf")
         self._changed = asyncio.Event()

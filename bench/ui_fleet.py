@@ -14,6 +14,10 @@ Measured, on whatever UI the checkout serves:
   is lost when no click event reaches the link (its element was replaced under the pointer);
 - the page's length in screens, and (views that name failing workers) how many clicks take the
   overview to a failed worker's evidence.
+
+Until the fleet checks give verdicts on main, --stand-in-verdicts (the default) runs the
+coordinator in a process of this script whose worker list carries a few failed and suspect
+verdicts (`stand_in_verdicts`, bench- and test-only), so the view has failures to show.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing as mp
 import os
 import random
 import sys
@@ -41,6 +46,52 @@ from bench.simfleet import SimFleet  # noqa: E402
 from bench.ui_fleet_browser import Browser  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc  # noqa: E402
+
+STAND_IN = {  # worker id -> verdict: 3 failed, 4 suspect, spread over the fleet
+    **{f"sim-h{h:04}-d{d}": pb.WorkerHealth(
+        verdict=pb.UNHEALTHY, check="gpu_check", figure="412.0 TFLOP/s", expected="median of 7 H100 peers 781.2 TFLOP/s",
+        at=time.time(), job_id="0123456789ab") for h, d in ((17, 3), (301, 5), (588, 0))},
+    **{f"sim-h{h:04}-d{d}": pb.WorkerHealth(
+        verdict=pb.SUSPECT, check="link_matrix", figure="3.1 GB/s", expected="median across hosts 11.8 GB/s",
+        at=time.time(), job_id="0123456789ab") for h, d in ((40, 1), (41, 1), (222, 7), (600, 2))},
+}
+
+
+def stand_in_verdicts(list_workers, verdicts: dict[str, pb.WorkerHealth]):
+    """Bench- and test-only: the facade's worker list with these verdicts set, until the fleet
+    checks give them."""
+
+    def listed(*args, **kwargs):
+        page = list_workers(*args, **kwargs)
+        for info in page.workers:
+            if info.worker_id in verdicts:
+                info.health.CopyFrom(verdicts[info.worker_id])
+        return page
+
+    return listed
+
+
+def _serve_with_stand_in_verdicts(db: str, pipe) -> None:
+    from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+
+    async def main() -> None:
+        rc = await RunningCoordinator(CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                                                        db=db)).start()
+        rc.core.list_workers = stand_in_verdicts(rc.core.list_workers, STAND_IN)
+        pipe.send((rc.grpc_target, rc.http_url))
+        await asyncio.get_running_loop().run_in_executor(None, pipe.recv)  # until told to stop
+        await rc.stop(grace=0)
+
+    asyncio.run(main())
+
+
+def start_stand_in_coordinator(tmp: Path) -> tuple[mp.Process, str, str]:
+    parent, child = mp.get_context("spawn").Pipe()
+    proc = mp.get_context("spawn").Process(target=_serve_with_stand_in_verdicts, args=(str(tmp / "jobs.db"), child))
+    proc.start()
+    address, url = parent.recv()
+    proc.stop_pipe = parent  # type: ignore[attr-defined]
+    return proc, address, url
 
 
 class CountingProxy:
@@ -123,9 +174,9 @@ def wait_until(check, what: str, timeout: float = 300.0) -> None:
 
 
 def measure(a: argparse.Namespace, tmp: Path) -> dict:
-    coord, address, http_url = start_coordinator(tmp)
+    coord, address, http_url = start_stand_in_coordinator(tmp) if a.stand_in_verdicts else start_coordinator(tmp)
     sims = SimFleet(address, a.workers)
-    out: dict = {"workers": a.workers, "window_s": a.window, "machine": machine(),
+    out: dict = {"workers": a.workers, "stand_in_verdicts": a.stand_in_verdicts, "window_s": a.window, "machine": machine(),
                  "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": a.commit}
     traffic = None
     try:
@@ -142,8 +193,10 @@ def measure(a: argparse.Namespace, tmp: Path) -> dict:
             cpu, fetched = browser.renderer_cpu_s() - cpu0, proxy.received - bytes0
             out.update({"renderer_cpu_percent": cpu / elapsed * 100, "fetched_mb_per_min": fetched / elapsed * 60 / 1e6,
                         "window_measured_s": elapsed, "jobs_submitted": traffic.submitted})
-            out["clicks"] = browser.click_job_links(a.clicks)
+            # The evidence first: then the failed worker's panel, with its check job's link, is open
+            # for the clicks too (the view's other job links are the jobs table's).
             out["evidence"] = browser.evidence_clicks()
+            out["clicks"] = browser.click_job_links(a.clicks)
             out["loadavg"] = os.getloadavg()
             out["page_errors"] = browser.js("return window.__errors")
             if a.screenshot:
@@ -153,8 +206,12 @@ def measure(a: argparse.Namespace, tmp: Path) -> dict:
         if traffic:
             traffic.stop.set()
         sims.stop()
-        coord.terminate()
-        coord.wait(60)
+        if a.stand_in_verdicts:
+            coord.stop_pipe.send("stop")
+            coord.join(60)
+        else:
+            coord.terminate()
+            coord.wait(60)
     return out
 
 
@@ -165,6 +222,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=2.0, help="short jobs submitted a second")
     ap.add_argument("--holds", type=int, default=100, help="GPU workers kept BUSY by an endless job")
     ap.add_argument("--clicks", type=int, default=12)
+    ap.add_argument("--stand-in-verdicts", action=argparse.BooleanOptionalAction, default=True,
+                    help="give a few workers failed and suspect verdicts (until the fleet checks do)")
     ap.add_argument("--commit", default="", help="the commit measured, for the record")
     ap.add_argument("--screenshot", type=Path, default=None, help="save the overview's first screen here (PNG)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures here (JSON)")

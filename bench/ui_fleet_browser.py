@@ -66,7 +66,14 @@ class Browser:
             if time.monotonic() > deadline:
                 raise RuntimeError("the overview never showed every worker")
             time.sleep(0.05)
-        return {"first_render_s": ms / 1000,
+        # Where the time went: the fleet's first answer (request sent, last byte in) and its drawing.
+        steps = self.js("""
+            const answer = performance.getEntriesByType('resource').find((e) => /\\/api\\/v1\\/(fleet\\?since=0|workers)/.test(e.name));
+            const drawn = performance.getEntriesByName('fleet:first-drawn')[0];
+            return {answer_requested_s: answer && answer.requestStart / 1000, answer_received_s: answer && answer.responseEnd / 1000,
+                    drawn_s: drawn ? drawn.startTime / 1000 : null};
+        """)
+        return {"first_render_s": ms / 1000, "first_render_steps": steps,
                 "workers_in_page": self.js("return document.querySelectorAll('#fleet [data-worker]').length"),
                 "page_screens": self.js("return document.documentElement.scrollHeight / window.innerHeight")}
 

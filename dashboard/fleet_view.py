@@ -24,9 +24,9 @@ import time
 from typing import Annotated, Any, Callable
 
 from fastapi import APIRouter, Query
-from fastapi.responses import JSONResponse
 
 from coordinator.service import Coordinator
+from dashboard.api import JSON
 from ringleader.defaults import PAGE_MAX
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -201,12 +201,12 @@ def router(core: Coordinator) -> APIRouter:
     async def watch_fleet(
         since: Annotated[int, Query(ge=0, description="the version the client holds; 0: everything")] = 0,
         wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S, description="seconds to wait for a change")] = 0,
-    ) -> JSONResponse:
-        return JSONResponse(await feed.next(since, wait), headers={"Cache-Control": "no-store"})
+    ) -> JSON:
+        return JSON(await feed.next(since, wait), headers={"Cache-Control": "no-store"})
 
     @r.get("/fleet/links", tags=["fleet"], operation_id="getFleetLinks",
            summary="The latest link matrix (a heat map: by rank, or by host for large ones), flagged links first")
-    async def fleet_links() -> JSONResponse:
-        return JSONResponse(feed.links())
+    async def fleet_links() -> JSON:
+        return JSON(feed.links())
 
     return r

@@ -106,17 +106,27 @@ window.RingleaderFleet = (function () {
     }
 
     apply(d) {
+      // The attention list is redrawn only when a worker enters it, leaves it or changes in it.
+      const listed = (w) => Boolean(w) && status(w)[2] !== null;
+      let attention = d.full;
       if (d.full) {
         this.workers = new Map(d.workers.map((w) => [w.id, w]));
         this.buildGrid();
+        if (!this.version) performance.mark("fleet:first-drawn");
       } else {
-        for (const id of d.removed || []) this.removeWorker(id);
-        for (const w of d.workers) this.updateWorker(w);
+        for (const id of d.removed || []) {
+          attention ||= listed(this.workers.get(id));
+          this.removeWorker(id);
+        }
+        for (const w of d.workers) {
+          attention ||= listed(this.workers.get(w.id)) || listed(w);
+          this.updateWorker(w);
+        }
       }
       this.version = d.version;
       this.jobs = d.jobs;
       this.drawSummary();
-      this.attention.redraw();
+      if (attention) this.attention.redraw();
       if (this.selected && (d.full || d.workers.some((w) => w.id === this.selected))) this.detail.redraw();
       if (d.links_job !== this.linksJob) this.loadLinks(d.links_job);
     }

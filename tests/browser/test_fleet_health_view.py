@@ -3,7 +3,7 @@ HTTP on loopback, SQLite) and 64 simulated worker daemons on the real WorkerServ
 (bench/simfleet.py), one of them with an unresponsive executor and one disconnected.
 
 Until the fleet checks give verdicts on main, one worker's failed verdict comes from
-`stand_in_verdicts` (test-only: it wraps the facade's worker list, as the fleet helper's
+`stand_in_verdicts` (bench/ui_fleet.py, test-only: it wraps the facade's worker list, as the fleet helper's
 `health` field will fill it); the link matrix is a finished link_matrix job in the store, as a
 check leaves it.
 """
@@ -21,6 +21,7 @@ import grpc
 import pytest
 
 from bench.simfleet import SimSpec, SimWorker, Stats, fleet_specs, run_fleet
+from bench.ui_fleet import stand_in_verdicts
 from coordinator.stores import open_store
 from ringleader.app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
@@ -47,19 +48,6 @@ class Unresponsive(SimWorker):
         while True:
             self.send(heartbeat=wpb.Heartbeat(executor=pb.EXECUTOR_UNRESPONSIVE))
             await asyncio.sleep(interval)
-
-
-def stand_in_verdicts(list_workers, verdicts: dict[str, pb.WorkerHealth]):
-    """Test-only: the facade's worker list with these verdicts set, until the fleet checks give them."""
-
-    def listed(*args, **kwargs):
-        page = list_workers(*args, **kwargs)
-        for info in page.workers:
-            if info.worker_id in verdicts:
-                info.health.CopyFrom(verdicts[info.worker_id])
-        return page
-
-    return listed
 
 
 def link_matrix_job() -> pb.Job:

@@ -391,7 +391,7 @@
       $("filter-op").addEventListener("change", () => this.loadJobs());
       $("jobs-more").addEventListener("click", () => this.loadJobs(this.nextBefore));
       // Ages in the jobs table move on even when nothing else happens.
-      setInterval(() => this.renderJobs(), 10000);
+      setInterval(() => { this.agesDue = true; this.renderJobs(); }, 10000);
       this.loadJobs();
       this.listen();
     }
@@ -431,9 +431,20 @@
     }
 
     // (The jobs summary, running and queued counts of the whole coordinator, is the fleet view's.)
+    // Rows already shown are kept (events patch them in place; ages every 10 s): a new job costs
+    // one row, not the whole table.
     drawJobs() {
       const jobs = [...this.jobs.values()].sort((a, b) => b.created_at - a.created_at);
-      $("jobs-body").replaceChildren(...jobs.map((job) => this.jobRow(job)));
+      const body = $("jobs-body");
+      const shown = new Map([...body.rows].map((row) => [row.dataset.job, row]));
+      const rows = jobs.map((job) => {
+        const row = shown.get(job.id);
+        if (row && this.agesDue) patchRow(row, this.jobRow(job));
+        return row || this.jobRow(job);
+      });
+      this.agesDue = false;
+      rows.forEach((row, i) => { if (body.rows[i] !== row) body.insertBefore(row, body.rows[i] || null); });
+      while (body.rows.length > rows.length) body.lastElementChild.remove();
       $("jobs-empty").hidden = jobs.length > 0;
       $("jobs-more").hidden = !this.nextBefore;
     }

@@ -276,8 +276,8 @@ window.RingleaderFleet = (function () {
         w.check ? h("span", { class: "muted" }, ` · ${w.check}${w.fig ? ": " + w.fig : ""}`) : null));
       });
       const more = wrong.length - items.length;
-      node.replaceChildren(h("h3", {}, `Needs attention (${wrong.length})`), h("ul", {}, items),
-        more > 0 ? h("p", { class: "muted" }, `and ${more} more: filter "needs attention" shows them all in the grid`) : null);
+      node.replaceChildren(h("h3", {}, `Needs attention (${wrong.length})`), h("ul", {}, items));
+      if (more > 0) node.append(h("p", { class: "muted" }, `and ${more} more: filter "needs attention" shows them all in the grid`));
     }
 
     select(id) {
@@ -312,8 +312,8 @@ window.RingleaderFleet = (function () {
         facts([["status", label], ["state", w.st], ["host", w.host], ["device", `${w.dev || w.type} (${w.type}:${w.idx})`],
           w.ex ? ["executor", w.ex.replace("EXECUTOR_", "").toLowerCase()] : null,
           w.job ? ["job", jobLink(w.job)] : null]),
-        evidence,
-        w.st === "QUARANTINED" ? h("p", { class: "muted" }, "Back in service: ", h("code", {}, `ringleader workers uncordon ${w.id}`)) : null);
+        evidence);
+      if (w.st === "QUARANTINED") node.append(h("p", { class: "muted" }, "Back in service: ", h("code", {}, `ringleader workers uncordon ${w.id}`)));
     }
 
     // ---- the latest link matrix as a heat map ------------------------------------------------

@@ -163,6 +163,8 @@ def test_the_failed_worker_comes_first_and_its_evidence_is_one_click_away(page, 
     evidence = page.find_element(By.CSS_SELECTOR, "#fleet-detail .evidence")
     for text in ("unhealthy", "gpu_check", "412.0 TFLOP/s", "median of 7 peers 781.2 TFLOP/s"):
         assert text in evidence.text
+    for region in ("fleet-attention", "fleet-detail"):
+        assert "null" not in page.find_element(By.ID, region).text
     link = evidence.find_element(By.CSS_SELECTOR, "a")
     assert link.get_attribute("href").endswith(f"/jobs/{CHECK_JOB}")
     page.save_screenshot(str(tmp_path / "fleet.png"))

@@ -39,13 +39,17 @@ MAX_LINK_RANKS = 256  # a larger link matrix is shown host by host (slowest link
 
 Record = dict[str, Any]
 OK_EXECUTOR = {pb.EXECUTOR_HEALTH_UNSPECIFIED, pb.EXECUTOR_OK}
+# Enum names by number, looked up 5,000 times a second (a dict is several times faster than .Name()).
+STATE = {v.number: v.name for v in pb.WorkerState.DESCRIPTOR.values}
+EXECUTOR = {v.number: v.name for v in pb.ExecutorHealth.DESCRIPTOR.values}
 
 
 def record(w: pb.WorkerInfo, now: float) -> Record:
-    r: Record = {"id": w.worker_id, "host": w.host, "dev": w.device.name, "type": w.device.type,
-                 "idx": w.device.index, "st": pb.WorkerState.Name(w.state)}
+    d = w.device
+    r: Record = {"id": w.worker_id, "host": w.host, "dev": d.name, "type": d.type, "idx": d.index,
+                 "st": STATE.get(w.state, str(w.state))}
     if w.executor_health not in OK_EXECUTOR:
-        r["ex"] = pb.ExecutorHealth.Name(w.executor_health)
+        r["ex"] = EXECUTOR.get(w.executor_health, str(w.executor_health))
     if w.job_id:
         r["job"] = w.job_id
     if w.state != pb.DISCONNECTED and w.last_heartbeat and now - w.last_heartbeat > STALE_S:

@@ -152,17 +152,26 @@ class JobTraffic:
                               collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))
             for _ in range(self.holds):
                 await stub.SubmitJob(pb.SubmitJobRequest(spec=hold, request_id=uuid.uuid4().hex), timeout=30)
-            rng = random.Random(7)
-            while not self.stop.is_set():
-                spec = pb.JobSpec(world_size=rng.choice([1, 2, 4]), placement=pb.Placement(device_type="cpu"),
-                                  collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024, 65536, 1 << 20],
-                                                               iters=1, warmup=0))
+            rng, pending = random.Random(7), set()
+
+            async def submit(spec: pb.JobSpec) -> None:
                 try:
                     await stub.SubmitJob(pb.SubmitJobRequest(spec=spec, request_id=uuid.uuid4().hex), timeout=30)
                     self.submitted += 1
                 except grpc.aio.AioRpcError:
                     pass
+
+            # Open loop: one job every 1/rate s whatever the answers take, so every fleet size
+            # sees the same job rate (the page's updates).
+            while not self.stop.is_set():
+                spec = pb.JobSpec(world_size=rng.choice([1, 2, 4]), placement=pb.Placement(device_type="cpu"),
+                                  collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024, 65536, 1 << 20],
+                                                               iters=1, warmup=0))
+                task = asyncio.create_task(submit(spec))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
                 await asyncio.sleep(1 / self.rate)
+            await asyncio.gather(*pending)
 
 
 def wait_until(check, what: str, timeout: float = 300.0) -> None:

@@ -326,10 +326,15 @@
     return (job.spec && job.spec.collective) || {};
   }
 
+  // The kinds of jobs, from the coordinator's table (GET /api/v1/kinds): filled in at start.
+  let KINDS = [];
   // A job's kind: the member of the spec's oneof that is set (the others are absent).
-  const KINDS = ["collective", "p2p", "gradient_average", "train", "algo_sweep"];
   function jobKind(job) {
-    return KINDS.find((k) => job.spec && job.spec[k]) || "unknown";
+    return KINDS.map((k) => k.name).find((k) => job.spec && job.spec[k]) || "unknown";
+  }
+  // What listings filter on (`op`): a sweep's op, else the kind's name.
+  function jobListedAs(job) {
+    return jobKind(job) === "collective" ? collective(job).op : jobKind(job);
   }
 
   // What a listing says a job does: the op of a sweep, else its kind.
@@ -350,7 +355,12 @@
 
   // ---- routing ------------------------------------------------------------------------------
 
-  function route() {
+  async function route() {
+    try {
+      KINDS = (await getJSON("/api/v1/kinds")).kinds;
+    } catch (err) {
+      console.warn("job kinds:", err);  // the pages still work; jobs show their kind as "unknown"
+    }
     const match = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
     if (match) {
       showView("job-view");
@@ -378,6 +388,7 @@
     constructor() {
       this.jobs = new Map();        // id -> Job JSON (without results)
       this.nextBefore = null;
+      this.keep = 50;               // jobs the table holds: the pages it loaded
       this.events = null;
       this.hadError = false;
     }
@@ -387,6 +398,9 @@
       this.fleet = RingleaderFleet.mount({ getJSON, h, jobLink, fmtTime, fmtAge });
       // Rows are redrawn only while the pointer is elsewhere, so a click never loses its row.
       this.jobsTable = new RingleaderFleet.Steady($("jobs-body").closest("table"), () => this.drawJobs());
+      const select = $("filter-op");  // every op and kind listings filter on, from the table
+      select.replaceChildren(h("option", { value: "" }, "all"),
+        ...KINDS.flatMap((k) => k.listed_as).map((name) => h("option", { value: name }, name)));
       $("filter-state").addEventListener("change", () => this.loadJobs());
       $("filter-op").addEventListener("change", () => this.loadJobs());
       $("jobs-more").addEventListener("click", () => this.loadJobs(this.nextBefore));
@@ -404,7 +418,7 @@
 
     matches(job) {
       const f = this.filters();
-      return (!f.state || job.state === f.state) && (!f.op || collective(job).op === f.op);
+      return (!f.state || job.state === f.state) && (!f.op || jobListedAs(job) === f.op);
     }
 
     async loadJobs(before) {
@@ -423,7 +437,16 @@
       if (!before) this.jobs.clear();
       for (const job of page.jobs) this.jobs.set(job.id, job);
       this.nextBefore = page.next_before || null;
+      this.keep = Math.max(50, this.jobs.size);
       this.renderJobs();
+    }
+
+    // The live table holds as many jobs as the pages it loaded: a new job pushes the oldest out
+    // (one "older jobs" away), so an open tab's table does not grow without end.
+    dropOldest() {
+      const oldest = [...this.jobs.values()].sort((a, b) => a.created_at - b.created_at);
+      while (this.jobs.size > this.keep) this.jobs.delete(oldest.shift().id);
+      this.nextBefore = oldest[0].id;
     }
 
     renderJobs() {
@@ -475,6 +498,7 @@
       }
       if (!known && this.nextBefore && job.created_at < this.oldestShown()) return;  // not on this page
       this.jobs.set(job.id, { ...known, ...job, results: undefined });
+      if (!known && this.jobs.size > this.keep) this.dropOldest();
       const row = document.querySelector(`tr[data-job="${CSS.escape(job.id)}"]`);
       if (row && known) {
         patchRow(row, this.jobRow(this.jobs.get(job.id)));

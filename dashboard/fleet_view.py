@@ -197,7 +197,7 @@ def router(core: Coordinator) -> APIRouter:
     feed = FleetFeed(core)
     r = APIRouter(prefix="/api/v1")
 
-    @r.get("/fleet", tags=["fleet"], operation_id="watchFleet", summary="Every worker's health, or what changed",
+    @r.get("/fleet", tags=["workers"], operation_id="watchFleet", summary="Every worker's health, or what changed",
            description="A compact record per worker (see dashboard/fleet_view.py), the running and queued job "
                        "counts and the latest link matrix job. With `since` = the previous answer's `version`: "
                        "only the records changed since then (`full` false) and the ids gone (`removed`); "
@@ -208,7 +208,7 @@ def router(core: Coordinator) -> APIRouter:
     ) -> JSON:
         return JSON(await feed.next(since, wait), headers={"Cache-Control": "no-store"})
 
-    @r.get("/fleet/links", tags=["fleet"], operation_id="getFleetLinks",
+    @r.get("/fleet/links", tags=["workers"], operation_id="getFleetLinks",
            summary="The latest link matrix (a heat map: by rank, or by host for large ones), flagged links first")
     async def fleet_links() -> JSON:
         return JSON(feed.links())

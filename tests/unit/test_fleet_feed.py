@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.service import Coordinator
 from coordinator.store_memory import MemoryJobStore
-from dashboard.fleet_view import POLL_S, STALE_S, FleetFeed, by_host
+from dashboard.fleet_view import POLL_S, STALE_S, FleetFeed, by_host, record
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
@@ -161,3 +161,17 @@ def test_a_waiting_tab_is_answered_at_the_next_change(fleet):
 
     got = asyncio.run(main())
     assert [(w["id"], w["st"]) for w in got["workers"]] == [("hb-0", "DISCONNECTED")]
+
+
+def test_a_record_carries_the_verdict_and_its_evidence_and_leaves_out_the_heartbeat_time():
+    info = pb.WorkerInfo(worker_id="w7", host="h", device=pb.Device(type="cuda", index=3, name="H200"),
+                         state=pb.QUARANTINED, executor_health=pb.EXECUTOR_STOPPED, last_heartbeat=100.0,
+                         health=pb.WorkerHealth(verdict=pb.UNHEALTHY, check="sdc_check", figure="checksum 9f3e",
+                                                expected="majority 1a2b", at=90.0, job_id="j1", recheck_at=400.0))
+    r = record(info, now=101.0)
+    assert r == {"id": "w7", "host": "h", "dev": "H200", "type": "cuda", "idx": 3, "st": "QUARANTINED",
+                 "ex": "EXECUTOR_STOPPED", "v": "UNHEALTHY", "check": "sdc_check", "fig": "checksum 9f3e",
+                 "exp": "majority 1a2b", "at": 90.0, "vjob": "j1", "cord": False, "re": 400.0}
+    # A later heartbeat alone changes nothing a tab is sent.
+    info.last_heartbeat = 101.0
+    assert record(info, now=101.5) == r

@@ -6,7 +6,10 @@ deploy/k8s's pods mount, for `kubectl apply -f` (about a dozen openssl and kubec
     ringleader-coordinator-tls   tls.crt, tls.key (server.pem/.key), ca.crt
     ringleader-worker-tls        tls.crt, tls.key (worker.pem/.key), ca.crt
 
-The file holds private keys and tokens: it is written readable by its owner only.
+worker.pem is a client certificate that names no worker: every pod of the DaemonSet mounts the
+same Secret, so each worker proves its name by the workers' token and the per-worker secret it
+is issued at its first registration (docs/security.md), not by the certificate. The file holds
+private keys and tokens: it is written readable by its owner only.
 """
 
 from __future__ import annotations
@@ -39,10 +42,17 @@ def add_flag(certs_parser: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     from ringleader.app import certs  # cryptography loads only for this command
 
-    hosts = [*a.host, *SERVICE_NAMES] if a.k8s else a.host
-    written = certs.write_cluster_files(Path(a.dir), hosts, days=a.days, force=a.force)
-    if a.k8s:
-        written.append(write_manifest(Path(a.dir)))
+    if not a.k8s:
+        return certs.run(a)
+    folder = Path(a.dir)
+    written = certs.write_cluster_files(folder, [*a.host, *SERVICE_NAMES], days=a.days, force=a.force,
+                                        workers=a.worker)
+    # The DaemonSet's shared certificate: a client certificate naming no one (see above).
+    pem, key = certs._leaf("ringleader-worker", certs._load_ca(folder), a.days)
+    for name, data, private in (("worker.pem", pem, False), ("worker.key", key, True)):
+        certs._write(folder / name, data, private=private)
+        written.append(folder / name)
+    written.append(write_manifest(folder))
     for path in written:
         print(path)
     return EXIT_OK

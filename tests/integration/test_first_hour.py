@@ -206,3 +206,32 @@ def test_openapi_declares_the_bearer_scheme_on_every_api_operation(two):
         "type": "http", "scheme": "bearer", "description": BEARER_DESCRIPTION}
     operations = [op for path, item in doc["paths"].items() if path.startswith("/api/v1/") for op in item.values()]
     assert operations and all(op.get("security") == [{"HTTPBearer": []}] for op in operations)
+
+
+def test_a_worker_with_the_daemonsets_shared_certificate_joins(tmp_path):
+    """`ringleader certs DIR --k8s`: the coordinator's certificate and the DaemonSet's shared
+    worker certificate (naming no one) let a worker register over mTLS with the workers' token."""
+    from ringleader.app.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["certs", str(tmp_path / "pki"), "--k8s"])
+    assert exit_.value.code == 0
+    pki = tmp_path / "pki"
+    c = Cluster(tmp_path)
+    try:
+        c.start_coordinator(extra=[
+            "--token-file", str(pki / "users.token"), "--worker-token-file", str(pki / "workers.token"),
+            "--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
+            "--tls-client-ca", str(pki / "ca.pem")])
+        c.start_worker("k0", extra=["--worker-token-file", str(pki / "workers.token"), "--tls-ca", str(pki / "ca.pem"),
+                                    "--tls-cert", str(pki / "worker.pem"), "--tls-key", str(pki / "worker.key")])
+        p = cli(c, "workers", "-o", "json", "--token-file", str(pki / "users.token"), "--tls-ca", str(pki / "ca.pem"),
+                "--tls-cert", str(pki / "client.pem"), "--tls-key", str(pki / "client.key"))
+        deadline = time.monotonic() + 90
+        while '"IDLE"' not in p.stdout and time.monotonic() < deadline:
+            time.sleep(0.5)
+            p = cli(c, "workers", "-o", "json", "--token-file", str(pki / "users.token"), "--tls-ca",
+                    str(pki / "ca.pem"), "--tls-cert", str(pki / "client.pem"), "--tls-key", str(pki / "client.key"))
+        assert [w["worker_id"] for w in json.loads(p.stdout)["workers"] if w["state"] == "IDLE"] == ["k0"], p.stderr
+    finally:
+        c.close()

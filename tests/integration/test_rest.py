@@ -197,6 +197,29 @@ def test_invalid_spec_is_422_naming_the_field(api, body, loc):
     assert loc in errors_at(api.post("/api/v1/jobs", json=body))
 
 
+def test_a_reused_request_id_with_another_spec_is_a_conflict(api):
+    body = {**spec(), "placement": {"host": NOWHERE}}
+    first = submit_with(api, body, "reuse-1")
+    assert submit_with(api, body, "reuse-1")["id"] == first["id"]  # a retry: the same job
+    other = api.post("/api/v1/jobs", params={"request_id": "reuse-1"}, json={**body, "name": "another"})
+    assert other.status_code == 409 and other.json()["detail"].startswith("request_id:")
+    api.post(f"/api/v1/jobs/{first['id']}/cancel")
+
+
+def submit_with(api, body: dict, request_id: str) -> dict:
+    r = api.post("/api/v1/jobs", params={"request_id": request_id}, json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_strict_types_and_an_allow_header_listing_every_method(api):
+    for bad in ({"graph": 1}, {"in_place": "true"}, {"warmup": False}, {"iters": "3"}, {"factor": True}):
+        r = api.post("/api/v1/jobs", json={"world_size": 2, "collective": {"op": "all_reduce", **bad}})
+        assert r.status_code == 422, (bad, r.text)
+    r = api.options("/api/v1/jobs")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, POST"
+
+
 def test_invalid_json_and_values_json_cannot_carry_are_422_not_500(api):
     headers = {"content-type": "application/json"}
     assert errors_at(api.post("/api/v1/jobs", content=b"{not json", headers=headers))
@@ -213,7 +236,13 @@ def test_invalid_query_is_422_naming_the_parameter(api):
     assert ["query", "op"] in errors_at(api.get("/api/v1/jobs", params={"op": "all_reduce_xl"}))
     assert ["query", "limit"] in errors_at(api.get("/api/v1/jobs", params={"limit": 0}))
     assert ["query", "limit"] in errors_at(api.get("/api/v1/jobs", params={"limit": 1001}))
-    assert ["query", "before"] in errors_at(api.get("/api/v1/jobs", params={"before": "nosuchjob"}))
+    # A page anchor or token that names nothing is a 404, as a path naming no job (the contract).
+    gone = api.get("/api/v1/jobs", params={"before": "nosuchjob"})
+    assert gone.status_code == 404 and gone.json()["detail"].startswith("before:")
+    foreign = api.get("/api/v1/workers", params={"page_token": "nope"})
+    assert foreign.status_code == 404 and foreign.json()["detail"].startswith("page_token:")
+    assert ["query", "request_id"] in errors_at(api.post("/api/v1/jobs", params={"request_id": "tab\there"},
+                                                         json=spec()))
     job = submit(api, {**spec(), "placement": {"host": NOWHERE}})
     api.post(f"/api/v1/jobs/{job['id']}/cancel")
     assert ["query", "format"] in errors_at(api.get(f"/api/v1/jobs/{job['id']}/results", params={"format": "xml"}))

@@ -55,9 +55,9 @@ def test_worker_ids_reach_the_placement_in_rank_order():
 
 def test_memory_limit_at_and_beside_it():
     need = pending().need.needs_bytes
-    assert Need(world_size=1, needs_bytes=need).fits(("nccl", "cuda", "X", need))
-    assert not Need(world_size=1, needs_bytes=need).fits(("nccl", "cuda", "X", need - 1))
-    assert Need(world_size=1, needs_bytes=need).fits(("gloo", "cpu", "cpu", 0))  # unknown memory: no limit
+    assert Need(world_size=1, needs_bytes=need).fits(w("x", mem=need).kind)
+    assert not Need(world_size=1, needs_bytes=need).fits(w("x", mem=need - 1).kind)
+    assert Need(world_size=1, needs_bytes=need).fits(w("x", mem=0).kind)  # unknown memory: no limit
     fleet = [w("s0", mem=need - 1), w("s1", idx=1, mem=need - 1), w("e0", host="h2", mem=need),
              w("e1", host="h2", idx=1, mem=need)]
     assert [d.worker_ids for d in plan([pending()], fleet).decisions] == [("e0", "e1")]

@@ -34,10 +34,10 @@ def check_collective(out: pb.JobSpec) -> None:
 
 def view_collective(out: pb.JobSpec) -> ValidJob:
     oc = out.collective
-    c = specs.Collective(oc.op, oc.dtype, oc.reduce_op, (0,) if oc.op == "barrier" else sweep_of(oc), oc.iters,
+    c = specs.Collective(oc.op, oc.dtype, oc.reduce_op, (0,) if oc.op == "barrier" else tuple(sweep_of(oc)), oc.iters,
                          oc.warmup, oc.in_place, oc.root, oc.graph, oc.algo)
     sizes = c.sizes_for(out.world_size)
-    need = max((specs.bytes_needed(c.op, s, out.world_size, c.in_place, c.algo) for s in sizes), default=0)
+    need = max(specs.bytes_needed(c.op, s, out.world_size, c.in_place, c.algo) for s in sizes)  # >= 1 size
     return valid(out, collective=c, sizes=sizes, needs_bytes=need, total=len(sizes))
 
 

@@ -123,10 +123,18 @@ def test_collective_carries_its_memory_need_and_in_place():
     inp = ok(world_size=n, collective=coll(op="all_gather", sizes=[1 << 20], in_place=True))
     assert out.needs_bytes == (1 << 20) + (1 << 18) + (1 << 20)  # output, input chunk, check
     assert inp.needs_bytes == 2 << 20 and inp.collective.in_place and not out.collective.in_place
-    assert ok(collective=coll(op="barrier")).needs_bytes == 0
-    assert ok(collective=coll(op="barrier")).sizes == (0,)
+    barrier = ok(collective=coll(op="barrier", sizes=[64, 128]))
+    assert barrier.needs_bytes == 0 and barrier.sizes == (0,) and barrier.collective.sizes == (0,)
     v = ok(collective=coll(sizes=[8, 64]))
     assert (v.progress_total, v.op, v.kind, v.pairs) == (2, "all_reduce", "collective", ())
+
+
+def test_collective_carries_the_domain_form_the_runner_reads():
+    c = ok(world_size=4, collective=coll(op="broadcast", root=3, iters=7, warmup=0, sizes=[64, 100], dtype="int32",
+                                         in_place=True, algo="Gloo")).collective
+    assert c == specs.Collective("broadcast", "int32", "sum", (64, 100), 7, 0, True, 3, False, "gloo")
+    d = ok(collective=coll()).collective
+    assert (d.iters, d.warmup, d.root, d.dtype, d.reduce_op) == (specs.AUTO_ITERS, 5, 0, "float32", "sum")
 
 
 def test_collective_refusal_names_its_field():

@@ -10,6 +10,7 @@ from coordinator.service import Coordinator
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.auth import Access
 from dashboard import api, fleet_view, ui
+from dashboard.bearer import BEARER
 from dashboard.guard import Guard, GuardConfig
 from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
 
@@ -23,8 +24,9 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     # Outermost (added last), on the coordinator's registry: /metrics shows REST next to gRPC,
     # refused requests included. One app per registry.
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
-    app.include_router(api.router(core))
-    app.include_router(fleet_view.router(core), dependencies=[Security(api.BEARER)])  # declared in OpenAPI
+    # Both API routers declare the users' bearer scheme in OpenAPI (the guard checks it).
+    app.include_router(api.router(core), dependencies=[Security(BEARER)])
+    app.include_router(fleet_view.router(core), dependencies=[Security(BEARER)])
     ui.mount(app)
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["health"])

@@ -23,7 +23,7 @@ import pytest
 
 from cluster import Cluster, ringleader_cmd, running
 from ringleader.app.certs import write_cluster_files
-from dashboard.api import BEARER
+from dashboard.bearer import BEARER
 from ringleader.v1 import jobs_pb2 as pb
 
 BEARER_DESCRIPTION = BEARER.model.description

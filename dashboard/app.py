@@ -10,6 +10,7 @@ from coordinator.service import Coordinator
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.auth import Access
 from dashboard import api, fleet_view, ui
+from dashboard import bearer
 from dashboard.bearer import BEARER
 from dashboard.guard import Guard, GuardConfig
 from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
@@ -27,6 +28,8 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     # Both API routers declare the users' bearer scheme in OpenAPI (the guard checks it).
     app.include_router(api.router(core), dependencies=[Security(BEARER)])
     app.include_router(fleet_view.router(core), dependencies=[Security(BEARER)])
+    plain_openapi = app.openapi
+    app.openapi = lambda: bearer.optional(plain_openapi())  # type: ignore[method-assign]
     ui.mount(app)
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["health"])

@@ -315,3 +315,16 @@ def test_a_job_whose_workers_miss_the_restart_grace_is_requeued_then_placed_agai
     out = f.register("w0")
     assert sends(out) == [("w0", "registered"), ("w0", "assignment")]
     assert f.job(job_id).state == pb.RUNNING
+
+
+def test_a_job_still_queued_at_its_queue_timeout_is_cancelled_saying_what_it_waited_for():
+    f = Fleet(1)
+    waits = f.submit(2, queue_timeout_s=5).job
+    runs = f.submit(1, queue_timeout_s=5).job
+    f.ctl.handle(Tick(time.monotonic(), wall=waits.created_at + 4.9))
+    assert f.job(waits.id).state == pb.QUEUED
+    out = f.ctl.handle(Tick(time.monotonic(), wall=runs.created_at + 5))
+    got = f.job(waits.id)
+    assert got.state == pb.CANCELLED and sends(out) == []
+    assert got.reason == "still queued after its queue timeout of 5 s: needs 2 workers, 1 connected"
+    assert f.job(runs.id).state == pb.RUNNING  # placed in time: its deadline no longer applies

@@ -10,15 +10,17 @@ scheduler's indexes right beside it (`_enqueue`, `_unqueue`, `_set_state`); noth
 callback on another object. A placement pass (`schedule`, called only from `handle`) runs once at
 the end of an input that changed the queue, the idle set or the warm groups. A tick asks liveness
 (a pure function of the clock, the running jobs and the workers) for its verdicts, which are
-inputs too (Lost, Fail, Requeue) and are applied in the same turn.
+inputs too (Lost, Fail, Requeue) and are applied in the same turn; it also cancels queued jobs
+past their queue_timeout_s and forgets workers gone longer than the registry's TTL.
 
 The worker protocol (what the daemons report, how jobs end, warm-group bookkeeping) is the other
 half of this class, in coordinator/dispatch.py. Store writes happen as the change is applied;
 the caller (service.Coordinator) awaits their commit before it acknowledges a user.
 
 Hooks for other parts:
-- quarantine: `SetQuarantine(worker_id, on)`; a quarantined worker (`WorkerConn.quarantined`) is
-  QUARANTINED while idle and gets no job unless the job's placement.worker_ids names it;
+- quarantine: `SetQuarantine(worker_id, on)` (service.Coordinator.set_quarantine), kept by
+  worker id across reconnects; a quarantined worker (`WorkerConn.quarantined`) is QUARANTINED
+  while idle and gets no job unless the job's placement.worker_ids names it;
 - result rows: every row is stored through `WorkerProtocol._store_row(rj, row)` (dispatch.py),
   once, as it arrives: the place to annotate a row (baselines) before it is stored.
 """

@@ -27,6 +27,7 @@ class MemoryJobStore(JobStore):
         self._events: dict[str, list[pb.JobEvent]] = {}
         self._logs: dict[str, dict[int, str]] = {}
         self._requests: dict[str, str] = {}  # request id -> job id
+        self._credentials: dict[str, str] = {}  # worker id -> credential digest
 
     def _known(self, job_id: str) -> pb.Job:
         try:
@@ -112,3 +113,12 @@ class MemoryJobStore(JobStore):
     def unfinished(self) -> list[pb.Job]:
         ids = sorted(self._jobs, key=self._order.__getitem__)
         return [self._full(i) for i in ids if self._jobs[i].state in UNFINISHED]
+
+    def worker_credential(self, worker_id: str) -> str:
+        return self._credentials.get(worker_id, "")
+
+    def set_worker_credential(self, worker_id: str, digest: str) -> None:
+        self._credentials[worker_id] = digest
+
+    def forget_worker_credential(self, worker_id: str) -> bool:
+        return self._credentials.pop(worker_id, None) is not None

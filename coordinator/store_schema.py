@@ -48,4 +48,12 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE jobs ADD COLUMN request_id TEXT",
         "CREATE UNIQUE INDEX jobs_by_request ON jobs (request_id)",
     ],
+    [
+        # v6: worker credentials. The digest of the secret each worker id was issued at its
+        # first registration (coordinator/identity.py); the secret itself is never stored.
+        """CREATE TABLE worker_credentials (
+            worker_id TEXT PRIMARY KEY,
+            digest TEXT NOT NULL
+        ) WITHOUT ROWID""",
+    ],
 ]

@@ -275,3 +275,17 @@ class SqliteJobStore(JobStore):
                 "SELECT id FROM jobs WHERE state IN (?, ?) ORDER BY seq", UNFINISHED
             ).fetchall()
             return [self._load(c, r[0], with_results=True) for r in ids]
+
+    def worker_credential(self, worker_id: str) -> str:
+        with self._tx() as c:
+            row = c.execute("SELECT digest FROM worker_credentials WHERE worker_id = ?", (worker_id,)).fetchone()
+        return row[0] if row else ""
+
+    def set_worker_credential(self, worker_id: str, digest: str) -> None:
+        with self._tx(write=True) as c:
+            c.execute("INSERT OR REPLACE INTO worker_credentials (worker_id, digest) VALUES (?, ?)",
+                      (worker_id, digest))
+
+    def forget_worker_credential(self, worker_id: str) -> bool:
+        with self._tx(write=True) as c:
+            return c.execute("DELETE FROM worker_credentials WHERE worker_id = ?", (worker_id,)).rowcount > 0

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.queue_timeout import queue_timeouts
 from ringleader import jobspec
 from ringleader import spec as specs
 from ringleader.app import fleet_fit, hints, listing, render, table
@@ -76,19 +75,6 @@ def test_queue_timeout_reaches_the_spec_and_is_validated():
     for bad in (-1.0, float("nan"), 8 * 86400.0):
         with pytest.raises(InvalidSpec, match="^queue_timeout_s: "):
             jobspec.normalize(pb.JobSpec(world_size=2, queue_timeout_s=bad, collective=pb.CollectiveSpec(op="all_reduce")))
-
-
-def _queued(job_id: str, created: float, timeout: float, reason: str = "", state=pb.QUEUED) -> pb.Job:
-    return pb.Job(id=job_id, state=state, created_at=created, reason=reason,
-                  spec=pb.JobSpec(world_size=20, queue_timeout_s=timeout))
-
-
-def test_queue_timeouts_cancel_only_jobs_past_theirs_with_the_waiting_reason():
-    jobs = [_queued("late", 1000.0, 60, "needs 20 workers, 2 connected"), _queued("young", 1030.0, 60),
-            _queued("forever", 0.0, 0), _queued("running", 0.0, 1, state=pb.RUNNING)]
-    assert queue_timeouts(1060.0, jobs) == [
-        ("late", "still queued after its queue timeout of 60 s: needs 20 workers, 2 connected")]
-    assert [j for j, _ in queue_timeouts(1090.0, jobs)] == ["late", "young"]
 
 
 def _worker(wid: str, backend="gloo", state=pb.IDLE, host="h", dtype="cpu", name="cpu") -> pb.WorkerInfo:

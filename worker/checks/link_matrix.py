@@ -1,0 +1,72 @@
+"""The link matrix: every pair of the gang ping-ponged, in rounds of disjoint pairs at once.
+
+One process group of all n ranks; in round r each rank meets its partner of the round-robin
+schedule (ringleader/roundrobin.py): the lower rank initiates, the higher echoes (worker/
+workloads/p2p.py's ping-pong, timed and checked the same way). n - 1 rounds (n even) instead of
+today's n(n-1) pairs one after another. Each link is then compared with the median of the
+comparable links: same host, or across hosts (a host's own links are much faster).
+"""
+
+from __future__ import annotations
+
+from ringleader import checks, roundrobin
+from ringleader.jobspec import ValidJob
+from ringleader.v1 import jobs_pb2 as pb
+from worker import faults
+from worker.checks import peers
+from worker.kinds import Outcome, RunContext
+
+_LATENCY, _GBPS, _WRONG = 0, 3, 4  # columns of p2p's row: latency, min, p50, bandwidth, wrong
+
+
+def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
+    import torch
+    import torch.distributed as dist
+
+    # The ping-pong's two ends, shared with the p2p kind (one implementation of the timing).
+    from worker.workloads.p2p import _echo, _initiate
+    from worker.distutil import sync
+
+    s, n, rank = job.spec.link_matrix, job.world_size, ctx.rank
+    fault = faults.load()
+    hosts = [p.host for p in peers.gather(peers.me(ctx.device))]
+    schedule = roundrobin.rounds(n)
+    links = [(r, a, b) for r, pairs in enumerate(schedule) for a, b in pairs]
+    table = torch.zeros(len(links), 5, dtype=torch.float64)
+    for r in range(len(schedule)):
+        ctx.progress(r, len(schedule), s.size_bytes)
+        sync(ctx.device)  # a round starts when every pair of the last one is done
+        fault.before_op()
+        for k, (round_index, a, b) in enumerate(links):
+            if round_index != r:
+                continue
+            if rank == a:
+                _initiate("blocking", b, s.size_bytes, s.iters, s.warmup, ctx.device, ctx.counter, table[k])
+            elif rank == b:
+                _echo("blocking", a, s.size_bytes, s.iters, s.warmup, ctx.device, ctx.counter, table[k])
+    table = table.to(ctx.device)
+    dist.all_reduce(table)  # each link's row was written by its two ends only
+    values = table.cpu().tolist()
+    rows = [dict(a=a, b=b, round=r, latency_us=v[_LATENCY], gbps=v[_GBPS], wrong=int(v[_WRONG]))
+            for (r, a, b), v in zip(links, values)]
+    return Outcome(message=link_result(rows, hosts, s.size_bytes, len(schedule)))
+
+
+def link_result(rows: list[dict], hosts: list[str], size_bytes: int, rounds: int) -> pb.LinkMatrixResult:
+    """The result from measured links (dicts of LinkRow's first fields) and each rank's host:
+    ratios to the median of comparable links, flags, and the symmetric matrix. No communication."""
+    same = [r["gbps"] for r in rows if hosts[r["a"]] == hosts[r["b"]]]
+    cross = [r["gbps"] for r in rows if hosts[r["a"]] != hosts[r["b"]]]
+    med_same, med_cross = peers.median(same), peers.median(cross)
+    out = pb.LinkMatrixResult(size_bytes=size_bytes, rounds=rounds, median_same_host_gbps=med_same,
+                              median_cross_host_gbps=med_cross)
+    n = len(hosts)
+    matrix = [[-1.0] * n for _ in range(n)]
+    for r in rows:
+        median = med_same if hosts[r["a"]] == hosts[r["b"]] else med_cross
+        ratio = r["gbps"] / median if median > 0 else 0.0
+        flagged = ratio < checks.LINK_FLAG_RATIO or r["wrong"] > 0
+        out.links.append(pb.LinkRow(ratio=ratio, flagged=flagged, **r))
+        matrix[r["a"]][r["b"]] = matrix[r["b"]][r["a"]] = r["gbps"]
+    out.matrix.extend(pb.P2PMatrixRow(gbps=line) for line in matrix)
+    return out

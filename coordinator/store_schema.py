@@ -48,4 +48,13 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE jobs ADD COLUMN request_id TEXT",
         "CREATE UNIQUE INDEX jobs_by_request ON jobs (request_id)",
     ],
+    [
+        # v5: worker verdicts (coordinator/health.py), one row per worker id, kept across restarts.
+        # IF NOT EXISTS: this round's migrations (v4 baselines, v5, v6 identity) were written in
+        # parallel; each stands alone whatever the order they were merged in.
+        """CREATE TABLE IF NOT EXISTS worker_health (
+            worker_id TEXT PRIMARY KEY,
+            blob BLOB NOT NULL  -- serialized pb.WorkerHealth
+        ) WITHOUT ROWID""",
+    ],
 ]

@@ -275,3 +275,13 @@ class SqliteJobStore(JobStore):
                 "SELECT id FROM jobs WHERE state IN (?, ?) ORDER BY seq", UNFINISHED
             ).fetchall()
             return [self._load(c, r[0], with_results=True) for r in ids]
+
+    def set_worker_health(self, worker_id: str, health: pb.WorkerHealth) -> None:
+        with self._tx(write=True) as c:
+            c.execute("INSERT OR REPLACE INTO worker_health (worker_id, blob) VALUES (?, ?)",
+                      (worker_id, health.SerializeToString()))
+
+    def worker_health(self) -> dict[str, pb.WorkerHealth]:
+        with self._tx() as c:
+            rows = c.execute("SELECT worker_id, blob FROM worker_health ORDER BY worker_id").fetchall()
+        return {w: pb.WorkerHealth.FromString(b) for w, b in rows}

@@ -4,7 +4,8 @@ One process group of all n ranks; in round r each rank meets its partner of the 
 schedule (ringleader/roundrobin.py): the lower rank initiates, the higher echoes (worker/
 workloads/p2p.py's ping-pong, timed and checked the same way). n - 1 rounds (n even) instead of
 today's n(n-1) pairs one after another. Each link is then compared with the median of the
-comparable links: same host, or across hosts (a host's own links are much faster).
+comparable links: same host, or across hosts (a host's own links are much faster), each
+rank's median first so that one bad host cannot set the median.
 """
 
 from __future__ import annotations
@@ -55,12 +56,10 @@ def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
 def link_result(rows: list[dict], hosts: list[str], size_bytes: int, rounds: int) -> pb.LinkMatrixResult:
     """The result from measured links (dicts of LinkRow's first fields) and each rank's host:
     ratios to the median of comparable links, flags, and the symmetric matrix. No communication."""
-    same = [r["gbps"] for r in rows if hosts[r["a"]] == hosts[r["b"]]]
-    cross = [r["gbps"] for r in rows if hosts[r["a"]] != hosts[r["b"]]]
-    med_same, med_cross = peers.median(same), peers.median(cross)
+    n = len(hosts)
+    med_same, med_cross = _reference(rows, hosts, same_host=True), _reference(rows, hosts, same_host=False)
     out = pb.LinkMatrixResult(size_bytes=size_bytes, rounds=rounds, median_same_host_gbps=med_same,
                               median_cross_host_gbps=med_cross)
-    n = len(hosts)
     matrix = [[-1.0] * n for _ in range(n)]
     for r in rows:
         median = med_same if hosts[r["a"]] == hosts[r["b"]] else med_cross
@@ -70,3 +69,15 @@ def link_result(rows: list[dict], hosts: list[str], size_bytes: int, rounds: int
         matrix[r["a"]][r["b"]] = matrix[r["b"]][r["a"]] = r["gbps"]
     out.matrix.extend(pb.P2PMatrixRow(gbps=line) for line in matrix)
     return out
+
+
+def _reference(rows: list[dict], hosts: list[str], same_host: bool) -> float:
+    """The median of comparable links, robust to one bad host: each rank's median link of that
+    kind, then the median over ranks. (A plain median over links fails with few hosts: on 3
+    hosts a slow one carries 2 of every 3 cross-host links, and would set the median itself.)"""
+    per_rank: dict[int, list[float]] = {}
+    for r in rows:
+        if (hosts[r["a"]] == hosts[r["b"]]) == same_host:
+            per_rank.setdefault(r["a"], []).append(r["gbps"])
+            per_rank.setdefault(r["b"], []).append(r["gbps"])
+    return peers.median([peers.median(v) for v in per_rank.values()])

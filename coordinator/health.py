@@ -23,7 +23,9 @@ from coordinator import verdicts
 from coordinator.api import JobStore
 from coordinator.events import is_terminal
 from ringleader import checks
+from ringleader.defaults import PAGE_MAX
 from ringleader.errors import NotFound
+from ringleader.jobspec import check_text
 from ringleader.v1 import jobs_pb2 as pb
 
 log = logging.getLogger("ringleader.coordinator")
@@ -53,6 +55,9 @@ class HealthBook:
 
     def quarantined(self, worker_id: str) -> bool:
         return worker_id in self._by_worker and quarantined(self._by_worker[worker_id])
+
+    def known(self) -> set[str]:
+        return set(self._by_worker)
 
     def quarantined_ids(self) -> list[str]:
         return sorted(w for w, h in self._by_worker.items() if quarantined(h))
@@ -126,10 +131,28 @@ class FleetHealth:
             job = self.core.get(job.id)  # the event's copy was trimmed: read the stored one
         self._apply(self.book.record(verdicts.of_job(job)))
 
-    def cordon(self, worker_id: str, on: bool) -> pb.WorkerHealth:
-        health, changes = self.book.cordon(worker_id, on)
+    def cordon(self, worker_id: str, on: bool) -> pb.WorkerInfo:
+        """Quarantine a connected or remembered worker by hand, or lift it (NotFound if unknown)."""
+        check_text("worker_id", worker_id)
+        known = [w for w in self.all_workers() if w.worker_id == worker_id]
+        if not known and worker_id not in self.book.known():
+            raise NotFound(f"worker {worker_id} not found")
+        _, changes = self.book.cordon(worker_id, on)
         self._apply(changes)
-        return health
+        info = next((w for w in self.all_workers() if w.worker_id == worker_id), None)
+        info = info or pb.WorkerInfo(worker_id=worker_id, state=pb.DISCONNECTED)
+        info.health.CopyFrom(self.book.get(worker_id))
+        return info
+
+    def all_workers(self) -> list[pb.WorkerInfo]:
+        """Every worker the coordinator lists (all pages; list_workers fills in their health)."""
+        out, token = [], ""
+        while True:
+            page = self.core.list_workers(limit=PAGE_MAX, page_token=token)
+            out += page.workers
+            token = page.next_page_token
+            if not token:
+                return out
 
     def reconcile(self) -> None:
         """Tell the coordinator again of every quarantine (after a restart, or a worker that

@@ -28,6 +28,7 @@ from coordinator.api import JobStore
 from coordinator.dispatch import Dispatcher
 from coordinator.events import EventBus, Listener
 from coordinator.groups import Groups
+from coordinator.health import FleetHealth
 from coordinator.jobs import JobBook, Page
 from coordinator.liveness import Liveness, Timings, Verdicts
 from coordinator.registry import WorkerConn, WorkerRegistry, encode_token
@@ -63,6 +64,7 @@ class Coordinator:
         self._ticker: asyncio.Task | None = None
         self._uncommitted = False  # store writes wait for the next _commit
         self._commit_waiters: list[asyncio.Future] = []
+        self.fleet = FleetHealth(self, store)  # verdicts and quarantine (coordinator/health.py)
 
     # ---- process ---------------------------------------------------------------------------
 
@@ -185,6 +187,7 @@ class Coordinator:
         infos, size = [], 0
         for conn in conns:
             info = conn.info()
+            info.health.CopyFrom(self.fleet.book.get(conn.worker_id))
             size += info.ByteSize()
             if size > PAGE_BYTES and infos:
                 return WorkerPage(infos, encode_token(conns[len(infos) - 1].sort_key))

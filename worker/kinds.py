@@ -7,6 +7,7 @@ an outcome message (the other kinds; identical on every rank, rank 0's is report
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,7 +42,8 @@ class Outcome:
         if self.message is None:
             return None
         kind = {pb.P2PResult: "p2p", pb.GradientAverageResult: "gradient_average",
-                pb.TrainResult: "train", pb.AlgoSweepResult: "algo_sweep"}[type(self.message)]
+                pb.TrainResult: "train", pb.AlgoSweepResult: "algo_sweep", pb.LinkMatrixResult: "link_matrix",
+                pb.GpuCheckResult: "gpu_check", pb.SdcCheckResult: "sdc_check"}[type(self.message)]
         return kind, self.message.SerializeToString()
 
 
@@ -145,3 +147,14 @@ RUNNERS: dict[str, Callable[[ValidJob, RunContext], Outcome]] = {
     "collective": run_collective, "p2p": run_p2p, "gradient_average": run_gradient_average, "train": run_train,
     "algo_sweep": run_algo_sweep,
 }
+
+
+def _check_runner(kind: str) -> Callable[[ValidJob, RunContext], Outcome]:
+    """The fleet check `kind`'s runner (worker/checks/), imported by name on first use: those
+    modules build on this one's Outcome and RunContext."""
+    def run(job: ValidJob, ctx: RunContext) -> Outcome:
+        return getattr(importlib.import_module(f"worker.checks.{kind}"), f"run_{kind}")(job, ctx)
+    return run
+
+
+RUNNERS.update({kind: _check_runner(kind) for kind in ("link_matrix", "gpu_check", "sdc_check")})

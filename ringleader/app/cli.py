@@ -23,7 +23,7 @@ import grpc
 
 from ringleader import __version__, defaults, jobspec
 from ringleader import spec as specs
-from ringleader.app import argtypes, commands, config, security_flags
+from ringleader.app import argtypes, check_cmds, commands, config, security_flags
 from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
@@ -127,6 +127,7 @@ def _add_clients(sub) -> None:
     x.add_argument("--rank", type=int, default=None, help="only this rank")
     _client_options(x, '{"job_id": ID, "ranks": [{"rank", "worker_id", "received", "text"}, ...]}')
     _client_options(_talker(sub, "workers", "list workers"), '{"workers": [WorkerInfo, ...]}')
+    check_cmds.add_commands(sub, _talker, _client_options)
     security_flags.add_certs_command(sub)
 
 
@@ -226,7 +227,7 @@ def _run(a, settings: config.Settings) -> int:
     if a.command == "completion":
         print(argcomplete.shellcode(["ringleader"], shell=a.shell), end="")
         return 0
-    return commands.run_client_command(a)
+    return check_cmds.run(a) if check_cmds.handles(a) else commands.run_client_command(a)
 
 
 def run_workers(settings: config.Settings) -> int:

@@ -64,11 +64,13 @@ def workers_json(workers) -> str:
 
 
 def workers_table(workers) -> str:
-    lines = [f"{'WORKER':<28} {'STATE':<12} {'DEVICE':<26} {'HOST':<16} {'JOB':<13} WARM"]
+    lines = [f"{'WORKER':<28} {'STATE':<12} {'DEVICE':<26} {'HOST':<16} {'JOB':<13} {'WARM':<5} HEALTH"]
     for w in workers:
         device = f"{w.device.type}:{w.device.index} {w.device.name}"[:26]
+        health = pb.Verdict.Name(w.health.verdict) if w.health.verdict else "-"
         lines.append(f"{w.worker_id:<28} {pb.WorkerState.Name(w.state):<12} {device:<26} {w.host:<16} "
-                     f"{w.job_id or '-':<13} {'yes' if w.warm_group else '-'}")
+                     f"{w.job_id or '-':<13} {'yes' if w.warm_group else '-':<5} "
+                     f"{health}{' cordoned' if w.health.cordoned else ''}")
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ from coordinator import health, verdicts
 from coordinator.store_memory import MemoryJobStore
 from coordinator.store_sqlite import SqliteJobStore
 from ringleader import checks
+from ringleader.errors import NotFound
 from ringleader.v1 import jobs_pb2 as pb
 from worker.checks import gpu_check, link_matrix, sdc_check
 
@@ -149,6 +150,9 @@ class FakeCore:
     def set_quarantine(self, worker_id: str, on: bool) -> None:
         self.quarantine[worker_id] = on
 
+    def list_workers(self, limit=0, page_token=""):
+        return pb.ListWorkersResponse(workers=[pb.WorkerInfo(worker_id=f"w{i}", state=pb.IDLE) for i in range(3)])
+
 
 def test_fleet_health_quarantines_from_a_finished_check():
     core = FakeCore()
@@ -160,6 +164,8 @@ def test_fleet_health_quarantines_from_a_finished_check():
     assert core.quarantine == {}
     core.listeners[0](done, job)
     assert core.quarantine == {"w1": True} and fleet.book.get("w0").verdict == pb.HEALTHY
-    fleet.cordon("w1", False)
-    assert core.quarantine == {"w1": False}
+    info = fleet.cordon("w1", False)
+    assert core.quarantine == {"w1": False} and info.worker_id == "w1" and info.health.verdict == pb.SUSPECT
+    with pytest.raises(NotFound):
+        fleet.cordon("nobody", True)
     assert checks.is_check(job.spec)

@@ -1,0 +1,74 @@
+"""Fleet health end to end: a real coordinator and CPU workers (gloo), one worker started with the
+fault injector (slowed compute and a flipped bit); checks through gRPC and the CLI, verdicts,
+cordons, and verdicts kept across a coordinator restart."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from cluster import Cluster, ringleader_cmd
+from ringleader.v1 import jobs_pb2 as pb
+
+pytestmark = pytest.mark.integration
+
+IDS = ["f0", "f1", "f2", "f3"]
+BAD = "f2"
+FAULTY = {"RINGLEADER_FAULTS": "slow_compute=8,flip_bit=1", "RINGLEADER_FAULTS_ALLOWED": "tests"}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("fleet"))
+    try:
+        c.start_coordinator()
+        for wid in IDS:
+            c.start_worker(wid, env=FAULTY if wid == BAD else None)
+        c.wait_idle(IDS)
+        yield c
+    finally:
+        c.close()
+
+
+def _health(cluster) -> dict[str, pb.WorkerHealth]:
+    return {w.worker_id: w.health for w in cluster.client.workers()}
+
+
+def test_checks_name_the_faulty_worker_and_no_other(fleet):
+    answer = fleet.client.run_check(pb.RunCheckRequest(wait=True, timeout_s=120))
+    assert sorted(j.spec.WhichOneof("kind") for j in answer.jobs) == ["gpu_check", "link_matrix", "sdc_check"]
+    for j in answer.jobs:
+        assert j.state == pb.SUCCEEDED, j.reason
+        assert j.spec.priority == -1000 and sorted(j.spec.placement.worker_ids) == IDS
+    by_kind = {j.spec.WhichOneof("kind"): j for j in answer.jobs}
+    rank_of = {w.worker_id: w.rank for w in by_kind["gpu_check"].workers}
+    assert [w.flagged for w in by_kind["gpu_check"].gpu_check.workers] == [r == rank_of[BAD] for r in range(4)]
+    rank_of = {w.worker_id: w.rank for w in by_kind["sdc_check"].workers}
+    assert [w.flagged for w in by_kind["sdc_check"].sdc_check.workers] == [r == rank_of[BAD] for r in range(4)]
+    assert len(by_kind["link_matrix"].link_matrix.links) == 6
+    health = {w.worker_id: w.health for w in answer.workers}
+    assert health[BAD].verdict == pb.UNHEALTHY and health[BAD].check in ("gpu_check", "sdc_check")
+    assert health[BAD].recheck_at > health[BAD].at > 0 and health[BAD].job_id
+    assert _health(fleet)[BAD].verdict == pb.UNHEALTHY  # ListWorkers shows it too
+    assert answer.named_hosts == []  # the other workers of its host are healthy
+
+
+def test_cli_check(fleet):
+    out = subprocess.run(ringleader_cmd("--coordinator", fleet.address, "check", "--workers", "f0,f1,f3",
+                                        "--kind", "gpu_check,sdc_check"), capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert "3 of 3 workers healthy" in out.stdout and "named hosts: none" in out.stdout
+    bad = subprocess.run(ringleader_cmd("--coordinator", fleet.address, "check", "--kind", "nope"),
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "kinds" in bad.stderr
+
+
+def test_verdicts_survive_a_coordinator_restart(fleet):
+    before = _health(fleet)[BAD]
+    assert before.verdict == pb.UNHEALTHY
+    port = int(fleet.address.rsplit(":", 1)[1])
+    fleet.stop_coordinator()
+    fleet.start_coordinator(port=port)
+    fleet.wait_idle([w for w in IDS if w != BAD], timeout=60)
+    assert _health(fleet)[BAD] == before

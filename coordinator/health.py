@@ -155,10 +155,11 @@ class FleetHealth:
                 return out
 
     def reconcile(self) -> None:
-        """Tell the coordinator again of every quarantine (after a restart, or a worker that
-        came back on a new connection)."""
-        for worker_id in self.book.quarantined_ids():
-            self._apply([(worker_id, True)])
+        """Quarantine again every connected worker the book quarantines but the coordinator does
+        not (after a coordinator restart, or a worker that came back on a new connection)."""
+        for w in self.all_workers():
+            if w.state == pb.IDLE and self.book.quarantined(w.worker_id):
+                self._apply([(w.worker_id, True)])
 
     def _apply(self, changes: list[Change]) -> None:
         for worker_id, on in changes:

@@ -101,19 +101,22 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
 
 
 class Sweeper:
-    """Every `every_s`, and whenever a failed worker's recheck is due: the checks over the
-    connected, idle workers, one check job at a time, each started only while no user job waits."""
+    """The fleet's background work, one task: every `every_s` (0: never) a sweep of the checks
+    over the connected, idle workers, one check job at a time, each started only while no user
+    job waits; a sweep also whenever a failed worker's recheck is due; and, every `reconcile_s`,
+    quarantine re-applied to workers that came back on a new connection."""
 
-    def __init__(self, core, fleet, every_s: float, kinds: Iterable[str] = (), poll_s: float = 0.2) -> None:
+    def __init__(self, core, fleet, every_s: float = 0.0, kinds: Iterable[str] = (), poll_s: float = 0.2,
+                 reconcile_s: float = 1.0) -> None:
         if every_s < 0:
             raise InvalidSpec("check_every", f"must be 0 (off) or a number of seconds, got {every_s}")
-        self.core, self.fleet, self.every_s, self.kinds, self.poll_s = core, fleet, every_s, list(kinds), poll_s
+        self.core, self.fleet, self.every_s, self.kinds = core, fleet, every_s, list(kinds)
+        self.poll_s, self.reconcile_s = poll_s, reconcile_s
         self.sweeps = 0
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        if self.every_s > 0:
-            self._task = asyncio.create_task(self._forever())
+        self._task = asyncio.create_task(self._forever())
 
     async def stop(self) -> None:
         if self._task:
@@ -121,16 +124,21 @@ class Sweeper:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _forever(self) -> None:
-        next_sweep = time.monotonic() + self.every_s
+        now = time.monotonic()
+        next_sweep = now + self.every_s if self.every_s else float("inf")
+        next_reconcile = now
         while True:
             await asyncio.sleep(self.poll_s)
-            if time.monotonic() < next_sweep and not self.fleet.book.due():
-                continue
             try:
-                await self.sweep()
+                if time.monotonic() >= next_reconcile:
+                    self.fleet.reconcile()
+                    next_reconcile = time.monotonic() + self.reconcile_s
+                if time.monotonic() >= next_sweep or self.fleet.book.due():
+                    await self.sweep()
+                    next_sweep = time.monotonic() + self.every_s if self.every_s else float("inf")
             except Exception:  # a bug here must not end the sweeps for good
                 log.exception("fleet sweep failed")
-            next_sweep = time.monotonic() + self.every_s
+                await asyncio.sleep(self.reconcile_s)
 
     async def sweep(self) -> list[pb.Job]:
         """One sweep: each check job is planned over the workers idle when its turn comes."""

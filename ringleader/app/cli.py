@@ -94,6 +94,8 @@ def _add_servers(sub) -> None:
                    help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing)")
     c.add_argument("--worker-ttl", type=argtypes.seconds, default=600.0, metavar="SECONDS",
                    help="how long a disconnected worker stays listed (default 600)")
+    c.add_argument("--check-every", type=argtypes.seconds, default=0.0, metavar="SECONDS",
+                   help="sweep the fleet's health checks over idle workers this often (e.g. 300; default 0: off)")
     security_flags.add_server_security(c)
 
     w = _talker(sub, "worker", "run a worker daemon for one device (or one per GPU)")

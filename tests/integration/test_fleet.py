@@ -5,7 +5,9 @@ cordons, and verdicts kept across a coordinator restart."""
 from __future__ import annotations
 
 import subprocess
+import time
 
+import httpx
 import pytest
 
 from cluster import Cluster, ringleader_cmd
@@ -22,7 +24,7 @@ FAULTY = {"RINGLEADER_FAULTS": "slow_compute=8,flip_bit=1", "RINGLEADER_FAULTS_A
 def fleet(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("fleet"))
     try:
-        c.start_coordinator()
+        c.start_coordinator(http=True)
         for wid in IDS:
             c.start_worker(wid, env=FAULTY if wid == BAD else None)
         c.wait_idle(IDS)
@@ -64,6 +66,26 @@ def test_cli_check(fleet):
     assert bad.returncode == 2 and "kinds" in bad.stderr
 
 
+def test_rest_checks_and_fleet_health(fleet):
+    api = f"{fleet.http_url}/api/v1"
+    r = httpx.post(f"{api}/checks", json={"worker_ids": ["f0", "f1", "f2"], "kinds": ["sdc_check"], "wait": True,
+                                          "sdc_check": {"seed": 3, "rounds": 2}}, timeout=180)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [j["state"] for j in body["jobs"]] == ["SUCCEEDED"] and body["jobs"][0]["spec"]["sdc_check"]["seed"] == 3
+    health = {w["worker_id"]: w["health"] for w in body["workers"]}
+    assert health["f2"]["verdict"] == "UNHEALTHY" and health["f0"]["verdict"] == "HEALTHY"
+    bad = httpx.post(f"{api}/checks", json={"kinds": ["nope"]}, timeout=30)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][:2] == ["body", "kinds"]
+    summary = httpx.get(f"{api}/fleet/health", timeout=30).json()
+    assert summary["quarantined"] == [BAD] and summary["counts"]["UNHEALTHY"] == 1
+    assert [w["worker_id"] for w in summary["attention"]] == [BAD]
+    assert httpx.post(f"{api}/workers/nobody/cordon", timeout=30).status_code == 404
+    metrics = httpx.get(f"{fleet.http_url}/metrics", timeout=30).text
+    assert 'ringleader_worker_verdicts{verdict="unhealthy"} 1.0' in metrics
+    assert 'ringleader_worker_verdicts{verdict="healthy"} 3.0' in metrics
+
+
 def test_verdicts_survive_a_coordinator_restart(fleet):
     before = _health(fleet)[BAD]
     assert before.verdict == pb.UNHEALTHY
@@ -71,4 +93,7 @@ def test_verdicts_survive_a_coordinator_restart(fleet):
     fleet.stop_coordinator()
     fleet.start_coordinator(port=port)
     fleet.wait_idle([w for w in IDS if w != BAD], timeout=60)
+    deadline = time.monotonic() + 60
+    while BAD not in _health(fleet) and time.monotonic() < deadline:  # it reconnects with backoff
+        time.sleep(0.1)
     assert _health(fleet)[BAD] == before

@@ -5,8 +5,9 @@ here those flags become verdicts on workers, with their evidence (figure and exp
 
 - link_matrix: a worker most of whose links are flagged is failed, and so is every worker of a
   host most of whose cross-host links are flagged (a slow NIC or cable shows on every link of
-  the host, while each of its peers has only one slow link: theirs to it). A flagged link that
-  no failed worker explains makes both its ends suspect. The others are healthy.
+  the host, while each of its peers has only one slow link: theirs to it). A link that corrupted
+  bytes, and that no failed worker explains, makes both its ends suspect; a link that is only
+  slow stays flagged in the result but names nobody. The others are healthy.
 - gpu_check: a flagged worker (below its same-model peers) is failed.
 - sdc_check: a checksum other than the majority of its model's, or a wrong element in the exact
   collectives, is failed; with no majority, the disagreeing workers are suspect.
@@ -61,8 +62,8 @@ def _links(r: pb.LinkMatrixResult, ranks: dict[int, pb.WorkerRef]) -> Found:
         if _most_flagged(cross):
             for rank in (k for k, v in host.items() if v == h):
                 out.setdefault(rank, (FAILED, *_link_evidence(r, cross, f"cross-host links of host {h}")))
-    for x in r.links:
-        if x.flagged and x.a not in out and x.b not in out:
+    for x in r.links:  # a slow link alone names nobody (one slow figure may be noise); bad bytes do
+        if x.wrong and x.a not in out and x.b not in out:
             for rank in (x.a, x.b):
                 out.setdefault(rank, (SUSPECT, *_link_evidence(r, [x], f"link {x.a}-{x.b}")))
     for rank in mine:

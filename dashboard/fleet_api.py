@@ -30,7 +30,7 @@ class _Strict(BaseModel):
 
 
 class LinkMatrixIn(_Strict):
-    size_bytes: int = Field(0, ge=0, description="ping-pong size (0: 256 KiB for a check)")
+    size_bytes: int = Field(0, ge=0, description="ping-pong size (0: 512 KiB for a check)")
     iters: int = Field(0, ge=0)
     warmup: int | None = Field(None, ge=0)
 

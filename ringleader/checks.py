@@ -32,9 +32,12 @@ GPU_MAX_COPY_BYTES = 16 << 30
 GPU_DEFAULT_ITERS, GPU_MAX_ITERS = 10, 1000
 
 # A link below this share of the median of comparable links (same host, or across hosts) is
-# flagged: a rate-limited or failing link measures 0.05 or less, while clean links on a loaded
-# machine stay above 0.6 of their median (bench/results/2026-11-24-fleet/).
-LINK_FLAG_RATIO = 0.4
+# flagged. Measured on 8 namespace hosts of a 2-core machine under a load of 13-27 (seven test
+# suites at once): a link rate-limited to 200 Mbit/s measures 0.03 of the median, while clean
+# links, after the second pass, stay above 0.1 (bench/results/2026-11-24-fleet/). A fabric
+# without such CPU contention (NCCL on GPUs) can afford a higher bar; this one names only a
+# link at a tenth of its peers' speed or worse.
+LINK_FLAG_RATIO = 0.1
 # A worker whose matrix product or memory copy is below this share of the median of its peers
 # of the same model is flagged (a throttled or failing GPU; a noisy CPU stays above 0.7).
 GPU_FLAG_RATIO = 0.5

@@ -30,7 +30,7 @@ def add_commands(sub, talker, client_options) -> None:
     which.add_argument("--host", default="", help="the workers of this host")
     which.add_argument("--workers", default="", metavar="A,B,...", help="exactly these workers")
     c.add_argument("--kind", default="", metavar="K1,K2", help=f"any of {', '.join(checks.KINDS)} (default: all)")
-    c.add_argument("--size", type=argtypes.size, default=None, help="link_matrix: ping-pong size (default 256K)")
+    c.add_argument("--size", type=argtypes.size, default=None, help="link_matrix: ping-pong size (default 512K)")
     c.add_argument("--iters", type=int, default=None, help="timed iterations of each check (link_matrix, gpu_check)")
     c.add_argument("--timeout", type=argtypes.seconds, default=300.0, help="give up waiting after this long")
     client_options(c, '{"jobs": [Job, ...], "named_hosts": [...], "workers": [WorkerInfo, ...]}')
@@ -65,7 +65,7 @@ def request_from_args(a: argparse.Namespace) -> pb.RunCheckRequest:
     r = pb.RunCheckRequest(worker_ids=[w for w in a.workers.split(",") if w], host=a.host, wait=True,
                            timeout_s=a.timeout, kinds=[k.strip() for k in a.kind.split(",") if k.strip()])
     if a.size is not None or a.iters is not None:
-        r.link_matrix.CopyFrom(pb.LinkMatrixSpec(size_bytes=a.size or 256 << 10, iters=a.iters or 5, warmup=2))
+        r.link_matrix.CopyFrom(pb.LinkMatrixSpec(size_bytes=a.size or 512 << 10, iters=a.iters or 4, warmup=1))
     if a.iters is not None:
         r.gpu_check.iters = a.iters
     return r

@@ -17,40 +17,63 @@ from worker import faults
 from worker.checks import peers
 from worker.kinds import Outcome, RunContext
 
-_LATENCY, _GBPS, _WRONG = 0, 3, 4  # columns of p2p's row: latency, min, p50, bandwidth, wrong
+_MIN_LATENCY, _WRONG = 1, 4  # columns of p2p's row: latency, min latency, p50, bandwidth, wrong
 
 
 def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
+    s, n = job.spec.link_matrix, job.world_size
+    hosts = [p.host for p in peers.gather(peers.me(ctx.device))]
+    schedule = roundrobin.rounds(n)
+    links = [(a, b, r) for r, pairs in enumerate(schedule) for a, b in pairs]
+    rounds = [[k for k, link in enumerate(links) if link[2] == r] for r in range(len(schedule))]
+    rows = _rows(links, _measure(s, ctx, links, rounds), s.size_bytes)
+    result = link_result(rows, hosts, s.size_bytes, len(schedule))
+    # A second pass over the flagged links, one at a time (the same list on every rank: every
+    # rank holds the same figures): a link that was slow only because its ends waited for a
+    # CPU (a busy host) is fast now, while a slow link is slow again. Each keeps its best.
+    again = [k for k, x in enumerate(result.links) if x.flagged]
+    if not again:
+        return Outcome(message=result)
+    second = _rows(links, _measure(s, ctx, links, [[k] for k in again]), s.size_bytes)
+    for k in again:
+        best = max(rows[k], second[k], key=lambda x: x["gbps"])
+        rows[k] = {**best, "wrong": rows[k]["wrong"] + second[k]["wrong"]}
+    return Outcome(message=link_result(rows, hosts, s.size_bytes, len(schedule)))
+
+
+def _measure(s: pb.LinkMatrixSpec, ctx: RunContext, links, batches: list[list[int]]) -> list[list[float]]:
+    """Ping-pong the links of each batch at the same time, batch after batch; every link's row
+    of p2p's figures (all zeros where not measured), the same on every rank."""
     import torch
     import torch.distributed as dist
 
     # The ping-pong's two ends, shared with the p2p kind (one implementation of the timing).
-    from worker.workloads.p2p import _echo, _initiate
     from worker.distutil import sync
+    from worker.workloads.p2p import _echo, _initiate
 
-    s, n, rank = job.spec.link_matrix, job.world_size, ctx.rank
     fault = faults.load()
-    hosts = [p.host for p in peers.gather(peers.me(ctx.device))]
-    schedule = roundrobin.rounds(n)
-    links = [(r, a, b) for r, pairs in enumerate(schedule) for a, b in pairs]
     table = torch.zeros(len(links), 5, dtype=torch.float64)
-    for r in range(len(schedule)):
-        ctx.progress(r, len(schedule), s.size_bytes)
-        sync(ctx.device)  # a round starts when every pair of the last one is done
+    for i, batch in enumerate(batches):
+        ctx.progress(i, len(batches), s.size_bytes)
+        sync(ctx.device)  # a batch starts when every pair of the last one is done
         fault.before_op()
-        for k, (round_index, a, b) in enumerate(links):
-            if round_index != r:
-                continue
-            if rank == a:
+        for k in batch:
+            a, b, _ = links[k]
+            if ctx.rank == a:
                 _initiate("blocking", b, s.size_bytes, s.iters, s.warmup, ctx.device, ctx.counter, table[k])
-            elif rank == b:
+            elif ctx.rank == b:
                 _echo("blocking", a, s.size_bytes, s.iters, s.warmup, ctx.device, ctx.counter, table[k])
     table = table.to(ctx.device)
     dist.all_reduce(table)  # each link's row was written by its two ends only
-    values = table.cpu().tolist()
-    rows = [dict(a=a, b=b, round=r, latency_us=v[_LATENCY], gbps=v[_GBPS], wrong=int(v[_WRONG]))
-            for (r, a, b), v in zip(links, values)]
-    return Outcome(message=link_result(rows, hosts, s.size_bytes, len(schedule)))
+    return table.cpu().tolist()
+
+
+def _rows(links, values: list[list[float]], size_bytes: int) -> list[dict]:
+    """LinkRow fields from p2p's figures. The fastest round trip counts: what the link can do.
+    A rate-limited or failing link is slow on every one; a rank that waited for a CPU, on some."""
+    return [dict(a=a, b=b, round=r, latency_us=v[_MIN_LATENCY], wrong=int(v[_WRONG]),
+                 gbps=size_bytes / v[_MIN_LATENCY] / 1e3 if v[_MIN_LATENCY] > 0 else 0.0)
+            for (a, b, r), v in zip(links, values)]
 
 
 def link_result(rows: list[dict], hosts: list[str], size_bytes: int, rounds: int) -> pb.LinkMatrixResult:

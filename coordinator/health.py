@@ -9,7 +9,7 @@ survive a coordinator restart.
 `HealthBook` decides and remembers; it tells its caller which workers' quarantine changed and
 calls nobody. `FleetHealth` keeps it in step with the coordinator through the facade's public
 API: it listens to job events (a finished check gives verdicts) and turns quarantine changes
-into `set_quarantine` calls.
+into `set_quarantine` calls (the coordinator keeps them by worker id, across reconnects).
 """
 
 from __future__ import annotations
@@ -122,6 +122,9 @@ class FleetHealth:
         self.core = core
         self.book = HealthBook(store, clock)
         core.add_listener(self._on_event)
+        # The coordinator keeps quarantines by worker id, connected or not: after a restart it is
+        # told again of every one the store kept, before any worker registers.
+        self._apply([(worker_id, True) for worker_id in self.book.quarantined_ids()])
 
     def _on_event(self, event: pb.JobEvent, job: pb.Job) -> None:
         if not is_terminal(event) or job.spec.WhichOneof("kind") not in checks.KINDS:
@@ -154,17 +157,7 @@ class FleetHealth:
             if not token:
                 return out
 
-    def reconcile(self) -> None:
-        """Quarantine again every connected worker the book quarantines but the coordinator does
-        not (after a coordinator restart, or a worker that came back on a new connection)."""
-        for w in self.all_workers():
-            if w.state == pb.IDLE and self.book.quarantined(w.worker_id):
-                self._apply([(w.worker_id, True)])
-
     def _apply(self, changes: list[Change]) -> None:
         for worker_id, on in changes:
             log.warning("worker %s %s", worker_id, "quarantined" if on else "back in service")
-            try:
-                self.core.set_quarantine(worker_id, on)
-            except NotFound:
-                pass  # not connected now: reconcile() applies it when it is
+            self.core.set_quarantine(worker_id, on)

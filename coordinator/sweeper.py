@@ -16,6 +16,7 @@ import time
 from typing import Iterable
 
 from coordinator import verdicts
+from coordinator.health import RECHECK_MIN_S
 from ringleader import checks
 from ringleader.errors import InvalidSpec, NotFound
 from ringleader.v1 import jobs_pb2 as pb
@@ -102,17 +103,14 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
 
 
 class Sweeper:
-    """The fleet's background work, one task: every `every_s` (0: never) a sweep of the checks
-    over the connected, idle workers, one check job at a time, each started only while no user
-    job waits; a sweep also whenever a failed worker's recheck is due; and, every `reconcile_s`,
-    quarantine re-applied to workers that came back on a new connection."""
+    """Every `every_s` (0: never) a sweep of the checks over the connected, idle workers, one
+    check job at a time, each started only while no user job waits; and a sweep whenever a
+    failed worker's recheck is due (whatever `every_s`)."""
 
-    def __init__(self, core, fleet, every_s: float = 0.0, kinds: Iterable[str] = (), poll_s: float = 0.2,
-                 reconcile_s: float = 1.0) -> None:
+    def __init__(self, core, fleet, every_s: float = 0.0, kinds: Iterable[str] = (), poll_s: float = 0.2) -> None:
         if every_s < 0:
             raise InvalidSpec("check_every", f"must be 0 (off) or a number of seconds, got {every_s}")
-        self.core, self.fleet, self.every_s, self.kinds = core, fleet, every_s, list(kinds)
-        self.poll_s, self.reconcile_s = poll_s, reconcile_s
+        self.core, self.fleet, self.every_s, self.kinds, self.poll_s = core, fleet, every_s, list(kinds), poll_s
         self.sweeps = 0
         self._task: asyncio.Task | None = None
 
@@ -124,22 +122,24 @@ class Sweeper:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
+    def _next(self) -> float:
+        return time.monotonic() + self.every_s if self.every_s else float("inf")
+
     async def _forever(self) -> None:
-        now = time.monotonic()
-        next_sweep = now + self.every_s if self.every_s else float("inf")
-        next_reconcile = now
+        next_sweep, next_recheck = self._next(), 0.0
         while True:
             await asyncio.sleep(self.poll_s)
+            now = time.monotonic()
+            # A recheck at most once per RECHECK_MIN_S: a due worker that is away, or whose check
+            # did not finish, keeps its due time and must not start sweep after sweep.
+            recheck = now >= next_recheck and bool(self.fleet.book.due())
+            if now < next_sweep and not recheck:
+                continue
             try:
-                if time.monotonic() >= next_reconcile:
-                    self.fleet.reconcile()
-                    next_reconcile = time.monotonic() + self.reconcile_s
-                if time.monotonic() >= next_sweep or self.fleet.book.due():
-                    await self.sweep()
-                    next_sweep = time.monotonic() + self.every_s if self.every_s else float("inf")
+                await self.sweep()
             except Exception:  # a bug here must not end the sweeps for good
                 log.exception("fleet sweep failed")
-                await asyncio.sleep(self.reconcile_s)
+            next_sweep, next_recheck = self._next(), time.monotonic() + RECHECK_MIN_S
 
     async def sweep(self) -> list[pb.Job]:
         """One sweep: each check job is planned over the workers idle when its turn comes."""

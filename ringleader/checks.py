@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ringleader import roundrobin
 from ringleader.errors import InvalidSpec
-from ringleader.jobspec import ValidJob
+from ringleader.jobspec import ValidJob, valid
 from ringleader.v1 import jobs_pb2 as pb
 
 KINDS = ("link_matrix", "gpu_check", "sdc_check")
@@ -54,7 +54,7 @@ def _iters(field: str, value: int, default: int, limit: int) -> int:
     return value
 
 
-def normalize_link_matrix(out: pb.JobSpec) -> ValidJob:
+def check_link_matrix(out: pb.JobSpec) -> None:
     s, n = out.link_matrix, out.world_size
     if not 2 <= n <= LINK_MAX_RANKS:
         raise InvalidSpec("world_size", f"a link matrix needs between 2 and {LINK_MAX_RANKS} workers, got {n}")
@@ -66,13 +66,17 @@ def normalize_link_matrix(out: pb.JobSpec) -> ValidJob:
     if warmup > LINK_MAX_ITERS:
         raise InvalidSpec("link_matrix.warmup", f"at most {LINK_MAX_ITERS}, got {warmup}")
     s.warmup = warmup
+
+
+def view_link_matrix(out: pb.JobSpec) -> ValidJob:
+    s, n = out.link_matrix, out.world_size
     pairs = [p for r in roundrobin.rounds(n) for p in r]
     # A send and a receive buffer; progress counts rounds.
-    return _valid(out, sizes=(s.size_bytes,), pairs=pairs, needs_bytes=2 * s.size_bytes,
-                  total=roundrobin.round_count(n))
+    return valid(out, sizes=(s.size_bytes,), pairs=pairs, needs_bytes=2 * s.size_bytes,
+                 total=roundrobin.round_count(n))
 
 
-def normalize_gpu_check(out: pb.JobSpec) -> ValidJob:
+def check_gpu_check(out: pb.JobSpec) -> None:
     """0 / "" leave the device's default (GPU_DEFAULTS) to the runner."""
     g = out.gpu_check
     if g.matmul_n and not GPU_MIN_N <= g.matmul_n <= GPU_MAX_N:
@@ -83,31 +87,26 @@ def normalize_gpu_check(out: pb.JobSpec) -> ValidJob:
     if g.copy_bytes > GPU_MAX_COPY_BYTES:
         raise InvalidSpec("gpu_check.copy_bytes", f"at most {GPU_MAX_COPY_BYTES} (16 GiB), got {g.copy_bytes}")
     g.iters = _iters("gpu_check.iters", g.iters, GPU_DEFAULT_ITERS, GPU_MAX_ITERS)
-    big = GPU_DEFAULTS["cuda"]
+
+
+def view_gpu_check(out: pb.JobSpec) -> ValidJob:
+    g, big = out.gpu_check, GPU_DEFAULTS["cuda"]
     n = g.matmul_n or big["matmul_n"]
     elem = 4 if g.dtype == "float32" else 2
     # Three matrices and the copy's source and destination (the GPU's defaults when unset).
-    need = 3 * n * n * elem + 2 * (g.copy_bytes or big["copy_bytes"])
-    return _valid(out, needs_bytes=need, total=2)
+    return valid(out, needs_bytes=3 * n * n * elem + 2 * (g.copy_bytes or big["copy_bytes"]), total=2)
 
 
-def normalize_sdc_check(out: pb.JobSpec) -> ValidJob:
-    s = out.sdc_check
+def check_sdc_check(out: pb.JobSpec) -> None:
     if not 1 <= out.world_size <= SDC_MAX_RANKS:
         raise InvalidSpec("world_size", f"a corruption check runs on between 1 and {SDC_MAX_RANKS} workers, "
                           f"got {out.world_size}")
+    s = out.sdc_check
     s.rounds = _iters("sdc_check.rounds", s.rounds, SDC_DEFAULT_ROUNDS, SDC_MAX_ROUNDS)
-    return _valid(out, needs_bytes=4 * SDC_N * SDC_N * 4, total=s.rounds)
 
 
-def _valid(out: pb.JobSpec, *, sizes=(), pairs=(), needs_bytes=0, total=1) -> ValidJob:
-    kind = out.WhichOneof("kind")
-    return ValidJob(spec=out, kind=kind, op=kind, collective=None, sizes=tuple(sizes), pairs=tuple(pairs),
-                    needs_bytes=needs_bytes, progress_total=total)
-
-
-NORMALIZERS = {"link_matrix": normalize_link_matrix, "gpu_check": normalize_gpu_check,
-               "sdc_check": normalize_sdc_check}
+def view_sdc_check(out: pb.JobSpec) -> ValidJob:
+    return valid(out, needs_bytes=4 * SDC_N * SDC_N * 4, total=out.sdc_check.rounds)
 
 
 def is_check(spec: pb.JobSpec) -> bool:

@@ -1,18 +1,20 @@
-"""The job-kind registry: what an executor runs for each kind of job, on every rank.
+"""The runners of the job kinds: what an executor runs for each kind of job, on every rank.
 
-Each runner takes the checked job (ringleader.jobspec.ValidJob) and a RunContext, runs on every
+The table of kinds (ringleader/kinds.py) names each kind's runner by import string; RUNNERS
+resolves them on first use. Each runner takes the checked job (ringleader.jobspec.ValidJob) and a RunContext, runs on every
 rank of the executor's process group, and returns an Outcome: result rows (collective sweeps) or
 an outcome message (the other kinds; identical on every rank, rank 0's is reported).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ringleader import kinds as table
 from ringleader.jobspec import ValidJob
 from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
 from worker import api
 
 
@@ -39,12 +41,15 @@ class Outcome:
     message: object | None = None  # a jobs_pb2 outcome (P2PResult, ...) for the other kinds
 
     def serialized(self) -> tuple[str, bytes] | None:
+        """(member, bytes) for JobDone's `outcome`: the member the table of kinds names as the
+        `result` of the kind whose result message this is."""
         if self.message is None:
             return None
-        kind = {pb.P2PResult: "p2p", pb.GradientAverageResult: "gradient_average",
-                pb.TrainResult: "train", pb.AlgoSweepResult: "algo_sweep", pb.LinkMatrixResult: "link_matrix",
-                pb.GpuCheckResult: "gpu_check", pb.SdcCheckResult: "sdc_check"}[type(self.message)]
-        return kind, self.message.SerializeToString()
+        for k in table.TABLE:
+            member = wpb.JobDone.DESCRIPTOR.fields_by_name.get(k.result)
+            if member is not None and member.message_type is type(self.message).DESCRIPTOR:
+                return k.result, self.message.SerializeToString()
+        raise TypeError(f"a {type(self.message).__name__} is no job kind's result (ringleader/kinds.py)")
 
 
 def run_collective(job: ValidJob, ctx: RunContext) -> Outcome:
@@ -143,18 +148,11 @@ def run_train(job: ValidJob, ctx: RunContext) -> Outcome:
     return Outcome(message=pb.TrainResult(**result))
 
 
-RUNNERS: dict[str, Callable[[ValidJob, RunContext], Outcome]] = {
-    "collective": run_collective, "p2p": run_p2p, "gradient_average": run_gradient_average, "train": run_train,
-    "algo_sweep": run_algo_sweep,
-}
+class _Runners(dict):
+    """kind -> runner, resolved from the table on first use (a test may set its own)."""
+
+    def __missing__(self, kind: str) -> Callable[[ValidJob, RunContext], Outcome]:
+        return self.setdefault(kind, table.get(kind).resolve("runner"))
 
 
-def _check_runner(kind: str) -> Callable[[ValidJob, RunContext], Outcome]:
-    """The fleet check `kind`'s runner (worker/checks/), imported by name on first use: those
-    modules build on this one's Outcome and RunContext."""
-    def run(job: ValidJob, ctx: RunContext) -> Outcome:
-        return getattr(importlib.import_module(f"worker.checks.{kind}"), f"run_{kind}")(job, ctx)
-    return run
-
-
-RUNNERS.update({kind: _check_runner(kind) for kind in ("link_matrix", "gpu_check", "sdc_check")})
+RUNNERS = _Runners()

@@ -14,6 +14,7 @@ import json
 from ringleader import checks
 from ringleader.app import argtypes
 from ringleader.app.client import Client
+from ringleader.app.kindargs import given
 from ringleader.app.security_flags import client_security
 from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.jsonview import to_json
@@ -87,4 +88,49 @@ def check_text(r: pb.RunCheckResponse) -> str:
     bad = [w for w in r.workers if w.health.verdict != pb.HEALTHY]
     lines += [health_line(w) for w in bad]
     lines.append(f"{len(r.workers) - len(bad)} of {len(r.workers)} workers healthy")
+    return "\n".join(lines)
+
+
+# ---- the check kinds' part of `ringleader submit` and `ringleader job` (ringleader/kinds.py) ----
+
+
+def link_matrix_spec(a: argparse.Namespace) -> pb.LinkMatrixSpec:
+    """--sizes (its first: the ping-pong size), --iters, --warmup."""
+    sizes = getattr(a, "sizes", None) or []
+    return pb.LinkMatrixSpec(size_bytes=sizes[0] if sizes else 0, **given(a, "iters", "warmup"))
+
+
+def gpu_check_spec(a: argparse.Namespace) -> pb.GpuCheckSpec:
+    """--iters, and --dtype when it is one the check runs (else the device's default)."""
+    dtype = getattr(a, "dtype", "") or ""
+    return pb.GpuCheckSpec(dtype=dtype if dtype in checks.GPU_DTYPES else "", **given(a, "iters"))
+
+
+def sdc_check_spec(a: argparse.Namespace) -> pb.SdcCheckSpec:
+    return pb.SdcCheckSpec()
+
+
+def link_matrix_table(r: pb.LinkMatrixResult) -> str:
+    lines = [f"link matrix at {r.size_bytes} bytes, {r.rounds} rounds; median same host "
+             f"{r.median_same_host_gbps:.3f} GB/s, across hosts {r.median_cross_host_gbps:.3f} GB/s",
+             f"{'A':>4} {'B':>4} {'ROUND':>5} {'LAT_US':>10} {'GB/S':>9} {'RATIO':>6}  FLAG"]
+    for x in sorted(r.links, key=lambda x: x.ratio):
+        lines.append(f"{x.a:>4} {x.b:>4} {x.round:>5} {x.latency_us:>10.1f} {x.gbps:>9.3f} {x.ratio:>6.2f}  "
+                     f"{'FLAGGED' if x.flagged else ''}{f' {x.wrong} bytes wrong' if x.wrong else ''}")
+    return "\n".join(lines)
+
+
+def gpu_check_table(r: pb.GpuCheckResult) -> str:
+    lines = [f"gpu check: {r.dtype} n={r.matmul_n}, copy {r.copy_bytes} bytes (GB/s counts read + write)",
+             f"{'RANK':>4} {'DEVICE':<24} {'TFLOP/S':>10} {'RATIO':>6} {'COPY GB/S':>10} {'RATIO':>6}  FLAG"]
+    lines += [f"{w.rank:>4} {w.device[:24]:<24} {w.tflops:>10.3f} {w.tflops_ratio:>6.2f} {w.copy_gbps:>10.1f} "
+              f"{w.copy_ratio:>6.2f}  {'FLAGGED' if w.flagged else ''}" for w in r.workers]
+    return "\n".join(lines)
+
+
+def sdc_check_table(r: pb.SdcCheckResult) -> str:
+    lines = [f"corruption check: majority checksum {r.majority_checksum[:16] or '(none)'}",
+             f"{'RANK':>4} {'DEVICE':<24} {'CHECKSUM':<16} {'WRONG':>6}  FLAG"]
+    lines += [f"{w.rank:>4} {w.device[:24]:<24} {w.checksum[:16]:<16} {w.collective_wrong:>6}  "
+              f"{'FLAGGED' if w.flagged else ''}" for w in r.workers]
     return "\n".join(lines)

@@ -17,7 +17,7 @@ import types
 import pytest
 
 from ports import free_port
-from ringleader import checks
+from ringleader import checks, jobspec
 from ringleader.v1 import jobs_pb2 as pb
 
 N = 4
@@ -50,7 +50,7 @@ def _rank_main(rank: int, port: int, path: str) -> None:
         for kind, kind_spec in SPECS.items():
             spec = pb.JobSpec(world_size=N)
             getattr(spec, kind).CopyFrom(kind_spec)
-            job = checks.NORMALIZERS[kind](spec)
+            job = jobspec.normalize(spec)
             ctx = RunContext(f"job-{kind}", rank, torch.device("cpu"), counter, sent.append)
             payload[kind] = runners[kind](job, ctx).message.SerializeToString().hex()
         payload["ops"] = counter.value

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from ringleader import checks, roundrobin
+from ringleader import checks, jobspec, roundrobin
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from worker.checks import gpu_check, link_matrix, peers, sdc_check
@@ -39,46 +39,46 @@ def _spec(n=4, **kind) -> pb.JobSpec:
 
 
 def test_link_matrix_defaults_and_limits():
-    v = checks.normalize_link_matrix(_spec(link_matrix=pb.LinkMatrixSpec()))
+    v = jobspec.normalize(_spec(link_matrix=pb.LinkMatrixSpec()))
     s = v.spec.link_matrix
     assert (s.size_bytes, s.iters, s.warmup) == (1 << 20, 20, 3)
     assert v.progress_total == 3 and len(v.pairs) == 6 and v.needs_bytes == 2 << 20
-    assert checks.normalize_link_matrix(_spec(link_matrix=pb.LinkMatrixSpec(warmup=0))).spec.link_matrix.warmup == 0
-    assert checks.normalize_link_matrix(_spec(link_matrix=pb.LinkMatrixSpec(size_bytes=1 << 30))).sizes == (1 << 30,)
+    assert jobspec.normalize(_spec(link_matrix=pb.LinkMatrixSpec(warmup=0))).spec.link_matrix.warmup == 0
+    assert jobspec.normalize(_spec(link_matrix=pb.LinkMatrixSpec(size_bytes=1 << 30))).sizes == (1 << 30,)
     for spec, field in [(_spec(link_matrix=pb.LinkMatrixSpec(size_bytes=(1 << 30) + 1)), "link_matrix.size_bytes"),
                         (_spec(link_matrix=pb.LinkMatrixSpec(iters=10_001)), "link_matrix.iters"),
                         (_spec(link_matrix=pb.LinkMatrixSpec(warmup=10_001)), "link_matrix.warmup"),
                         (_spec(1, link_matrix=pb.LinkMatrixSpec()), "world_size"),
                         (_spec(513, link_matrix=pb.LinkMatrixSpec()), "world_size")]:
         with pytest.raises(InvalidSpec) as e:
-            checks.normalize_link_matrix(spec)
+            jobspec.normalize(spec)
         assert e.value.field == field
-    assert checks.normalize_link_matrix(_spec(512, link_matrix=pb.LinkMatrixSpec())).progress_total == 511
+    assert jobspec.normalize(_spec(512, link_matrix=pb.LinkMatrixSpec())).progress_total == 511
 
 
 def test_gpu_check_defaults_and_limits():
-    v = checks.normalize_gpu_check(_spec(1, gpu_check=pb.GpuCheckSpec()))
+    v = jobspec.normalize(_spec(1, gpu_check=pb.GpuCheckSpec()))
     assert v.spec.gpu_check.iters == 10 and v.spec.gpu_check.matmul_n == 0  # the device picks n
     assert v.needs_bytes == 3 * 8192 * 8192 * 2 + 2 * (1 << 30)
     assert gpu_check.resolved(v.spec.gpu_check, "cuda") == (8192, "bfloat16", 1 << 30)
     assert gpu_check.resolved(v.spec.gpu_check, "cpu") == (1024, "float32", 64 << 20)
     ok = pb.GpuCheckSpec(matmul_n=64, dtype="float16", copy_bytes=16 << 30, iters=1000)
-    assert checks.normalize_gpu_check(_spec(gpu_check=ok)).spec.gpu_check.matmul_n == 64
+    assert jobspec.normalize(_spec(gpu_check=ok)).spec.gpu_check.matmul_n == 64
     for bad, field in [(pb.GpuCheckSpec(matmul_n=63), "matmul_n"), (pb.GpuCheckSpec(matmul_n=32769), "matmul_n"),
                        (pb.GpuCheckSpec(dtype="int8"), "dtype"), (pb.GpuCheckSpec(copy_bytes=(16 << 30) + 1), "copy_bytes"),
                        (pb.GpuCheckSpec(iters=1001), "iters")]:
         with pytest.raises(InvalidSpec) as e:
-            checks.normalize_gpu_check(_spec(gpu_check=bad))
+            jobspec.normalize(_spec(gpu_check=bad))
         assert e.value.field == f"gpu_check.{field}"
 
 
 def test_sdc_check_defaults_and_limits():
-    assert checks.normalize_sdc_check(_spec(sdc_check=pb.SdcCheckSpec())).spec.sdc_check.rounds == 4
-    assert checks.normalize_sdc_check(_spec(1024, sdc_check=pb.SdcCheckSpec(rounds=64))).progress_total == 64
+    assert jobspec.normalize(_spec(sdc_check=pb.SdcCheckSpec())).spec.sdc_check.rounds == 4
+    assert jobspec.normalize(_spec(1024, sdc_check=pb.SdcCheckSpec(rounds=64))).progress_total == 64
     for spec, field in [(_spec(sdc_check=pb.SdcCheckSpec(rounds=65)), "sdc_check.rounds"),
                         (_spec(1025, sdc_check=pb.SdcCheckSpec()), "world_size")]:
         with pytest.raises(InvalidSpec) as e:
-            checks.normalize_sdc_check(spec)
+            jobspec.normalize(spec)
         assert e.value.field == field
 
 

@@ -28,7 +28,7 @@ log = logging.getLogger("ringleader.coordinator")
 # at 200 Mbit/s takes 21 ms a way, so a whole matrix of 8 hosts stays within seconds; 4 round
 # trips, of which the fastest counts, so that a busy host's scheduling delays do not).
 SHORT = {"link_matrix": pb.LinkMatrixSpec(size_bytes=512 << 10, iters=4, warmup=1),
-         "gpu_check": pb.GpuCheckSpec(iters=5), "sdc_check": pb.SdcCheckSpec(rounds=2)}
+         "gpu_check": pb.GpuCheckSpec(iters=20), "sdc_check": pb.SdcCheckSpec(rounds=2)}
 DEFAULT_WAIT_S = 300.0
 MAX_WAIT_S = 3600.0
 CONNECTED = (pb.IDLE, pb.BUSY, pb.QUARANTINED)

@@ -36,7 +36,7 @@ class LinkMatrixIn(_Strict):
 
 
 class GpuCheckIn(_Strict):
-    matmul_n: int = Field(0, ge=0, description="0: the device's default (8192 on GPU, 1024 on CPU)")
+    matmul_n: int = Field(0, ge=0, description="0: the device's default (8192 on GPU, 512 on CPU)")
     dtype: str = Field("", max_length=16)
     copy_bytes: int = Field(0, ge=0)
     iters: int = Field(0, ge=0)

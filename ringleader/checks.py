@@ -24,9 +24,10 @@ LINK_MAX_ITERS = 10_000
 LINK_MAX_RANKS = 512
 
 GPU_DTYPES = ("bfloat16", "float16", "float32")
-# The device's own defaults (the runner picks them once it knows the device).
+# The device's own defaults (the runner picks them once it knows the device). A CPU's calls are
+# a few milliseconds each, so that on a busy host some of them run without being descheduled.
 GPU_DEFAULTS = {"cuda": dict(matmul_n=8192, dtype="bfloat16", copy_bytes=1 << 30),
-                "cpu": dict(matmul_n=1024, dtype="float32", copy_bytes=64 << 20)}
+                "cpu": dict(matmul_n=512, dtype="float32", copy_bytes=8 << 20)}
 GPU_MIN_N, GPU_MAX_N = 64, 32768
 GPU_MAX_COPY_BYTES = 16 << 30
 GPU_DEFAULT_ITERS, GPU_MAX_ITERS = 10, 1000

@@ -97,3 +97,41 @@ def test_verdicts_survive_a_coordinator_restart(fleet):
     while BAD not in _health(fleet) and time.monotonic() < deadline:  # it reconnects with backoff
         time.sleep(0.1)
     assert _health(fleet)[BAD] == before
+    assert _state(fleet, BAD) == pb.QUARANTINED  # the coordinator was told again at its start
+
+
+def _state(cluster, worker_id: str) -> int:
+    return next(w.state for w in cluster.client.workers() if w.worker_id == worker_id)
+
+
+def _run(cluster, world_size: int, workers=()) -> pb.Job:
+    done = cluster.wait_job(cluster.submit(world_size=world_size, workers=workers, op="all_reduce", sizes=[1024],
+                                           iters=1).id)
+    assert done.state == pb.SUCCEEDED, done.reason
+    return done
+
+
+def test_a_failed_worker_gets_no_user_job_until_put_back(fleet):
+    fleet.wait_idle([w for w in IDS if w != BAD])
+    assert _state(fleet, BAD) == pb.QUARANTINED
+    for _ in range(8):
+        assert BAD not in {w.worker_id for w in _run(fleet, 3).workers}
+    assert _run(fleet, 2, workers=[BAD, "f0"]).state == pb.SUCCEEDED  # named explicitly: for diagnosis
+    cordon = subprocess.run(ringleader_cmd("--coordinator", fleet.address, "workers", "cordon", "f1"),
+                            capture_output=True, text=True, timeout=60)
+    assert cordon.returncode == 0, cordon.stderr
+    assert "CORDONED" in cordon.stdout and _health(fleet)["f1"].cordoned
+    listing = subprocess.run(ringleader_cmd("--coordinator", fleet.address, "workers"), capture_output=True,
+                             text=True, timeout=60)
+    assert "HEALTH" in listing.stdout and "cordoned" in listing.stdout
+    subprocess.run(ringleader_cmd("--coordinator", fleet.address, "workers", "uncordon", "f1"), check=True,
+                   capture_output=True, timeout=60)
+    assert not _health(fleet)["f1"].cordoned and _state(fleet, "f1") == pb.IDLE
+    unknown = subprocess.run(ringleader_cmd("--coordinator", fleet.address, "workers", "cordon", "nobody"),
+                             capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 1 and "nobody" in unknown.stderr
+
+
+    put_back = fleet.client.cordon(BAD, on=False)
+    assert put_back.health.verdict == pb.SUSPECT and put_back.state == pb.IDLE
+    assert BAD in {w.worker_id for w in _run(fleet, 4).workers}

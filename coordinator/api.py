@@ -45,6 +45,9 @@ class JobStore(abc.ABC):
     - `set_worker_health` stores a worker's health verdict (coordinator/health.py), replacing
       its earlier one; `worker_health` returns {worker id: verdict} of every worker that has
       one. Verdicts belong to worker ids, not jobs: a worker never seen again keeps its row.
+    - `worker_credential` returns the credential digest bound to a worker id ("" if none);
+      `set_worker_credential` binds one (replacing any); `forget_worker_credential` unbinds it
+      and says whether one was bound. They concern workers, not jobs: no job need exist.
     - What was written before `close` is there after reopening the same path (SQL store).
     - Durability: a write is durable when its method returns, unless `defer_commits(pending)` was
       called: then writes are grouped, visible at once to this store's reads but durable only
@@ -97,6 +100,15 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def worker_health(self) -> dict[str, pb.WorkerHealth]: ...
+
+    @abc.abstractmethod
+    def worker_credential(self, worker_id: str) -> str: ...
+
+    @abc.abstractmethod
+    def set_worker_credential(self, worker_id: str, digest: str) -> None: ...
+
+    @abc.abstractmethod
+    def forget_worker_credential(self, worker_id: str) -> bool: ...
 
     def defer_commits(self, pending: Callable[[], None]) -> None:  # noqa: B027 - see the contract
         pass

@@ -28,6 +28,7 @@ class MemoryJobStore(JobStore):
         self._logs: dict[str, dict[int, str]] = {}
         self._requests: dict[str, str] = {}  # request id -> job id
         self._health: dict[str, pb.WorkerHealth] = {}
+        self._credentials: dict[str, str] = {}  # worker id -> credential digest
 
     def _known(self, job_id: str) -> pb.Job:
         try:
@@ -119,3 +120,12 @@ class MemoryJobStore(JobStore):
 
     def worker_health(self) -> dict[str, pb.WorkerHealth]:
         return {w: _copy(h) for w, h in self._health.items()}
+
+    def worker_credential(self, worker_id: str) -> str:
+        return self._credentials.get(worker_id, "")
+
+    def set_worker_credential(self, worker_id: str, digest: str) -> None:
+        self._credentials[worker_id] = digest
+
+    def forget_worker_credential(self, worker_id: str) -> bool:
+        return self._credentials.pop(worker_id, None) is not None

@@ -49,6 +49,14 @@ MIGRATIONS: list[list[str]] = [
         "CREATE UNIQUE INDEX jobs_by_request ON jobs (request_id)",
     ],
     [
+        # v6: worker credentials. The digest of the secret each worker id was issued at its
+        # first registration (coordinator/identity.py); the secret itself is never stored.
+        """CREATE TABLE worker_credentials (
+            worker_id TEXT PRIMARY KEY,
+            digest TEXT NOT NULL
+        ) WITHOUT ROWID""",
+    ],
+    [
         # v5: worker verdicts (coordinator/health.py), one row per worker id, kept across restarts.
         # IF NOT EXISTS: this round's migrations (v4 baselines, v5, v6 identity) were written in
         # parallel; each stands alone whatever the order they were merged in.

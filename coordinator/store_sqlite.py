@@ -283,5 +283,18 @@ class SqliteJobStore(JobStore):
 
     def worker_health(self) -> dict[str, pb.WorkerHealth]:
         with self._tx() as c:
-            rows = c.execute("SELECT worker_id, blob FROM worker_health ORDER BY worker_id").fetchall()
-        return {w: pb.WorkerHealth.FromString(b) for w, b in rows}
+            return {w: pb.WorkerHealth.FromString(b) for w, b in c.execute("SELECT worker_id, blob FROM worker_health")}
+
+    def worker_credential(self, worker_id: str) -> str:
+        with self._tx() as c:
+            row = c.execute("SELECT digest FROM worker_credentials WHERE worker_id = ?", (worker_id,)).fetchone()
+        return row[0] if row else ""
+
+    def set_worker_credential(self, worker_id: str, digest: str) -> None:
+        with self._tx(write=True) as c:
+            c.execute("INSERT OR REPLACE INTO worker_credentials (worker_id, digest) VALUES (?, ?)",
+                      (worker_id, digest))
+
+    def forget_worker_credential(self, worker_id: str) -> bool:
+        with self._tx(write=True) as c:
+            return c.execute("DELETE FROM worker_credentials WHERE worker_id = ?", (worker_id,)).rowcount > 0

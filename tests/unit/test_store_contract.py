@@ -520,3 +520,27 @@ def test_sqlite_worker_health_survives_reopen(tmp_path):
         assert s.worker_health() == {"w1": pb.WorkerHealth(verdict=pb.UNHEALTHY, cordoned=True)}
     finally:
         s.close()
+
+
+def test_worker_credentials_bind_replace_and_forget(store):
+    assert store.worker_credential("w0") == ""
+    store.set_worker_credential("w0", "digest-a")
+    store.set_worker_credential("w1", "digest-b")
+    assert (store.worker_credential("w0"), store.worker_credential("w1")) == ("digest-a", "digest-b")
+    store.set_worker_credential("w0", "digest-c")  # re-bound after an operator's reset
+    assert store.worker_credential("w0") == "digest-c"
+    assert store.forget_worker_credential("w0") is True
+    assert store.forget_worker_credential("w0") is False
+    assert (store.worker_credential("w0"), store.worker_credential("w1")) == ("", "digest-b")
+
+
+def test_worker_credentials_survive_reopening(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    first = SqliteJobStore(path)
+    first.set_worker_credential("w0", "digest-a")
+    first.close()
+    again = SqliteJobStore(path)
+    try:
+        assert again.worker_credential("w0") == "digest-a"
+    finally:
+        again.close()

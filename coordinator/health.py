@@ -69,10 +69,13 @@ class HealthBook:
         return c
 
     def record(self, found: dict[str, pb.WorkerHealth]) -> list[Change]:
-        """Take a check's verdicts; returns the workers whose quarantine changed."""
+        """Take a check's verdicts; returns the workers whose quarantine changed. A verdict replaces
+        a worker's if it is as bad or worse, or comes from the same check (a recheck)."""
         changes = []
         for worker_id, new in found.items():
             old = self.get(worker_id)
+            if new.verdict < old.verdict and new.check != old.check and old.check != "cordon":
+                continue  # a better verdict from another check does not clear what this one found
             new = _copy(new)
             new.cordoned = old.cordoned
             if new.verdict == pb.UNHEALTHY:

@@ -26,6 +26,7 @@ import grpc
 
 from coordinator.registry import MAX_TOKEN
 from coordinator.service import Coordinator
+from coordinator.sweeper import preflight
 from dashboard.schemas import (
     RESULT_FIELDS, CancelIn, Error, Job, JobId, JobList, JobLogs, JobStateName, KindList, ResultFormat,
     ResultList, VersionInfo, WorkerList, WorkerStateName, job_spec_model, json_safe,
@@ -99,6 +100,7 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
     ) -> Response:
         try:
             with domain_errors():
+                await preflight(core, core.fleet, spec.to_pb())  # certify the gang first, if asked
                 job = core.submit(spec.to_pb(), request_id or "")
         except RequestValidationError as exc:
             raise _in_query(exc, "request_id") from None

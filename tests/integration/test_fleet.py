@@ -8,10 +8,12 @@ import os
 import subprocess
 import time
 
+import grpc
 import httpx
 import pytest
 
 from cluster import Cluster, ringleader_cmd
+from ringleader.app.client import Client
 from ringleader.v1 import jobs_pb2 as pb
 
 pytestmark = pytest.mark.integration
@@ -143,3 +145,22 @@ def test_a_failed_worker_gets_no_user_job_until_put_back(fleet):
     put_back = fleet.client.cordon(BAD, on=False)
     assert put_back.health.verdict == pb.SUSPECT and put_back.state == pb.IDLE
     assert BAD in {w.worker_id for w in _run(fleet, 4).workers}
+
+
+def test_preflight_certifies_the_gang_and_keeps_a_failing_worker_out(fleet):
+    # BAD was put back (SUSPECT) by the test before: a preflight finds it failing again.
+    assert _health(fleet)[BAD].verdict == pb.SUSPECT
+    client = Client(fleet.address, timeout_s=150)  # the answer waits for the checks
+    one = pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1)
+    done = fleet.wait_job(client.submit(pb.JobSpec(world_size=3, preflight=True, collective=one)).id)
+    assert done.state == pb.SUCCEEDED, done.reason
+    assert BAD not in {w.worker_id for w in done.workers}
+    assert _health(fleet)[BAD].verdict == pb.UNHEALTHY and _state(fleet, BAD) == pb.QUARANTINED
+    before = [j for j in fleet.client.list(limit=20).jobs
+              if j.spec.priority == -1000 and j.created_at <= done.created_at]
+    assert {j.spec.WhichOneof("kind") for j in before} >= {"gpu_check", "sdc_check"}
+    named = pb.JobSpec(world_size=2, preflight=True, placement=pb.Placement(worker_ids=[BAD, "f0"]), collective=one)
+    with pytest.raises(grpc.RpcError) as err:
+        client.submit(named)
+    client.close()
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and f"worker {BAD} failed" in err.value.details()

@@ -109,6 +109,17 @@ def test_failed_quarantines_with_a_doubling_recheck_and_a_pass_lifts_it():
     assert book.record({"w1": _verdict(pb.UNHEALTHY, 32000.0)}) and book.get("w1").recheck_at == 32060.0
 
 
+def test_a_pass_of_another_check_does_not_clear_a_failure():
+    book = health.HealthBook(MemoryJobStore(), Clock())
+    book.record({"w1": _verdict(pb.UNHEALTHY, 1000.0)})  # gpu_check
+    assert book.record({"w1": pb.WorkerHealth(verdict=pb.HEALTHY, check="sdc_check", at=1001.0)}) == []
+    assert book.get("w1").check == "gpu_check" and book.quarantined("w1")
+    book.record({"w1": pb.WorkerHealth(verdict=pb.UNHEALTHY, check="sdc_check", at=1002.0)})
+    assert book.get("w1").check == "sdc_check"  # as bad: the newer evidence
+    assert book.record({"w1": _verdict(pb.HEALTHY, 1003.0)}) == []  # sdc's failure stands
+    assert book.record({"w1": pb.WorkerHealth(verdict=pb.HEALTHY, check="sdc_check", at=1004.0)}) == [("w1", False)]
+
+
 def test_cordon_and_uncordon_by_hand():
     clock = Clock()
     book = health.HealthBook(MemoryJobStore(), clock)

@@ -31,12 +31,13 @@ from coordinator.api import JobStore
 from coordinator.control import Control
 from coordinator.events import Listener
 from coordinator.health import FleetHealth
+from coordinator.sweeper import preflight
 from coordinator.inputs import (Cancel, Disconnect, Input, Out, Register, Reload, SetQuarantine, Submit, Tick,
                                 WorkerMsg)
 from coordinator.jobs import Page
 from coordinator.liveness import Timings
 from coordinator.registry import WorkerConn, encode_token
-from ringleader import jobspec
+from ringleader import jobspec, kinds
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -145,13 +146,19 @@ class Coordinator:
         job = self._do(Submit(valid, request_id)).job
         return self.get(job.id)
 
+    async def submit_certified(self, spec: pb.JobSpec, request_id: str = "") -> pb.Job:
+        """`submit`, after certifying the job's gang when its spec asks for a preflight
+        (coordinator/sweeper.py: the checks run first, a failing worker is quarantined)."""
+        await preflight(self, self.fleet, spec)
+        return self.submit(spec, request_id)
+
     def get(self, job_id: str) -> pb.Job:
         jobspec.check_text("job_id", job_id)
         return self.control.get(job_id)
 
     def list_jobs(self, states: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> Page:
         """A page of jobs, newest first, without results; `next_before` continues it."""
-        jobspec.check_text("op", op)
+        kinds.check_listed(op)
         jobspec.check_text("before_id", before_id)
         page = self.control.page(states, op, limit, before_id)
         size, keep = 0, len(page.jobs)

@@ -14,7 +14,7 @@ import grpc
 from coordinator import admission, identity
 from coordinator.identity import WorkerIdentities
 from coordinator.service import Coordinator
-from coordinator.sweeper import preflight, run_check
+from coordinator.sweeper import run_check
 from ringleader.errors import RingleaderError, answer
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc, workers_pb2_grpc
@@ -60,8 +60,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def SubmitJob(self, request, context):
         try:
-            await preflight(self.c, self.c.fleet, request.spec)  # certify the gang first, if asked
-            job = self.c.submit(request.spec, request.request_id)
+            job = await self.c.submit_certified(request.spec, request.request_id)
         except RingleaderError as exc:
             await abort_with(context, exc)
         await self.c.durable()

@@ -110,8 +110,8 @@ def candidates(workers: Iterable[pb.WorkerInfo], spec: pb.JobSpec) -> list[pb.Wo
     """The workers a job could be placed on now: those it names, else the idle ones its
     placement admits (host, GPU model, device type)."""
     p = spec.placement
-    if p.worker_ids:
-        return chosen(workers, p.worker_ids)
+    if p.worker_ids:  # those connected now (one that is not: the job waits for it, as any other)
+        return [w for w in chosen(workers) if w.worker_id in set(p.worker_ids)]
     return [w for w in workers if w.state == pb.IDLE and (not p.host or w.host == p.host)
             and (not p.gpu_model or p.gpu_model in w.device.name)
             and (not p.device_type or w.device.type == p.device_type)]

@@ -74,7 +74,7 @@ def router(core: Coordinator) -> APIRouter:
     r = APIRouter(prefix="/api/v1", route_class=Route)
 
     @r.post("/checks", tags=["workers"], operation_id="runCheck", response_model=RunCheckAnswer,
-            summary="Run fleet health checks now",
+            summary="Run fleet health checks now", responses=UNKNOWN_WORKER,
             description="Link matrix, GPU compute and memory, silent data corruption, as check jobs at the "
                         "lowest priority. With `wait`, the answer carries the finished jobs, the hosts named "
                         "and every checked worker's health.")

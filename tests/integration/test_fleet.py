@@ -148,13 +148,16 @@ def test_a_failed_worker_gets_no_user_job_until_put_back(fleet):
 
 
 def test_preflight_certifies_the_gang_and_keeps_a_failing_worker_out(fleet):
-    # BAD was put back (SUSPECT) by the test before: a preflight finds it failing again.
-    assert _health(fleet)[BAD].verdict == pb.SUSPECT
+    # BAD was put back (SUSPECT, a recheck due at once: the sweeper may be checking it already);
+    # a preflight, or that recheck, finds it failing again, and the job never runs on it.
     client = Client(fleet.address, timeout_s=150)  # the answer waits for the checks
     one = pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1)
     done = fleet.wait_job(client.submit(pb.JobSpec(world_size=3, preflight=True, collective=one)).id)
     assert done.state == pb.SUCCEEDED, done.reason
     assert BAD not in {w.worker_id for w in done.workers}
+    deadline = time.monotonic() + 60
+    while _health(fleet)[BAD].verdict != pb.UNHEALTHY and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert _health(fleet)[BAD].verdict == pb.UNHEALTHY and _state(fleet, BAD) == pb.QUARANTINED
     before = [j for j in fleet.client.list(limit=20).jobs
               if j.spec.priority == -1000 and j.created_at <= done.created_at]

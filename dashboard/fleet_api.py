@@ -22,6 +22,7 @@ from ringleader.v1 import jobs_pb2 as pb
 CheckKind = Literal[checks.KINDS]  # type: ignore[valid-type]
 WorkerId = Annotated[str, Path(max_length=jobspec.MAX_TEXT)]
 RunCheckAnswer = proto_model(pb.RunCheckResponse.DESCRIPTOR)
+U32 = 0xFFFFFFFF  # the proto's uint32 fields: larger would fail to convert (a 500, not a 422)
 UNKNOWN_WORKER = {404: {"model": Error, "description": "No worker with this id"}}
 
 
@@ -30,21 +31,21 @@ class _Strict(BaseModel):
 
 
 class LinkMatrixIn(_Strict):
-    size_bytes: int = Field(0, ge=0, description="ping-pong size (0: 512 KiB for a check)")
-    iters: int = Field(0, ge=0)
-    warmup: int | None = Field(None, ge=0)
+    size_bytes: int = Field(0, ge=0, le=(1 << 64) - 1, description="ping-pong size (0: 512 KiB for a check)")
+    iters: int = Field(0, ge=0, le=U32)
+    warmup: int | None = Field(None, ge=0, le=U32)
 
 
 class GpuCheckIn(_Strict):
-    matmul_n: int = Field(0, ge=0, description="0: the device's default (8192 on GPU, 512 on CPU)")
+    matmul_n: int = Field(0, ge=0, le=U32, description="0: the device's default (8192 on GPU, 512 on CPU)")
     dtype: str = Field("", max_length=16)
-    copy_bytes: int = Field(0, ge=0)
-    iters: int = Field(0, ge=0)
+    copy_bytes: int = Field(0, ge=0, le=(1 << 64) - 1)
+    iters: int = Field(0, ge=0, le=U32)
 
 
 class SdcCheckIn(_Strict):
     seed: int = Field(0, ge=0, lt=1 << 32)
-    rounds: int = Field(0, ge=0)
+    rounds: int = Field(0, ge=0, le=U32)
 
 
 class RunCheckIn(_Strict):

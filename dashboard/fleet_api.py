@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coordinator import sweeper
 from coordinator.service import Coordinator
-from dashboard.api import JSON, Route, domain_errors
+from dashboard.api import JSON, UNPARSEABLE, Route, domain_errors
 from dashboard.schemas import Error, WorkerInfo, proto_model
 from ringleader import checks, jobspec
 from ringleader.jsonview import to_json
@@ -75,7 +75,7 @@ def router(core: Coordinator) -> APIRouter:
     r = APIRouter(prefix="/api/v1", route_class=Route)
 
     @r.post("/checks", tags=["workers"], operation_id="runCheck", response_model=RunCheckAnswer,
-            summary="Run fleet health checks now", responses=UNKNOWN_WORKER,
+            summary="Run fleet health checks now", responses={**UNKNOWN_WORKER, **UNPARSEABLE},
             description="Link matrix, GPU compute and memory, silent data corruption, as check jobs at the "
                         "lowest priority. With `wait`, the answer carries the finished jobs, the hosts named "
                         "and every checked worker's health.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 from typing import Callable, Iterable
 
-from ringleader import states
+from ringleader import kinds, states
 from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
 from ringleader.jobspec import op_name
 from ringleader.v1 import jobs_pb2 as pb
@@ -29,7 +29,7 @@ class JobStore(abc.ABC):
     - `get` returns the job with its results in the order they were added.
     - `update` replaces only the fields that change over a job's life (state, reason,
       started_at, finished_at, workers, backend, progress, warm_start, and the outcome of
-      non-collective kinds: p2p, gradient_average, train, algo_sweep); it keeps the stored spec
+      non-collective kinds: ringleader.kinds.result_fields()); it keeps the stored spec
       and created_at and ignores the given Job's results (see add_result/clear_results).
     - `list` returns newest first, without results, filtered by states (any of; empty: all) and
       op (the collective op, or the job kind for other kinds; empty: all), at most
@@ -42,6 +42,9 @@ class JobStore(abc.ABC):
     - `set_rank_log` stores one rank's log text, replacing that rank's earlier one (a rerun);
       `rank_logs` returns {rank: text} of the ranks that have one. Both MUST fail with NotFound
       if the job is unknown. Logs are kept apart from the Job: `get` and `list` never carry them.
+    - `set_worker_health` stores a worker's health verdict (coordinator/health.py), replacing
+      its earlier one; `worker_health` returns {worker id: verdict} of every worker that has
+      one. Verdicts belong to worker ids, not jobs: a worker never seen again keeps its row.
     - `worker_credential` returns the credential digest bound to a worker id ("" if none);
       `set_worker_credential` binds one (replacing any); `forget_worker_credential` unbinds it
       and says whether one was bound. They concern workers, not jobs: no job need exist.
@@ -93,6 +96,12 @@ class JobStore(abc.ABC):
     def job_for_request(self, request_id: str) -> str: ...
 
     @abc.abstractmethod
+    def set_worker_health(self, worker_id: str, health: pb.WorkerHealth) -> None: ...
+
+    @abc.abstractmethod
+    def worker_health(self) -> dict[str, pb.WorkerHealth]: ...
+
+    @abc.abstractmethod
     def worker_credential(self, worker_id: str) -> str: ...
 
     @abc.abstractmethod
@@ -115,7 +124,7 @@ def apply_update(stored: pb.Job, job: pb.Job) -> None:
     """Copy the fields that change over a job's life from `job` into `stored` (in place).
 
     Only these: state, reason, started_at, finished_at, workers, backend, progress, warm_start,
-    and the outcome of non-collective kinds (p2p, gradient_average, train, algo_sweep).
+    and the outcome of non-collective kinds (the table's result fields).
     So a caller holding a stale or trimmed Job can never rewrite the spec, created_at or results.
     """
     # Spelled out rather than driven by descriptors: the descriptor API (e.g. `label`) differs
@@ -124,7 +133,7 @@ def apply_update(stored: pb.Job, job: pb.Job) -> None:
         setattr(stored, name, getattr(job, name))
     del stored.workers[:]
     stored.workers.extend(job.workers)
-    for name in ("progress", "p2p", "gradient_average", "train", "algo_sweep"):
+    for name in ("progress", *kinds.result_fields()):
         stored.ClearField(name)
         if job.HasField(name):  # an unset message stays unset; CopyFrom would mark it present
             getattr(stored, name).CopyFrom(getattr(job, name))

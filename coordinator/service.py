@@ -30,6 +30,8 @@ from coordinator import admission
 from coordinator.api import JobStore
 from coordinator.control import Control
 from coordinator.events import Listener
+from coordinator.health import FleetHealth
+from coordinator.sweeper import preflight
 from coordinator.inputs import (Cancel, Disconnect, Input, Out, Register, Reload, SetQuarantine, Submit, Tick,
                                 WorkerMsg)
 from coordinator.jobs import Page
@@ -65,6 +67,7 @@ class Coordinator:
         self._ticker: asyncio.Task | None = None
         self._uncommitted = False  # store writes wait for the next _commit
         self._commit_waiters: list[asyncio.Future] = []
+        self.fleet = FleetHealth(self, store)  # verdicts and quarantine (coordinator/health.py)
 
     # ---- process ---------------------------------------------------------------------------
 
@@ -143,6 +146,12 @@ class Coordinator:
         job = self._do(Submit(valid, request_id)).job
         return self.get(job.id)
 
+    async def submit_certified(self, spec: pb.JobSpec, request_id: str = "") -> pb.Job:
+        """`submit`, after certifying the job's gang when its spec asks for a preflight
+        (coordinator/sweeper.py: the checks run first, a failing worker is quarantined)."""
+        await preflight(self, self.fleet, spec)
+        return self.submit(spec, request_id)
+
     def get(self, job_id: str) -> pb.Job:
         jobspec.check_text("job_id", job_id)
         return self.control.get(job_id)
@@ -186,6 +195,7 @@ class Coordinator:
         infos, size = [], 0
         for conn in conns:
             info = conn.info()
+            info.health.CopyFrom(self.fleet.book.get(conn.worker_id))
             size += info.ByteSize()
             if size > PAGE_BYTES and infos:
                 return WorkerPage(infos, encode_token(conns[len(infos) - 1].sort_key))

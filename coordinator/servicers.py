@@ -14,6 +14,7 @@ import grpc
 from coordinator import admission, identity
 from coordinator.identity import WorkerIdentities
 from coordinator.service import Coordinator
+from coordinator.sweeper import run_check
 from ringleader.errors import RingleaderError, answer
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc, workers_pb2_grpc
@@ -57,9 +58,13 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(self, coordinator: Coordinator) -> None:
         self.c = coordinator
 
-    @_durable
-    def SubmitJob(self, request, context):
-        return self.c.submit(request.spec, request.request_id)
+    async def SubmitJob(self, request, context):
+        try:
+            job = await self.c.submit_certified(request.spec, request.request_id)
+        except RingleaderError as exc:
+            await abort_with(context, exc)
+        await self.c.durable()
+        return job
 
     @_rpc
     def GetJob(self, request, context):
@@ -83,6 +88,20 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def ListWorkers(self, request, context):
         page = self.c.list_workers(states=request.states, limit=request.limit, page_token=request.page_token)
         return pb.ListWorkersResponse(workers=page.workers, next_page_token=page.next_page_token)
+
+    @_durable
+    def CordonWorker(self, request, context):
+        return self.c.fleet.cordon(request.worker_id, True)
+
+    @_durable
+    def UncordonWorker(self, request, context):
+        return self.c.fleet.cordon(request.worker_id, False)
+
+    async def RunCheck(self, request, context):
+        try:
+            return await run_check(self.c, self.c.fleet, request)
+        except RingleaderError as exc:
+            await abort_with(context, exc)
 
     async def WatchJob(self, request, context):
         try:

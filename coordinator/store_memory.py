@@ -27,6 +27,7 @@ class MemoryJobStore(JobStore):
         self._events: dict[str, list[pb.JobEvent]] = {}
         self._logs: dict[str, dict[int, str]] = {}
         self._requests: dict[str, str] = {}  # request id -> job id
+        self._health: dict[str, pb.WorkerHealth] = {}
         self._credentials: dict[str, str] = {}  # worker id -> credential digest
 
     def _known(self, job_id: str) -> pb.Job:
@@ -113,6 +114,12 @@ class MemoryJobStore(JobStore):
     def unfinished(self) -> list[pb.Job]:
         ids = sorted(self._jobs, key=self._order.__getitem__)
         return [self._full(i) for i in ids if self._jobs[i].state in UNFINISHED]
+
+    def set_worker_health(self, worker_id: str, health: pb.WorkerHealth) -> None:
+        self._health[worker_id] = _copy(health)
+
+    def worker_health(self) -> dict[str, pb.WorkerHealth]:
+        return {w: _copy(h) for w, h in self._health.items()}
 
     def worker_credential(self, worker_id: str) -> str:
         return self._credentials.get(worker_id, "")

@@ -56,4 +56,13 @@ MIGRATIONS: list[list[str]] = [
             digest TEXT NOT NULL
         ) WITHOUT ROWID""",
     ],
+    [
+        # v5: worker verdicts (coordinator/health.py), one row per worker id, kept across restarts.
+        # IF NOT EXISTS: this round's migrations (v4 baselines, v5, v6 identity) were written in
+        # parallel; each stands alone whatever the order they were merged in.
+        """CREATE TABLE IF NOT EXISTS worker_health (
+            worker_id TEXT PRIMARY KEY,
+            blob BLOB NOT NULL  -- serialized pb.WorkerHealth
+        ) WITHOUT ROWID""",
+    ],
 ]

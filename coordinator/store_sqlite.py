@@ -276,6 +276,15 @@ class SqliteJobStore(JobStore):
             ).fetchall()
             return [self._load(c, r[0], with_results=True) for r in ids]
 
+    def set_worker_health(self, worker_id: str, health: pb.WorkerHealth) -> None:
+        with self._tx(write=True) as c:
+            c.execute("INSERT OR REPLACE INTO worker_health (worker_id, blob) VALUES (?, ?)",
+                      (worker_id, health.SerializeToString()))
+
+    def worker_health(self) -> dict[str, pb.WorkerHealth]:
+        with self._tx() as c:
+            return {w: pb.WorkerHealth.FromString(b) for w, b in c.execute("SELECT worker_id, blob FROM worker_health")}
+
     def worker_credential(self, worker_id: str) -> str:
         with self._tx() as c:
             row = c.execute("SELECT digest FROM worker_credentials WHERE worker_id = ?", (worker_id,)).fetchone()

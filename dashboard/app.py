@@ -9,8 +9,7 @@ from fastapi.responses import PlainTextResponse, Response
 from coordinator.service import Coordinator
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.auth import Access
-from dashboard import api, fleet_view, ui
-from dashboard import bearer
+from dashboard import api, bearer, fleet_api, fleet_view, ui
 from dashboard.bearer import BEARER
 from dashboard.guard import Guard, GuardConfig
 from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
@@ -25,9 +24,9 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     # Outermost (added last), on the coordinator's registry: /metrics shows REST next to gRPC,
     # refused requests included. One app per registry.
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
-    # Both API routers declare the users' bearer scheme in OpenAPI (the guard checks it).
-    app.include_router(api.router(core), dependencies=[Security(BEARER)])
-    app.include_router(fleet_view.router(core), dependencies=[Security(BEARER)])
+    # Every API router declares the users' bearer scheme in OpenAPI (the guard checks it).
+    for router in (api.router(core), fleet_api.router(core), fleet_view.router(core)):
+        app.include_router(router, dependencies=[Security(BEARER)])
     plain_openapi = app.openapi
     app.openapi = lambda: bearer.optional(plain_openapi())  # type: ignore[method-assign]
     ui.mount(app)

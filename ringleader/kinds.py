@@ -86,6 +86,13 @@ TABLE: tuple[Kind, ...] = (
     replace(_kind("algo_sweep", result="algo_sweep",
                   help="every all_reduce implementation over a size range, and the dispatch table"),
             flags=""),  # only the shared flags (--algo takes a comma-separated list)
+    *(Kind(name=name, check=f"ringleader.checks:check_{name}", view=f"ringleader.checks:view_{name}",
+           runner=f"worker.checks.{name}:run_{name}", result=name, flags="",
+           from_args=f"ringleader.app.check_cmds:{name}_spec", table=f"ringleader.app.check_cmds:{name}_table",
+           help=f"fleet health check: {what} (also `ringleader check`)")
+      for name, what in (("link_matrix", "every link, in rounds of disjoint pairs"),
+                         ("gpu_check", "matrix product and memory copy against same-model peers"),
+                         ("sdc_check", "silent data corruption: checksums and exact collectives"))),
 )
 
 

@@ -23,7 +23,8 @@ import argcomplete
 import grpc
 
 from ringleader import __version__, defaults, kinds
-from ringleader.app import argtypes, commands, completion, config, hints, k8s_secrets, security_flags, submit_args
+from ringleader.app import (argtypes, check_cmds, commands, completion, config, hints, k8s_secrets, security_flags,
+                            submit_args)
 from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
@@ -95,6 +96,8 @@ def _add_servers(sub) -> None:
                    help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing)")
     c.add_argument("--worker-ttl", type=argtypes.seconds, default=600.0, metavar="SECONDS",
                    help="how long a disconnected worker stays listed (default 600)")
+    c.add_argument("--check-every", type=argtypes.seconds, default=0.0, metavar="SECONDS",
+                   help="sweep the fleet's health checks over idle workers this often (e.g. 300; default 0: off)")
     security_flags.add_server_security(c)
 
     w = _talker(sub, "worker", "run a worker daemon for one device (or one per GPU)")
@@ -130,6 +133,7 @@ def _add_clients(sub) -> None:
     x.add_argument("--rank", type=int, default=None, help="only this rank")
     _client_options(x, '{"job_id": ID, "ranks": [{"rank", "worker_id", "received", "text"}, ...]}')
     _client_options(_talker(sub, "workers", "list workers"), '{"workers": [WorkerInfo, ...]}')
+    check_cmds.add_commands(sub, _talker, _client_options)
     security_flags.add_certs_command(sub)
     k8s_secrets.add_flag(sub.choices["certs"])
 
@@ -198,13 +202,18 @@ def _run(a, settings: config.Settings) -> int:
     if a.command == "completion":
         print(argcomplete.shellcode(["ringleader"], shell=a.shell), end="")
         return 0
-    return commands.run_client_command(a)
+    return check_cmds.run(a) if check_cmds.handles(a) else commands.run_client_command(a)
 
 
 def run_workers(settings: config.Settings) -> int:
     from ringleader.app.worker_ids import cpu_worker_id
+    from worker import faults
     from worker.daemon import WorkerConfig, local_cuda_devices, run_daemons
 
+    try:
+        faults.check_allowed()  # the fault injector is for tests: refuse before anything starts
+    except faults.FaultsRefused as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
     devices = [settings.device]
     if settings.device == "all":
         devices = local_cuda_devices()

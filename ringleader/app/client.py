@@ -57,6 +57,15 @@ class Client:
     def logs(self, job_id: str) -> pb.JobLogs:
         return self._stub.GetJobLogs(pb.GetJobLogsRequest(job_id=job_id), timeout=self.timeout, metadata=self._auth)
 
+    def cordon(self, worker_id: str, on: bool = True) -> pb.WorkerInfo:
+        call = self._stub.CordonWorker if on else self._stub.UncordonWorker
+        return call(pb.CordonRequest(worker_id=worker_id), timeout=self.timeout, metadata=self._auth)
+
+    def run_check(self, request: pb.RunCheckRequest) -> pb.RunCheckResponse:
+        """Fleet checks; with request.wait, the call lasts until they finish (or its timeout_s)."""
+        timeout = self.timeout + ((request.timeout_s or 300.0) if request.wait else 0.0)
+        return self._stub.RunCheck(request, timeout=timeout, metadata=self._auth)
+
     def watch(self, job_id: str):
         """Events of a job until it finishes (no deadline: jobs can run for long)."""
         return self._stub.WatchJob(pb.WatchJobRequest(job_id=job_id), metadata=self._auth)

@@ -19,6 +19,7 @@ from coordinator.metrics import CoordinatorMetrics
 from coordinator.server import start_server
 from coordinator.service import Coordinator, Timings
 from coordinator.stores import open_store
+from coordinator.sweeper import Sweeper
 from ringleader import defaults
 from ringleader.errors import InvalidSpec
 from ringleader.security import ServerSecurity, is_loopback
@@ -43,6 +44,7 @@ class CoordinatorConfig:
     drain_s: float = 5.0
     security: ServerSecurity = field(default_factory=ServerSecurity)
     insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
+    check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
 
 
 def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
@@ -75,6 +77,7 @@ class RunningCoordinator:
         self.store = open_store(config.db or default_db_path())
         self.core = Coordinator(self.store, config.timings or Timings(worker_ttl_s=config.worker_ttl))
         self.metrics = CoordinatorMetrics(self.core)
+        self.sweeper = Sweeper(self.core, self.core.fleet, config.check_every)
         self.server: grpc.aio.Server | None = None
         self.http = None
         self.grpc_target = ""
@@ -97,6 +100,7 @@ class RunningCoordinator:
         sec = self.config.security
         access = Access(sec.users_token, sec.workers_token)
         await self.core.start()
+        self.sweeper.start()
         self.server, port = await start_server(self.core, self.config.grpc_address,
                                                interceptors=[self.metrics.interceptor, AuthInterceptor(access)],
                                                credentials=sec.grpc_credentials(),
@@ -130,6 +134,7 @@ class RunningCoordinator:
     async def stop(self, grace: float | None = None) -> None:
         if self._warner:
             self._warner.cancel()
+        await self.sweeper.stop()
         await self.core.stop()
         if self.http:
             await self.http.stop()

@@ -2003,3 +2003,111 @@ class ListWorkersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
+
+@_typing.final
+class CordonRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CordonRequest: _TypeAlias = CordonRequest  # noqa: Y015
+
+@_typing.final
+class RunCheckRequest(_message.Message):
+    """Which workers to check and how; the checks run at the lowest priority, as job kinds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_IDS_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    LINK_MATRIX_FIELD_NUMBER: _builtins.int
+    GPU_CHECK_FIELD_NUMBER: _builtins.int
+    SDC_CHECK_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
+    TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    host: _builtins.str
+    wait: _builtins.bool
+    """answer when every check job has finished, with the verdicts"""
+    timeout_s: _builtins.float
+    """with wait: give up waiting after this long (default 300)"""
+    @_builtins.property
+    def worker_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """exactly these; else every connected worker on `host`; else all"""
+
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """link_matrix, gpu_check, sdc_check; empty: all three"""
+
+    @_builtins.property
+    def link_matrix(self) -> Global___LinkMatrixSpec:
+        """settings of each kind (unset: its defaults)"""
+
+    @_builtins.property
+    def gpu_check(self) -> Global___GpuCheckSpec: ...
+    @_builtins.property
+    def sdc_check(self) -> Global___SdcCheckSpec: ...
+    def __init__(
+        self,
+        *,
+        worker_ids: _abc.Iterable[_builtins.str] | None = ...,
+        host: _builtins.str = ...,
+        kinds: _abc.Iterable[_builtins.str] | None = ...,
+        link_matrix: Global___LinkMatrixSpec | None = ...,
+        gpu_check: Global___GpuCheckSpec | None = ...,
+        sdc_check: Global___SdcCheckSpec | None = ...,
+        wait: _builtins.bool = ...,
+        timeout_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["gpu_check", b"gpu_check", "link_matrix", b"link_matrix", "sdc_check", b"sdc_check"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_check", b"gpu_check", "host", b"host", "kinds", b"kinds", "link_matrix", b"link_matrix", "sdc_check", b"sdc_check", "timeout_s", b"timeout_s", "wait", b"wait", "worker_ids", b"worker_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunCheckRequest: _TypeAlias = RunCheckRequest  # noqa: Y015
+
+@_typing.final
+class RunCheckResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    NAMED_HOSTS_FIELD_NUMBER: _builtins.int
+    WORKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:
+        """one per kind and backend (CPU and GPU workers never share a group)"""
+
+    @_builtins.property
+    def named_hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """with wait: hosts every one of whose workers a check failed"""
+
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
+        """with wait: the checked workers, with their health"""
+
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[Global___Job] | None = ...,
+        named_hosts: _abc.Iterable[_builtins.str] | None = ...,
+        workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "named_hosts", b"named_hosts", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunCheckResponse: _TypeAlias = RunCheckResponse  # noqa: Y015

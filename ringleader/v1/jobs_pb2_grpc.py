@@ -69,6 +69,21 @@ class JobServiceStub:
                 request_serializer=ringleader_dot_v1_dot_jobs__pb2.GetJobLogsRequest.SerializeToString,
                 response_deserializer=ringleader_dot_v1_dot_jobs__pb2.JobLogs.FromString,
                 _registered_method=True)
+        self.CordonWorker = channel.unary_unary(
+                '/ringleader.v1.JobService/CordonWorker',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.CordonRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.FromString,
+                _registered_method=True)
+        self.UncordonWorker = channel.unary_unary(
+                '/ringleader.v1.JobService/UncordonWorker',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.CordonRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.FromString,
+                _registered_method=True)
+        self.RunCheck = channel.unary_unary(
+                '/ringleader.v1.JobService/RunCheck',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.RunCheckRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.RunCheckResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -118,6 +133,26 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CordonWorker(self, request, context):
+        """Quarantine a worker by hand (no user job is placed on it), or lift it; NOT_FOUND if unknown.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UncordonWorker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunCheck(self, request, context):
+        """Fleet health checks now, over a set of workers (docs/fleet-health.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -155,6 +190,21 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.GetJobLogs,
                     request_deserializer=ringleader_dot_v1_dot_jobs__pb2.GetJobLogsRequest.FromString,
                     response_serializer=ringleader_dot_v1_dot_jobs__pb2.JobLogs.SerializeToString,
+            ),
+            'CordonWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.CordonWorker,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.CordonRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.SerializeToString,
+            ),
+            'UncordonWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.UncordonWorker,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.CordonRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.SerializeToString,
+            ),
+            'RunCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunCheck,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.RunCheckRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.RunCheckResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -346,6 +396,87 @@ class JobService:
             '/ringleader.v1.JobService/GetJobLogs',
             ringleader_dot_v1_dot_jobs__pb2.GetJobLogsRequest.SerializeToString,
             ringleader_dot_v1_dot_jobs__pb2.JobLogs.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CordonWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/CordonWorker',
+            ringleader_dot_v1_dot_jobs__pb2.CordonRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UncordonWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/UncordonWorker',
+            ringleader_dot_v1_dot_jobs__pb2.CordonRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/RunCheck',
+            ringleader_dot_v1_dot_jobs__pb2.RunCheckRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.RunCheckResponse.FromString,
             options,
             channel_credentials,
             insecure,

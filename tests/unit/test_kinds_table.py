@@ -38,9 +38,10 @@ def test_every_entry_names_a_proto_member_and_functions_that_exist():
             done = wpb.JobDone.DESCRIPTOR.fields_by_name[k.result]
             assert done.containing_oneof.name == "outcome"
             assert done.message_type is pb.Job.DESCRIPTOR.fields_by_name[k.result].message_type
-    assert kinds.result_fields() == ("p2p", "gradient_average", "train", "algo_sweep")
+    checks = ("link_matrix", "gpu_check", "sdc_check")
+    assert kinds.result_fields() == ("p2p", "gradient_average", "train", "algo_sweep", *checks)
     assert set(kinds.listed_names()) == {*kinds.get("collective").ops, "p2p", "gradient_average", "train",
-                                         "algo_sweep"}
+                                         "algo_sweep", *checks}
 
 
 def test_an_unknown_kind_or_filter_is_refused_naming_the_field():

@@ -483,6 +483,45 @@ def test_sqlite_upgrades_a_v1_database_keeping_its_jobs(tmp_path):
         s.close()
 
 
+def test_worker_health_replaces_per_worker_and_is_a_copy(store):
+    assert store.worker_health() == {}
+    failed = pb.WorkerHealth(verdict=pb.UNHEALTHY, check="gpu_check", figure="1.0 TFLOP/s", at=5.0, recheck_at=65.0)
+    store.set_worker_health("w1", failed)
+    store.set_worker_health("w2", pb.WorkerHealth(verdict=pb.HEALTHY, check="sdc_check"))
+    failed.figure = "changed after"  # the store kept its own copy
+    store.set_worker_health("w2", pb.WorkerHealth(verdict=pb.SUSPECT, check="link_matrix"))
+    got = store.worker_health()
+    assert sorted(got) == ["w1", "w2"]
+    assert got["w1"].figure == "1.0 TFLOP/s" and got["w1"].recheck_at == 65.0
+    assert got["w2"].verdict == pb.SUSPECT and got["w2"].check == "link_matrix"
+    got["w1"].verdict = pb.HEALTHY
+    assert store.worker_health()["w1"].verdict == pb.UNHEALTHY
+
+
+def test_update_keeps_a_check_outcome(store):
+    store.create(make_job("c"))
+    done = pb.Job(id="c", state=pb.SUCCEEDED)
+    done.gpu_check.workers.add(rank=0, tflops=1.5, flagged=True)
+    done.link_matrix.rounds = 3
+    done.sdc_check.majority_checksum = "ab"
+    store.update(done)
+    got = store.get("c")
+    assert got.gpu_check.workers[0].tflops == 1.5 and got.link_matrix.rounds == 3
+    assert got.sdc_check.majority_checksum == "ab"
+
+
+def test_sqlite_worker_health_survives_reopen(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    s = SqliteJobStore(path)
+    s.set_worker_health("w1", pb.WorkerHealth(verdict=pb.UNHEALTHY, cordoned=True))
+    s.close()
+    s = SqliteJobStore(path)
+    try:
+        assert s.worker_health() == {"w1": pb.WorkerHealth(verdict=pb.UNHEALTHY, cordoned=True)}
+    finally:
+        s.close()
+
+
 def test_worker_credentials_bind_replace_and_forget(store):
     assert store.worker_credential("w0") == ""
     store.set_worker_credential("w0", "digest-a")

@@ -1,0 +1,38 @@
+"""Prometheus gauges of fleet health, computed at scrape time from the health book
+(coordinator/health.py). Labels: the verdict only (three values); no worker id is a label: which
+worker is failed is in `ringleader workers` and GET /api/v1/fleet/health."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+VERDICTS = ("HEALTHY", "SUSPECT", "UNHEALTHY")  # names of ringleader.v1.Verdict
+
+
+class FleetHealthCollector(Collector):
+    def __init__(self, fleet) -> None:  # coordinator.health.FleetHealth
+        self.fleet = fleet
+
+    def describe(self) -> Iterable:
+        return self._families()
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (GaugeMetricFamily("ringleader_worker_verdicts",
+                                  "Checked workers by their last health verdict (healthy, suspect, unhealthy)",
+                                  labels=["verdict"]),
+                GaugeMetricFamily("ringleader_workers_quarantined",
+                                  "Workers kept out of user jobs: failed a check, or cordoned by hand"))
+
+    def collect(self) -> Iterable:
+        verdicts, quarantined = self._families()
+        counts = self.fleet.book.counts()
+        for v in VERDICTS:  # every verdict, zeros included, so an alert sees the first failure
+            verdicts.add_metric([v.lower()], counts.get(v, 0))
+        quarantined.add_metric([], len(self.fleet.book.quarantined_ids()))
+        return [verdicts, quarantined]
+
+

@@ -1,0 +1,120 @@
+"""Verdicts from a finished check: which worker is healthy, suspect or failed, and why. Pure.
+
+The runners (worker/checks/) flag what they measured against the median of comparable peers;
+here those flags become verdicts on workers, with their evidence (figure and expectation):
+
+- link_matrix: a worker most of whose links are flagged is failed, and so is every worker of a
+  host most of whose cross-host links are flagged (a slow NIC or cable shows on every link of
+  the host, while each of its peers has only one slow link: theirs to it). A link that corrupted
+  bytes, and that no failed worker explains, makes both its ends suspect; a link that is only
+  slow stays flagged in the result but names nobody. The others are healthy.
+- gpu_check: a flagged worker (below its same-model peers) is failed.
+- sdc_check: a checksum other than the majority of its model's, or a wrong element in the exact
+  collectives, is failed; with no majority, the disagreeing workers are suspect.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ringleader import checks
+from ringleader.v1 import jobs_pb2 as pb
+
+HEALTHY, SUSPECT, FAILED = pb.HEALTHY, pb.SUSPECT, pb.UNHEALTHY
+
+
+def of_job(job: pb.Job) -> dict[str, pb.WorkerHealth]:
+    """{worker id: verdict} for every worker of a SUCCEEDED check job ({} for other jobs)."""
+    kind = job.spec.WhichOneof("kind")
+    if job.state != pb.SUCCEEDED or kind not in checks.KINDS or not job.HasField(kind):
+        return {}
+    ranks = {w.rank: w for w in job.workers}
+    found = {"link_matrix": _links, "gpu_check": _gpus, "sdc_check": _sdc}[kind](getattr(job, kind), ranks)
+    at = job.finished_at
+    return {ranks[r].worker_id: pb.WorkerHealth(verdict=v, check=kind, figure=fig, expected=exp, at=at, job_id=job.id)
+            for r, (v, fig, exp) in found.items() if r in ranks}
+
+
+def named_hosts(job: pb.Job) -> list[str]:
+    """Hosts every one of whose workers a check failed (what `ringleader check` names)."""
+    verdicts = of_job(job)
+    by_host: dict[str, list[int]] = defaultdict(list)
+    for w in job.workers:
+        by_host[w.host].append(verdicts.get(w.worker_id, pb.WorkerHealth()).verdict)
+    return sorted(h for h, vs in by_host.items() if vs and all(v == FAILED for v in vs))
+
+
+Found = dict[int, tuple[int, str, str]]  # rank -> (verdict, figure, expected)
+
+
+def _links(r: pb.LinkMatrixResult, ranks: dict[int, pb.WorkerRef]) -> Found:
+    host = {k: w.host for k, w in ranks.items()}
+    mine: dict[int, list[pb.LinkRow]] = defaultdict(list)
+    for link in r.links:
+        mine[link.a].append(link)
+        mine[link.b].append(link)
+    out: Found = {}
+    for rank, links in mine.items():
+        if _most_flagged(links):
+            out[rank] = (FAILED, *_link_evidence(r, links, "links"))
+    for h in set(host.values()):
+        cross = [x for x in r.links if (host.get(x.a) == h) != (host.get(x.b) == h)]
+        if _most_flagged(cross):
+            for rank in (k for k, v in host.items() if v == h):
+                out.setdefault(rank, (FAILED, *_link_evidence(r, cross, f"cross-host links of host {h}")))
+    for x in r.links:  # a slow link alone names nobody (one slow figure may be noise); bad bytes do
+        if x.wrong and x.a not in out and x.b not in out:
+            for rank in (x.a, x.b):
+                out.setdefault(rank, (SUSPECT, *_link_evidence(r, [x], f"link {x.a}-{x.b}")))
+    for rank in mine:
+        out.setdefault(rank, (HEALTHY, *_link_evidence(r, mine[rank], "links")))
+    return out
+
+
+def _most_flagged(links: list[pb.LinkRow]) -> bool:
+    # At least two links: with one, its two ends are equally to blame.
+    return len(links) >= 2 and 2 * sum(x.flagged for x in links) > len(links)
+
+
+def _link_evidence(r: pb.LinkMatrixResult, links: list[pb.LinkRow], what: str) -> tuple[str, str]:
+    flagged = [x for x in links if x.flagged]
+    worst = min(links, key=lambda x: x.ratio)
+    figure = (f"{len(flagged)} of {len(links)} {what} flagged; slowest {worst.gbps:.3g} GB/s "
+              f"({worst.ratio:.2f} of its median)" + (f", {sum(x.wrong for x in links)} bytes wrong"
+                                                       if any(x.wrong for x in links) else ""))
+    expected = (f"each link >= {checks.LINK_FLAG_RATIO} x the median of comparable links "
+                f"(same host {r.median_same_host_gbps:.3g} GB/s, across hosts {r.median_cross_host_gbps:.3g} GB/s) "
+                f"at {r.size_bytes} bytes, no byte wrong")
+    return figure, expected
+
+
+def _gpus(r: pb.GpuCheckResult, ranks: dict[int, pb.WorkerRef]) -> Found:
+    out: Found = {}
+    for w in r.workers:
+        peers = sum(1 for x in r.workers if x.device == w.device)
+        med_t = w.tflops / w.tflops_ratio if w.tflops_ratio else 0.0
+        med_c = w.copy_gbps / w.copy_ratio if w.copy_ratio else 0.0
+        figure = f"{w.tflops:.4g} TFLOP/s ({r.dtype} n={r.matmul_n}), copy {w.copy_gbps:.4g} GB/s (read+write)"
+        expected = (f">= {checks.GPU_FLAG_RATIO} x the median of {peers} {w.device} peers: "
+                    f"{med_t:.4g} TFLOP/s, copy {med_c:.4g} GB/s")
+        out[w.rank] = (FAILED if w.flagged else HEALTHY, figure, expected)
+    return out
+
+
+def _sdc(r: pb.SdcCheckResult, ranks: dict[int, pb.WorkerRef]) -> Found:
+    out: Found = {}
+    for w in r.workers:
+        same = [x.checksum for x in r.workers if x.device == w.device]
+        majority = max(set(same), key=same.count)
+        no_majority = 2 * same.count(majority) <= len(same)
+        figure = f"checksum {w.checksum[:16]}, {w.collective_wrong} elements wrong in exact collectives"
+        if w.flagged:
+            verdict = FAILED
+        elif no_majority and len(set(same)) > 1:
+            verdict = SUSPECT
+        else:
+            verdict = HEALTHY
+        expected = (f"the majority checksum of {len(same)} {w.device} peers ("
+                    + ("none: no majority" if no_majority else majority[:16]) + "), 0 elements wrong")
+        out[w.rank] = (verdict, figure, expected)
+    return out

@@ -1,0 +1,136 @@
+"""The fleet health commands: `ringleader check` and `ringleader workers cordon|uncordon ID`.
+
+`check` runs the checks now over all connected workers, a host's, or a list, waits for them and
+prints what each found: the hosts named (every one of their workers failed), then each checked
+worker's verdict with its evidence. Exit code 1 when a checked worker failed, so a script can
+gate on it (`ringleader check --host h3 || drain h3`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ringleader import checks
+from ringleader.app import argtypes
+from ringleader.app.client import Client
+from ringleader.app.kindargs import given
+from ringleader.app.security_flags import client_security
+from ringleader.errors import EXIT_FAILED, InvalidSpec
+from ringleader.jsonview import to_json
+from ringleader.v1 import jobs_pb2 as pb
+
+ACTIONS = ("cordon", "uncordon")
+
+
+def add_commands(sub, talker, client_options) -> None:
+    """Add `check`, and cordon/uncordon to the existing `workers` command."""
+    c = talker(sub, "check", "check workers now: links, GPU compute and memory, silent data corruption")
+    which = c.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="every connected worker (the default)")
+    which.add_argument("--host", default="", help="the workers of this host")
+    which.add_argument("--workers", default="", metavar="A,B,...", help="exactly these workers")
+    c.add_argument("--kind", default="", metavar="K1,K2", help=f"any of {', '.join(checks.KINDS)} (default: all)")
+    c.add_argument("--size", type=argtypes.size, default=None, help="link_matrix: ping-pong size (default 512K)")
+    c.add_argument("--iters", type=int, default=None, help="timed iterations of each check (link_matrix, gpu_check)")
+    c.add_argument("--timeout", type=argtypes.seconds, default=300.0, help="give up waiting after this long")
+    client_options(c, '{"jobs": [Job, ...], "named_hosts": [...], "workers": [WorkerInfo, ...]}')
+    w = sub.choices["workers"]
+    # Checked in run(), not by argparse: an optional positional with choices trips argparse when
+    # ringleader/app/config.py re-parses with every default suppressed.
+    w.add_argument("action", nargs="?", metavar="{cordon,uncordon}", help="cordon: keep the worker out of user jobs; "
+                   "uncordon: put it back")
+    w.add_argument("worker_id", nargs="?", default="", help="the worker to cordon or uncordon")
+
+
+def handles(a: argparse.Namespace) -> bool:
+    return a.command == "check" or (a.command == "workers" and bool(getattr(a, "action", None)))
+
+
+def run(a: argparse.Namespace) -> int:
+    with Client(a.coordinator, security=client_security(a)) as client:
+        if a.command == "workers":
+            if a.action not in ACTIONS:
+                raise InvalidSpec("action", f"expected {' or '.join(ACTIONS)}, got {a.action[:64]!r}")
+            if not a.worker_id:
+                raise InvalidSpec("worker_id", f"`ringleader workers {a.action}` needs a worker id")
+            info = client.cordon(a.worker_id, on=a.action == "cordon")
+            print(json.dumps(to_json(info), indent=2) if a.output == "json" else health_line(info))
+            return 0
+        answer = client.run_check(request_from_args(a))
+    print(json.dumps(to_json(answer), indent=2) if a.output == "json" else check_text(answer))
+    return EXIT_FAILED if any(w.health.verdict == pb.UNHEALTHY for w in answer.workers) else 0
+
+
+def request_from_args(a: argparse.Namespace) -> pb.RunCheckRequest:
+    r = pb.RunCheckRequest(worker_ids=[w for w in a.workers.split(",") if w], host=a.host, wait=True,
+                           timeout_s=a.timeout, kinds=[k.strip() for k in a.kind.split(",") if k.strip()])
+    if a.size is not None or a.iters is not None:
+        r.link_matrix.CopyFrom(pb.LinkMatrixSpec(size_bytes=a.size or 512 << 10, iters=a.iters or 4, warmup=1))
+    if a.iters is not None:
+        r.gpu_check.iters = a.iters
+    return r
+
+
+def health_line(w: pb.WorkerInfo) -> str:
+    h = w.health
+    verdict = pb.Verdict.Name(h.verdict) if h.verdict else "UNCHECKED"
+    line = f"{w.worker_id:<28} {w.host:<16} {verdict:<9}{' CORDONED' if h.cordoned else ''}"
+    if h.verdict not in (pb.VERDICT_UNSPECIFIED, pb.HEALTHY) or h.cordoned:
+        line += f"  {h.check}: {h.figure}; expected {h.expected}"
+    return line
+
+
+def check_text(r: pb.RunCheckResponse) -> str:
+    lines = [f"{j.id}  {j.spec.WhichOneof('kind'):<12} n={j.spec.world_size:<4} {pb.JobState.Name(j.state):<9} "
+             f"{j.reason}" for j in r.jobs]
+    lines.append("named hosts: " + (", ".join(r.named_hosts) or "none"))
+    bad = [w for w in r.workers if w.health.verdict != pb.HEALTHY]
+    lines += [health_line(w) for w in bad]
+    lines.append(f"{len(r.workers) - len(bad)} of {len(r.workers)} workers healthy")
+    return "\n".join(lines)
+
+
+# ---- the check kinds' part of `ringleader submit` and `ringleader job` (ringleader/kinds.py) ----
+
+
+def link_matrix_spec(a: argparse.Namespace) -> pb.LinkMatrixSpec:
+    """--sizes (its first: the ping-pong size), --iters, --warmup."""
+    sizes = getattr(a, "sizes", None) or []
+    return pb.LinkMatrixSpec(size_bytes=sizes[0] if sizes else 0, **given(a, "iters", "warmup"))
+
+
+def gpu_check_spec(a: argparse.Namespace) -> pb.GpuCheckSpec:
+    """--iters, and --dtype when it is one the check runs (else the device's default)."""
+    dtype = getattr(a, "dtype", "") or ""
+    return pb.GpuCheckSpec(dtype=dtype if dtype in checks.GPU_DTYPES else "", **given(a, "iters"))
+
+
+def sdc_check_spec(a: argparse.Namespace) -> pb.SdcCheckSpec:
+    return pb.SdcCheckSpec()
+
+
+def link_matrix_table(r: pb.LinkMatrixResult) -> str:
+    lines = [f"link matrix at {r.size_bytes} bytes, {r.rounds} rounds; median same host "
+             f"{r.median_same_host_gbps:.3f} GB/s, across hosts {r.median_cross_host_gbps:.3f} GB/s",
+             f"{'A':>4} {'B':>4} {'ROUND':>5} {'LAT_US':>10} {'GB/S':>9} {'RATIO':>6}  FLAG"]
+    for x in sorted(r.links, key=lambda x: x.ratio):
+        lines.append(f"{x.a:>4} {x.b:>4} {x.round:>5} {x.latency_us:>10.1f} {x.gbps:>9.3f} {x.ratio:>6.2f}  "
+                     f"{'FLAGGED' if x.flagged else ''}{f' {x.wrong} bytes wrong' if x.wrong else ''}")
+    return "\n".join(lines)
+
+
+def gpu_check_table(r: pb.GpuCheckResult) -> str:
+    lines = [f"gpu check: {r.dtype} n={r.matmul_n}, copy {r.copy_bytes} bytes (GB/s counts read + write)",
+             f"{'RANK':>4} {'DEVICE':<24} {'TFLOP/S':>10} {'RATIO':>6} {'COPY GB/S':>10} {'RATIO':>6}  FLAG"]
+    lines += [f"{w.rank:>4} {w.device[:24]:<24} {w.tflops:>10.3f} {w.tflops_ratio:>6.2f} {w.copy_gbps:>10.1f} "
+              f"{w.copy_ratio:>6.2f}  {'FLAGGED' if w.flagged else ''}" for w in r.workers]
+    return "\n".join(lines)
+
+
+def sdc_check_table(r: pb.SdcCheckResult) -> str:
+    lines = [f"corruption check: majority checksum {r.majority_checksum[:16] or '(none)'}",
+             f"{'RANK':>4} {'DEVICE':<24} {'CHECKSUM':<16} {'WRONG':>6}  FLAG"]
+    lines += [f"{w.rank:>4} {w.device[:24]:<24} {w.checksum[:16]:<16} {w.collective_wrong:>6}  "
+              f"{'FLAGGED' if w.flagged else ''}" for w in r.workers]
+    return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""The fleet health checks' specs: defaults, limits and normalizers (JobSpec -> ValidJob).
+
+Three kinds (proto: LinkMatrixSpec, GpuCheckSpec, SdcCheckSpec); their runners are in
+worker/checks/, their verdicts in coordinator/health.py. A check must be short, so that a user
+job that arrives during a sweep waits at most one round of it: the limits bound one check's
+work, not only its memory. Errors name the proto field ("link_matrix.iters").
+"""
+
+from __future__ import annotations
+
+from ringleader import roundrobin
+from ringleader.errors import InvalidSpec
+from ringleader.jobspec import ValidJob, valid
+from ringleader.v1 import jobs_pb2 as pb
+
+KINDS = ("link_matrix", "gpu_check", "sdc_check")
+# The lowest priority: what the coordinator plans by itself yields to every user job.
+CHECK_PRIORITY = -1000
+
+LINK_DEFAULTS = dict(size_bytes=1 << 20, iters=20, warmup=3)
+LINK_MAX_BYTES = 1 << 30
+LINK_MAX_ITERS = 10_000
+# n ranks meet in about n rounds; every link is one row of the result, so n(n-1)/2 rows.
+LINK_MAX_RANKS = 512
+
+GPU_DTYPES = ("bfloat16", "float16", "float32")
+# The device's own defaults (the runner picks them once it knows the device). A CPU's calls are
+# a few milliseconds each, so that on a busy host some of them run without being descheduled.
+GPU_DEFAULTS = {"cuda": dict(matmul_n=8192, dtype="bfloat16", copy_bytes=1 << 30),
+                "cpu": dict(matmul_n=512, dtype="float32", copy_bytes=8 << 20)}
+GPU_MIN_N, GPU_MAX_N = 64, 32768
+GPU_MAX_COPY_BYTES = 16 << 30
+GPU_DEFAULT_ITERS, GPU_MAX_ITERS = 10, 1000
+
+# A link below this share of the median of comparable links (same host, or across hosts) is
+# flagged, measured again, and a host is named when most of its links stay flagged. Measured on
+# 8 namespace hosts of the 2-core machine under a load of 18-32 (seven test suites at once): a
+# link rate-limited to 200 Mbit/s measures 0.03-0.16 of the median (the median falls with the
+# load, the limited link does not); the lowest clean link of a run, 0.09-0.28, and never most
+# links of one host (bench/results/2026-11-24-fleet/). A single flagged link names nobody.
+LINK_FLAG_RATIO = 0.25
+# A worker whose matrix product or memory copy is below this share of the median of its peers
+# of the same model is flagged (a throttled or failing GPU; a noisy CPU stays above 0.7).
+GPU_FLAG_RATIO = 0.5
+
+SDC_DEFAULT_ROUNDS, SDC_MAX_ROUNDS = 4, 64
+SDC_MAX_RANKS = 1024  # its exact sums of small integers stay exact in float32 up to here
+SDC_N = 512  # side of the matrices the corruption check multiplies (its bytes: 3 x 1 MiB)
+
+
+def _iters(field: str, value: int, default: int, limit: int) -> int:
+    value = value or default
+    if value > limit:
+        raise InvalidSpec(field, f"at most {limit}, got {value}")
+    return value
+
+
+def check_link_matrix(out: pb.JobSpec) -> None:
+    s, n = out.link_matrix, out.world_size
+    if not 2 <= n <= LINK_MAX_RANKS:
+        raise InvalidSpec("world_size", f"a link matrix needs between 2 and {LINK_MAX_RANKS} workers, got {n}")
+    s.size_bytes = s.size_bytes or LINK_DEFAULTS["size_bytes"]
+    if s.size_bytes > LINK_MAX_BYTES:
+        raise InvalidSpec("link_matrix.size_bytes", f"at most {LINK_MAX_BYTES} (1 GiB), got {s.size_bytes}")
+    s.iters = _iters("link_matrix.iters", s.iters, LINK_DEFAULTS["iters"], LINK_MAX_ITERS)
+    warmup = s.warmup if s.HasField("warmup") else LINK_DEFAULTS["warmup"]  # 0 given is 0
+    if warmup > LINK_MAX_ITERS:
+        raise InvalidSpec("link_matrix.warmup", f"at most {LINK_MAX_ITERS}, got {warmup}")
+    s.warmup = warmup
+
+
+def view_link_matrix(out: pb.JobSpec) -> ValidJob:
+    s, n = out.link_matrix, out.world_size
+    pairs = [p for r in roundrobin.rounds(n) for p in r]
+    # A send and a receive buffer; progress counts rounds.
+    return valid(out, sizes=(s.size_bytes,), pairs=pairs, needs_bytes=2 * s.size_bytes,
+                 total=roundrobin.round_count(n))
+
+
+def check_gpu_check(out: pb.JobSpec) -> None:
+    """0 / "" leave the device's default (GPU_DEFAULTS) to the runner."""
+    g = out.gpu_check
+    if g.matmul_n and not GPU_MIN_N <= g.matmul_n <= GPU_MAX_N:
+        raise InvalidSpec("gpu_check.matmul_n", f"must be between {GPU_MIN_N} and {GPU_MAX_N} (0: the device's "
+                          f"default), got {g.matmul_n}")
+    if g.dtype and g.dtype not in GPU_DTYPES:
+        raise InvalidSpec("gpu_check.dtype", f"must be one of {', '.join(GPU_DTYPES)}, got {g.dtype[:64]!r}")
+    if g.copy_bytes > GPU_MAX_COPY_BYTES:
+        raise InvalidSpec("gpu_check.copy_bytes", f"at most {GPU_MAX_COPY_BYTES} (16 GiB), got {g.copy_bytes}")
+    g.iters = _iters("gpu_check.iters", g.iters, GPU_DEFAULT_ITERS, GPU_MAX_ITERS)
+
+
+def view_gpu_check(out: pb.JobSpec) -> ValidJob:
+    g, big = out.gpu_check, GPU_DEFAULTS["cuda"]
+    n = g.matmul_n or big["matmul_n"]
+    elem = 4 if g.dtype == "float32" else 2
+    # Three matrices and the copy's source and destination (the GPU's defaults when unset).
+    return valid(out, needs_bytes=3 * n * n * elem + 2 * (g.copy_bytes or big["copy_bytes"]), total=2)
+
+
+def check_sdc_check(out: pb.JobSpec) -> None:
+    if not 1 <= out.world_size <= SDC_MAX_RANKS:
+        raise InvalidSpec("world_size", f"a corruption check runs on between 1 and {SDC_MAX_RANKS} workers, "
+                          f"got {out.world_size}")
+    s = out.sdc_check
+    s.rounds = _iters("sdc_check.rounds", s.rounds, SDC_DEFAULT_ROUNDS, SDC_MAX_ROUNDS)
+
+
+def view_sdc_check(out: pb.JobSpec) -> ValidJob:
+    return valid(out, needs_bytes=4 * SDC_N * SDC_N * 4, total=out.sdc_check.rounds)
+
+
+def is_check(spec: pb.JobSpec) -> bool:
+    return spec.WhichOneof("kind") in KINDS

@@ -1,0 +1,132 @@
+"""The three check runners (worker/checks/) on one real gloo group of 4 CPU ranks.
+
+Rank 2 runs with the fault injector's slowed compute and a flipped bit, rank 3 with a wrong
+collective result; ranks 0 and 1 are clean. One spawned group runs the three checks in turn
+(process start is slow); the tests then read what every rank returned.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import multiprocessing
+import os
+import traceback
+import types
+
+import pytest
+
+from ports import free_port
+from ringleader import checks, jobspec
+from ringleader.v1 import jobs_pb2 as pb
+
+N = 4
+FAULTS = {2: "slow_compute=8,flip_bit=1", 3: "wrong_result=1"}
+SPECS = {
+    "link_matrix": pb.LinkMatrixSpec(size_bytes=64 << 10, iters=3, warmup=1),
+    "gpu_check": pb.GpuCheckSpec(matmul_n=256, copy_bytes=4 << 20, iters=7),
+    "sdc_check": pb.SdcCheckSpec(seed=5, rounds=3),
+}
+RESULT_TYPES = {"link_matrix": pb.LinkMatrixResult, "gpu_check": pb.GpuCheckResult, "sdc_check": pb.SdcCheckResult}
+
+
+def _rank_main(rank: int, port: int, path: str) -> None:
+    payload: dict = {}
+    try:
+        import torch
+        import torch.distributed as dist
+
+        from worker.checks import gpu_check, link_matrix, sdc_check
+        from worker.kinds import RunContext
+
+        if rank in FAULTS:
+            os.environ.update(RINGLEADER_FAULTS=FAULTS[rank], RINGLEADER_FAULTS_ALLOWED="tests")
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=N,
+                                timeout=datetime.timedelta(seconds=60))
+        runners = {"link_matrix": link_matrix.run_link_matrix, "gpu_check": gpu_check.run_gpu_check,
+                   "sdc_check": sdc_check.run_sdc_check}
+        sent: list = []
+        counter = types.SimpleNamespace(value=0)
+        for kind, kind_spec in SPECS.items():
+            spec = pb.JobSpec(world_size=N)
+            getattr(spec, kind).CopyFrom(kind_spec)
+            job = jobspec.normalize(spec)
+            ctx = RunContext(f"job-{kind}", rank, torch.device("cpu"), counter, sent.append)
+            payload[kind] = runners[kind](job, ctx).message.SerializeToString().hex()
+        payload["ops"] = counter.value
+        payload["progress"] = len(sent)
+        dist.destroy_process_group()
+    except BaseException:
+        payload["traceback"] = traceback.format_exc()
+    with open(path, "w") as f:
+        json.dump(payload, f)
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list[dict]:
+    ctx = multiprocessing.get_context("spawn")
+    tmp = tmp_path_factory.mktemp("checks")
+    port = free_port()
+    paths = [str(tmp / f"rank{r}.json") for r in range(N)]
+    procs = [ctx.Process(target=_rank_main, args=(r, port, paths[r])) for r in range(N)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=240)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    out = []
+    for r, path in enumerate(paths):
+        try:
+            with open(path) as f:
+                payload = json.load(f)
+        except FileNotFoundError:
+            pytest.fail(f"rank {r} wrote nothing (exit code {procs[r].exitcode})")
+        assert "traceback" not in payload, f"rank {r} failed:\n{payload['traceback']}"
+        out.append(payload)
+    return out
+
+
+def _result(ranks, kind):
+    """The outcome, checked to be the same on every rank (rank 0's is the one reported)."""
+    raw = {p[kind] for p in ranks}
+    assert len(raw) == 1, f"{kind}: ranks disagree"
+    return RESULT_TYPES[kind].FromString(bytes.fromhex(raw.pop()))
+
+
+def test_link_matrix_measures_every_pair_once_in_rounds_of_disjoint_pairs(ranks):
+    r = _result(ranks, "link_matrix")
+    assert r.rounds == N - 1 and r.size_bytes == 64 << 10
+    assert sorted((x.a, x.b) for x in r.links) == [(a, b) for a in range(N) for b in range(a + 1, N)]
+    for k in range(N - 1):
+        in_round = [x for x in r.links if x.round == k]
+        assert len(in_round) == N // 2
+        assert len({x.a for x in in_round} | {x.b for x in in_round}) == N  # disjoint
+    for x in r.links:
+        assert x.wrong == 0 and x.gbps > 0 and x.latency_us > 0
+        assert x.gbps == pytest.approx((64 << 10) / x.latency_us / 1e3, rel=1e-6)
+        assert x.ratio == pytest.approx(x.gbps / r.median_same_host_gbps, rel=1e-6)
+        assert r.matrix[x.a].gbps[x.b] == r.matrix[x.b].gbps[x.a] == x.gbps
+    assert [r.matrix[i].gbps[i] for i in range(N)] == [-1.0] * N
+    assert r.median_cross_host_gbps == 0  # one host
+    assert all(p["ops"] > 0 for p in ranks)
+
+
+def test_gpu_check_names_the_slowed_compute_only(ranks):
+    r = _result(ranks, "gpu_check")
+    assert (r.matmul_n, r.dtype, r.copy_bytes) == (256, "float32", 4 << 20)  # CPU dtype default
+    assert [w.rank for w in r.workers] == list(range(N))
+    assert [w.flagged for w in r.workers] == [False, False, True, False]
+    slow = r.workers[2]
+    assert slow.tflops_ratio < checks.GPU_FLAG_RATIO and slow.copy_ratio > checks.GPU_FLAG_RATIO
+    assert all(w.tflops > 0 and w.copy_gbps > 0 and w.device for w in r.workers)
+
+
+def test_sdc_check_names_the_flipped_bit_and_the_wrong_collective(ranks):
+    r = _result(ranks, "sdc_check")
+    digests = [w.checksum for w in r.workers]
+    assert digests[0] == digests[1] == digests[3] == r.majority_checksum != digests[2]
+    assert [w.collective_wrong for w in r.workers] == [0, 0, 0, 1]
+    assert [w.flagged for w in r.workers] == [False, False, True, True]
+

@@ -1,0 +1,134 @@
+"""The checks' pure parts: the round-robin schedule, the specs' limits, and the results built
+from measured figures (flags against the median of comparable peers)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ringleader import checks, jobspec, roundrobin
+from ringleader.errors import InvalidSpec
+from ringleader.v1 import jobs_pb2 as pb
+from worker.checks import gpu_check, link_matrix, peers, sdc_check
+
+
+@pytest.mark.parametrize("n", range(2, 18))
+def test_round_robin_meets_every_pair_once_in_disjoint_rounds(n):
+    schedule = roundrobin.rounds(n)
+    assert len(schedule) == roundrobin.round_count(n) == (n - 1 if n % 2 == 0 else n)
+    flat = [p for r in schedule for p in r]
+    assert sorted(flat) == list(itertools.combinations(range(n), 2))
+    for r in schedule:
+        ranks = [x for p in r for x in p]
+        assert len(ranks) == len(set(ranks)) and len(r) == n // 2
+    for k, r in enumerate(schedule):
+        for a, b in r:
+            assert roundrobin.partner(schedule, k, a) == b and roundrobin.partner(schedule, k, b) == a
+
+
+def test_round_robin_odd_rank_sits_out_and_bad_size_is_refused():
+    assert roundrobin.partner(roundrobin.rounds(3), 0, next(
+        x for x in range(3) if all(x not in p for p in roundrobin.rounds(3)[0]))) is None
+    with pytest.raises(ValueError, match="world_size"):
+        roundrobin.rounds(1)
+
+
+def _spec(n=4, **kind) -> pb.JobSpec:
+    return pb.JobSpec(world_size=n, **kind)
+
+
+def test_link_matrix_defaults_and_limits():
+    v = jobspec.normalize(_spec(link_matrix=pb.LinkMatrixSpec()))
+    s = v.spec.link_matrix
+    assert (s.size_bytes, s.iters, s.warmup) == (1 << 20, 20, 3)
+    assert v.progress_total == 3 and len(v.pairs) == 6 and v.needs_bytes == 2 << 20
+    assert jobspec.normalize(_spec(link_matrix=pb.LinkMatrixSpec(warmup=0))).spec.link_matrix.warmup == 0
+    assert jobspec.normalize(_spec(link_matrix=pb.LinkMatrixSpec(size_bytes=1 << 30))).sizes == (1 << 30,)
+    for spec, field in [(_spec(link_matrix=pb.LinkMatrixSpec(size_bytes=(1 << 30) + 1)), "link_matrix.size_bytes"),
+                        (_spec(link_matrix=pb.LinkMatrixSpec(iters=10_001)), "link_matrix.iters"),
+                        (_spec(link_matrix=pb.LinkMatrixSpec(warmup=10_001)), "link_matrix.warmup"),
+                        (_spec(1, link_matrix=pb.LinkMatrixSpec()), "world_size"),
+                        (_spec(513, link_matrix=pb.LinkMatrixSpec()), "world_size")]:
+        with pytest.raises(InvalidSpec) as e:
+            jobspec.normalize(spec)
+        assert e.value.field == field
+    assert jobspec.normalize(_spec(512, link_matrix=pb.LinkMatrixSpec())).progress_total == 511
+
+
+def test_gpu_check_defaults_and_limits():
+    v = jobspec.normalize(_spec(1, gpu_check=pb.GpuCheckSpec()))
+    assert v.spec.gpu_check.iters == 10 and v.spec.gpu_check.matmul_n == 0  # the device picks n
+    assert v.needs_bytes == 3 * 8192 * 8192 * 2 + 2 * (1 << 30)
+    assert gpu_check.resolved(v.spec.gpu_check, "cuda") == (8192, "bfloat16", 1 << 30)
+    assert gpu_check.resolved(v.spec.gpu_check, "cpu") == (512, "float32", 8 << 20)
+    ok = pb.GpuCheckSpec(matmul_n=64, dtype="float16", copy_bytes=16 << 30, iters=1000)
+    assert jobspec.normalize(_spec(gpu_check=ok)).spec.gpu_check.matmul_n == 64
+    for bad, field in [(pb.GpuCheckSpec(matmul_n=63), "matmul_n"), (pb.GpuCheckSpec(matmul_n=32769), "matmul_n"),
+                       (pb.GpuCheckSpec(dtype="int8"), "dtype"), (pb.GpuCheckSpec(copy_bytes=(16 << 30) + 1), "copy_bytes"),
+                       (pb.GpuCheckSpec(iters=1001), "iters")]:
+        with pytest.raises(InvalidSpec) as e:
+            jobspec.normalize(_spec(gpu_check=bad))
+        assert e.value.field == f"gpu_check.{field}"
+
+
+def test_sdc_check_defaults_and_limits():
+    assert jobspec.normalize(_spec(sdc_check=pb.SdcCheckSpec())).spec.sdc_check.rounds == 4
+    assert jobspec.normalize(_spec(1024, sdc_check=pb.SdcCheckSpec(rounds=64))).progress_total == 64
+    for spec, field in [(_spec(sdc_check=pb.SdcCheckSpec(rounds=65)), "sdc_check.rounds"),
+                        (_spec(1025, sdc_check=pb.SdcCheckSpec()), "world_size")]:
+        with pytest.raises(InvalidSpec) as e:
+            jobspec.normalize(spec)
+        assert e.value.field == field
+
+
+def _links(hosts, gbps):
+    """Rows for every pair of len(hosts) ranks; gbps(a, b) gives each link's figure."""
+    n = len(hosts)
+    return [dict(a=a, b=b, round=0, latency_us=1.0, gbps=gbps(a, b), wrong=0)
+            for a in range(n) for b in range(a + 1, n)]
+
+
+def test_link_result_compares_same_host_and_cross_host_links_apart():
+    hosts = ["h0", "h0", "h1", "h1"]
+    # Same-host links 10x faster than cross-host ones: neither kind is flagged against the other.
+    rows = _links(hosts, lambda a, b: 10.0 if hosts[a] == hosts[b] else 1.0)
+    r = link_matrix.link_result(rows, hosts, 1 << 20, 3)
+    assert (r.median_same_host_gbps, r.median_cross_host_gbps) == (10.0, 1.0)
+    assert not any(x.flagged for x in r.links) and all(x.ratio == 1.0 for x in r.links)
+
+
+def test_link_result_flags_slow_and_corrupting_links():
+    hosts = [f"h{i}" for i in range(6)]
+    rows = _links(hosts, lambda a, b: 0.05 if 3 in (a, b) else 1.0)
+    rows[0]["wrong"] = 2  # (0, 1): fast but corrupting
+    r = link_matrix.link_result(rows, hosts, 1 << 20, 5)
+    assert sorted((x.a, x.b) for x in r.links if x.flagged) == [(0, 1), (0, 3), (1, 3), (2, 3), (3, 4), (3, 5)]
+    boundary = link_matrix.link_result(_links(hosts[:3], lambda a, b: checks.LINK_FLAG_RATIO if b == 2 and a == 1
+                                              else 1.0), hosts[:3], 8, 3)
+    assert not any(x.flagged for x in boundary.links)  # at the ratio exactly: not below it
+
+
+def test_gpu_result_compares_peers_of_the_same_model_only():
+    models = ["H200", "H200", "H200", "A100"]
+    r = gpu_check.gpu_result(models, [(800.0, 4000.0), (790.0, 4100.0), (390.0, 4000.0), (300.0, 1500.0)],
+                             8192, "bfloat16", 1 << 30)
+    assert [w.flagged for w in r.workers] == [False, False, True, False]  # a lone A100: no peers
+    assert r.workers[2].tflops_ratio == pytest.approx(390 / 790)
+    assert r.workers[3].tflops_ratio == 1.0
+    slow_copy = gpu_check.gpu_result(models[:3], [(800.0, 4000.0), (800.0, 1999.0), (800.0, 4000.0)], 8, "x", 8)
+    assert [w.flagged for w in slow_copy.workers] == [False, True, False]
+
+
+def test_sdc_result_names_the_odd_one_out_by_model():
+    r = sdc_check.sdc_result([("m", "aa", 0), ("m", "aa", 0), ("m", "bb", 0), ("m", "aa", 3)])
+    assert [w.flagged for w in r.workers] == [False, False, True, True] and r.majority_checksum == "aa"
+    tie = sdc_check.sdc_result([("m", "aa", 0), ("m", "bb", 0)])
+    assert not any(w.flagged for w in tie.workers) and tie.majority_checksum == ""
+    two_models = sdc_check.sdc_result([("m", "aa", 0), ("m", "aa", 0), ("k", "cc", 0)])
+    assert not any(w.flagged for w in two_models.workers)
+
+
+def test_ranks_sharing_a_device_take_turns():
+    ps = [peers.Peer("h0", "cpu", "h0/cpu"), peers.Peer("h0", "cpu", "h0/cpu"), peers.Peer("h1", "cpu", "h1/cpu")]
+    assert [peers.turns(ps, r) for r in range(3)] == [(0, 2), (1, 2), (0, 2)]

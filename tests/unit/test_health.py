@@ -1,0 +1,182 @@
+"""Verdicts from check results (coordinator/verdicts.py) and the health book (coordinator/health.py):
+who is named, with what evidence, quarantine changes, the recheck backoff, cordons, persistence."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator import health, verdicts
+from coordinator.store_memory import MemoryJobStore
+from coordinator.store_sqlite import SqliteJobStore
+from ringleader import checks
+from ringleader.errors import NotFound
+from ringleader.v1 import jobs_pb2 as pb
+from worker.checks import gpu_check, link_matrix, sdc_check
+
+
+def _job(kind: str, result, hosts: list[str], state=pb.SUCCEEDED) -> pb.Job:
+    job = pb.Job(id="chk-1", state=state, finished_at=100.0)
+    getattr(job.spec, kind).SetInParent()
+    job.spec.world_size = len(hosts)
+    getattr(job, kind).CopyFrom(result)
+    for r, h in enumerate(hosts):
+        job.workers.add(worker_id=f"w{r}", rank=r, host=h)
+    return job
+
+
+def _link_job(hosts, slow=lambda a, b: False, wrong=()):
+    rows = [dict(a=a, b=b, round=0, latency_us=1.0, gbps=0.05 if slow(a, b) else 1.0, wrong=2 if (a, b) in wrong else 0)
+            for a in range(len(hosts)) for b in range(a + 1, len(hosts))]
+    return _job("link_matrix", link_matrix.link_result(rows, hosts, 1 << 20, len(hosts) - 1), hosts)
+
+
+def _by_verdict(found):
+    return {v: sorted(w for w, h in found.items() if h.verdict == v) for v in (pb.HEALTHY, pb.SUSPECT, pb.UNHEALTHY)}
+
+
+def test_a_slow_host_is_named_and_no_other():
+    hosts = [f"h{i}" for i in range(8)]
+    job = _link_job(hosts, slow=lambda a, b: 5 in (a, b))
+    found = verdicts.of_job(job)
+    assert _by_verdict(found) == {pb.HEALTHY: [f"w{i}" for i in range(8) if i != 5], pb.SUSPECT: [], pb.UNHEALTHY: ["w5"]}
+    assert verdicts.named_hosts(job) == ["h5"]
+    w5 = found["w5"]
+    assert w5.check == "link_matrix" and w5.job_id == "chk-1" and w5.at == 100.0
+    assert w5.figure.startswith("7 of 7 links flagged") and "across hosts 1 GB/s" in w5.expected
+
+
+def test_a_host_of_two_workers_is_named_by_its_cross_host_links():
+    hosts = ["h0", "h0", "h1", "h1", "h2", "h2"]
+    # Host h1's NIC is slow: every link leaving it (8 of the 12 cross-host links, so a plain
+    # median would call them normal); its own same-host link is fine.
+    job = _link_job(hosts, slow=lambda a, b: (hosts[a] == "h1") != (hosts[b] == "h1"))
+    assert _by_verdict(verdicts.of_job(job))[pb.UNHEALTHY] == ["w2", "w3"]
+    assert verdicts.named_hosts(job) == ["h1"]
+
+
+def test_a_lone_bad_link_makes_its_ends_suspect():
+    hosts = [f"h{i}" for i in range(4)]
+    found = verdicts.of_job(_link_job(hosts, wrong={(1, 2)}))
+    assert _by_verdict(found) == {pb.HEALTHY: ["w0", "w3"], pb.SUSPECT: ["w1", "w2"], pb.UNHEALTHY: []}
+    assert "bytes wrong" in found["w1"].figure
+
+
+def test_clean_links_give_healthy_verdicts_and_unfinished_jobs_none():
+    hosts = [f"h{i}" for i in range(4)]
+    assert _by_verdict(verdicts.of_job(_link_job(hosts)))[pb.HEALTHY] == ["w0", "w1", "w2", "w3"]
+    failed = _link_job(hosts)
+    failed.state = pb.FAILED
+    assert verdicts.of_job(failed) == {} and verdicts.of_job(pb.Job(state=pb.SUCCEEDED)) == {}
+
+
+def test_gpu_and_sdc_verdicts_carry_figures_and_expectations():
+    g = gpu_check.gpu_result(["H200"] * 3, [(800.0, 4300.0), (100.0, 4300.0), (790.0, 4200.0)], 8192, "bfloat16", 1 << 30)
+    found = verdicts.of_job(_job("gpu_check", g, ["a", "b", "c"]))
+    assert _by_verdict(found)[pb.UNHEALTHY] == ["w1"]
+    assert "100 TFLOP/s" in found["w1"].figure and "3 H200 peers: 790 TFLOP/s" in found["w1"].expected
+    s = sdc_check.sdc_result([("m", "aa", 0), ("m", "bb", 0), ("m", "aa", 0)])
+    assert _by_verdict(verdicts.of_job(_job("sdc_check", s, ["a", "b", "c"])))[pb.UNHEALTHY] == ["w1"]
+    tie = sdc_check.sdc_result([("m", "aa", 0), ("m", "bb", 0)])
+    assert _by_verdict(verdicts.of_job(_job("sdc_check", tie, ["a", "b"])))[pb.SUSPECT] == ["w0", "w1"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _verdict(v, at):
+    return pb.WorkerHealth(verdict=v, check="gpu_check", at=at)
+
+
+def test_failed_quarantines_with_a_doubling_recheck_and_a_pass_lifts_it():
+    clock = Clock()
+    book = health.HealthBook(MemoryJobStore(), clock)
+    assert book.record({"w1": _verdict(pb.HEALTHY, 1000.0)}) == []
+    assert book.record({"w1": _verdict(pb.UNHEALTHY, 1000.0)}) == [("w1", True)]
+    assert book.get("w1").recheck_at == 1000.0 + health.RECHECK_MIN_S and book.quarantined("w1")
+    assert book.due(1059.0) == [] and book.due(1060.0) == ["w1"]
+    gaps = []
+    for at in (1060.0, 1200.0, 1500.0, 2000.0, 9000.0, 20000.0, 30000.0):
+        assert book.record({"w1": _verdict(pb.UNHEALTHY, at)}) == []  # still quarantined: no change
+        gaps.append(book.get("w1").recheck_at - at)
+    assert gaps == [120.0, 240.0, 480.0, 960.0, 1920.0, 3600.0, 3600.0]
+    assert book.record({"w1": _verdict(pb.HEALTHY, 31000.0)}) == [("w1", False)]
+    assert book.get("w1").recheck_at == 0 and book.due(10 ** 9) == []
+    assert book.record({"w1": _verdict(pb.UNHEALTHY, 32000.0)}) and book.get("w1").recheck_at == 32060.0
+
+
+def test_a_pass_of_another_check_does_not_clear_a_failure():
+    book = health.HealthBook(MemoryJobStore(), Clock())
+    book.record({"w1": _verdict(pb.UNHEALTHY, 1000.0)})  # gpu_check
+    assert book.record({"w1": pb.WorkerHealth(verdict=pb.HEALTHY, check="sdc_check", at=1001.0)}) == []
+    assert book.get("w1").check == "gpu_check" and book.quarantined("w1")
+    book.record({"w1": pb.WorkerHealth(verdict=pb.UNHEALTHY, check="sdc_check", at=1002.0)})
+    assert book.get("w1").check == "sdc_check"  # as bad: the newer evidence
+    assert book.record({"w1": _verdict(pb.HEALTHY, 1003.0)}) == []  # sdc's failure stands
+    assert book.record({"w1": pb.WorkerHealth(verdict=pb.HEALTHY, check="sdc_check", at=1004.0)}) == [("w1", False)]
+
+
+def test_cordon_and_uncordon_by_hand():
+    clock = Clock()
+    book = health.HealthBook(MemoryJobStore(), clock)
+    h, changes = book.cordon("w2", True)
+    assert changes == [("w2", True)] and h.cordoned and h.check == "cordon" and h.at == 1000.0
+    assert book.record({"w2": _verdict(pb.HEALTHY, 1001.0)}) == []  # a pass does not lift a cordon
+    assert book.get("w2").cordoned and book.quarantined("w2")
+    assert book.cordon("w2", False)[1] == [("w2", False)]
+    book.record({"w3": _verdict(pb.UNHEALTHY, 1000.0)})
+    clock.now = 1010.0
+    h, changes = book.cordon("w3", False)  # the operator puts a failed worker back
+    assert changes == [("w3", False)] and h.verdict == pb.SUSPECT and book.due() == ["w3"]
+    assert book.counts()["SUSPECT"] == 1 and book.counts()["CORDONED"] == 0
+
+
+def test_verdicts_survive_a_restart(tmp_path):
+    store = SqliteJobStore(tmp_path / "jobs.db")
+    book = health.HealthBook(store, Clock())
+    book.record({"w1": _verdict(pb.UNHEALTHY, 1000.0)})
+    book.cordon("w2", True)
+    store.close()
+    store = SqliteJobStore(tmp_path / "jobs.db")
+    try:
+        again = health.HealthBook(store, Clock())
+        assert again.quarantined_ids() == ["w1", "w2"] and again.get("w1").recheck_at == 1060.0
+    finally:
+        store.close()
+
+
+class FakeCore:
+    """Stands in for the coordinator facade: records what FleetHealth asks of it."""
+
+    def __init__(self) -> None:
+        self.listeners, self.quarantine = [], {}
+
+    def add_listener(self, fn) -> None:
+        self.listeners.append(fn)
+
+    def set_quarantine(self, worker_id: str, on: bool) -> None:
+        self.quarantine[worker_id] = on
+
+    def list_workers(self, limit=0, page_token=""):
+        return pb.ListWorkersResponse(workers=[pb.WorkerInfo(worker_id=f"w{i}", state=pb.IDLE) for i in range(3)])
+
+
+def test_fleet_health_quarantines_from_a_finished_check():
+    core = FakeCore()
+    fleet = health.FleetHealth(core, MemoryJobStore())
+    g = gpu_check.gpu_result(["cpu"] * 3, [(1.0, 9.0), (0.1, 9.0), (1.0, 9.0)], 8, "float32", 8)
+    job = _job("gpu_check", g, ["a", "b", "c"])
+    done = pb.JobEvent(job_id=job.id, state=pb.StateChange(state=pb.SUCCEEDED))
+    core.listeners[0](pb.JobEvent(job_id=job.id, state=pb.StateChange(state=pb.RUNNING)), job)
+    assert core.quarantine == {}
+    core.listeners[0](done, job)
+    assert core.quarantine == {"w1": True} and fleet.book.get("w0").verdict == pb.HEALTHY
+    info = fleet.cordon("w1", False)
+    assert core.quarantine == {"w1": False} and info.worker_id == "w1" and info.health.verdict == pb.SUSPECT
+    with pytest.raises(NotFound):
+        fleet.cordon("nobody", True)
+    assert checks.is_check(job.spec)

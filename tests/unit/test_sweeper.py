@@ -1,0 +1,48 @@
+"""Which check jobs a request or a sweep plans (coordinator/sweeper.py's pure part)."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator import sweeper
+from ringleader import checks
+from ringleader.errors import InvalidSpec, NotFound
+from ringleader.v1 import jobs_pb2 as pb
+
+
+def _w(wid, host="h0", backend="gloo", state=pb.IDLE, index=0):
+    return pb.WorkerInfo(worker_id=wid, host=host, backend=backend, state=state, device=pb.Device(index=index))
+
+
+FLEET = [_w("g1", "h1", "nccl", index=1), _w("g0", "h1", "nccl"), _w("c0"), _w("c1", "h2"),
+         _w("gone", state=pb.DISCONNECTED), _w("q", "h2", state=pb.QUARANTINED)]
+
+
+def test_a_request_names_workers_a_host_or_all_connected():
+    assert [w.worker_id for w in sweeper.chosen(FLEET)] == ["g1", "g0", "c0", "c1", "q"]
+    assert [w.worker_id for w in sweeper.chosen(FLEET, host="h2")] == ["c1", "q"]
+    assert [w.worker_id for w in sweeper.chosen(FLEET, ["q", "c0"], host="h2")] == ["q", "c0"]
+    with pytest.raises(NotFound, match="gone"):
+        sweeper.chosen(FLEET, ["c0", "gone"])
+
+
+def test_one_job_per_kind_and_backend_at_the_lowest_priority():
+    specs = sweeper.plan(sweeper.chosen(FLEET))
+    got = [(s.WhichOneof("kind"), list(s.placement.worker_ids)) for s in specs]
+    assert got == [("link_matrix", ["c0", "c1", "q"]), ("link_matrix", ["g0", "g1"]),
+                   ("gpu_check", ["c0", "c1", "q"]), ("gpu_check", ["g0", "g1"]),
+                   ("sdc_check", ["c0", "c1", "q"]), ("sdc_check", ["g0", "g1"])]
+    assert all(s.priority == checks.CHECK_PRIORITY and s.world_size == len(s.placement.worker_ids) for s in specs)
+    assert specs[0].link_matrix == sweeper.SHORT["link_matrix"]
+
+
+def test_settings_given_win_and_a_lone_worker_has_no_link_to_check():
+    request = pb.RunCheckRequest(link_matrix=pb.LinkMatrixSpec(size_bytes=4096))
+    specs = sweeper.plan([_w("c0"), _w("g0", backend="nccl"), _w("g1", backend="nccl")], ["link_matrix", "gpu_check"],
+                         request)
+    assert [(s.WhichOneof("kind"), s.world_size) for s in specs] == [("link_matrix", 2), ("gpu_check", 1),
+                                                                    ("gpu_check", 2)]
+    assert specs[0].link_matrix.size_bytes == 4096 and specs[1].gpu_check == sweeper.SHORT["gpu_check"]
+    with pytest.raises(InvalidSpec) as e:
+        sweeper.plan(FLEET, ["link_matrix", "nope"])
+    assert e.value.field == "kinds"

@@ -10,10 +10,11 @@ round's reference: the best of the round's figures, of earlier clean groups of t
 the given `reference` (a baseline), with a control group of known-good workers when spare ones
 exist. A fast half is exonerated (its workers become known good, and pad later groups); a slow
 half is the next round's set, or a culprit when it is one worker. Neither half slow: the set is
-retested once (noise), then given up as not reproducible; both slow: two culprits, both followed.
+retested once (noise), then given up as not reproducible; both slow: two culprits, both followed,
+except on one host: both halves of one host slow name the host (all its workers: its link).
 
 One culprit among n is named in ceil(log2 n) rounds, two in about as many (their sets are tested
-in the same rounds). A host whose every worker is named is a culprit host: its shared link.
+in the same rounds).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class Planner:
         self.max_rounds = max_rounds or math.ceil(math.log2(max(2, len(members)))) + 4
         self._sets: list[Members] = [tuple(members)]
         self._good: list[str] = [w for w in dict.fromkeys(known_good) if w not in set(members)]
+        self._good_set = set(self._good)
         self._retried: set[Members] = set()
         self._best: dict[int, float] = {}  # width -> best clean figure seen
         self._tests: list[_Test] = []
@@ -153,9 +155,13 @@ class Planner:
                 self._retried.add(t.suspects)
                 self._sets.append(t.suspects)
             return
+        if len(slow) == 2 and all(slow) and len({self.host_of[w] for w in t.suspects}) == 1:
+            self.culprits += t.suspects  # every part of one host is slow: the host (its link)
+            return
         for half, is_slow in zip(t.halves, slow):
             if not is_slow:
-                self._good += [w for w in half if w not in self._good]
+                self._good += [w for w in half if w not in self._good_set]
+                self._good_set.update(half)
             elif len(half) == 1:
                 self.culprits.append(half[0])
             else:

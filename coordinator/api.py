@@ -42,6 +42,8 @@ class JobStore(abc.ABC):
     - `set_rank_log` stores one rank's log text, replacing that rank's earlier one (a rerun);
       `rank_logs` returns {rank: text} of the ranks that have one. Both MUST fail with NotFound
       if the job is unknown. Logs are kept apart from the Job: `get` and `list` never carry them.
+    - `put_baseline` stores a baseline entry (coordinator/baselines.py), replacing the one of the
+      same key; `baseline(key)` returns it (None if none); `baselines()` returns all, by key.
     - What was written before `close` is there after reopening the same path (SQL store).
     - Durability: a write is durable when its method returns, unless `defer_commits(pending)` was
       called: then writes are grouped, visible at once to this store's reads but durable only
@@ -88,6 +90,15 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def job_for_request(self, request_id: str) -> str: ...
+
+    @abc.abstractmethod
+    def put_baseline(self, entry: pb.BaselineEntry) -> None: ...
+
+    @abc.abstractmethod
+    def baseline(self, key: str) -> pb.BaselineEntry | None: ...
+
+    @abc.abstractmethod
+    def baselines(self) -> list[pb.BaselineEntry]: ...
 
     def defer_commits(self, pending: Callable[[], None]) -> None:  # noqa: B027 - see the contract
         pass

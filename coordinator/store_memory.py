@@ -27,6 +27,7 @@ class MemoryJobStore(JobStore):
         self._events: dict[str, list[pb.JobEvent]] = {}
         self._logs: dict[str, dict[int, str]] = {}
         self._requests: dict[str, str] = {}  # request id -> job id
+        self._baselines: dict[str, pb.BaselineEntry] = {}
 
     def _known(self, job_id: str) -> pb.Job:
         try:
@@ -112,3 +113,13 @@ class MemoryJobStore(JobStore):
     def unfinished(self) -> list[pb.Job]:
         ids = sorted(self._jobs, key=self._order.__getitem__)
         return [self._full(i) for i in ids if self._jobs[i].state in UNFINISHED]
+
+    def put_baseline(self, entry: pb.BaselineEntry) -> None:
+        self._baselines[entry.key] = _copy(entry)
+
+    def baseline(self, key: str) -> pb.BaselineEntry | None:
+        e = self._baselines.get(key)
+        return _copy(e) if e is not None else None
+
+    def baselines(self) -> list[pb.BaselineEntry]:
+        return [_copy(self._baselines[k]) for k in sorted(self._baselines)]

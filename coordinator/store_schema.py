@@ -48,4 +48,11 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE jobs ADD COLUMN request_id TEXT",
         "CREATE UNIQUE INDEX jobs_by_request ON jobs (request_id)",
     ],
+    [
+        # v4: baselines (coordinator/baselines.py): one serialized pb.BaselineEntry per key.
+        """CREATE TABLE baselines (
+            key TEXT PRIMARY KEY,
+            blob BLOB NOT NULL
+        ) WITHOUT ROWID""",
+    ],
 ]

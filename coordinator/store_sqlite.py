@@ -275,3 +275,17 @@ class SqliteJobStore(JobStore):
                 "SELECT id FROM jobs WHERE state IN (?, ?) ORDER BY seq", UNFINISHED
             ).fetchall()
             return [self._load(c, r[0], with_results=True) for r in ids]
+
+    def put_baseline(self, entry: pb.BaselineEntry) -> None:
+        with self._tx(write=True) as c:
+            c.execute("INSERT OR REPLACE INTO baselines (key, blob) VALUES (?, ?)", (entry.key, entry.SerializeToString()))
+
+    def baseline(self, key: str) -> pb.BaselineEntry | None:
+        with self._tx() as c:
+            row = c.execute("SELECT blob FROM baselines WHERE key = ?", (key,)).fetchone()
+        return pb.BaselineEntry.FromString(row[0]) if row else None
+
+    def baselines(self) -> list[pb.BaselineEntry]:
+        with self._tx() as c:
+            rows = c.execute("SELECT blob FROM baselines ORDER BY key").fetchall()
+        return [pb.BaselineEntry.FromString(r[0]) for r in rows]

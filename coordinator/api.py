@@ -29,7 +29,7 @@ class JobStore(abc.ABC):
     - `get` returns the job with its results in the order they were added.
     - `update` replaces only the fields that change over a job's life (state, reason,
       started_at, finished_at, workers, backend, progress, warm_start, and the outcome of
-      non-collective kinds: p2p, gradient_average, train, algo_sweep); it keeps the stored spec
+      non-collective kinds: p2p, gradient_average, train, algo_sweep; and stragglers); it keeps the stored spec
       and created_at and ignores the given Job's results (see add_result/clear_results).
     - `list` returns newest first, without results, filtered by states (any of; empty: all) and
       op (the collective op, or the job kind for other kinds; empty: all), at most
@@ -114,7 +114,7 @@ def apply_update(stored: pb.Job, job: pb.Job) -> None:
     """Copy the fields that change over a job's life from `job` into `stored` (in place).
 
     Only these: state, reason, started_at, finished_at, workers, backend, progress, warm_start,
-    and the outcome of non-collective kinds (p2p, gradient_average, train, algo_sweep).
+    and the outcome of non-collective kinds (p2p, gradient_average, train, algo_sweep), stragglers.
     So a caller holding a stale or trimmed Job can never rewrite the spec, created_at or results.
     """
     # Spelled out rather than driven by descriptors: the descriptor API (e.g. `label`) differs
@@ -123,7 +123,7 @@ def apply_update(stored: pb.Job, job: pb.Job) -> None:
         setattr(stored, name, getattr(job, name))
     del stored.workers[:]
     stored.workers.extend(job.workers)
-    for name in ("progress", "p2p", "gradient_average", "train", "algo_sweep"):
+    for name in ("progress", "p2p", "gradient_average", "train", "algo_sweep", "stragglers"):
         stored.ClearField(name)
         if job.HasField(name):  # an unset message stays unset; CopyFrom would mark it present
             getattr(stored, name).CopyFrom(getattr(job, name))

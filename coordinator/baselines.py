@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from ringleader import spec
 from ringleader.v1 import jobs_pb2 as pb
 
 WINDOW = 50  # results a baseline keeps
@@ -149,6 +150,7 @@ def observe(e: pb.BaselineEntry, busbw_gbps: float, at: float) -> Regression | N
     n_low = sum(e.recent_low)
     if n_low < REPEAT:
         return None
+    e.regressions += 1
     return Regression(key=e.key, op=e.op, busbw_gbps=busbw_gbps, baseline_gbps=e.median_busbw_gbps,
                       threshold_gbps=limit, ratio=busbw_gbps / e.median_busbw_gbps, low=n_low,
                       judged=len(e.recent_low))
@@ -167,6 +169,10 @@ def validated(e: pb.BaselineEntry) -> pb.BaselineEntry:
         value = getattr(e, name)
         if not value or len(value) > 128 or not value.isprintable() or "|" in value:
             raise ValueError(f"baseline {e.key!r}: {name}: must be 1-128 printable characters without '|'")
+    if e.op not in spec.OPS:
+        raise ValueError(f"baseline {e.key!r}: op: unknown op {e.op!r}")
+    if e.mode not in ("eager", "graph"):
+        raise ValueError(f"baseline {e.key!r}: mode: must be eager or graph, not {e.mode!r}")
     if e.ranks < 1 or e.hosts < 1:
         raise ValueError(f"baseline {e.key!r}: ranks and hosts must be >= 1")
     if e.link != link_kind(e.hosts):
@@ -179,6 +185,7 @@ def validated(e: pb.BaselineEntry) -> pb.BaselineEntry:
     out.CopyFrom(e)
     del out.samples[:-WINDOW]
     del out.recent_low[:]
+    out.regressions = 0  # this coordinator's count: a counter starts from zero
     out.key = entry_key(out)
     recompute(out)
     return out

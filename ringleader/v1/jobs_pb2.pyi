@@ -2025,6 +2025,7 @@ class BaselineEntry(_message.Message):
     RECENT_LOW_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
     ALGO_FIELD_NUMBER: _builtins.int
+    REGRESSIONS_FIELD_NUMBER: _builtins.int
     key: _builtins.str
     """the comparable key, e.g. "H200|all_reduce|float32|2^20|r8|h8|cross|eager" """
     gpu_model: _builtins.str
@@ -2044,6 +2045,8 @@ class BaselineEntry(_message.Message):
     updated_at: _builtins.float
     """unix seconds"""
     algo: _builtins.str
+    regressions: _builtins.int
+    """regression events this key raised (ringleader_baseline_regressions_total)"""
     @_builtins.property
     def samples(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """busbw (GB/s) of the window, oldest first"""
@@ -2070,10 +2073,11 @@ class BaselineEntry(_message.Message):
         recent_low: _abc.Iterable[_builtins.bool] | None = ...,
         updated_at: _builtins.float = ...,
         algo: _builtins.str = ...,
+        regressions: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo", b"algo", "dtype", b"dtype", "gpu_model", b"gpu_model", "hosts", b"hosts", "key", b"key", "link", b"link", "mad_busbw_gbps", b"mad_busbw_gbps", "median_busbw_gbps", b"median_busbw_gbps", "mode", b"mode", "op", b"op", "ranks", b"ranks", "recent_low", b"recent_low", "samples", b"samples", "size_bucket", b"size_bucket", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo", b"algo", "dtype", b"dtype", "gpu_model", b"gpu_model", "hosts", b"hosts", "key", b"key", "link", b"link", "mad_busbw_gbps", b"mad_busbw_gbps", "median_busbw_gbps", b"median_busbw_gbps", "mode", b"mode", "op", b"op", "ranks", b"ranks", "recent_low", b"recent_low", "regressions", b"regressions", "samples", b"samples", "size_bucket", b"size_bucket", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

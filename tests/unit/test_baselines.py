@@ -5,8 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from coordinator import baselines as bl
+from coordinator.baseline_metrics import BaselineRegressionsCollector
+from coordinator.store_memory import MemoryJobStore
 from ringleader.v1 import jobs_pb2 as pb
 
 KF = bl.KeyFields(gpu_model="H200", ranks=8, hosts=8)
@@ -112,3 +115,28 @@ def test_validated_recomputes_key_and_stats_and_names_bad_fields():
     bad.samples.append(float("nan"))
     with pytest.raises(ValueError, match="samples"):
         bl.validated(bad)
+
+
+def test_record_annotates_with_the_baseline_before_the_result_and_counts_regressions():
+    store = MemoryJobStore()
+    for _ in range(5):
+        assert bl.record(store, row(10.0), KF, at=1.0) is None
+    first = row(4.0)
+    assert bl.record(store, first, KF, at=2.0) is None and first.baseline_ratio == 0.4
+    wrong = row(4.0)
+    wrong.wrong = 1  # a row with wrong data is shown against its baseline but never judged
+    assert bl.record(store, wrong, KF, at=3.0) is None and wrong.baseline_busbw_gbps == 10.0
+    reg = bl.record(store, row(4.0), KF, at=4.0)
+    assert reg is not None and store.baseline(reg.key).regressions == 1
+
+
+def test_regressions_metric_from_the_store_with_zero_series_for_every_op():
+    store = MemoryJobStore()
+    e = bl.new_entry(row(1.0), KF)
+    e.regressions = 3
+    store.put_baseline(e)
+    registry = CollectorRegistry()
+    registry.register(BaselineRegressionsCollector(store))
+    text = generate_latest(registry).decode()
+    assert 'ringleader_baseline_regressions_total{link="cross",op="all_reduce"} 3.0' in text
+    assert 'ringleader_baseline_regressions_total{link="local",op="barrier"} 0.0' in text

@@ -20,6 +20,7 @@ import statistics
 from dataclasses import dataclass
 
 from ringleader import spec
+from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
 WINDOW = 50  # results a baseline keeps
@@ -206,3 +207,20 @@ def record(store, row: pb.SizeResult, kf: KeyFields, at: float) -> Regression | 
     regression = observe(e, row.busbw_gbps, at)
     store.put_baseline(e)
     return regression
+
+
+def export_table(store) -> pb.BaselineTable:
+    return pb.BaselineTable(entries=store.baselines())
+
+
+def import_table(store, table: pb.BaselineTable) -> int:
+    """Replace the entries of the table's keys (all or nothing: every entry is validated first)."""
+    try:
+        entries = [validated(e) for e in table.entries]
+    except ValueError as exc:
+        raise InvalidSpec("entries", str(exc)) from exc
+    for e in entries:
+        old = store.baseline(e.key)
+        e.regressions = old.regressions if old is not None else 0  # the metric stays a counter
+        store.put_baseline(e)
+    return len(entries)

@@ -6,9 +6,8 @@ gang). A round splits every set in two halves (by host first, so a host's worker
 until its set is one host) and tests each half as one group, all groups of a round at once (they
 are disjoint), each padded with known-good workers to the round's width so that the groups of a
 round are comparable. A group is slow when its figure (busbw) is below `tolerance` times the
-round's reference: the best of the round's figures, of earlier clean groups of that width, and of
-the given `reference` (a baseline), with a control group of known-good workers when spare ones
-exist. A fast half is exonerated (its workers become known good, and pad later groups); a slow
+round's reference: the best of the round's figures and of the given `reference` (a baseline),
+with a control group of known-good workers in every round where spare ones exist. A fast half is exonerated (its workers become known good, and pad later groups); a slow
 half is the next round's set, or a culprit when it is one worker. Neither half slow: the set is
 retested once (noise), then given up as not reproducible; both slow: two culprits, both followed,
 except on one host: both halves of one host slow name the host (all its workers: its link).
@@ -78,7 +77,6 @@ class Planner:
         self._good: list[str] = [w for w in dict.fromkeys(known_good) if w not in set(members)]
         self._good_set = set(self._good)
         self._retried: set[Members] = set()
-        self._best: dict[int, float] = {}  # width -> best clean figure seen
         self._tests: list[_Test] = []
         self._control: Group | None = None
         self.rounds = 0
@@ -108,7 +106,7 @@ class Planner:
             self._sets = []
             return None
         self._control = None
-        if not self.reference and width not in self._best and len(spare) >= width:
+        if not self.reference and len(spare) >= width:
             self._control = Group(members=tuple(spare[:width]), suspects=())
         self._sets = []
         self.rounds += 1
@@ -128,9 +126,10 @@ class Planner:
         return tuple(pick), [w for w in spare if w not in chosen]
 
     def reference_for(self, figures: Mapping[Group, float]) -> float:
-        """What a clean group of this round reaches."""
-        width = max(len(g.members) for g in figures)
-        return max([*figures.values(), self._best.get(width, 0.0), self.reference])
+        """What a clean group of this round reaches: the best of its groups (measured side by side,
+        under the same load) or the given reference. Earlier rounds' figures are not used: a
+        shared machine's clean figures drift several-fold between rounds (seen on CPU loopback)."""
+        return max([*figures.values(), self.reference])
 
     def record(self, figures: Mapping[Group, float]) -> float:
         """Take the last round's figures; returns the reference they were judged against."""
@@ -139,9 +138,6 @@ class Planner:
             raise ValueError(f"figures: no figure for {len(missing)} group(s) of round {self.rounds}")
         ref = self.reference_for(figures)
         slow = {g: figures[g] < self.tolerance * ref for g in figures}
-        for g, f in figures.items():
-            if not slow[g]:
-                self._best[len(g.members)] = max(self._best.get(len(g.members), 0.0), f)
         for t in self._tests:
             self._judge(t, [slow[g] for g in t.groups])
         self._tests = []

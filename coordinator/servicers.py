@@ -9,6 +9,7 @@ import logging
 
 import grpc
 
+from coordinator import baselines, localizer
 from coordinator.service import Coordinator
 from ringleader.errors import RingleaderError, answer
 from ringleader.v1 import jobs_pb2 as pb
@@ -84,6 +85,20 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 yield event
         except RingleaderError as exc:
             await abort_with(context, exc)
+
+    async def Localize(self, request, context):
+        try:
+            return await localizer.localize(self.c, request)
+        except RingleaderError as exc:
+            await abort_with(context, exc)
+
+    @_rpc
+    def ExportBaselines(self, request, context):
+        return baselines.export_table(self.c.store)
+
+    @_durable
+    def ImportBaselines(self, request, context):
+        return pb.ImportBaselinesResponse(imported=baselines.import_table(self.c.store, request))
 
 
 class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):

@@ -23,7 +23,7 @@ import grpc
 
 from ringleader import __version__, defaults, jobspec
 from ringleader import spec as specs
-from ringleader.app import argtypes, commands, config, security_flags
+from ringleader.app import argtypes, baseline_cmds, commands, config, security_flags
 from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
@@ -128,6 +128,7 @@ def _add_clients(sub) -> None:
     _client_options(x, '{"job_id": ID, "ranks": [{"rank", "worker_id", "received", "text"}, ...]}')
     _client_options(_talker(sub, "workers", "list workers"), '{"workers": [WorkerInfo, ...]}')
     security_flags.add_certs_command(sub)
+    baseline_cmds.add_parsers(sub, _talker, _client_options)
 
 
 def _add_submit(s: argparse.ArgumentParser) -> None:
@@ -226,6 +227,8 @@ def _run(a, settings: config.Settings) -> int:
     if a.command == "completion":
         print(argcomplete.shellcode(["ringleader"], shell=a.shell), end="")
         return 0
+    if a.command in baseline_cmds.COMMANDS:
+        return baseline_cmds.run(a)
     return commands.run_client_command(a)
 
 

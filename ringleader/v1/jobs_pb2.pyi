@@ -2145,12 +2145,15 @@ class LocalizeRequest(_message.Message):
     KNOWN_GOOD_FIELD_NUMBER: _builtins.int
     MAX_ROUNDS_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    TOLERANCE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """a finished collective job whose gang is to be searched"""
     max_rounds: _builtins.int
     """default 12"""
     size_bytes: _builtins.int
     """test size (default: the job's largest size)"""
+    tolerance: _builtins.float
+    """a group below this fraction of a clean one is slow (default 0.8)"""
     @_builtins.property
     def known_good(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """workers to pad test groups with (default: idle healthy workers)"""
@@ -2162,10 +2165,11 @@ class LocalizeRequest(_message.Message):
         known_good: _abc.Iterable[_builtins.str] | None = ...,
         max_rounds: _builtins.int = ...,
         size_bytes: _builtins.int = ...,
+        tolerance: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "known_good", b"known_good", "max_rounds", b"max_rounds", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "known_good", b"known_good", "max_rounds", b"max_rounds", "size_bytes", b"size_bytes", "tolerance", b"tolerance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

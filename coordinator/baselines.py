@@ -8,7 +8,8 @@ keeps the busbw of its last WINDOW results; the baseline is their median, its no
 
 A result is low when it falls below median - max(K_MAD * 1.4826 * MAD, FLOOR * median): the
 MAD term scales with the noise this key has shown (1.4826 * MAD estimates a normal sigma), the
-floor keeps a baseline of near-identical samples from alerting on a 2 % dip. A regression is
+floor keeps a baseline of near-identical samples from alerting on a 2 % dip, and a result below a
+quarter of the median is low however noisy the key (a noisy key must still see a 4x drop). A regression is
 REPEAT low results among the last RECENT judged, so one noisy run never alerts. Low results are
 kept out of the window, so a regression does not become the new normal by itself: an operator
 resets a key (import) after a deliberate change of hardware.
@@ -27,6 +28,7 @@ WINDOW = 50  # results a baseline keeps
 MIN_SAMPLES = 5  # a baseline judges nothing before it has this many
 K_MAD = 4.0  # how many noise sigmas below the median is low
 FLOOR = 0.10  # and at least this fraction below it
+CEILING = 0.25  # but a result below this fraction of the median is low however noisy the key
 RECENT, REPEAT = 3, 2  # a regression: REPEAT low among the last RECENT results judged
 MAD_SIGMA = 1.4826  # MAD -> standard deviation of a normal distribution
 
@@ -117,7 +119,7 @@ def threshold(e: pb.BaselineEntry) -> float:
     if len(e.samples) < MIN_SAMPLES:
         return 0.0
     med = e.median_busbw_gbps
-    return med - max(K_MAD * MAD_SIGMA * e.mad_busbw_gbps, FLOOR * med)
+    return max(med - max(K_MAD * MAD_SIGMA * e.mad_busbw_gbps, FLOOR * med), CEILING * med)
 
 
 def annotate(row: pb.SizeResult, e: pb.BaselineEntry | None) -> pb.SizeResult:

@@ -57,6 +57,8 @@ def test_no_judgement_while_learning_then_threshold_from_noise_or_floor():
     assert bl.threshold(e) == pytest.approx(9.0)  # MAD 0: the 10 % floor
     noisy = trained([10, 8, 12, 9, 11, 10, 10])  # MAD 1: 4 * 1.4826 sigma = 5.93 below
     assert bl.threshold(noisy) == pytest.approx(10 - 4 * 1.4826)
+    wild = trained([10, 2, 18, 5, 15, 10, 10])  # MAD 5: the noise term alone would go below 0
+    assert bl.threshold(wild) == pytest.approx(2.5)  # a quarter of the median
 
 
 def test_one_low_result_is_no_regression_two_of_three_are():

@@ -329,7 +329,7 @@ def test_health_and_openapi(api):
             "listWorkers", "getVersion"} <= set(ops)
     for name, (path, method, op) in ops.items():
         if path.startswith("/api/v1/"):
-            assert op["tags"] and set(op["tags"]) <= {"jobs", "workers", "events", "meta"}, name
+            assert op["tags"] and set(op["tags"]) <= {"jobs", "workers", "events", "meta", "baselines"}, name
             ok = op["responses"]["201" if name == "submitJob" else "200"]
             assert ok.get("content"), name
     assert ops["watchJob"][2]["responses"]["200"]["content"].keys() == {"text/event-stream"}
@@ -367,7 +367,7 @@ def fuzzed_operations(cl):
     # Not the streams: they end only when a job does.
     schema = schema.include(path_regex="^/api/v1/").exclude(path_regex="/events$")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 8, [op.label for op in operations]
+    assert len(operations) == 11, [op.label for op in operations]
     return operations
 
 

@@ -4,7 +4,8 @@ Recorded events (state changes and results) get the job's next sequence number a
 before anyone hears of them; live-only events (progress, a queued job's new waiting reason) are
 published with seq 0 and never stored. Watchers of a job get its stored events, then live ones,
 until the terminal state; listeners (metrics, the REST live stream) hear every event as it
-happens, on the coordinator's loop, and must not block.
+happens, on the coordinator's loop, and must not block. The control core collects the events
+one input caused (`drain`) to return them with its sends.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class EventBus:
         self._watchers: dict[str, set[asyncio.Queue]] = {}
         self._listeners: list[Listener] = []
         self._next_seq: dict[str, int] = {}
+        self._emitted: list[pb.JobEvent] = []  # published since the last drain
 
     def add_listener(self, fn: Listener) -> None:
         self._listeners.append(fn)
@@ -53,6 +55,7 @@ class EventBus:
     def publish(self, event: pb.JobEvent, job: pb.Job) -> None:
         """Tell watchers and listeners, without storing (progress, waiting reasons)."""
         event.time = event.time or time.time()
+        self._emitted.append(event)
         for q in self._watchers.get(event.job_id, ()):
             q.put_nowait(event)
         for fn in self._listeners:
@@ -60,6 +63,11 @@ class EventBus:
                 fn(event, job)
             except Exception:  # an observer's bug must not break the job's lifecycle
                 log.exception("job event listener failed")
+
+    def drain(self) -> list[pb.JobEvent]:
+        """The events published since the last call."""
+        out, self._emitted = self._emitted, []
+        return out
 
     async def watch(self, job_id: str) -> AsyncIterator[pb.JobEvent]:
         """Stored events, then live ones, until the job reaches a terminal state."""

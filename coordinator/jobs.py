@@ -11,7 +11,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Iterable
 
 from coordinator.api import JobStore
 from coordinator.events import EventBus
@@ -44,10 +44,21 @@ class Running:
     reattach_deadline: float = 0.0  # > 0 while waiting for workers after a coordinator restart
     peer_errors: list[str] = field(default_factory=list)  # victims' reports, kept until the cause shows
     blame_deadline: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    # Whether its process group is up (a warm one, or some rank got past init); a new group that
+    # is not formed within the spec's rendezvous_timeout_s fails the job.
+    formed: bool = False
+    op_base: dict[int, int] = field(default_factory=dict)  # rank -> op counter when the job started
+    rows: set[tuple] = field(default_factory=set)  # row_key of every result row stored
 
     @property
     def id(self) -> str:
         return self.job.id
+
+
+def row_key(row: pb.SizeResult) -> tuple:
+    """What tells a job's result rows apart: a row with the same key is the same measurement."""
+    return (row.size_bytes, row.algo, row.mode, row.in_place)
 
 
 @dataclass
@@ -62,24 +73,21 @@ class JobBook:
         self.events = events
         self.queued: dict[str, Queued] = {}
         self.running: dict[str, Running] = {}
-        # Told of every job entering and leaving the queue (the Dispatcher keeps the scheduler's
-        # queue index with them).
-        self.on_queued: Callable[[Queued], None] = lambda q: None
-        self.on_dequeued: Callable[[str], None] = lambda job_id: None
-        # Why a queued job waits: it changes with the fleet, so it is derived when read (by the
-        # scheduler), never written for every waiting job on every change.
-        self.waiting_reason: Callable[[str], str] = lambda job_id: ""
 
-    def load(self, reattach_deadline: float) -> None:
-        """After a (re)start: queued jobs queue again; running ones wait for their workers."""
+    def load(self, reattach_deadline: float) -> list[Queued]:
+        """After a (re)start: queued jobs queue again (returned, for the scheduler); running ones
+        wait for their workers."""
+        queued = []
         for job in self.store.unfinished():
             valid = jobspec.normalize(job.spec)
             if job.state == pb.QUEUED:
-                self._enqueue(Queued(job, valid))
+                queued.append(self._enqueue(Queued(job, valid)))
             else:
                 members = [w.worker_id for w in sorted(job.workers, key=lambda w: w.rank)]
-                self.running[job.id] = Running(job, valid, members, group_key="",
+                rows = {row_key(r) for r in job.results}
+                self.running[job.id] = Running(job, valid, members, group_key="", formed=True, rows=rows,
                                                reattach_deadline=reattach_deadline)
+        return queued
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -89,11 +97,10 @@ class JobBook:
         return job
 
     def _live(self, job: pb.Job) -> None:
-        """What is kept in memory only: a running job's progress, a queued job's reason."""
+        """What is kept in memory only: a running job's progress (a queued job's waiting reason
+        is the scheduler's: control.Control fills it in)."""
         if (live := self.running.get(job.id)) is not None:
             job.progress.CopyFrom(live.job.progress)
-        elif job.id in self.queued:
-            job.reason = self.waiting_reason(job.id) or job.reason
 
     def page(self, states_: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> Page:
         """One page of jobs, newest first, with the id to pass as `before_id` for the next one."""
@@ -113,8 +120,7 @@ class JobBook:
                      reason="waiting for workers", created_at=time.time(), request_id=request_id)
         self.store.create(job)
         self._record_state(job)
-        self._enqueue(Queued(job, valid))
-        return job
+        return self._enqueue(Queued(job, valid)).job
 
     def transition(self, job: pb.Job, to: int, reason: str) -> None:
         """The one way a job's state changes: checked, stored, recorded as an event."""
@@ -135,7 +141,7 @@ class JobBook:
         job.backend, job.warm_start, job.started_at = backend, warm, time.time()
         job.progress.CopyFrom(pb.Progress(total=q.valid.progress_total))
         rj = Running(job, q.valid, [m.worker_id for m in members], group_key,
-                     attached=set(range(len(members))))
+                     attached=set(range(len(members))), formed=warm)
         self.running[job_id] = rj
         ids = ", ".join(rj.members)
         self.transition(job, pb.RUNNING, f"running on {ids}" + (" (warm group)" if warm else ""))
@@ -146,7 +152,7 @@ class JobBook:
         live = self.running.pop(job_id, None) or self._dequeue(job_id)
         self.transition(live.job, to, reason)
 
-    def requeue(self, rj: Running, reason: str) -> None:
+    def requeue(self, rj: Running, reason: str) -> Queued:
         """A job interrupted by a coordinator restart whose workers did not all come back."""
         self.running.pop(rj.id)
         self.store.clear_results(rj.id)
@@ -155,16 +161,14 @@ class JobBook:
         job.started_at, job.backend, job.warm_start = 0.0, "", False
         job.progress.Clear()
         self.transition(job, pb.QUEUED, reason)
-        self._enqueue(Queued(job, rj.valid))
+        return self._enqueue(Queued(job, rj.valid))
 
-    def _enqueue(self, q: Queued) -> None:
+    def _enqueue(self, q: Queued) -> Queued:
         self.queued[q.job.id] = q
-        self.on_queued(q)
+        return q
 
     def _dequeue(self, job_id: str) -> Queued:
-        q = self.queued.pop(job_id)
-        self.on_dequeued(job_id)
-        return q
+        return self.queued.pop(job_id)
 
     def _record_state(self, job: pb.Job) -> None:
         self.events.record(pb.JobEvent(job_id=job.id, state=pb.StateChange(state=job.state, reason=job.reason)), job)

@@ -1,7 +1,11 @@
-"""Failure detection on a fixed tick: silent workers, stalled jobs, blame, requeue after restart.
+"""Failure detection: what a clock tick finds, as verdicts (a pure function: it changes nothing).
 
 Rules (README.md, "Failures"):
 - a worker silent for `heartbeat_timeout_s` is lost (its running job fails naming it);
+- a rank whose executor its daemon reports stopped or unresponsive for `unwell_s` fails its job,
+  naming it, whatever the job's op deadline, also while its group is forming;
+- a new process group not formed (no rank past its init) within the spec's
+  `rendezvous_timeout_s` (default 30 s) fails the job, naming the ranks that have not joined;
 - a running job with no progress for its `op_timeout_s` fails, naming the stuck rank: one whose
   executor its daemon reports stopped or unresponsive first, else the rank with the lowest op
   counter; when every rank is at the same op and none is reported unwell, it says so;
@@ -9,21 +13,22 @@ Rules (README.md, "Failures"):
   if a rank's executor is reported unwell meanwhile, that rank is blamed at once;
 - after a coordinator restart a running job waits `reconcile_grace_s` for its workers, else it
   is requeued.
-A stalled event loop is not the workers' fault: time the loop itself lost is not counted
-against their heartbeats.
+The control core (coordinator/control.py) applies the verdicts, and discounts time its own event
+loop was stalled from the workers' heartbeats before it asks.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Iterable
 
+from coordinator.inputs import Fail, Input, Lost, Requeue
 from coordinator.jobs import Running
-from coordinator.registry import WorkerConn, WorkerRegistry
+from coordinator.registry import WorkerRegistry
 from ringleader.v1 import jobs_pb2 as pb
 
 UNWELL = {pb.EXECUTOR_STOPPED: "process stopped", pb.EXECUTOR_UNRESPONSIVE: "unresponsive"}
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 30.0  # a spec's rendezvous_timeout_s when it leaves it 0
 
 
 @dataclass
@@ -32,79 +37,89 @@ class Timings:
     heartbeat_timeout_s: float = 5.0  # a silent worker is declared lost after this
     reconcile_grace_s: float = 15.0  # after a restart, how long RUNNING jobs wait for their workers
     blame_grace_s: float = 3.0  # after a rank's communication error, how long to wait for the cause
+    # A rank's executor reported stopped or unresponsive this long fails its job: a stopped rank
+    # is named in seconds, not when a collective's own timeout (gloo: 60 s) fires elsewhere.
+    unwell_s: float = 4.0
     tick_s: float = 0.5
     worker_ttl_s: float = 600.0  # a worker disconnected this long leaves the registry
 
 
-@dataclass
-class Verdicts:
-    """What the coordinator does about what the tick found (it owns the workers and jobs)."""
+def verdicts(now: float, running: Iterable[Running], workers: WorkerRegistry, timings: Timings) -> list[Input]:
+    """What the clock says at `now` (monotonic): workers lost, jobs failed, jobs requeued."""
+    out: list[Input] = []
+    for conn in workers.connected():
+        silent = now - conn.last_heartbeat
+        if silent > timings.heartbeat_timeout_s:
+            out.append(Lost(conn, f"no heartbeat for {silent:.1f} s"))
+    for rj in running:
+        if (verdict := _check_job(rj, now, workers, timings)) is not None:
+            out.append(verdict)
+    return out
 
-    worker_lost: Callable[[WorkerConn, str], None]
-    job_failed: Callable[[Running, str], None]
-    requeue: Callable[[Running], None]
+
+def _check_job(rj: Running, now: float, workers: WorkerRegistry, timings: Timings) -> Input | None:
+    if rj.reattach_deadline:
+        return Requeue(rj.id) if now > rj.reattach_deadline else None
+    unwell = unwell_rank(rj, workers)
+    if rj.blame_deadline and (now > rj.blame_deadline or unwell is not None):
+        cause = describe(rj, unwell, workers) + "; " if unwell is not None else ""
+        tail = "" if cause else " (a communication error; no rank reported a cause)"
+        return Fail(rj.id, cause + rj.peer_errors[0] + tail)
+    if unwell is not None:
+        # Counted from the job's start at the earliest: a report from before it (the last words
+        # about an executor since replaced) must not fail it before the next heartbeat.
+        since = workers.get(rj.members[unwell]).unwell_since
+        since = since and max(since, rj.started)
+        if since and now - since >= timings.unwell_s:
+            return Fail(rj.id, f"{describe(rj, unwell, workers)} for {now - since:.0f} s")
+    if not rj.formed and now - rj.started > (limit := rendezvous_timeout(rj)):
+        return Fail(rj.id, rendezvous_reason(rj, limit))
+    if now - rj.last_progress > rj.job.spec.op_timeout_s:
+        return Fail(rj.id, stall_reason(rj, now - rj.last_progress, workers))
+    return None
 
 
-class Liveness:
-    def __init__(self, timings: Timings, workers: WorkerRegistry, running: dict[str, Running],
-                 verdicts: Verdicts) -> None:
-        self.timings = timings
-        self.workers = workers
-        self.running = running
-        self.verdicts = verdicts
-        self._last_tick = time.monotonic()
+def rendezvous_timeout(rj: Running) -> float:
+    return rj.job.spec.rendezvous_timeout_s or DEFAULT_RENDEZVOUS_TIMEOUT_S
 
-    def tick(self, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
-        lag = now - self._last_tick - self.timings.tick_s
-        self._last_tick = now
-        if lag > self.timings.tick_s:  # the loop was held up: nobody could have been heard
-            for conn in self.workers.connected():
-                conn.last_heartbeat += lag
-        for conn in self.workers.connected():
-            silent = now - conn.last_heartbeat
-            if silent > self.timings.heartbeat_timeout_s:
-                self.verdicts.worker_lost(conn, f"no heartbeat for {silent:.1f} s")
-        for rj in list(self.running.values()):
-            self._check_job(rj, now)
 
-    def _check_job(self, rj: Running, now: float) -> None:
-        if rj.reattach_deadline:
-            if now > rj.reattach_deadline:
-                self.verdicts.requeue(rj)
-            return
-        unwell = self.unwell_rank(rj)
-        if rj.blame_deadline and (now > rj.blame_deadline or unwell is not None):
-            cause = self.describe(rj, unwell) + "; " if unwell is not None else ""
-            tail = "" if cause else " (a communication error; no rank reported a cause)"
-            self.verdicts.job_failed(rj, cause + rj.peer_errors[0] + tail)
-        elif now - rj.last_progress > rj.job.spec.op_timeout_s:
-            self.verdicts.job_failed(rj, self.stall_reason(rj, now - rj.last_progress))
+def rendezvous_reason(rj: Running, limit: float) -> str:
+    """Rank 0 opens the group's store; the others join it, and no rank gets past its init until
+    every rank joined: the ranks named are those not known to have joined."""
+    head = f"the process group did not form within {limit:g} s (rendezvous_timeout_s): "
+    if not rj.store_port:
+        return head + f"rank 0 (worker {rj.members[0]}) did not open the group's store"
+    missing = range(1, len(rj.members))
+    verb = " has" if len(missing) == 1 else " have"
+    return head + ", ".join(f"rank {r} (worker {rj.members[r]})" for r in missing) + verb + " not joined"
 
-    def unwell_rank(self, rj: Running) -> int | None:
-        for rank, wid in enumerate(rj.members):
-            conn = self.workers.get(wid)
-            if conn and conn.job_id == rj.id and conn.executor_health in UNWELL:
-                return rank
-        return None
 
-    def describe(self, rj: Running, rank: int) -> str:
-        conn = self.workers.get(rj.members[rank])
-        what = (conn.executor_detail or UNWELL.get(conn.executor_health, "unwell")) if conn else "gone"
-        return f"rank {rank} (worker {rj.members[rank]}) is not responding ({what})"
+def unwell_rank(rj: Running, workers: WorkerRegistry) -> int | None:
+    for rank, wid in enumerate(rj.members):
+        conn = workers.get(wid)
+        if conn and conn.job_id == rj.id and conn.executor_health in UNWELL:
+            return rank
+    return None
 
-    def stall_reason(self, rj: Running, idle_s: float) -> str:
-        seqs = {r: rj.seqs.get(r, 0) for r in range(len(rj.members))}
-        head = f"stalled: no progress for {idle_s:.0f} s; "
-        unwell = self.unwell_rank(rj)
-        if unwell is not None:
-            return head + self.describe(rj, unwell) + "; " + _ops(seqs)
-        if len(set(seqs.values())) == 1 and len(seqs) > 1:
-            return head + f"every rank is at op {seqs[0]} and no executor is reported unwell"
-        stuck = min(seqs, key=lambda r: seqs[r])
-        others = {r: s for r, s in seqs.items() if r != stuck}
-        return (head + f"rank {stuck} (worker {rj.members[stuck]}) is at op {seqs[stuck]}"
-                + (", " + _ops(others) if others else ""))
+
+def describe(rj: Running, rank: int, workers: WorkerRegistry) -> str:
+    conn = workers.get(rj.members[rank])
+    what = (conn.executor_detail or UNWELL.get(conn.executor_health, "unwell")) if conn else "gone"
+    return f"rank {rank} (worker {rj.members[rank]}) is not responding ({what})"
+
+
+def stall_reason(rj: Running, idle_s: float, workers: WorkerRegistry) -> str:
+    seqs = {r: rj.seqs.get(r, 0) for r in range(len(rj.members))}
+    head = f"stalled: no progress for {idle_s:.0f} s; "
+    unwell = unwell_rank(rj, workers)
+    if unwell is not None:
+        return head + describe(rj, unwell, workers) + "; " + _ops(seqs)
+    if len(set(seqs.values())) == 1 and len(seqs) > 1:
+        return head + f"every rank is at op {seqs[0]} and no executor is reported unwell"
+    stuck = min(seqs, key=lambda r: seqs[r])
+    others = {r: s for r, s in seqs.items() if r != stuck}
+    return (head + f"rank {stuck} (worker {rj.members[stuck]}) is at op {seqs[stuck]}"
+            + (", " + _ops(others) if others else ""))
 
 
 def _ops(seqs: dict[int, int]) -> str:

@@ -1,7 +1,9 @@
 """Registered worker daemons: what they are, their connection state, and the queue of messages
 down their stream. Connection states change only through `WorkerConn.transition`
-(ringleader.states.WORKERS: IDLE <-> BUSY, either -> DISCONNECTED); each change is reported to
-the registry's `on_change` (the Dispatcher keeps the scheduler's fleet index with it).
+(ringleader.states.WORKERS: IDLE <-> BUSY, IDLE <-> QUARANTINED, QUARANTINED <-> BUSY, any ->
+DISCONNECTED); a connection reports leaving to the registry that made it, which keeps its index
+of connected workers. The control core (coordinator/control.py) changes states and keeps the
+scheduler's index beside each change.
 
 A DISCONNECTED worker stays listed for `ttl_s` (so an operator sees who left), then `expire`
 forgets it; a worker that comes back registers again. Listings are pages in (host, device
@@ -18,7 +20,7 @@ import collections
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Iterable
 
 from coordinator.scheduler import WorkerView
 from ringleader import states
@@ -50,7 +52,10 @@ class WorkerConn:
     executor_health: int = pb.EXECUTOR_OK
     executor_detail: str = ""
     disconnected_at: float = 0.0  # monotonic time it left (DISCONNECTED)
-    on_change: Callable[["WorkerConn"], None] = lambda conn: None
+    unwell_since: float = 0.0  # monotonic time its executor was first reported unwell (0: well)
+    op_seq: int = 0  # its executor's op counter, as last reported
+    quarantined: bool = False  # no user job unless it names this worker (control.SetQuarantine)
+    registry: "WorkerRegistry | None" = field(default=None, repr=False)  # the one that made it
 
     @property
     def worker_id(self) -> str:
@@ -68,20 +73,17 @@ class WorkerConn:
         states.WORKERS.check(self.state, to)
         changed = to != self.state
         self.state, self.job_id, self.rank = to, job_id, rank
-        if to == pb.DISCONNECTED:
+        if to == pb.DISCONNECTED and changed:
             self.disconnected_at = time.monotonic()
-        if changed:
-            self.on_change(self)
-
-    def send(self, msg: wpb.CoordinatorMessage) -> None:
-        self.outbox.put_nowait(msg)
+            if self.registry is not None:
+                self.registry.left(self)
 
     def view(self) -> WorkerView:
         d = self.reg.device
         return WorkerView(
             worker_id=self.worker_id, host=self.reg.host, device_type=d.type, device_index=d.index,
             device_name=d.name, memory_bytes=d.memory_bytes, backend=self.reg.backend,
-            idle=self.state == pb.IDLE,
+            idle=self.state in (pb.IDLE, pb.QUARANTINED), quarantined=self.quarantined,
         )
 
     def info(self) -> pb.WorkerInfo:
@@ -94,11 +96,14 @@ class WorkerConn:
         )
 
 
+def kind(reg: wpb.Register) -> tuple[str, str, str, int]:
+    """What admission needs to know of a worker: backend, device type, name, memory."""
+    return (reg.backend, reg.device.type, reg.device.name, reg.device.memory_bytes)
+
+
 class WorkerRegistry:
-    def __init__(self, ttl_s: float = DEFAULT_TTL_S,
-                 on_change: Callable[[WorkerConn], None] = lambda conn: None) -> None:
+    def __init__(self, ttl_s: float = DEFAULT_TTL_S) -> None:
         self.ttl_s = ttl_s
-        self.on_change = on_change  # called after a worker registers or changes state
         self._workers: dict[str, WorkerConn] = {}
         self._order: list[SortKey] = []  # every listed worker's sort key, sorted
         self._connected: dict[str, WorkerConn] = {}
@@ -112,10 +117,11 @@ class WorkerRegistry:
         if old:
             self._unlist(old)
         conn = WorkerConn(reg=reg, outbox=asyncio.Queue(), executor_restarts=reg.executor_restarts,
-                          on_change=self._changed)
+                          registry=self)
         self._workers[reg.worker_id] = conn
         bisect.insort(self._order, conn.sort_key)
-        self._changed(conn)
+        self._connected[reg.worker_id] = conn
+        self._kinds[kind(reg)] += 1
         return conn
 
     def get(self, worker_id: str) -> WorkerConn | None:
@@ -162,18 +168,15 @@ class WorkerRegistry:
                 gone.append(worker_id)
         return gone
 
-    def _changed(self, conn: WorkerConn) -> None:
-        wid, kind = conn.worker_id, conn.view().kind
-        if conn.connected and wid not in self._connected:
-            self._connected[wid] = conn
-            self._kinds[kind] += 1
-        elif not conn.connected and self._connected.get(wid) is conn:
+    def left(self, conn: WorkerConn) -> None:
+        """`conn` became DISCONNECTED (WorkerConn.transition tells the registry that made it)."""
+        wid, k = conn.worker_id, kind(conn.reg)
+        if self._connected.get(wid) is conn:
             del self._connected[wid]
-            self._kinds[kind] -= 1
-            if not self._kinds[kind]:
-                del self._kinds[kind]
+            self._kinds[k] -= 1
+            if not self._kinds[k]:
+                del self._kinds[k]
             self._gone.append((conn.disconnected_at, wid))
-        self.on_change(conn)
 
     def _unlist(self, conn: WorkerConn) -> None:
         i = bisect.bisect_left(self._order, conn.sort_key)

@@ -13,7 +13,9 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
-Kind = tuple[str, str, str, int]  # backend, device type, device name, memory bytes
+# backend, device type, device name, memory bytes, quarantined (a kind of its own: only a job
+# that names such a worker may use it)
+Kind = tuple[str, str, str, int, bool]
 
 
 @dataclass(frozen=True)
@@ -26,10 +28,11 @@ class WorkerView:
     memory_bytes: int
     backend: str
     idle: bool
+    quarantined: bool = False
 
     @property
     def kind(self) -> Kind:
-        return (self.backend, self.device_type, self.device_name, self.memory_bytes)
+        return (self.backend, self.device_type, self.device_name, self.memory_bytes, self.quarantined)
 
 
 @dataclass

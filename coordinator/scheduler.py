@@ -12,7 +12,7 @@ Pure (no I/O, no clock), so it is tested without servers. Rules:
   starts without a new NCCL init;
 - ranks on one host are adjacent (by host, then device index), on the hosts with most idle workers.
 
-`Scheduler` is the incremental form the Dispatcher keeps; `plan` the one-shot form. A pass does
+`Scheduler` is the incremental form the control core keeps; `plan` the one-shot form. A pass does
 not rescan the queue or the fleet:
 - aging raises every waiting job by the same amount per second, so the order of waiting jobs
   never changes: it is the static key submitted_at - AGING_S * priority (`PendingJob.order`);
@@ -60,9 +60,10 @@ class Need:
         return frozenset(self.worker_ids)
 
     def fits(self, kind: Kind) -> bool:
-        """Whether workers of this kind are eligible (host and worker ids aside)."""
-        backend, device_type, name, memory = kind
-        return (backend in self.backends and (not self.device_type or device_type == self.device_type)
+        """Whether workers of this kind are eligible (host and ids aside; quarantined: if named)."""
+        backend, device_type, name, memory, quarantined = kind
+        return (not (quarantined and not self.worker_ids) and backend in self.backends
+                and (not self.device_type or device_type == self.device_type)
                 and (not self.gpu_model or self.gpu_model.lower() in name.lower())
                 and not (memory and self.needs_bytes > memory))
 

@@ -5,10 +5,13 @@
     workers  register, disconnect, on_message (one call per message up a daemon's stream)
     process  start (reload unfinished jobs, start the liveness tick), stop
 
-Behind it: jobs.JobBook (queue, running jobs, the job state machine), events.EventBus (stored
-and live events, watchers, listeners), registry.WorkerRegistry (connections), groups.Groups
-(warm groups), dispatch.Dispatcher (placement and the worker protocol) and liveness.Liveness
-(heartbeats, stalls, blame, requeue). Everything runs on one asyncio loop: no locks.
+Behind it: control.Control, the control core as one reactor: every call, worker message and
+clock tick becomes one input (coordinator/inputs.py) that `Control.handle` applies; the facade
+puts what comes back on the workers' streams (`_do`). Control owns jobs.JobBook (queue, running
+jobs, the job state machine), events.EventBus (stored and live events, watchers, listeners),
+registry.WorkerRegistry (connections), groups.Groups (warm groups) and the scheduler; liveness
+(heartbeats, stalls, blame, requeue) is a pure function it asks on each tick. Everything runs on
+one asyncio loop: no locks.
 
 Store writes are grouped: once started, the store commits once per turn of the loop (`_commit`),
 and `durable()` waits for that commit, which the servicers await before they acknowledge a
@@ -25,14 +28,15 @@ from typing import AsyncIterator, Iterable
 
 from coordinator import admission
 from coordinator.api import JobStore
-from coordinator.dispatch import Dispatcher
-from coordinator.events import EventBus, Listener
-from coordinator.groups import Groups
-from coordinator.jobs import JobBook, Page
-from coordinator.liveness import Liveness, Timings, Verdicts
-from coordinator.registry import WorkerConn, WorkerRegistry, encode_token
+from coordinator.control import Control
+from coordinator.events import Listener
+from coordinator.inputs import (Cancel, Disconnect, Input, Out, Register, Reload, SetQuarantine, Submit, Tick,
+                                WorkerMsg)
+from coordinator.jobs import Page
+from coordinator.liveness import Timings
+from coordinator.registry import WorkerConn, encode_token
 from ringleader import jobspec
-from ringleader.errors import FailedPrecondition, InvalidSpec
+from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
@@ -53,13 +57,11 @@ class Coordinator:
     def __init__(self, store: JobStore, timings: Timings | None = None) -> None:
         self.store = store
         self.timings = timings or Timings()
-        self.events = EventBus(store)
-        self.book = JobBook(store, self.events)
-        self.workers = WorkerRegistry(ttl_s=self.timings.worker_ttl_s)
-        self.groups = Groups()
-        self.dispatch = Dispatcher(self.book, self.workers, self.groups, self.timings)
-        self.liveness = Liveness(self.timings, self.workers, self.book.running, Verdicts(
-            worker_lost=self.disconnect, job_failed=self.dispatch.fail, requeue=self.dispatch.requeue))
+        self.control = Control(store, self.timings)
+        # Control's parts, for readers (metrics, the dashboard, tests); only Control changes them.
+        self.events, self.book = self.control.events, self.control.book
+        self.workers, self.groups = self.control.workers, self.control.groups
+        self.dispatch = self.control  # its `rejected` counter, under the name metrics read
         self._ticker: asyncio.Task | None = None
         self._uncommitted = False  # store writes wait for the next _commit
         self._commit_waiters: list[asyncio.Future] = []
@@ -75,7 +77,7 @@ class Coordinator:
             loop.call_soon(self._commit)
 
         self.store.defer_commits(pending)
-        self.book.load(reattach_deadline=time.monotonic() + self.timings.reconcile_grace_s)
+        self._do(Reload(reattach_deadline=time.monotonic() + self.timings.reconcile_grace_s))
         self._ticker = asyncio.create_task(self._tick_forever())
 
     async def stop(self) -> None:
@@ -110,11 +112,20 @@ class Coordinator:
         while True:
             await asyncio.sleep(self.timings.tick_s)
             try:
-                self.liveness.tick()
-                for worker_id in self.workers.expire():
-                    log.info("worker %s forgotten: disconnected for over %.0f s", worker_id, self.workers.ttl_s)
+                self.tick()
             except Exception:  # a bug here must not stop failure detection for good
                 log.exception("coordinator tick failed")
+
+    def tick(self, now: float | None = None) -> None:
+        """One clock tick (`now`: time.monotonic()): liveness verdicts, forgotten workers."""
+        self._do(Tick(time.monotonic() if now is None else now))
+
+    def _do(self, inp: Input) -> Out:
+        """Apply one input to the control core and put what it sends on the workers' streams."""
+        out = self.control.handle(inp)
+        for conn, msg in out.sends:
+            conn.outbox.put_nowait(msg)  # None (inputs.CLOSE) ends the stream
+        return out
 
     # ---- users -----------------------------------------------------------------------------
 
@@ -129,20 +140,18 @@ class Coordinator:
                 if job.spec != valid.spec:
                     raise InvalidSpec("request_id", f"{request_id!r} was used for job {known}, with another spec")
                 return job
-        admission.check(valid, self.workers.kinds())
-        job = self.book.submit(valid, request_id)
-        self.dispatch.schedule()
+        job = self._do(Submit(valid, request_id)).job
         return self.get(job.id)
 
     def get(self, job_id: str) -> pb.Job:
         jobspec.check_text("job_id", job_id)
-        return self.book.get(job_id)
+        return self.control.get(job_id)
 
     def list_jobs(self, states: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> Page:
         """A page of jobs, newest first, without results; `next_before` continues it."""
         jobspec.check_text("op", op)
         jobspec.check_text("before_id", before_id)
-        page = self.book.page(states, op, limit, before_id)
+        page = self.control.page(states, op, limit, before_id)
         size, keep = 0, len(page.jobs)
         for i, job in enumerate(page.jobs):
             size += job.ByteSize()
@@ -156,15 +165,7 @@ class Coordinator:
     def cancel(self, job_id: str, reason: str = "") -> pb.Job:
         jobspec.check_text("job_id", job_id)
         jobspec.check_text("reason", reason)
-        reason = reason or "cancelled by user"
-        if job_id in self.book.queued:
-            self.book.finish(job_id, pb.CANCELLED, reason)
-        elif job_id in self.book.running:
-            self.dispatch.end(self.book.running[job_id], pb.CANCELLED, reason)
-        else:
-            job = self.store.get(job_id)  # NotFound for unknown ids
-            raise FailedPrecondition(f"job {job_id} is already {pb.JobState.Name(job.state)}")
-        self.dispatch.schedule()
+        self._do(Cancel(job_id, reason or "cancelled by user"))
         return self.get(job_id)
 
     def watch(self, job_id: str) -> AsyncIterator[pb.JobEvent]:
@@ -207,10 +208,16 @@ class Coordinator:
 
     def register(self, reg: wpb.Register) -> WorkerConn:
         admission.check_registration(reg)
-        return self.dispatch.register(reg)
+        return self._do(Register(reg)).conn
 
     def disconnect(self, conn: WorkerConn, why: str) -> None:
-        self.dispatch.disconnect(conn, why)
+        self._do(Disconnect(conn, why))
 
     def on_message(self, conn: WorkerConn, msg: wpb.WorkerMessage) -> None:
-        self.dispatch.on_message(conn, msg)
+        self._do(WorkerMsg(conn, msg))
+
+    def set_quarantine(self, worker_id: str, on: bool) -> None:
+        """Keep user jobs off a worker (on), or let them back (off), by id (also one that is not
+        connected now). A job whose placement.worker_ids names it still runs there."""
+        jobspec.check_text("worker_id", worker_id)
+        self._do(SetQuarantine(worker_id, on))

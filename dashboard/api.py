@@ -13,7 +13,7 @@ import contextlib
 import csv
 import io
 import platform
-from typing import Annotated, Any, AsyncIterator, Iterator
+from typing import Annotated, Any, AsyncIterator, Iterator, Literal
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.encoders import jsonable_encoder
@@ -27,11 +27,11 @@ import grpc
 from coordinator.registry import MAX_TOKEN
 from coordinator.service import Coordinator
 from dashboard.schemas import (
-    RESULT_FIELDS, CancelIn, Error, Job, JobId, JobList, JobLogs, JobSpecIn, JobStateName, OpName, ResultFormat,
-    ResultList, VersionInfo, WorkerList, WorkerStateName, json_safe,
+    RESULT_FIELDS, CancelIn, Error, Job, JobId, JobList, JobLogs, JobStateName, KindList, ResultFormat,
+    ResultList, VersionInfo, WorkerList, WorkerStateName, job_spec_model, json_safe,
 )
 from dashboard.sse import LIVE_QUEUE, LiveFanout, aiter_list, last_event_id, sse_frame, with_keepalive
-from ringleader import __version__, jobspec, states
+from ringleader import __version__, jobspec, kinds, states
 from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
 from ringleader.errors import InvalidSpec, NotFound, RingleaderError, answer
 from ringleader.jsonview import to_json
@@ -81,6 +81,7 @@ def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
     _result_routes(r, core)
     _event_routes(r, core, keepalive_s)
     _worker_routes(r, core)
+    _kind_routes(r)
     _version_route(r)
     return r
 
@@ -90,7 +91,7 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
             summary="Submit a job",
             responses={201: {"description": "The accepted job (QUEUED, or RUNNING if it was placed at once)"}})
     async def submit_job(
-        spec: JobSpecIn,
+        spec: job_spec_model(kinds.TABLE),  # type: ignore[valid-type]  # the table as of the router's build
         request_id: Annotated[str | None, Query(
             min_length=1, max_length=jobspec.MAX_REQUEST_ID,
             description="idempotency key chosen by the client: a retry with the same key returns the job the "
@@ -108,7 +109,9 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
            description="Newest first, without results. Page with `before` = the previous page's `next_before`.")
     async def list_jobs(
         state: Annotated[list[JobStateName], Query(description="any of these states (repeat the parameter)")] = [],  # noqa: B006
-        op: Annotated[OpName | None, Query(description="only jobs of this collective op")] = None,
+        # Evaluated when the router is built (postponed annotations): the table's kinds as of then.
+        op: Annotated[Literal[kinds.listed_names()] | None, Query(  # type: ignore[valid-type]
+            description="only jobs of this op (a collective sweep's) or this job kind (GET /api/v1/kinds)")] = None,
         limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_DEFAULT,
         before: Annotated[str | None, Query(max_length=128, description="only jobs submitted before this job id")] = None,
     ) -> Response:
@@ -212,6 +215,15 @@ def _worker_routes(r: APIRouter, core: Coordinator) -> None:
         except RequestValidationError as exc:
             raise _in_query(exc, "page_token") from None
         return JSON({"workers": [to_json(w) for w in page.workers], "next_page_token": page.next_page_token or None})
+
+
+def _kind_routes(r: APIRouter) -> None:
+    body = {"kinds": [{"name": k.name, "listed_as": list(k.listed_as), "result": k.result} for k in kinds.TABLE]}
+
+    @r.get("/kinds", tags=["meta"], operation_id="listKinds", response_model=KindList,
+           summary="The job kinds this coordinator runs (the table the UI and the filters read)")
+    async def list_kinds() -> Response:
+        return JSON(body)
 
 
 def _version_route(r: APIRouter) -> None:

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from coordinator import baselines, localizer
 from coordinator.service import Coordinator
 from dashboard.api import JSON, NOT_FOUND, Route, domain_errors
-from dashboard.schemas import Error, JobId, Text, proto_model
+from dashboard.schemas import Error, JobId, proto_model
+from dashboard.spec_in import Text
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 

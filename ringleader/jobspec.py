@@ -12,13 +12,12 @@ import contextlib
 import math
 from dataclasses import dataclass
 
-from ringleader import algos
+from ringleader import algos, kinds
 from ringleader import spec as specs
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
 DEVICE_TYPES = ("", "cuda", "cpu")
-KINDS = ("collective", "p2p", "gradient_average", "train", "algo_sweep")
 P2P_MODES = ("blocking", "async")
 MODELS = ("linear", "mlp")
 TRAIN_DEFAULTS = dict(model="linear", steps=50, batch_size=64, lr=0.05)
@@ -52,6 +51,14 @@ class ValidJob:
     needs_bytes: int  # device bytes one rank needs for the largest step
     progress_total: int  # units progress counts: sizes, pairs x sizes, steps
 
+    @classmethod
+    def from_normalized(cls, spec: pb.JobSpec) -> "ValidJob":
+        """The ValidJob of a spec `normalize` already returned (an Assignment's): derived by the
+        kind's view, with no check repeated (what the executor does)."""
+        if not spec.op_timeout_s:  # normalize writes every default out, this one included
+            raise InvalidSpec("spec", "not normalized: the coordinator sends specs with every default written out")
+        return kinds.get(spec.WhichOneof("kind") or "").resolve("view")(spec)
+
     @property
     def world_size(self) -> int:
         return self.spec.world_size
@@ -82,7 +89,7 @@ class ValidJob:
 
 
 @contextlib.contextmanager
-def _prefixed(kind: str):
+def prefixed(kind: str):
     """Re-raise InvalidSpec from spec.py with the field under its job kind ("collective.op")."""
     try:
         yield
@@ -93,25 +100,43 @@ def _prefixed(kind: str):
 
 
 def normalize(spec: pb.JobSpec) -> ValidJob:
-    """Validate `spec`, naming the first bad field, and return it checked with defaults filled."""
+    """Validate `spec`, naming the first bad field, and return it checked with defaults filled:
+    the common fields here, then the kind's own check and view (the table, ringleader/kinds.py)."""
     if not 1 <= spec.world_size <= MAX_WORLD_SIZE:
         raise InvalidSpec("world_size", f"must be between 1 and {MAX_WORLD_SIZE}, got {spec.world_size}")
-    kind = spec.WhichOneof("kind")
-    if kind is None:
-        raise InvalidSpec("kind", f"set a job kind: one of {', '.join(KINDS)}")
+    name = spec.WhichOneof("kind")
+    if name is None:
+        raise InvalidSpec("kind", f"set a job kind: one of {', '.join(kinds.names())}")
+    kind = kinds.get(name)  # a oneof member with no entry yet (a kind being built) is refused
     if not -MAX_PRIORITY <= spec.priority <= MAX_PRIORITY:
         raise InvalidSpec("priority", f"must be between -{MAX_PRIORITY} and {MAX_PRIORITY}, got {spec.priority}")
     check_text("name", spec.name)
     _check_placement(spec)
-    if (size := spec.ByteSize()) > MAX_SPEC_BYTES:  # every string is bounded: only worker ids add up
-        raise InvalidSpec("placement.worker_ids", f"the spec is {size} bytes serialized, at most {MAX_SPEC_BYTES}: "
-                          "name fewer workers, or place by host or gpu_model")
-    if not math.isfinite(spec.op_timeout_s) or not 0 <= spec.op_timeout_s <= MAX_OP_TIMEOUT_S:
-        raise InvalidSpec("op_timeout_s", f"must be a number of seconds between 0 (the default) and {MAX_OP_TIMEOUT_S:.0f}")
+    if (size := spec.ByteSize()) > MAX_SPEC_BYTES:  # before any per-element work on a huge list
+        raise InvalidSpec(_largest_field(spec), f"the spec is {size} bytes serialized, at most {MAX_SPEC_BYTES}: "
+                          "make this list shorter (or place by host or gpu_model)")
+    for field in ("op_timeout_s", "rendezvous_timeout_s", "queue_timeout_s"):
+        if not math.isfinite(value := getattr(spec, field)) or not 0 <= value <= MAX_OP_TIMEOUT_S:
+            raise InvalidSpec(field, f"must be a number of seconds between 0 (the default) and {MAX_OP_TIMEOUT_S:.0f}")
     out = pb.JobSpec()
     out.CopyFrom(spec)
     out.op_timeout_s = spec.op_timeout_s or specs.DEFAULT_OP_TIMEOUT_S
-    return _NORMALIZERS[kind](out)
+    kind.resolve("check")(out)
+    return kind.resolve("view")(out)
+
+
+def _largest_field(spec: pb.JobSpec) -> str:
+    """The dotted name of the field that makes an oversized spec large: the worker ids, or a
+    list of its kind's message (every string is bounded, so only lists add up)."""
+    kind = spec.WhichOneof("kind")
+    msg = getattr(spec, kind)
+    weights = {"placement.worker_ids": spec.placement.ByteSize()}
+    for field, _ in msg.ListFields():
+        rest = type(msg)()
+        rest.CopyFrom(msg)
+        rest.ClearField(field.name)
+        weights[f"{kind}.{field.name}"] = msg.ByteSize() - rest.ByteSize()
+    return max(weights, key=weights.__getitem__)
 
 
 def check_text(field: str, value: str) -> None:
@@ -143,115 +168,24 @@ def _check_placement(spec: pb.JobSpec) -> None:
             check_text("placement.worker_ids", w)
 
 
-def _valid(out: pb.JobSpec, *, collective=None, sizes=(), pairs=(), needs_bytes=0, total=1) -> ValidJob:
+def valid(out: pb.JobSpec, *, collective=None, sizes=(), pairs=(), needs_bytes=0, total=1) -> ValidJob:
+    """The ValidJob of a checked spec, from what its kind's view derived."""
     kind = out.WhichOneof("kind")
     return ValidJob(spec=out, kind=kind, op=collective.op if collective else kind, collective=collective,
                     sizes=tuple(sizes), pairs=tuple(pairs), needs_bytes=needs_bytes, progress_total=total)
 
 
-def _normalize_collective(out: pb.JobSpec) -> ValidJob:
-    oc = out.collective
-    with _prefixed("collective"):
-        c = specs.validate_collective(
-            op=oc.op, dtype=oc.dtype, reduce_op=oc.reduce_op, sizes=list(oc.sizes),
-            min_bytes=oc.min_bytes, max_bytes=oc.max_bytes, factor=oc.factor, iters=oc.iters,
-            warmup=oc.warmup if oc.HasField("warmup") else None, in_place=oc.in_place,
-            root=oc.root, world_size=out.world_size, graph=oc.graph, algo=oc.algo)
-    oc.dtype, oc.reduce_op, oc.iters, oc.warmup, oc.algo = c.dtype, c.reduce_op, c.iters, c.warmup, c.algo
-    _fill_sweep_defaults(oc)
-    sizes = c.sizes_for(out.world_size)
-    need = max((specs.bytes_needed(c.op, s, out.world_size, c.in_place, c.algo) for s in sizes), default=0)
-    return _valid(out, collective=c, sizes=sizes, needs_bytes=need, total=len(sizes))
-
-
-def _fill_sweep_defaults(msg) -> None:
-    """Write out min_bytes/max_bytes/factor of a sweep given by range (CollectiveSpec, P2PSpec)."""
+def fill_sweep_defaults(msg) -> None:
+    """Write out min_bytes/max_bytes/factor of a sweep given by range (CollectiveSpec, P2PSpec, ...)."""
     if not msg.sizes:
         msg.min_bytes = msg.min_bytes or specs.DEFAULTS["min_bytes"]
         msg.max_bytes = msg.max_bytes or specs.DEFAULTS["max_bytes"]
         msg.factor = msg.factor or specs.DEFAULTS["factor"]
 
 
-def _normalize_p2p(out: pb.JobSpec) -> ValidJob:
-    p = out.p2p
-    if out.world_size < 2:
-        field = "p2p.pairwise" if p.pairwise else "world_size"
-        raise InvalidSpec(field, f"point-to-point needs at least 2 workers, world_size is {out.world_size}")
-    p.mode = p.mode or "blocking"
-    if p.mode not in P2P_MODES:
-        raise InvalidSpec("p2p.mode", f"unknown mode {p.mode[:MAX_TEXT]!r}; expected one of {', '.join(P2P_MODES)}")
-    with _prefixed("p2p"):
-        sizes = specs.resolve_sizes(list(p.sizes), p.min_bytes, p.max_bytes, p.factor)
-        p.iters, p.warmup = specs.check_iters(p.iters, p.warmup if p.HasField("warmup") else None)
-    _fill_sweep_defaults(p)
-    n = out.world_size
-    if p.pairwise and n * (n - 1) * len(sizes) > MAX_P2P_ROWS:
-        raise InvalidSpec("p2p.pairwise", f"{n} ranks x {n - 1} peers x {len(sizes)} sizes is "
-                          f"{n * (n - 1) * len(sizes)} measurements, at most {MAX_P2P_ROWS}")
-    pairs = [(i, j) for i in range(n) for j in range(n) if i != j] if p.pairwise else [(0, 1)]
-    # A send and a receive buffer of the largest size.
-    return _valid(out, sizes=sizes, pairs=pairs, needs_bytes=2 * max(sizes), total=len(sizes) * len(pairs))
-
-
-def _normalize_gradient_average(out: pb.JobSpec) -> ValidJob:
-    g = out.gradient_average
-    g.size_bytes = g.size_bytes or GRADIENT_AVERAGE_DEFAULT_BYTES
-    if not 4 <= g.size_bytes <= specs.MAX_BYTES or g.size_bytes % 4:
-        raise InvalidSpec("gradient_average.size_bytes", f"must be a positive multiple of 4 (float32) up to "
-                          f"{specs.format_size(specs.MAX_BYTES)}, got {g.size_bytes}")
-    with _prefixed("gradient_average"):
-        g.iters, g.warmup = specs.check_iters(g.iters, g.warmup if g.HasField("warmup") else None)
-    return _valid(out, needs_bytes=2 * g.size_bytes)  # the gradient and its reference
-
-
-def _normalize_train(out: pb.JobSpec) -> ValidJob:
-    t = out.train
-    t.model = t.model or TRAIN_DEFAULTS["model"]
-    if t.model not in MODELS:
-        raise InvalidSpec("train.model", f"unknown model {t.model[:MAX_TEXT]!r}; expected one of {', '.join(MODELS)}")
-    for name in ("steps", "batch_size", "lr"):
-        if not t.HasField(name):
-            setattr(t, name, TRAIN_DEFAULTS[name])
-    if not 1 <= t.steps <= MAX_TRAIN_STEPS:
-        raise InvalidSpec("train.steps", f"must be between 1 and {MAX_TRAIN_STEPS}, got {t.steps}")
-    if not 1 <= t.batch_size <= MAX_BATCH_SIZE:
-        raise InvalidSpec("train.batch_size", f"must be between 1 and {MAX_BATCH_SIZE}, got {t.batch_size}")
-    if not math.isfinite(t.lr) or t.lr <= 0:
-        raise InvalidSpec("train.lr", f"must be a positive number, got {t.lr}")
-    return _valid(out, total=t.steps)  # a few MB of model and batch: no memory check
-
-
-def _normalize_algo_sweep(out: pb.JobSpec) -> ValidJob:
-    a = out.algo_sweep
-    a.dtype = a.dtype or specs.DEFAULTS["dtype"]
-    if a.dtype not in algos.SYMM_DTYPES:
-        raise InvalidSpec("algo_sweep.dtype", f"must be one of {', '.join(algos.SYMM_DTYPES)}, got {a.dtype[:MAX_TEXT]!r}")
-    chosen = [algos.parse_algo(x, "algo_sweep.algos") for x in a.algos]
-    if len(set(chosen)) != len(chosen):
-        raise InvalidSpec("algo_sweep.algos", "lists an algo twice")
-    for algo in chosen:
-        algos.check_algo(algo, op="all_reduce", dtype=a.dtype, reduce_op="sum", field="algo_sweep.algos")
-    if len({algos.algo_backend(x) or "any" for x in chosen} - {"any"}) > 1:
-        raise InvalidSpec("algo_sweep.algos", "mixes gloo and nccl implementations: no gang runs both")
-    del a.algos[:]
-    a.algos.extend(chosen)
-    with _prefixed("algo_sweep"):
-        requested = specs.resolve_sizes(list(a.sizes), a.min_bytes, a.max_bytes, a.factor)
-        a.iters, a.warmup = specs.check_iters(a.iters, a.warmup if a.HasField("warmup") else None, auto=True)
-    _fill_sweep_defaults(a)
-    sizes = []
-    for size in requested:
-        s = specs.effective_size("all_reduce", size, a.dtype, out.world_size)
-        if s not in sizes:
-            sizes.append(s)
-    # The op's buffers and check, plus one symmetric buffer of the largest size it runs.
-    need = specs.bytes_needed("all_reduce", max(sizes), out.world_size, False) + min(max(sizes), algos.SYMM_MAX_BYTES)
-    return _valid(out, sizes=sizes, needs_bytes=need, total=len(sizes))
-
-
-_NORMALIZERS = {"collective": _normalize_collective, "p2p": _normalize_p2p,
-                "gradient_average": _normalize_gradient_average, "train": _normalize_train,
-                "algo_sweep": _normalize_algo_sweep}
+def sweep_of(msg) -> list[int]:
+    """The requested sizes of a checked sweep (explicit, or its range with defaults written out)."""
+    return list(msg.sizes) or specs.sweep_sizes(msg.min_bytes, msg.max_bytes, msg.factor)
 
 
 def size_field(v: ValidJob) -> str:

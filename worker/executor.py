@@ -94,14 +94,14 @@ class Executor:
         return dataclasses.replace(done, log=api.read_log(msg.log_path))
 
     def _run(self, raw: bytes) -> api.Done:
-        from ringleader import jobspec
+        from ringleader.jobspec import ValidJob
         from ringleader.v1 import workers_pb2 as wpb
         from worker.kinds import RUNNERS, RunContext
 
         a = wpb.Assignment.FromString(raw)
         warm = bool(self.group_key) and self.group_key == a.group_key
         try:
-            job = jobspec.normalize(a.spec)
+            job = ValidJob.from_normalized(a.spec)  # the coordinator checked it: derive, do not re-check
             if job.flavor != a.flavor or (warm and self.flavor != a.flavor):
                 raise ValueError(f"flavor: the job needs a group made with {job.flavor or 'defaults'!r}, "
                                  f"assigned {a.flavor or 'defaults'!r}, holding {self.flavor or 'defaults'!r}")

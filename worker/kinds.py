@@ -1,6 +1,7 @@
-"""The job-kind registry: what an executor runs for each kind of job, on every rank.
+"""The runners of the job kinds: what an executor runs for each kind of job, on every rank.
 
-Each runner takes the checked job (ringleader.jobspec.ValidJob) and a RunContext, runs on every
+The table of kinds (ringleader/kinds.py) names each kind's runner by import string; RUNNERS
+resolves them on first use. Each runner takes the checked job (ringleader.jobspec.ValidJob) and a RunContext, runs on every
 rank of the executor's process group, and returns an Outcome: result rows (collective sweeps) or
 an outcome message (the other kinds; identical on every rank, rank 0's is reported).
 """
@@ -10,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ringleader import kinds as table
 from ringleader.jobspec import ValidJob
 from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
 from worker import api
 
 
@@ -39,11 +42,15 @@ class Outcome:
     stragglers: pb.StragglerSummary | None = None  # collective sweeps: who reached the ops last
 
     def serialized(self) -> tuple[str, bytes] | None:
+        """(member, bytes) for JobDone's `outcome`: the member the table of kinds names as the
+        `result` of the kind whose result message this is."""
         if self.message is None:
             return None
-        kind = {pb.P2PResult: "p2p", pb.GradientAverageResult: "gradient_average",
-                pb.TrainResult: "train", pb.AlgoSweepResult: "algo_sweep"}[type(self.message)]
-        return kind, self.message.SerializeToString()
+        for k in table.TABLE:
+            member = wpb.JobDone.DESCRIPTOR.fields_by_name.get(k.result)
+            if member is not None and member.message_type is type(self.message).DESCRIPTOR:
+                return k.result, self.message.SerializeToString()
+        raise TypeError(f"a {type(self.message).__name__} is no job kind's result (ringleader/kinds.py)")
 
 
 def run_collective(job: ValidJob, ctx: RunContext) -> Outcome:
@@ -144,7 +151,11 @@ def run_train(job: ValidJob, ctx: RunContext) -> Outcome:
     return Outcome(message=pb.TrainResult(**result))
 
 
-RUNNERS: dict[str, Callable[[ValidJob, RunContext], Outcome]] = {
-    "collective": run_collective, "p2p": run_p2p, "gradient_average": run_gradient_average, "train": run_train,
-    "algo_sweep": run_algo_sweep,
-}
+class _Runners(dict):
+    """kind -> runner, resolved from the table on first use (a test may set its own)."""
+
+    def __missing__(self, kind: str) -> Callable[[ValidJob, RunContext], Outcome]:
+        return self.setdefault(kind, table.get(kind).resolve("runner"))
+
+
+RUNNERS = _Runners()

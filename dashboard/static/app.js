@@ -314,10 +314,15 @@
     return (job.spec && job.spec.collective) || {};
   }
 
+  // The kinds of jobs, from the coordinator's table (GET /api/v1/kinds): filled in at start.
+  let KINDS = [];
   // A job's kind: the member of the spec's oneof that is set (the others are absent).
-  const KINDS = ["collective", "p2p", "gradient_average", "train", "algo_sweep"];
   function jobKind(job) {
-    return KINDS.find((k) => job.spec && job.spec[k]) || "unknown";
+    return KINDS.map((k) => k.name).find((k) => job.spec && job.spec[k]) || "unknown";
+  }
+  // What listings filter on (`op`): a sweep's op, else the kind's name.
+  function jobListedAs(job) {
+    return jobKind(job) === "collective" ? collective(job).op : jobKind(job);
   }
 
   // What a listing says a job does: the op of a sweep, else its kind.
@@ -338,7 +343,12 @@
 
   // ---- routing ------------------------------------------------------------------------------
 
-  function route() {
+  async function route() {
+    try {
+      KINDS = (await getJSON("/api/v1/kinds")).kinds;
+    } catch (err) {
+      console.warn("job kinds:", err);  // the pages still work; jobs show their kind as "unknown"
+    }
     const match = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
     if (match) {
       showView("job-view");
@@ -372,6 +382,9 @@
 
     start() {
       document.title = "ringleader";
+      const select = $("filter-op");  // every op and kind listings filter on, from the table
+      select.replaceChildren(h("option", { value: "" }, "all"),
+        ...KINDS.flatMap((k) => k.listed_as).map((name) => h("option", { value: name }, name)));
       this.refreshFleet();
       setInterval(() => this.refreshFleet(), FLEET_REFRESH_MS);
       $("filter-state").addEventListener("change", () => this.loadJobs());
@@ -462,7 +475,7 @@
 
     matches(job) {
       const f = this.filters();
-      return (!f.state || job.state === f.state) && (!f.op || collective(job).op === f.op);
+      return (!f.state || job.state === f.state) && (!f.op || jobListedAs(job) === f.op);
     }
 
     async loadJobs(before) {

@@ -21,7 +21,7 @@ import sys
 import argcomplete
 import grpc
 
-from ringleader import __version__, defaults, jobspec
+from ringleader import __version__, defaults, kinds
 from ringleader import spec as specs
 from ringleader.app import argtypes, baseline_cmds, commands, config, security_flags
 from ringleader.app.argtypes import OUTPUTS
@@ -29,7 +29,6 @@ from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, 
 from ringleader.v1 import jobs_pb2 as pb
 
 SHELLS = ("bash", "zsh", "fish")
-_JOB_OPS = (*specs.OPS, "p2p", "gradient_average", "train")  # what `jobs --op` filters on
 
 
 class CliError(Exception):
@@ -114,7 +113,7 @@ def _add_clients(sub) -> None:
     j = _talker(sub, "jobs", "list jobs, newest first")
     j.add_argument("--state", action="append", default=[],
                    choices=[n for n in pb.JobState.keys() if n != "JOB_STATE_UNSPECIFIED"])
-    _completer(j.add_argument("--op", default="", help="only jobs of this op (or job kind)"), _JOB_OPS)
+    _completer(j.add_argument("--op", default="", help="only jobs of this op (or job kind)"), kinds.listed_names())
     j.add_argument("--limit", type=int, default=defaults.PAGE_DEFAULT)
     _client_options(j, '{"jobs": [Job without results, ...], "next_before": ID or null}')
     for name, helptext in (("job", "show one job with its results"), ("watch", "follow a job until it ends"),
@@ -135,8 +134,8 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
     # Unset flags stay None so that the spec's own defaults (ringleader/spec.py) apply; op, dtype
     # and reduce op are checked by the spec validation, for a one-line error naming the field.
     dflt = specs.DEFAULTS
-    s.add_argument("--kind", default="collective", choices=commands.KIND_FLAGS)
-    _completer(s.add_argument("--op", default="", help="collective jobs: " + ", ".join(specs.OPS)), specs.OPS)
+    s.add_argument("--kind", default="collective", choices=[k.cli_name for k in kinds.TABLE],
+                   help="; ".join(f"{k.cli_name}: {k.help}" for k in kinds.TABLE))
     s.add_argument("--world-size", "-n", type=int, required=True)
     s.add_argument("--min-bytes", "-b", type=argtypes.size, help=f"default {dflt['min_bytes']}")
     s.add_argument("--max-bytes", "-e", type=argtypes.size, help=f"default {specs.format_size(dflt['max_bytes'])}")
@@ -144,13 +143,9 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
     s.add_argument("--sizes", type=argtypes.sizes, help="explicit sizes, e.g. 1K,1M,1G (overrides min/max/factor)")
     _completer(s.add_argument("--dtype", "-d", default="", help=", ".join(specs.DTYPE_SIZES)
                               + f" (default {dflt['dtype']})"), specs.DTYPE_SIZES)
-    _completer(s.add_argument("--reduce-op", default="", help=", ".join(specs.REDUCE_OPS)
-                              + f" (default {dflt['reduce_op']})"), specs.REDUCE_OPS)
     s.add_argument("--iters", "-i", type=argtypes.iters, help="timed iterations, or auto: per size, enough for a 20 ms "
                    f"loop (collective and algo-sweep default: auto; others: {dflt['iters']})")
     s.add_argument("--warmup", "-w", type=int, help=f"warm-up iterations (default {dflt['warmup']})")
-    s.add_argument("--in-place", action="store_true")
-    s.add_argument("--root", "-r", type=int, default=0)
     s.add_argument("--priority", type=int, default=0)
     s.add_argument("--name", default="")
     s.add_argument("--host", default="", help="only workers on this host")
@@ -159,19 +154,14 @@ def _add_submit(s: argparse.ArgumentParser) -> None:
     s.add_argument("--device-type", default="", choices=["", "cuda", "cpu"])
     s.add_argument("--op-timeout", type=float, default=0.0,
                    help=f"seconds without progress before failing (default {specs.DEFAULT_OP_TIMEOUT_S:g})")
-    s.add_argument("--pairwise", action="store_true", help="p2p: every ordered pair in turn -> bandwidth matrix")
-    s.add_argument("--async", dest="async_", action="store_true", help="p2p: isend/irecv + wait (default send/recv)")
-    s.add_argument("--size", type=argtypes.size, default=None, help="gradient-average: gradient bytes (default 64M)")
-    _completer(s.add_argument("--model", default="", help="train: linear (default) or mlp"), jobspec.MODELS)
-    s.add_argument("--steps", type=int, default=None, help="train: steps (default 50)")
-    s.add_argument("--batch-size", type=int, default=None, help="train: per-rank batch size (default 64)")
-    s.add_argument("--lr", type=float, default=None, help="train: learning rate (default 0.05)")
-    s.add_argument("--seed", type=int, default=0, help="train: data and weight seed")
     s.add_argument("--graph", "-G", action="store_true",
                    help="capture the timed ops into a CUDA graph and replay it (NCCL; like nccl-tests -G)")
     s.add_argument("--algo", default="", help="collective: nccl, nccl:ring/ll, nccl:tree/simple, ..., symm:one_shot, "
                    "symm:two_shot; algo-sweep: a comma-separated list (default: every one available)")
     s.add_argument("--wait", action="store_true", help="show progress (on stderr), then the results")
+    for k in kinds.TABLE:  # each kind's own flags, from the table
+        if k.flags:
+            k.resolve("flags")(s.add_argument_group(f"{k.cli_name} jobs"))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from ringleader import jobspec
+from ringleader import jobspec, kinds
 from ringleader import spec as specs
 from ringleader.app import table
 from ringleader.app.client import Client
@@ -18,36 +18,13 @@ from ringleader.jsonview import to_json
 from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
-KIND_FLAGS = ("collective", "p2p", "gradient-average", "train", "algo-sweep")
-
-
-def _given(a: argparse.Namespace, *names: str) -> dict:
-    """The flags among `names` the user gave (unset ones stay unset, for the spec's defaults)."""
-    return {n: getattr(a, n) for n in names if getattr(a, n) is not None}
-
-
 def spec_from_args(a: argparse.Namespace) -> pb.JobSpec:
     worker_ids = [w for w in a.workers.split(",") if w]
     spec = pb.JobSpec(world_size=a.world_size, priority=a.priority, name=a.name, op_timeout_s=a.op_timeout,
                       placement=pb.Placement(host=a.host, gpu_model=a.gpu_model, worker_ids=worker_ids,
                                              device_type=a.device_type))
-    sweep = dict(sizes=a.sizes) if a.sizes else _given(a, "min_bytes", "max_bytes", "factor")
-    loop = _given(a, "iters", "warmup")
-    if a.kind == "collective":
-        if not a.op:
-            raise InvalidSpec("collective.op", "required for collective jobs (--op all_reduce, ...)")
-        spec.collective.CopyFrom(pb.CollectiveSpec(op=a.op, dtype=a.dtype, reduce_op=a.reduce_op,
-                                                   in_place=a.in_place, root=a.root, graph=a.graph, algo=a.algo,
-                                                   **sweep, **loop))
-    elif a.kind == "algo-sweep":
-        spec.algo_sweep.CopyFrom(pb.AlgoSweepSpec(algos=[x for x in a.algo.split(",") if x.strip()], graph=a.graph,
-                                                  dtype=a.dtype, **sweep, **loop))
-    elif a.kind == "p2p":
-        spec.p2p.CopyFrom(pb.P2PSpec(pairwise=a.pairwise, mode="async" if a.async_ else "blocking", **sweep, **loop))
-    elif a.kind == "gradient-average":
-        spec.gradient_average.CopyFrom(pb.GradientAverageSpec(size_bytes=a.size or 0, **loop))
-    else:  # only what was given: an explicit 0 must reach validation
-        spec.train.CopyFrom(pb.TrainSpec(model=a.model, seed=a.seed, **_given(a, "steps", "batch_size", "lr")))
+    kind = kinds.by_cli_name(a.kind)
+    getattr(spec, kind.name).CopyFrom(kind.resolve("from_args")(a))  # the kind's flags (ringleader/app/kindargs.py)
     return spec
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from ringleader import kinds
 from ringleader import spec as specs
 from ringleader.jobspec import op_name
 from ringleader.jsonview import to_json
@@ -174,11 +175,10 @@ def algo_sweep_table(r: pb.AlgoSweepResult) -> str:
 
 
 def outcome_table(job: pb.Job) -> str:
-    """The job's results, whatever its kind ("" when it has none yet)."""
-    kind = job.spec.WhichOneof("kind")
-    if kind == "collective":
-        return results_table(job.results) if job.results else ""
-    if not job.HasField(kind):
-        return ""
-    return {"p2p": p2p_table, "gradient_average": gradient_average_table, "train": train_table,
-            "algo_sweep": algo_sweep_table}[kind](getattr(job, kind))
+    """The job's results, whatever its kind ("" when it has none yet): its kind's table."""
+    kind = kinds.get(job.spec.WhichOneof("kind") or "")
+    if kind.result:
+        outcome = getattr(job, kind.result) if job.HasField(kind.result) else None
+    else:
+        outcome = job.results or None
+    return "" if outcome is None else kind.resolve("table")(outcome)

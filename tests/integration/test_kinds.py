@@ -1,10 +1,14 @@
-"""p2p, gradient_average and train jobs end to end: real coordinator and workers, gloo on CPU."""
+"""p2p, gradient_average and train jobs end to end: real coordinator and workers, gloo on CPU;
+and every kind of the table (ringleader/kinds.py) listed by gRPC, REST and the CLI alike."""
 
+import json
 import subprocess
 
+import httpx
 import pytest
 
-from cluster import ringleader_cmd
+from cluster import ringleader_cmd, running
+from ringleader import kinds
 from ringleader.v1 import jobs_pb2 as pb
 
 pytestmark = pytest.mark.integration
@@ -84,3 +88,30 @@ def test_bad_parameters_name_the_field(cluster):
             cluster.client.submit(spec)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert err.value.details().startswith(field + ":")
+
+
+def _queued_spec(name: str) -> pb.JobSpec:
+    """A job listed as `name` (an op or a kind) that stays QUEUED: no worker is on its host."""
+    spec = pb.JobSpec(world_size=2, placement=pb.Placement(host="nowhere.invalid"))
+    kind = next(k for k in kinds.TABLE if name in k.listed_as)
+    if kind.name == "collective":
+        spec.collective.op = name
+    else:
+        getattr(spec, kind.name).SetInParent()
+    return spec
+
+
+def test_every_listed_name_filters_alike_over_grpc_rest_and_the_cli(tmp_path):
+    with running(tmp_path, [], http=True) as c:
+        ids = {name: c.client.submit(_queued_spec(name)).id for name in kinds.listed_names()}
+        with httpx.Client(base_url=c.http_url, timeout=30) as rest:
+            assert [n for k in rest.get("/api/v1/kinds").json()["kinds"] for n in k["listed_as"]] == list(ids)
+            for name, job_id in ids.items():
+                assert [j.id for j in c.client.list(op=name).jobs] == [job_id], name
+                r = rest.get("/api/v1/jobs", params={"op": name})
+                assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job_id], (name, r.text)
+            assert rest.get("/api/v1/jobs", params={"op": "collective"}).status_code == 422
+        p = subprocess.run(ringleader_cmd("--coordinator", c.address, "jobs", "--op", "algo_sweep", "-o", "json"),
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert [j["id"] for j in json.loads(p.stdout)["jobs"]] == [ids["algo_sweep"]]

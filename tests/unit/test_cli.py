@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from integration.cluster import Cluster, executor_pid, ringleader_cmd
-from ringleader import __version__, defaults
+from ringleader import __version__, defaults, jobspec
 from ringleader.app import config
 from ringleader.app.cli import build_parser, main
 from ringleader.app.process import CoordinatorConfig
@@ -261,8 +261,9 @@ class SentToDaemon:
 
 
 def _assignment(job_id: str) -> wpb.Assignment:
+    spec = pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[8]))
     return wpb.Assignment(job_id=job_id, rank=0, world_size=1, backend="gloo", group_key="g1",
-                          spec=pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[8])))
+                          spec=jobspec.normalize(spec).spec)  # as the coordinator sends it
 
 
 def _executor(monkeypatch, runner):

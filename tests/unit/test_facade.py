@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from coordinator.inputs import Reload
 from coordinator.service import Coordinator, Timings
 from coordinator.store_memory import MemoryJobStore
 from ringleader.defaults import PAGE_MAX
@@ -148,7 +149,7 @@ def test_reports_from_workers_outside_the_job_are_dropped_and_counted(core):
     intruder.done(job.id, 0)
     got = core.get(job.id)
     assert (got.state, got.progress.done, list(got.results)) == (pb.RUNNING, 0, [])
-    assert dict(core.dispatch.rejected) == {"progress": 1, "result": 1, "store_ready": 1}
+    assert dict(core.dispatch.rejected) == {"progress": 1, "result": 1, "store_ready": 1, "done": 1}
     assert ws[1].kinds() == []  # the forged StoreReady told nobody where to connect
 
 
@@ -165,10 +166,10 @@ def _running(core, **w1_heartbeat):
 
 def test_a_stall_names_the_rank_whose_executor_is_stopped_even_when_op_counters_are_equal(core):
     ws, job = _running(core, executor=pb.EXECUTOR_STOPPED, executor_detail="process stopped")
-    core.liveness.tick()
+    core.tick()
     assert core.get(job.id).state == pb.RUNNING  # still within op_timeout_s
     core.book.running[job.id].last_progress -= 200  # longer than op_timeout_s (120 s)
-    core.liveness.tick()
+    core.tick()
     reason = core.get(job.id).reason
     assert "rank 1 (worker w1) is not responding (process stopped)" in reason, reason
 
@@ -176,7 +177,7 @@ def test_a_stall_names_the_rank_whose_executor_is_stopped_even_when_op_counters_
 def test_equal_op_counters_and_no_unwell_executor_say_so_rather_than_blame_rank_0(core):
     ws, job = _running(core)
     core.book.running[job.id].last_progress -= 200
-    core.liveness.tick()
+    core.tick()
     reason = core.get(job.id).reason
     assert "every rank is at op 7 and no executor is reported unwell" in reason, reason
 
@@ -184,7 +185,7 @@ def test_equal_op_counters_and_no_unwell_executor_say_so_rather_than_blame_rank_
 def test_a_peer_error_blames_an_unwell_rank_at_once(core):
     ws, job = _running(core, executor=pb.EXECUTOR_UNRESPONSIVE, executor_detail="no sign of life for 4.0 s")
     ws[0].done(job.id, 0, ok=False, failure=wpb.PEER_ERROR, error="Timed out waiting 60000ms")
-    core.liveness.tick()
+    core.tick()
     got = core.get(job.id)
     assert got.state == pb.FAILED
     assert got.reason.startswith("rank 1 (worker w1) is not responding (no sign of life for 4.0 s); "
@@ -194,9 +195,9 @@ def test_a_peer_error_blames_an_unwell_rank_at_once(core):
 def test_a_peer_error_without_a_cause_fails_after_the_grace(core):
     ws, job = _running(core)
     ws[0].done(job.id, 0, ok=False, failure=wpb.PEER_ERROR, error="Connection reset by peer")
-    core.liveness.tick()
+    core.tick()
     assert core.get(job.id).state == pb.RUNNING  # waiting for the cause to report
-    core.liveness.tick(time.monotonic() + 3.5)
+    core.tick(time.monotonic() + 3.5)
     got = core.get(job.id)
     assert got.state == pb.FAILED and got.reason.endswith("(a communication error; no rank reported a cause)")
 
@@ -204,7 +205,7 @@ def test_a_peer_error_without_a_cause_fails_after_the_grace(core):
 def test_a_silent_worker_is_lost_and_its_job_fails_naming_it(core):
     ws, job = _running(core)
     ws[1].conn.last_heartbeat -= 6
-    core.liveness.tick()
+    core.tick()
     got = core.get(job.id)
     assert got.state == pb.FAILED and got.reason.startswith("rank 1 (worker w1) lost: no heartbeat for")
     assert ws[1].state == pb.DISCONNECTED and ws[0].kinds()[-1] == "abort"
@@ -213,8 +214,8 @@ def test_a_silent_worker_is_lost_and_its_job_fails_naming_it(core):
 def test_a_stalled_event_loop_is_not_blamed_on_the_workers(core):
     workers(core, 2)
     now = time.monotonic()
-    core.liveness.tick(now)
-    core.liveness.tick(now + 30)  # the loop itself was held up for 30 s: nobody could be heard
+    core.tick(now)
+    core.tick(now + 30)  # the loop itself was held up for 30 s: nobody could be heard
     assert all(w.state == pb.IDLE for w in core.workers.all())
 
 
@@ -226,7 +227,7 @@ def test_a_running_job_is_re_attached_after_a_restart_and_its_group_adopted():
     (_, a0), = ws[0].inbox()
     # The coordinator dies; a new one over the same store reloads the running job.
     second = Coordinator(store)
-    second.book.load(reattach_deadline=time.monotonic() + 15)
+    second.control.handle(Reload(reattach_deadline=time.monotonic() + 15))
     back = [Worker(second, f"w{i}", i, running_job_id=job.id, running_rank=i, warm_group=a0.group_key)
             for i in range(2)]
     assert all(w.kinds() == [] for w in back)  # nothing to drop: it is the job's group
@@ -243,3 +244,13 @@ def test_paging_reports_a_next_page_at_the_largest_page(core):
     assert len(first.jobs) == PAGE_MAX and first.next_before == first.jobs[-1].id
     rest = core.list_jobs(limit=PAGE_MAX, before_id=first.next_before)
     assert len(rest.jobs) == 2 and rest.next_before == ""
+
+
+def test_a_quarantined_worker_is_listed_as_such_and_left_out_of_user_jobs(core):
+    ws = workers(core, 3)
+    core.set_quarantine("w2", True)
+    assert [w.worker_id for w in core.list_workers([pb.QUARANTINED]).workers] == ["w2"]
+    job = core.submit(spec(2))
+    assert [w.worker_id for w in core.get(job.id).workers] == ["w0", "w1"]
+    core.set_quarantine("w2", False)
+    assert ws[2].state == pb.IDLE

@@ -136,6 +136,19 @@ def test_jobs_behind_a_blocked_one_of_the_same_need_see_no_idle_worker():
     assert p.waiting == {"a": "needs 2 workers, 1 idle", "b": "needs 2 workers, 0 idle"}
 
 
+def test_a_quarantined_worker_serves_only_jobs_that_name_it():
+    q = dataclasses.replace(w("w1", idx=1), quarantined=True)
+    fleet = [w("w0"), q, w("w2", idx=2)]
+    p = plan([job("a", n=3)], fleet)
+    assert p.decisions == [] and p.waiting["a"] == "needs 3 workers, 2 connected"
+    p = plan([job("b", n=2)], fleet)
+    assert p.decisions[0].worker_ids == ("w0", "w2")
+    p = plan([job("c", n=1, worker_ids=("w1",))], fleet)
+    assert p.decisions[0].worker_ids == ("w1",)
+    p = plan([job("d", n=2)], [w("w0"), q], groups={new_key("g", 2): ("w0", "w1")})
+    assert p.decisions == []  # not through a warm group either
+
+
 def test_incremental_scheduler_follows_queue_and_fleet():
     s = Scheduler()
     s.add(job("a", n=2, t=1))
@@ -181,13 +194,18 @@ KINDS = [("cuda", "nccl", "NVIDIA H100", 80 << 30), ("cuda", "nccl", "NVIDIA H20
          ("cpu", "gloo", "cpu", 0)]
 
 
+def eligible(need, v):
+    """A quarantined worker only for a job that names it; otherwise the need's own rules."""
+    return need.admits(dataclasses.replace(v, quarantined=False)) and (not v.quarantined or v.worker_id in need.worker_ids)
+
+
 def reference(queue, fleet, groups):
     """Every rule of the module docstring, applied job by job with full scans."""
     free = {v.worker_id: v for v in fleet if v.idle}
     decisions, waiting = [], {}
     for j in sorted(queue, key=lambda j: j.order):
         need, n = j.need, j.world_size
-        matching = [v for v in fleet if need.admits(v)]
+        matching = [v for v in fleet if eligible(need, v)]
         runnable = [b for b in BACKENDS if sum(v.backend == b for v in matching) >= n]
         if not runnable:
             per = {b: sum(v.backend == b for v in matching) for b in BACKENDS if b in need.backends}
@@ -196,7 +214,7 @@ def reference(queue, fleet, groups):
                                  + ", ".join(f"{k} {b}" for b, k in per.items()) + f" connected{need.constraints()}"
                                  if len(per) > 1 else f"needs {n} workers, {sum(per.values())} connected{need.constraints()}")
             continue
-        idle = [v for v in free.values() if need.admits(v) and v.backend in runnable]
+        idle = [v for v in free.values() if eligible(need, v) and v.backend in runnable]
         d = None
         for key, members in groups.items():
             ids = {v.worker_id: v for v in idle}
@@ -227,7 +245,8 @@ def random_case(rng):
     fleet = []
     for i in range(rng.randint(0, 12)):
         dtype, backend, name, mem = rng.choice(KINDS)
-        fleet.append(WorkerView(f"w{i}", rng.choice(hosts), dtype, i, name, mem, backend, rng.random() < 0.7))
+        fleet.append(WorkerView(f"w{i}", rng.choice(hosts), dtype, i, name, mem, backend, rng.random() < 0.7,
+                                quarantined=rng.random() < 0.15))
     queue = []
     for i in range(rng.randint(0, 10)):
         ids = tuple(rng.sample([v.worker_id for v in fleet], k=min(len(fleet), rng.randint(1, 3)))) \

@@ -20,7 +20,9 @@ EXPECTED = {
         (pb.QUEUED, pb.RUNNING), (pb.QUEUED, pb.CANCELLED), (pb.RUNNING, pb.SUCCEEDED),
         (pb.RUNNING, pb.FAILED), (pb.RUNNING, pb.CANCELLED), (pb.RUNNING, pb.QUEUED),
     },
-    "worker": {(pb.IDLE, pb.BUSY), (pb.BUSY, pb.IDLE), (pb.IDLE, pb.DISCONNECTED), (pb.BUSY, pb.DISCONNECTED)},
+    "worker": {(pb.IDLE, pb.BUSY), (pb.BUSY, pb.IDLE), (pb.IDLE, pb.DISCONNECTED), (pb.BUSY, pb.DISCONNECTED),
+               (pb.IDLE, pb.QUARANTINED), (pb.QUARANTINED, pb.IDLE), (pb.QUARANTINED, pb.BUSY),
+               (pb.BUSY, pb.QUARANTINED), (pb.QUARANTINED, pb.DISCONNECTED)},
     "warm group": {(FORMING, WARM), (FORMING, BROKEN), (WARM, BROKEN), (BROKEN, DESTROYED)},
 }
 MACHINES = {m.name: m for m in (states.JOBS, states.WORKERS, states.GROUPS)}

@@ -1,0 +1,259 @@
+"""The control core as one reactor: every input goes through `Control.handle`, which applies it
+and returns what to send.
+
+    out = control.handle(Submit(valid))          # or Cancel, Register, Disconnect, WorkerMsg,
+    for conn, msg in out.sends: ...              # Tick, SetQuarantine, Reload (coordinator/inputs.py)
+
+`Control` owns the job book (jobs.JobBook), the worker registry (registry.WorkerRegistry), the
+warm groups (groups.Groups) and the scheduler (scheduler.Scheduler). Each change updates the
+scheduler's indexes right beside it (`_enqueue`, `_unqueue`, `_set_state`); nothing installs a
+callback on another object. A placement pass (`schedule`, called only from `handle`) runs once at
+the end of an input that changed the queue, the idle set or the warm groups. A tick asks liveness
+(a pure function of the clock, the running jobs and the workers) for its verdicts, which are
+inputs too (Lost, Fail, Requeue) and are applied in the same turn.
+
+The worker protocol (what the daemons report, how jobs end, warm-group bookkeeping) is the other
+half of this class, in coordinator/dispatch.py. Store writes happen as the change is applied;
+the caller (service.Coordinator) awaits their commit before it acknowledges a user.
+
+Hooks for other parts:
+- quarantine: `SetQuarantine(worker_id, on)`; a quarantined worker (`WorkerConn.quarantined`) is
+  QUARANTINED while idle and gets no job unless the job's placement.worker_ids names it;
+- result rows: every row is stored through `WorkerProtocol._store_row(rj, row)` (dispatch.py),
+  once, as it arrives: the place to annotate a row (baselines) before it is stored.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import uuid
+from typing import Callable
+
+from coordinator import admission, liveness, scheduler
+from coordinator import groups as warm_groups
+from coordinator.api import JobStore
+from coordinator.dispatch import WorkerProtocol
+from coordinator.events import EventBus
+from coordinator.groups import Groups
+from coordinator.inputs import (CLOSE, Cancel, Disconnect, Fail, Input, Lost, Out, Register, Reload, Requeue,
+                                SetQuarantine, Submit, Tick, WorkerMsg)
+from coordinator.jobs import JobBook, Page, Queued
+from coordinator.liveness import Timings
+from coordinator.registry import WorkerConn, WorkerRegistry
+from ringleader.errors import FailedPrecondition
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
+
+log = logging.getLogger("ringleader.coordinator")
+
+IDLE_STATES = (pb.IDLE, pb.QUARANTINED)
+
+
+class Control(WorkerProtocol):
+    def __init__(self, store: JobStore, timings: Timings | None = None) -> None:
+        self.store = store
+        self.timings = timings or Timings()
+        self.events = EventBus(store)
+        self.book = JobBook(store, self.events)
+        self.workers = WorkerRegistry(ttl_s=self.timings.worker_ttl_s)
+        self.groups = Groups()
+        self.scheduler = scheduler.Scheduler()
+        self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
+        self.quarantined: set[str] = set()  # worker ids kept out of user jobs (SetQuarantine)
+        self._out = Out()
+        self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
+        self._last_tick: float | None = None
+        self._handlers: dict[type, Callable] = {
+            Submit: self._submit, Cancel: self._cancel, Register: self._register, Disconnect: self._disconnect,
+            Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, SetQuarantine: self._quarantine,
+            Reload: self._reload, Fail: self._fail, Requeue: self._requeue,
+        }
+
+    # ---- the one entry point ---------------------------------------------------------------
+
+    def handle(self, inp: Input) -> Out:
+        """Apply one input; return the messages to send (in order) and the events it recorded.
+        Bad input raises (InvalidSpec, NotFound, FailedPrecondition, AlreadyExists) and changes
+        nothing."""
+        out = self._out = Out()
+        self._dirty = False
+        self._handlers[type(inp)](inp)
+        if self._dirty:
+            self.schedule()
+        out.events = self.events.drain()
+        return out
+
+    def _apply(self, inp: Input) -> None:
+        self._handlers[type(inp)](inp)
+
+    def schedule(self) -> None:
+        """The placement pass: start every queued job that can start now."""
+        for decision in self.scheduler.place(self.groups.warm()):
+            self._start(decision)
+
+    # ---- reading (no input: nothing changes) -----------------------------------------------
+
+    def get(self, job_id: str) -> pb.Job:
+        return self._live(self.book.get(job_id))
+
+    def page(self, states=(), op: str = "", limit: int = 0, before_id: str = "") -> Page:
+        page = self.book.page(states, op, limit, before_id)
+        for job in page.jobs:
+            self._live(job)
+        return page
+
+    def _live(self, job: pb.Job) -> pb.Job:
+        """A queued job's waiting reason is worked out when read, never stored on each change."""
+        if job.id in self.book.queued:
+            job.reason = self.scheduler.reason(job.id) or job.reason
+        return job
+
+    # ---- users -----------------------------------------------------------------------------
+
+    def _submit(self, inp: Submit) -> None:
+        admission.check(inp.valid, self.workers.kinds())
+        job = self.book.submit(inp.valid, inp.request_id)
+        self._enqueue(self.book.queued[job.id])
+        self._out.job = job
+
+    def _cancel(self, inp: Cancel) -> None:
+        if inp.job_id in self.book.queued:
+            self._unqueue(inp.job_id)
+            self.book.finish(inp.job_id, pb.CANCELLED, inp.reason)
+        elif inp.job_id in self.book.running:
+            self.end(self.book.running[inp.job_id], pb.CANCELLED, inp.reason)
+        else:
+            job = self.store.get(inp.job_id)  # NotFound for unknown ids
+            raise FailedPrecondition(f"job {inp.job_id} is already {pb.JobState.Name(job.state)}")
+
+    def _enqueue(self, q: Queued) -> None:
+        self.scheduler.add(scheduler.PendingJob.of(q.job.id, q.valid, q.job.created_at))
+        self._dirty = True
+
+    def _unqueue(self, job_id: str) -> None:
+        self.scheduler.remove(job_id)
+        self._dirty = True  # what it reserved is free for the jobs behind it
+
+    def _reload(self, inp: Reload) -> None:
+        for q in self.book.load(inp.reattach_deadline):
+            self._enqueue(q)
+
+    # ---- workers and the fleet -------------------------------------------------------------
+
+    def _register(self, inp: Register) -> None:
+        reg = inp.reg
+        conn = self.workers.add(reg)
+        if reg.worker_id in self.quarantined:
+            conn.quarantined = True
+            conn.transition(pb.QUARANTINED)  # indexed below, as it is
+        log.info("worker %s registered (%s %s on %s)", reg.worker_id, reg.device.type, reg.device.name, reg.host)
+        self._send(conn, wpb.CoordinatorMessage(registered=wpb.Registered(
+            worker_id=reg.worker_id, heartbeat_interval_s=self.timings.heartbeat_interval_s)))
+        self._index(conn)
+        if reg.running_job_id:
+            self._reattach(conn, reg.running_job_id, reg.running_rank, reg.warm_group)
+        self._holds(conn, reg.warm_group)
+        self._out.conn = conn
+
+    def _disconnect(self, inp: Disconnect | Lost) -> None:
+        conn = inp.conn
+        if not conn.connected or self.workers.get(conn.worker_id) is not conn:
+            return
+        rj = self.book.running.get(conn.job_id)
+        rank = conn.rank
+        self._set_state(conn, pb.DISCONNECTED)
+        self._send(conn, CLOSE)  # ends the servicer's writer, which closes the stream
+        log.log(logging.WARNING if rj else logging.INFO, "worker %s left: %s", conn.worker_id, inp.why)
+        if rj and rj.members[rank] == conn.worker_id and not rj.reattach_deadline:
+            self.end(rj, pb.FAILED, f"rank {rank} (worker {conn.worker_id}) lost: {inp.why}")
+        self._holds(conn, "")
+
+    def _quarantine(self, inp: SetQuarantine) -> None:
+        """Kept by worker id, so it holds across reconnects and may be set before a worker comes."""
+        (self.quarantined.add if inp.on else self.quarantined.discard)(inp.worker_id)
+        conn = self.workers.get(inp.worker_id)
+        if conn is None or not conn.connected or conn.quarantined == inp.on:
+            return
+        conn.quarantined = inp.on
+        if conn.state in IDLE_STATES:
+            self._free(conn)
+        else:
+            self._index(conn)  # busy: it leaves or rejoins the pool for user jobs when freed
+
+    def _set_state(self, conn: WorkerConn, to: int, job_id: str = "", rank: int = 0) -> None:
+        """The one way the control core changes a worker's state: the scheduler follows."""
+        conn.transition(to, job_id, rank)
+        self._index(conn)
+
+    def _free(self, conn: WorkerConn) -> None:
+        """The worker is done with its job (or never started it): idle, or quarantined."""
+        self._set_state(conn, pb.QUARANTINED if conn.quarantined else pb.IDLE)
+
+    def _index(self, conn: WorkerConn) -> None:
+        if conn.connected:
+            self.scheduler.put_worker(conn.view())
+        else:
+            self.scheduler.drop_worker(conn.worker_id)
+        if conn.state != pb.BUSY:
+            self._dirty = True
+
+    def _send(self, conn: WorkerConn, msg: wpb.CoordinatorMessage | None) -> None:
+        self._out.sends.append((conn, msg))
+
+    # ---- the clock -------------------------------------------------------------------------
+
+    def _tick(self, inp: Tick) -> None:
+        now, last = inp.now, self._last_tick
+        self._last_tick = now
+        lag = now - last - self.timings.tick_s if last is not None else 0.0
+        if lag > self.timings.tick_s:  # the loop was held up: nobody could have been heard
+            for conn in self.workers.connected():
+                conn.last_heartbeat += lag
+                conn.unwell_since = conn.unwell_since and conn.unwell_since + lag
+        for worker_id in self.workers.expire(now):
+            log.info("worker %s forgotten: disconnected for over %.0f s", worker_id, self.workers.ttl_s)
+        for verdict in liveness.verdicts(now, self.book.running.values(), self.workers, self.timings):
+            try:
+                self._apply(verdict)
+            except Exception:  # a bug in one verdict must not keep the others (or their sends) back
+                log.exception("applying %s failed", verdict)
+
+    def _fail(self, inp: Fail) -> None:
+        if (rj := self.book.running.get(inp.job_id)) is not None:
+            self.end(rj, pb.FAILED, inp.reason)
+
+    def _requeue(self, inp: Requeue) -> None:
+        if (rj := self.book.running.get(inp.job_id)) is None:
+            return
+        for rank in rj.attached:
+            c = self.workers.get(rj.members[rank])
+            if c and c.job_id == rj.id:
+                self._send(c, wpb.CoordinatorMessage(abort=wpb.Abort(job_id=rj.id, reason="requeued")))
+        self._enqueue(self.book.requeue(rj, "requeued: interrupted by a coordinator restart"))
+        self.break_group(rj.group_key, "requeued")
+
+    # ---- placement -------------------------------------------------------------------------
+
+    def _start(self, d: scheduler.Decision) -> None:
+        conns = [self.workers.get(w) for w in d.worker_ids]
+        flavor = self.book.queued[d.job_id].valid.flavor
+        # A warm group made with other communicator settings cannot serve: form a new one.
+        held = self.groups.get(d.warm_group) if d.warm_group else None
+        warm = held is not None and held.flavor == flavor
+        key = d.warm_group if warm else warm_groups.new_key(uuid.uuid4().hex[:8], len(conns))
+        if not warm:
+            # Members leave the groups they held: those break, and every holder drops them, on
+            # each worker's ordered stream before this job's assignment.
+            for c in conns:
+                if c.holds:
+                    self.break_group(c.holds, f"{c.worker_id} joined another gang")
+            self.groups.form(key, d.worker_ids, flavor)
+        refs = [pb.WorkerRef(worker_id=c.worker_id, rank=rank, host=c.reg.host,
+                             device=f"{c.reg.device.type}:{c.reg.device.index}") for rank, c in enumerate(conns)]
+        rj = self.book.start(d.job_id, refs, d.backend, key, warm)
+        rj.op_base = {rank: c.op_seq for rank, c in enumerate(conns)}  # ops beyond these: the group formed
+        for rank, c in enumerate(conns):
+            self._set_state(c, pb.BUSY, rj.id, rank)
+        for rank in (range(len(conns)) if warm else [0]):
+            self._assign(rj, rank)

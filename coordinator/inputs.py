@@ -1,0 +1,111 @@
+"""What the control core (coordinator/control.py) takes, and what it gives back.
+
+Each input is one fact: a call from a user, a worker's registration, departure or message, a clock
+tick, or a verdict that liveness (coordinator/liveness.py) worked out from the clock. `Control.handle`
+applies one input and returns an `Out`: the messages to put on workers' streams, in order, and the
+job events the change recorded. Inputs are values: nobody changes one once made (they are not
+frozen only because a frozen dataclass costs twice as much to make, and a heartbeat is one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from coordinator.registry import WorkerConn
+from ringleader.jobspec import ValidJob
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
+
+
+# ---- from users ------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Submit:
+    valid: ValidJob  # the checked spec (jobspec.normalize), admitted against the fleet
+    request_id: str = ""
+
+
+@dataclass(slots=True)
+class Cancel:
+    job_id: str
+    reason: str = "cancelled by user"
+
+
+# ---- from workers ----------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Register:
+    reg: wpb.Register  # checked (admission.check_registration)
+
+
+@dataclass(slots=True)
+class Disconnect:
+    conn: WorkerConn
+    why: str
+
+
+@dataclass(slots=True)
+class WorkerMsg:
+    conn: WorkerConn
+    msg: wpb.WorkerMessage
+
+
+# ---- from the clock and the operators --------------------------------------------------------
+
+@dataclass(slots=True)
+class Tick:
+    now: float  # time.monotonic()
+
+
+@dataclass(slots=True)
+class SetQuarantine:
+    """Keep user jobs off a worker (on) or let them back (off); a job that names the worker in
+    placement.worker_ids is still placed on it. It holds for the worker id, also while the
+    worker is disconnected or before it first registers."""
+
+    worker_id: str
+    on: bool
+
+
+@dataclass(slots=True)
+class Reload:
+    """After a (re)start: queued jobs queue again; running ones wait until `reattach_deadline`
+    (monotonic) for their workers to come back."""
+
+    reattach_deadline: float
+
+
+# ---- verdicts liveness returns for a tick ----------------------------------------------------
+
+@dataclass(slots=True)
+class Lost:
+    conn: WorkerConn
+    why: str
+
+
+@dataclass(slots=True)
+class Fail:
+    job_id: str
+    reason: str
+
+
+@dataclass(slots=True)
+class Requeue:
+    job_id: str
+
+
+Input = Union[Submit, Cancel, Register, Disconnect, WorkerMsg, Tick, SetQuarantine, Reload, Lost, Fail, Requeue]
+
+CLOSE = None  # sent in place of a message: end the worker's stream
+
+
+@dataclass(slots=True)
+class Out:
+    """What one input did: `sends` in order ((conn, message), or (conn, CLOSE) to end a stream),
+    the job events it recorded or published, and what a call returns (`job`, `conn`)."""
+
+    sends: list[tuple[WorkerConn, wpb.CoordinatorMessage | None]] = field(default_factory=list)
+    events: list[pb.JobEvent] = field(default_factory=list)
+    job: pb.Job | None = None
+    conn: WorkerConn | None = None

@@ -1,0 +1,317 @@
+"""The control core as a reactor: each test feeds `Control.handle` a list of inputs and checks the
+list of sends (and the state it leaves). No servers, no threads, no event loop; the clock is
+given by the Tick inputs."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from coordinator import liveness
+from coordinator.control import Control
+from coordinator.inputs import CLOSE, Cancel, Disconnect, Out, Register, Reload, SetQuarantine, Submit, Tick, WorkerMsg
+from coordinator.liveness import Timings
+from coordinator.store_memory import MemoryJobStore
+from ringleader import jobspec
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sends(out: Out) -> list[tuple[str, str]]:
+    """(worker id, message kind) for each send, in order; "close" ends a stream."""
+    return [(c.worker_id, "close" if m is CLOSE else m.WhichOneof("msg")) for c, m in out.sends]
+
+
+class Fleet:
+    """A Control and the daemons it hears from, played by the test."""
+
+    def __init__(self, n: int = 0, **timings) -> None:
+        self.ctl = Control(MemoryJobStore(), Timings(**timings))
+        self.conns = {}
+        for i in range(n):
+            self.register(f"w{i}", i)
+
+    def register(self, wid: str, index: int = 0) -> Out:
+        out = self.ctl.handle(Register(wpb.Register(
+            worker_id=wid, host="h1", address=f"10.0.0.{index + 1}", backend="gloo",
+            device=pb.Device(type="cpu", index=index, name="cpu", memory_bytes=1 << 34))))
+        self.conns[wid] = out.conn
+        return out
+
+    def submit(self, n: int = 2, sizes=(1024,), **spec) -> Out:
+        placement = pb.Placement(worker_ids=spec.pop("worker_ids", ()))
+        return self.ctl.handle(Submit(jobspec.normalize(pb.JobSpec(
+            world_size=n, placement=placement, **spec,
+            collective=pb.CollectiveSpec(op="all_reduce", sizes=list(sizes), iters=1)))))
+
+    def msg(self, wid: str, **msg) -> Out:
+        return self.ctl.handle(WorkerMsg(self.conns[wid], wpb.WorkerMessage(**msg)))
+
+    def done(self, wid: str, job_id: str, rank: int, ok: bool = True, **kw) -> Out:
+        return self.msg(wid, done=wpb.JobDone(job_id=job_id, rank=rank, ok=ok, **kw))
+
+    def beat(self, wid: str, job_id: str, op_seq: int = 0, health: int = pb.EXECUTOR_OK, detail: str = "") -> Out:
+        return self.msg(wid, heartbeat=wpb.Heartbeat(job_id=job_id, op_seq=op_seq, executor=health,
+                                                     executor_detail=detail))
+
+    def job(self, job_id: str) -> pb.Job:
+        return self.ctl.get(job_id)
+
+    def state(self, wid: str) -> int:
+        return self.conns[wid].state
+
+
+def row(size: int, busbw: float = 1.0) -> pb.SizeResult:
+    return pb.SizeResult(op="all_reduce", dtype="float32", reduce_op="sum", size_bytes=size, world_size=2,
+                         busbw_gbps=busbw)
+
+
+def started(f: Fleet, n: int = 2, **spec) -> str:
+    """A job placed on w0..w(n-1), its store ready and every rank assigned."""
+    job_id = f.submit(n, **spec).job.id
+    out = f.msg("w0", store_ready=wpb.StoreReady(job_id=job_id, store_port=4242))
+    assert sends(out) == [(f"w{r}", "assignment") for r in range(1, n)]
+    return job_id
+
+
+def test_a_submit_waits_and_the_registration_that_completes_the_gang_places_it():
+    f = Fleet()
+    out = f.submit(2)
+    assert sends(out) == [] and out.job.state == pb.QUEUED
+    assert [e.state.state for e in out.events] == [pb.QUEUED]
+    assert sends(f.register("w0", 0)) == [("w0", "registered")]
+    out = f.register("w1", 1)
+    # Rank 0 alone is told first: it binds the store before the others learn the port.
+    assert sends(out) == [("w1", "registered"), ("w0", "assignment")]
+    assert out.sends[1][1].assignment.store_port == 0
+    assert [e.state.state for e in out.events] == [pb.RUNNING]
+    assert (f.state("w0"), f.state("w1")) == (pb.BUSY, pb.BUSY)
+
+
+def test_the_assignments_after_store_ready_carry_rank_0s_address_and_port():
+    f = Fleet(3)
+    job_id = f.submit(3).job.id
+    out = f.msg("w0", store_ready=wpb.StoreReady(job_id=job_id, store_port=4242))
+    assert sends(out) == [("w1", "assignment"), ("w2", "assignment")]
+    got = [(m.assignment.rank, m.assignment.store_host, m.assignment.store_port) for _, m in out.sends]
+    assert got == [(1, "10.0.0.1", 4242), (2, "10.0.0.1", 4242)]
+
+
+def test_a_rank_that_finishes_frees_its_worker_for_the_next_job_in_the_same_input():
+    f = Fleet(2)
+    first = started(f)
+    second = f.submit(2).job.id
+    assert f.job(second).state == pb.QUEUED
+    f.done("w0", first, 0)
+    out = f.done("w1", first, 1)
+    assert f.job(first).state == pb.SUCCEEDED and f.job(second).state == pb.RUNNING
+    assert sends(out) == [("w0", "assignment")]
+
+
+def test_cancel_of_a_queued_job_lets_the_job_behind_it_start():
+    f = Fleet(1)
+    blocker = f.submit(2).job.id  # can never start on one worker... until one more connects
+    small = f.submit(1).job.id
+    assert f.job(small).state == pb.RUNNING  # the blocker reserves nothing: the fleet cannot run it
+    f.ctl.handle(Cancel(blocker, "by test"))
+    assert f.job(blocker).state == pb.CANCELLED
+
+
+def test_streamed_rows_are_stored_once_and_jobdone_only_fills_in_what_never_arrived():
+    f = Fleet(2)
+    job_id = started(f, sizes=(1024, 2048))
+    out = f.msg("w0", result=wpb.ResultReport(job_id=job_id, result=row(1024, busbw=5.0)))
+    assert [e.result.size_bytes for e in out.events] == [1024]
+    f.msg("w0", result=wpb.ResultReport(job_id=job_id, result=row(1024, busbw=7.0)))  # a repeat: dropped
+    f.done("w1", job_id, 1)
+    out = f.done("w0", job_id, 0, results=[row(1024, busbw=9.0), row(2048, busbw=3.0)])
+    assert [e.result.size_bytes for e in out.events if e.WhichOneof("event") == "result"] == [2048]
+    got = f.job(job_id)
+    assert got.state == pb.SUCCEEDED
+    assert [(r.size_bytes, r.busbw_gbps) for r in got.results] == [(1024, 5.0), (2048, 3.0)]
+
+
+def test_a_final_set_with_a_foreign_row_fails_the_job_naming_the_rank():
+    f = Fleet(2)
+    job_id = started(f)
+    f.done("w0", job_id, 0, results=[row(999)])
+    got = f.job(job_id)
+    assert got.state == pb.FAILED
+    assert got.reason.startswith("rank 0 (worker w0) reported a result that is not this job's: size 999")
+    assert f.ctl.rejected["done"] == 1
+
+
+def test_a_member_that_reports_as_another_rank_is_not_freed_and_its_job_fails_naming_it():
+    f = Fleet(2)
+    job_id = started(f)
+    out = f.done("w1", job_id, 0)  # rank 1 claims to be rank 0
+    got = f.job(job_id)
+    assert got.state == pb.FAILED and got.reason == "rank 1 (worker w1) sent a report as rank 0"
+    assert sorted(sends(out)) == [("w0", "abort"), ("w1", "abort")]
+    assert f.state("w1") == pb.BUSY and f.ctl.rejected["done"] == 1
+    f.done("w1", job_id, 1, failure=wpb.ABORTED, error="aborted")  # its honest report frees it
+    assert f.state("w1") == pb.IDLE
+
+
+def test_a_jobdone_from_a_worker_outside_the_job_is_counted_and_frees_nobody():
+    f = Fleet(3)
+    job_id = f.submit(2, worker_ids=["w0", "w1"]).job.id
+    assert sends(f.done("w2", job_id, 0)) == []
+    assert f.ctl.rejected["done"] == 1
+    assert (f.job(job_id).state, f.state("w0"), f.state("w2")) == (pb.RUNNING, pb.BUSY, pb.IDLE)
+
+
+@pytest.mark.parametrize("health, detail", [(pb.EXECUTOR_STOPPED, "process stopped"),
+                                            (pb.EXECUTOR_UNRESPONSIVE, "no sign of life for 3.1 s")])
+def test_a_rank_reported_unwell_for_unwell_s_fails_its_job_whatever_the_op_deadline(health, detail):
+    f = Fleet(2)
+    job_id = started(f)
+    f.beat("w0", job_id, 5)
+    f.beat("w1", job_id, 5, health, detail)
+    t0 = time.monotonic()
+    f.ctl.handle(Tick(t0 + 3.5))
+    assert f.job(job_id).state == pb.RUNNING  # under unwell_s (4 s)
+    out = f.ctl.handle(Tick(t0 + 4.5))
+    got = f.job(job_id)
+    assert got.state == pb.FAILED
+    assert got.reason.startswith(f"rank 1 (worker w1) is not responding ({detail}) for "), got.reason
+    assert sorted(sends(out)) == [("w0", "abort"), ("w1", "abort")]
+
+
+def test_an_executor_well_again_is_not_blamed():
+    f = Fleet(2)
+    job_id = started(f)
+    f.beat("w1", job_id, 5, pb.EXECUTOR_STOPPED, "process stopped")
+    f.beat("w1", job_id, 6)
+    f.ctl.handle(Tick(time.monotonic() + 4.5))
+    assert f.job(job_id).state == pb.RUNNING
+
+
+def test_a_rank_stopped_while_its_group_forms_is_named():
+    f = Fleet(2)
+    job_id = f.submit(2).job.id  # rank 0 assigned, no store yet
+    f.beat("w0", job_id, 0, pb.EXECUTOR_STOPPED, "process stopped")
+    f.ctl.handle(Tick(time.monotonic() + 4.5))
+    assert f.job(job_id).reason.startswith("rank 0 (worker w0) is not responding (process stopped)")
+
+
+def test_a_group_that_does_not_form_within_rendezvous_timeout_names_the_ranks_not_joined():
+    f = Fleet(3, heartbeat_timeout_s=100)
+    job_id = started(f, n=3, rendezvous_timeout_s=5)
+    t0 = time.monotonic()
+    f.ctl.handle(Tick(t0 + 4))
+    assert f.job(job_id).state == pb.RUNNING
+    f.ctl.handle(Tick(t0 + 5.5))
+    got = f.job(job_id)
+    assert got.state == pb.FAILED
+    assert got.reason == ("the process group did not form within 5 s (rendezvous_timeout_s): "
+                          "rank 1 (worker w1), rank 2 (worker w2) have not joined"), got.reason
+
+
+def test_rendezvous_defaults_to_30_s_and_rank_0_without_a_store_is_named():
+    f = Fleet(2, heartbeat_timeout_s=100)  # the daemons stay heard from
+    job_id = f.submit(2).job.id
+    t0 = time.monotonic()
+    f.ctl.handle(Tick(t0 + 29))
+    assert f.job(job_id).state == pb.RUNNING
+    f.ctl.handle(Tick(t0 + 31))
+    assert f.job(job_id).reason.endswith("rank 0 (worker w0) did not open the group's store")
+
+
+def test_an_op_past_the_counter_seen_at_start_means_the_group_formed():
+    f = Fleet(2, heartbeat_timeout_s=100)
+    for w in ("w0", "w1"):
+        f.beat(w, "", op_seq=40)  # an executor that ran ops before (counters are per executor)
+    job_id = started(f)
+    f.beat("w1", job_id, op_seq=40)
+    t0 = time.monotonic()
+    f.beat("w0", job_id, op_seq=41)  # past init on one rank: init ends on every rank together
+    f.ctl.handle(Tick(t0 + 31))
+    assert f.job(job_id).state == pb.RUNNING  # no rendezvous verdict; the op deadline is 120 s
+
+
+def test_a_silent_worker_is_lost_its_stream_closed_and_its_job_failed():
+    f = Fleet(2)
+    job_id = started(f)
+    f.conns["w1"].last_heartbeat -= 6
+    out = f.ctl.handle(Tick(time.monotonic()))
+    assert ("w1", "close") in sends(out) and ("w0", "abort") in sends(out)
+    assert f.job(job_id).reason.startswith("rank 1 (worker w1) lost: no heartbeat for")
+    assert f.state("w1") == pb.DISCONNECTED
+
+
+def test_a_quarantined_worker_gets_only_jobs_that_name_it():
+    f = Fleet(3)
+    f.ctl.handle(SetQuarantine("w1", True))
+    assert f.state("w1") == pb.QUARANTINED and f.conns["w1"].info().state == pb.QUARANTINED
+    free = f.submit(2).job.id
+    assert [w.worker_id for w in f.job(free).workers] == ["w0", "w2"]
+    waiting = f.submit(1).job.id
+    assert f.job(waiting).state == pb.QUEUED  # w1 is the only one not busy
+    named = f.submit(1, worker_ids=["w1"]).job.id
+    assert [w.worker_id for w in f.job(named).workers] == ["w1"] and f.state("w1") == pb.BUSY
+    f.msg("w1", store_ready=wpb.StoreReady(job_id=named, store_port=1))
+    f.done("w1", named, 0)
+    assert f.state("w1") == pb.QUARANTINED  # back to quarantine, not to the pool
+    f.ctl.handle(SetQuarantine("w1", False))
+    assert f.job(waiting).workers[0].worker_id == "w1" and f.state("w1") == pb.BUSY
+
+
+def test_quarantine_holds_for_the_worker_id_across_reconnects_and_before_it_registers():
+    f = Fleet(1)
+    f.ctl.handle(SetQuarantine("w1", True))  # not registered yet
+    f.register("w1", 1)
+    assert f.state("w1") == pb.QUARANTINED
+    job_id = f.submit(2).job.id
+    assert f.job(job_id).reason == "needs 2 workers, 1 connected"  # a quarantined worker is not counted
+    f.ctl.handle(Disconnect(f.conns["w1"], "test"))
+    f.register("w1", 1)
+    assert f.state("w1") == pb.QUARANTINED and f.job(job_id).state == pb.QUEUED
+    f.ctl.handle(SetQuarantine("w1", False))
+    assert f.job(job_id).state == pb.RUNNING
+
+
+def test_no_coordinator_object_installs_a_callback_on_another_and_one_place_schedules():
+    sources = {p.name: p.read_text() for p in (ROOT / "coordinator").glob("*.py")}
+    assigned = [(name, m.group(0)) for name, text in sources.items()
+                for m in re.finditer(r"^\s*(?!self\.)[\w.]+\.(on_\w+|waiting_reason)\s*=(?!=)", text, re.M)]
+    assert assigned == []
+    calls = [name for name, text in sources.items() for _ in re.finditer(r"(?<!def )\bschedule\(\)", text)]
+    assert calls == ["control.py"]
+
+
+def test_liveness_only_returns_verdicts_and_changes_nothing():
+    f = Fleet(2)
+    job_id = started(f)
+    f.conns["w1"].last_heartbeat -= 6
+    f.beat("w0", job_id, 3, pb.EXECUTOR_STOPPED, "process stopped")
+    now = time.monotonic() + 4.5
+    got = liveness.verdicts(now, f.ctl.book.running.values(), f.ctl.workers, f.ctl.timings)
+    assert [type(v).__name__ for v in got] == ["Lost", "Fail"]
+    assert got[0].conn is f.conns["w1"] and got[1].job_id == job_id
+    assert got[1].reason.startswith("rank 0 (worker w0) is not responding (process stopped) for ")
+    assert (f.state("w1"), f.job(job_id).state) == (pb.BUSY, pb.RUNNING)  # nothing applied
+
+
+def test_a_job_whose_workers_miss_the_restart_grace_is_requeued_then_placed_again():
+    store = MemoryJobStore()
+    first = Control(store)
+    first.handle(Register(wpb.Register(worker_id="w0", host="h1", address="10.0.0.1", backend="gloo",
+                                       device=pb.Device(type="cpu", name="cpu"))))
+    job_id = first.handle(Submit(jobspec.normalize(pb.JobSpec(
+        world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))))).job.id
+    f = Fleet()  # a new coordinator over the same store
+    f.ctl = Control(store, Timings(heartbeat_timeout_s=100))
+    t0 = time.monotonic()
+    f.ctl.handle(Reload(reattach_deadline=t0 + 15))
+    assert f.job(job_id).state == pb.RUNNING  # waiting for its worker
+    out = f.ctl.handle(Tick(t0 + 16))
+    assert f.job(job_id).state == pb.QUEUED and sends(out) == []
+    out = f.register("w0")
+    assert sends(out) == [("w0", "registered"), ("w0", "assignment")]
+    assert f.job(job_id).state == pb.RUNNING

@@ -73,9 +73,10 @@ def router(core: Coordinator) -> APIRouter:
         job_id: JobId,
         tolerance: Annotated[float, Query(gt=0, lt=1, description="slow: below this share of a clean group")] = 0.8,
         size_bytes: Annotated[int, Query(ge=0, le=1 << 40, description="test size (0: the job's largest)")] = 0,
-        known_good: Annotated[list[str], Query(max_length=4096, description="workers to pad groups with")] = [],  # noqa: B006
     ) -> JSON:
-        request = pb.LocalizeRequest(job_id=job_id, tolerance=tolerance, size_bytes=size_bytes, known_good=known_good)
+        # Known-good padding is the idle workers outside the gang here (a list of ids would not fit
+        # a URL at fleet scale); gRPC and the CLI take an explicit list.
+        request = pb.LocalizeRequest(job_id=job_id, tolerance=tolerance, size_bytes=size_bytes)
         with domain_errors():
             return JSON(to_json(await localizer.localize(core, request)))
 

@@ -111,3 +111,19 @@ def test_bad_input_names_the_field():
     p.next_round()
     with pytest.raises(ValueError, match="figures"):
         p.record({})
+
+
+def test_driver_test_shape_from_the_job():
+    from coordinator.localizer import test_shape
+    from ringleader.errors import FailedPrecondition
+    from ringleader.v1 import jobs_pb2 as pb
+
+    job = pb.Job(id="j", spec=pb.JobSpec(collective=pb.CollectiveSpec(op="broadcast", dtype="bfloat16", sizes=[8, 4096])),
+                 workers=[pb.WorkerRef(worker_id="a", rank=0), pb.WorkerRef(worker_id="b", rank=1)])
+    shape = test_shape(job)
+    assert (shape.op, shape.dtype, list(shape.sizes)) == ("all_reduce", "bfloat16", [4096])  # rooted -> all_reduce
+    assert list(test_shape(job, size_bytes=1 << 20).sizes) == [1 << 20]
+    with pytest.raises(FailedPrecondition, match="one worker"):
+        test_shape(pb.Job(id="j", spec=job.spec, workers=job.workers[:1]))
+    with pytest.raises(FailedPrecondition, match="collective job that ran"):
+        test_shape(pb.Job(id="j", spec=pb.JobSpec(train=pb.TrainSpec()), workers=job.workers))

@@ -42,6 +42,9 @@ class JobStore(abc.ABC):
     - `set_rank_log` stores one rank's log text, replacing that rank's earlier one (a rerun);
       `rank_logs` returns {rank: text} of the ranks that have one. Both MUST fail with NotFound
       if the job is unknown. Logs are kept apart from the Job: `get` and `list` never carry them.
+    - `worker_credential` returns the credential digest bound to a worker id ("" if none);
+      `set_worker_credential` binds one (replacing any); `forget_worker_credential` unbinds it
+      and says whether one was bound. They concern workers, not jobs: no job need exist.
     - `put_baseline` stores a baseline entry (coordinator/baselines.py), replacing the one of the
       same key; `baseline(key)` returns it (None if none); `baselines()` returns all, by key.
     - What was written before `close` is there after reopening the same path (SQL store).
@@ -92,6 +95,13 @@ class JobStore(abc.ABC):
     def job_for_request(self, request_id: str) -> str: ...
 
     @abc.abstractmethod
+    def worker_credential(self, worker_id: str) -> str: ...
+
+    @abc.abstractmethod
+    def set_worker_credential(self, worker_id: str, digest: str) -> None: ...
+
+    @abc.abstractmethod
+    def forget_worker_credential(self, worker_id: str) -> bool: ...
     def put_baseline(self, entry: pb.BaselineEntry) -> None: ...
 
     @abc.abstractmethod

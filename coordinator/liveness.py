@@ -25,10 +25,10 @@ from typing import Iterable
 from coordinator.inputs import Fail, Input, Lost, Requeue
 from coordinator.jobs import Running
 from coordinator.registry import WorkerRegistry
+from ringleader import jobspec
 from ringleader.v1 import jobs_pb2 as pb
 
 UNWELL = {pb.EXECUTOR_STOPPED: "process stopped", pb.EXECUTOR_UNRESPONSIVE: "unresponsive"}
-DEFAULT_RENDEZVOUS_TIMEOUT_S = 30.0  # a spec's rendezvous_timeout_s when it leaves it 0
 
 
 @dataclass
@@ -80,7 +80,7 @@ def _check_job(rj: Running, now: float, workers: WorkerRegistry, timings: Timing
 
 
 def rendezvous_timeout(rj: Running) -> float:
-    return rj.job.spec.rendezvous_timeout_s or DEFAULT_RENDEZVOUS_TIMEOUT_S
+    return rj.job.spec.rendezvous_timeout_s or jobspec.DEFAULT_RENDEZVOUS_TIMEOUT_S  # a job stored by an older version
 
 
 def rendezvous_reason(rj: Running, limit: float) -> str:

@@ -8,6 +8,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from coordinator.identity import WorkerIdentities
+from coordinator.rpc_parse import MalformedRequestInterceptor
 from coordinator.service import Coordinator
 from coordinator.servicers import JobServicer, WorkerServicer
 from ringleader.grpc_options import SERVER_OPTIONS
@@ -21,13 +23,19 @@ SERVICE_NAMES = (
 
 async def start_server(coordinator: Coordinator, address: str,
                        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-                       credentials: grpc.ServerCredentials | None = None) -> tuple[grpc.aio.Server, int]:
+                       credentials: grpc.ServerCredentials | None = None,
+                       forget_workers: Sequence[str] = ()) -> tuple[grpc.aio.Server, int]:
     """Build and start the gRPC server on `address` (port 0 picks one); returns it with its port.
     `interceptors` wrap every RPC, the first outermost (metrics, then coordinator.auth's token
-    check); `credentials` (ringleader.security.ServerSecurity.grpc_credentials) make it TLS."""
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=list(interceptors))
+    check), and request bytes that do not parse are answered innermost; `credentials`
+    (ringleader.security.ServerSecurity.grpc_credentials) make it TLS; `forget_workers`: ids
+    whose credentials are reset first (ServerSecurity.forget_workers, coordinator/identity.py)."""
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, MalformedRequestInterceptor()])
+    identities = WorkerIdentities(coordinator.store)
+    for worker_id in forget_workers:
+        identities.forget(worker_id)
     jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(coordinator), server)
-    workers_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(coordinator), server)
+    workers_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(coordinator, identities), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

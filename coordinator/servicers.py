@@ -1,5 +1,7 @@
 """Thin gRPC servicers: each RPC calls one Coordinator method; domain errors become statuses
-through ringleader.errors' catalog."""
+through ringleader.errors' catalog. Who may call is checked first (coordinator/identity.py):
+a worker's certificate never reaches the users' API, and a registration reaches the control core
+only once its certificate, credential and address are the worker's own."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import logging
 
 import grpc
 
-from coordinator import baselines, localizer
+from coordinator import admission, baselines, identity, localizer
+from coordinator.identity import WorkerIdentities
 from coordinator.service import Coordinator
 from ringleader.errors import RingleaderError, answer
 from ringleader.v1 import jobs_pb2 as pb
@@ -27,6 +30,7 @@ def _rpc(method):
     @functools.wraps(method)
     async def wrapper(self, request, context):
         try:
+            identity.caller_may_use_jobs(context)
             return method(self, request, context)
         except RingleaderError as exc:
             await abort_with(context, exc)
@@ -39,6 +43,7 @@ def _durable(method):
     @functools.wraps(method)
     async def wrapper(self, request, context):
         try:
+            identity.caller_may_use_jobs(context)
             answer_ = method(self, request, context)
         except RingleaderError as exc:
             await abort_with(context, exc)
@@ -81,6 +86,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def WatchJob(self, request, context):
         try:
+            identity.caller_may_use_jobs(context)
             async for event in self.c.watch(request.job_id):
                 yield event
         except RingleaderError as exc:
@@ -104,19 +110,28 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
     """One long-lived stream per daemon: the first message registers, the rest flow both ways."""
 
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: Coordinator, identities: WorkerIdentities) -> None:
         self.c = coordinator
+        self.identities = identities
 
     async def Connect(self, request_iterator, context):
         first = await context.read()
         if first is grpc.aio.EOF or first.WhichOneof("msg") != "register":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must be Register")
+        reg = first.register
         try:
-            conn = self.c.register(first.register)
+            admission.check_registration(reg)  # before its address is resolved or its id looked up
+            await identity.check_address(reg, context.peer())
+            secret = self.identities.check(reg, identity.peer_identity(context))
+            reg.worker_secret = ""  # it goes no further than this check
+            conn = self.c.register(reg)
         except RingleaderError as exc:
+            self.identities.log_refusal(reg.worker_id, str(exc))
             await abort_with(context, exc)
+        if secret:  # a first registration: bound now, committed before the worker is told (_write)
+            self.identities.bind(reg.worker_id, secret)
         reader = asyncio.create_task(self._read(conn, context))
-        writer = asyncio.create_task(self._write(conn, context))
+        writer = asyncio.create_task(self._write(conn, context, secret))
         why = "stream closed by the worker"
         try:
             # Either side may end the stream: the worker closing it, or the coordinator
@@ -140,10 +155,13 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
                 return
             self.c.on_message(conn, msg)
 
-    @staticmethod
-    async def _write(conn, context) -> None:
+    async def _write(self, conn, context, secret: str) -> None:
+        if secret:
+            await self.c.durable()
         while True:
             msg = await conn.outbox.get()
             if msg is None:  # the coordinator dropped this worker
                 return
+            if secret and msg.WhichOneof("msg") == "registered":  # the first message: it carries the secret
+                msg.registered.worker_secret, secret = secret, ""
             await context.write(msg)

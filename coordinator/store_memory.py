@@ -27,6 +27,7 @@ class MemoryJobStore(JobStore):
         self._events: dict[str, list[pb.JobEvent]] = {}
         self._logs: dict[str, dict[int, str]] = {}
         self._requests: dict[str, str] = {}  # request id -> job id
+        self._credentials: dict[str, str] = {}  # worker id -> credential digest
         self._baselines: dict[str, pb.BaselineEntry] = {}
 
     def _known(self, job_id: str) -> pb.Job:
@@ -114,6 +115,14 @@ class MemoryJobStore(JobStore):
         ids = sorted(self._jobs, key=self._order.__getitem__)
         return [self._full(i) for i in ids if self._jobs[i].state in UNFINISHED]
 
+    def worker_credential(self, worker_id: str) -> str:
+        return self._credentials.get(worker_id, "")
+
+    def set_worker_credential(self, worker_id: str, digest: str) -> None:
+        self._credentials[worker_id] = digest
+
+    def forget_worker_credential(self, worker_id: str) -> bool:
+        return self._credentials.pop(worker_id, None) is not None
     def put_baseline(self, entry: pb.BaselineEntry) -> None:
         self._baselines[entry.key] = _copy(entry)
 

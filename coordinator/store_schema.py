@@ -49,7 +49,16 @@ MIGRATIONS: list[list[str]] = [
         "CREATE UNIQUE INDEX jobs_by_request ON jobs (request_id)",
     ],
     [
-        # v4: baselines (coordinator/baselines.py): one serialized pb.BaselineEntry per key.
+        # v6: worker credentials. The digest of the secret each worker id was issued at its
+        # first registration (coordinator/identity.py); the secret itself is never stored.
+        """CREATE TABLE worker_credentials (
+            worker_id TEXT PRIMARY KEY,
+            digest TEXT NOT NULL
+        ) WITHOUT ROWID""",
+    ],
+    [
+        # baselines (coordinator/baselines.py; "v4" in the plan, appended after the worker
+        # credentials that reached main first): one serialized pb.BaselineEntry per key.
         """CREATE TABLE baselines (
             key TEXT PRIMARY KEY,
             blob BLOB NOT NULL

@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Iterator
 
 from coordinator.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
 from coordinator.store_schema import MIGRATIONS
+from coordinator.store_sqlite_baselines import SqliteBaselines
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
@@ -32,7 +33,7 @@ log = logging.getLogger("ringleader.coordinator")
 CHECKPOINT_S = 1.0  # how often the checkpoint thread copies the WAL back into the database
 
 
-class SqliteJobStore(JobStore):
+class SqliteJobStore(SqliteBaselines, JobStore):
     def __init__(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: the module never opens transactions behind our back; _tx opens
@@ -276,16 +277,16 @@ class SqliteJobStore(JobStore):
             ).fetchall()
             return [self._load(c, r[0], with_results=True) for r in ids]
 
-    def put_baseline(self, entry: pb.BaselineEntry) -> None:
+    def worker_credential(self, worker_id: str) -> str:
+        with self._tx() as c:
+            row = c.execute("SELECT digest FROM worker_credentials WHERE worker_id = ?", (worker_id,)).fetchone()
+        return row[0] if row else ""
+
+    def set_worker_credential(self, worker_id: str, digest: str) -> None:
         with self._tx(write=True) as c:
-            c.execute("INSERT OR REPLACE INTO baselines (key, blob) VALUES (?, ?)", (entry.key, entry.SerializeToString()))
+            c.execute("INSERT OR REPLACE INTO worker_credentials (worker_id, digest) VALUES (?, ?)",
+                      (worker_id, digest))
 
-    def baseline(self, key: str) -> pb.BaselineEntry | None:
-        with self._tx() as c:
-            row = c.execute("SELECT blob FROM baselines WHERE key = ?", (key,)).fetchone()
-        return pb.BaselineEntry.FromString(row[0]) if row else None
-
-    def baselines(self) -> list[pb.BaselineEntry]:
-        with self._tx() as c:
-            rows = c.execute("SELECT blob FROM baselines ORDER BY key").fetchall()
-        return [pb.BaselineEntry.FromString(r[0]) for r in rows]
+    def forget_worker_credential(self, worker_id: str) -> bool:
+        with self._tx(write=True) as c:
+            return c.execute("DELETE FROM worker_credentials WHERE worker_id = ?", (worker_id,)).rowcount > 0

@@ -9,7 +9,7 @@ from fastapi.responses import PlainTextResponse, Response
 from coordinator.service import Coordinator
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.auth import Access
-from dashboard import api, baselines_api, ui
+from dashboard import api, baselines_api, fleet_view, ui
 from dashboard.guard import Guard, GuardConfig
 from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
 
@@ -24,6 +24,7 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     # refused requests included. One app per registry.
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
     app.include_router(api.router(core))
+    app.include_router(fleet_view.router(core))
     app.include_router(baselines_api.router(core))
     ui.mount(app)
 

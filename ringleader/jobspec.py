@@ -28,6 +28,7 @@ MAX_TEXT = 256  # names, hosts, GPU models, worker ids: free text a user or work
 # A bound on priority bounds how long aging (one level per minute) takes to overtake: 33 hours.
 MAX_PRIORITY = 1000
 MAX_OP_TIMEOUT_S = 7 * 86400.0
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 30.0  # forming a group: within the store's and NCCL's usual times
 MAX_BATCH_SIZE = 1 << 20
 # The spec travels to every rank in its Assignment and is stored with the job; only a long list
 # of worker ids can make it this large.
@@ -121,6 +122,7 @@ def normalize(spec: pb.JobSpec) -> ValidJob:
     out = pb.JobSpec()
     out.CopyFrom(spec)
     out.op_timeout_s = spec.op_timeout_s or specs.DEFAULT_OP_TIMEOUT_S
+    out.rendezvous_timeout_s = _rendezvous_timeout(spec.rendezvous_timeout_s, out.op_timeout_s)
     kind.resolve("check")(out)
     return kind.resolve("view")(out)
 
@@ -137,6 +139,15 @@ def _largest_field(spec: pb.JobSpec) -> str:
         rest.ClearField(field.name)
         weights[f"{kind}.{field.name}"] = msg.ByteSize() - rest.ByteSize()
     return max(weights, key=weights.__getitem__)
+
+
+def _rendezvous_timeout(seconds: float, op_timeout_s: float) -> float:
+    """Forming a group has its own deadline, within the op deadline (0: the default, capped by it);
+    the executors' init_process_group gets it too."""
+    if seconds > op_timeout_s:
+        raise InvalidSpec("rendezvous_timeout_s", f"must be at most op_timeout_s ({op_timeout_s:g} s), got {seconds:g} "
+                          f"(0: the default, {DEFAULT_RENDEZVOUS_TIMEOUT_S:g} s)")
+    return seconds or min(DEFAULT_RENDEZVOUS_TIMEOUT_S, op_timeout_s)
 
 
 def check_text(field: str, value: str) -> None:

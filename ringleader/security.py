@@ -125,6 +125,7 @@ class ServerSecurity:
     tls: TlsFiles = field(default_factory=lambda: TlsFiles(ca_flag="--tls-client-ca"))  # ca: require client certs
     insecure: bool = False  # serve off-loopback without both tokens (warned about, hourly)
     metrics_auth: bool = False  # /metrics behind the users' token
+    forget_workers: tuple[str, ...] = ()  # worker ids whose credentials are reset at start
 
     def __post_init__(self) -> None:
         for flag, token in (("--token-file", self.users_token), ("--worker-token-file", self.workers_token)):

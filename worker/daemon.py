@@ -9,12 +9,9 @@ executor replaced if needed, and the daemon idle and connected. Only a signal en
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,8 +21,10 @@ from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker import api
+from worker.credential import WorkerSecret
 from worker.link import Backoff, CoordinatorLink
 from worker.netif import route_to
+from worker.ranklogs import RankLogs
 from worker.supervisor import ExecutorHandle, ExecutorStartError
 
 log = logging.getLogger("ringleader.worker")
@@ -44,6 +43,7 @@ class WorkerConfig:
     advertise_host: str = ""  # where peers reach this worker's TCP store; default: the route to the coordinator
     max_backoff_s: float = 5.0
     security: ClientSecurity = field(default_factory=ClientSecurity)  # the workers' token, TLS
+    state_dir: str = ""  # where this worker keeps its credential across restarts (worker/credential.py)
 
 
 def default_worker_id(device: str) -> str:
@@ -75,12 +75,13 @@ class WorkerDaemon:
         self._stats_lock = threading.Lock()
         self.link = CoordinatorLink(config.coordinator, self.worker_id, self.register_message,
                                     self.heartbeat_message, self.on_coordinator, config.max_backoff_s,
-                                    config.security)
+                                    config.security, WorkerSecret(self.worker_id, config.state_dir))
         self.loop_alive_at = time.monotonic()  # stamped by _tick; worker/health.py's liveness
         self._lock = asyncio.Lock()  # one executor operation at a time
         self._drops: dict[str, asyncio.Future] = {}
         self._stopping = asyncio.Event()
-        self._log_dir = ""  # where executors capture each job's stderr (made by run)
+        self.logs = RankLogs()  # where executors capture each rank's stderr
+        self._replacing: asyncio.Task | None = None  # held: the loop keeps only weak references
 
     @property
     def connected(self) -> asyncio.Event:
@@ -88,14 +89,14 @@ class WorkerDaemon:
 
     async def run(self) -> None:
         self._ticker = asyncio.create_task(self._tick())  # held: the loop keeps only weak references
-        self._log_dir = tempfile.mkdtemp(prefix="ringleader-logs-")
+        self.logs.open()
         try:
             await self._start_executor()
             await self.link.run(self._stopping)
         finally:
             if self.executor:
                 await self.executor.stop()
-            shutil.rmtree(self._log_dir, ignore_errors=True)
+            self.logs.close()
 
     async def _tick(self) -> None:
         while not self._stopping.is_set():
@@ -139,7 +140,7 @@ class WorkerDaemon:
                 self._send_done(a.rank, api.Done.failed(a.job_id, why, wpb.RANK_ERROR, holds=self.holds))
                 return
             self.job = (a.job_id, a.rank)
-            self.executor.send(api.Run(a.SerializeToString(), self._log_path(a.job_id, a.rank)))
+            self.executor.send(api.Run(a.SerializeToString(), self.logs.path(a.job_id, a.rank)))
 
     async def _abort(self, abort: wpb.Abort) -> None:
         async with self._lock:
@@ -153,7 +154,7 @@ class WorkerDaemon:
             # The group may be mid-collective with a dead peer: only a new process is safe.
             await self._retire_executor()
             self.job = None
-            log_text = self._last_log(job_id, rank, f"aborted ({abort.reason}): the executor was replaced")
+            log_text = self.logs.last(job_id, rank, f"aborted ({abort.reason}): the executor was replaced")
             self._send_done(rank, api.Done.failed(job_id, f"aborted: {abort.reason}", wpb.ABORTED, log=log_text))
             await self._start_executor()  # under the lock: no assignment runs before it is up
 
@@ -194,6 +195,8 @@ class WorkerDaemon:
         elif isinstance(msg, api.Done) and msg.job_id == job_id:
             self.job, self.holds = None, msg.holds
             self._send_done(rank, msg)
+            if not msg.ok:  # it retires (worker/executor.py): replaced before any next Run reaches it
+                self._replacing = asyncio.create_task(self._replace_retired(handle))
         elif isinstance(msg, api.GroupDropped):
             if msg.group_key == self.holds:
                 self.holds = ""
@@ -209,7 +212,7 @@ class WorkerDaemon:
                 return
             code = await handle.reap()
             job, held = self.job, self.holds
-            if code == 0 and not job:  # it retired after a failed NCCL job (worker/executor.py)
+            if code == 0 and not job:  # it retired after a failed job (worker/executor.py)
                 log.info("executor retired after a failed job; starting a fresh one")
             why = f"executor process died (exit code {code})" if code is None or code >= 0 else \
                 f"executor process killed by signal {-code}"
@@ -221,7 +224,7 @@ class WorkerDaemon:
             # few seconds for the cause to report (coordinator/liveness.py).
             if job:
                 self._send_done(job[1], api.Done.failed(job[0], why, wpb.EXECUTOR_DIED,
-                                                        log=self._last_log(*job, why)))
+                                                        log=self.logs.last(*job, why)))
             elif held:
                 self.link.send(wpb.WorkerMessage(group_dropped=wpb.GroupDropped(group_key=held)))
             await self._start_executor()
@@ -262,23 +265,15 @@ class WorkerDaemon:
         await self._retire_executor()
         await self._start_executor()
 
+    async def _replace_retired(self, handle: ExecutorHandle) -> None:
+        async with self._lock:  # taken before any assignment that follows the failed Done
+            if handle is self.executor and not self._stopping.is_set():
+                await self._replace_executor()
+
     def _send_done(self, rank: int, done: api.Done) -> None:
         self.jobs_done["succeeded" if done.ok else _OUTCOMES.get(done.failure, "failed")] += 1
         self.link.send(wpb.WorkerMessage(done=done.to_pb(rank, self.restarts)))
-        if self._log_dir:  # sent: the capture file has served
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._log_path(done.job_id, rank))
-
-    # ---- the rank's log --------------------------------------------------------------------
-
-    def _log_path(self, job_id: str, rank: int) -> str:
-        safe = "".join(c if c.isalnum() else "_" for c in job_id)  # ids are the coordinator's: stay in the dir
-        return os.path.join(self._log_dir, f"{safe}.rank{rank}.log") if self._log_dir else ""
-
-    def _last_log(self, job_id: str, rank: int, why: str) -> str:
-        """What a lost executor wrote during the job, and a line saying how it was lost."""
-        text = api.read_log(self._log_path(job_id, rank))
-        return text + ("\n" if text and not text.endswith("\n") else "") + f"[ringleader: {why}]\n"
+        self.logs.remove(done.job_id, rank)  # sent: the capture file has served
 
 
 async def run_daemons(configs: list[WorkerConfig], metrics=None) -> None:

@@ -3,11 +3,14 @@
 It speaks worker/api.py's messages with its daemon and NCCL or gloo with its peers. It keeps its
 process group between jobs while the coordinator sends the same group key (a warm group), and
 drops it when told (DropGroup: every member is told at once, so the graceful destroy completes).
-A job that fails leaves the group in an unknown state: a gloo group is destroyed, while an
-executor with an NCCL group reports and then exits, for its daemon to replace it (an NCCL
-communicator after an error cannot be trusted, and re-initialising after an abort is not
-reliable in torch: pytorch/pytorch#151159). A new group forms with rank 0 binding its TCP store
-on a free port and reporting it (StoreReady) before the other ranks are told where to connect.
+An executor whose job failed reports and then exits, for its daemon to replace it (a fork from
+the forkserver: milliseconds): the group is in an unknown state, an NCCL communicator after an
+error cannot be trusted (re-initialising after an abort is not reliable in torch:
+pytorch/pytorch#151159), and a failed init_process_group has already advanced torch's group
+counter, so this process would rendezvous under store keys fresh peers never use (issue 18: a
+poisoned rank). A new group forms with rank 0 binding its TCP store on a free port and reporting
+it (StoreReady) before the other ranks are told where to connect; forming it has its own
+deadline (JobSpec.rendezvous_timeout_s), shorter than the collectives' timeout.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import traceback
 
 from worker import api
 
-STORE_TIMEOUT_S = 60  # how long ranks wait for each other at rendezvous
+COLLECTIVE_TIMEOUT_S = 60  # gloo's and NCCL's own timeout for one collective of a formed group
 BEAT_S = 0.2  # the liveness counter's period (the daemon watches it)
 # Errors that a rank sees when a peer dies or hangs: reported as PEER_ERROR so the coordinator
 # looks for the rank that caused them before blaming this one.
@@ -37,7 +40,9 @@ def failure_kind(exc: BaseException) -> int:
 
     from ringleader.v1 import workers_pb2 as wpb
 
-    peer_types = tuple(t for t in (getattr(dist, "DistNetworkError", None),) if t)
+    # A store's wait timeout at rendezvous: the peers this rank waited for never came.
+    peer_types = tuple(t for t in (getattr(dist, "DistNetworkError", None), getattr(dist, "DistStoreError", None))
+                       if t)
     if isinstance(exc, peer_types) or any(m in str(exc) for m in PEER_ERROR_MARKERS):
         return wpb.PEER_ERROR
     return wpb.RANK_ERROR
@@ -70,15 +75,13 @@ class Executor:
         self.flavor = ""  # the communicator settings the group was created with
 
     def serve(self) -> bool:
-        """Serve until told to exit (True), or until retiring after a failed NCCL job (False)."""
+        """Serve until told to exit (True), or until retiring after a failed job (False)."""
         self.conn.send(api.Ready(describe_device(str(self.device)), os.getpid()))
         while not isinstance(msg := self.conn.recv(), api.Exit):
             if isinstance(msg, api.Run):
                 self.conn.send(self.run(msg))  # report first: tearing down may wait on peers
                 if self.broken:
-                    if self.backend == "nccl":
-                        return False
-                    self._destroy_group()
+                    return False
             elif isinstance(msg, api.DropGroup):
                 if msg.group_key == self.group_key:
                     self._destroy_group()
@@ -126,12 +129,14 @@ class Executor:
     def _init_group(self, a) -> None:
         import torch.distributed as dist
 
+        from ringleader import jobspec
         from ringleader.algos import flavor_env
         from worker.algos import comm_env
 
         self._destroy_group()
         self.backend = a.backend
-        timeout = datetime.timedelta(seconds=STORE_TIMEOUT_S)
+        # normalize filled it in; a coordinator of an older version sent none
+        timeout = datetime.timedelta(seconds=a.spec.rendezvous_timeout_s or jobspec.DEFAULT_RENDEZVOUS_TIMEOUT_S)
         if a.rank == 0:  # bind first (a free port), then say where: no port can be taken between
             store = dist.TCPStore(a.store_host, a.store_port, a.world_size, is_master=True,
                                   timeout=timeout, wait_for_workers=False)
@@ -144,6 +149,8 @@ class Executor:
         with comm_env(flavor_env(a.flavor)):
             dist.init_process_group(a.backend, store=store, rank=a.rank, world_size=a.world_size,
                                     timeout=timeout, **kwargs)
+        # The rendezvous deadline bounded forming the group; its collectives get their own.
+        _set_pg_timeout(datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
         self.group_key, self.flavor = a.group_key, a.flavor
 
     def _destroy_group(self) -> None:
@@ -152,6 +159,14 @@ class Executor:
         self.group_key, self.flavor, self.broken = "", "", False
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _set_pg_timeout(timeout: datetime.timedelta) -> None:
+    """The default group's collective timeout, changed after init (a private torch function,
+    present since torch 2.3; this project pins a newer one)."""
+    from torch.distributed.distributed_c10d import _set_pg_timeout as set_timeout
+
+    set_timeout(timeout)
 
 
 class StderrCapture:

@@ -20,6 +20,8 @@ from ringleader.grpc_options import KEEPALIVE_OPTIONS
 from ringleader.security import ClientSecurity
 from ringleader.v1 import workers_pb2 as wpb
 from ringleader.v1 import workers_pb2_grpc
+from worker.credential import WorkerSecret
+from worker.tlsdiag import tls_refusal
 
 log = logging.getLogger("ringleader.worker")
 
@@ -40,14 +42,16 @@ class Backoff:
 
 class CoordinatorLink:
     """`register()` and `heartbeat()` build those messages when due; `on_message` handles each
-    message down the stream, in order; `security` carries the workers' token and TLS settings."""
+    message down the stream, in order; `security` carries the workers' token and TLS settings;
+    `secret` this worker's own credential (sent with every Register, replaced when issued)."""
 
     def __init__(self, address: str, worker_id: str, register: Callable[[], wpb.Register],
                  heartbeat: Callable[[], wpb.Heartbeat],
                  on_message: Callable[[wpb.CoordinatorMessage], Awaitable[None]], max_backoff_s: float,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None, secret: WorkerSecret | None = None) -> None:
         self.address, self.worker_id = address, worker_id
         self.security = security or ClientSecurity()  # the workers' token and TLS
+        self.secret = secret or WorkerSecret(worker_id)
         self.register, self.heartbeat, self.on_message = register, heartbeat, on_message
         self.max_backoff_s = max_backoff_s
         self.heartbeat_s = 1.0
@@ -88,6 +92,10 @@ class CoordinatorLink:
                     log.log(logging.ERROR if refusal != self._refusal else logging.DEBUG,
                             "coordinator %s refused this worker: %s", self.address, refusal)
                     self._refusal = refusal
+                elif refusal := tls_refusal(exc.details() or "", self.security.tls):
+                    log.log(logging.ERROR if refusal != self._refusal else logging.DEBUG,
+                            "coordinator %s unreachable: %s", self.address, refusal)
+                    self._refusal = refusal
                 else:
                     log.info("coordinator %s unreachable (%s)", self.address, exc.code().name)
             except Exception:  # a bug of ours: log it, reconnect, keep serving
@@ -101,10 +109,14 @@ class CoordinatorLink:
     async def _connect(self, backoff: Backoff) -> None:
         async with self.security.aio_channel(self.address, options=KEEPALIVE_OPTIONS) as channel:
             call = workers_pb2_grpc.WorkerServiceStub(channel).Connect(metadata=self.security.metadata)
-            await call.write(wpb.WorkerMessage(register=self.register()))
+            register = self.register()
+            register.worker_secret = self.secret.value
+            await call.write(wpb.WorkerMessage(register=register))
             first = await call.read()
             if first is grpc.aio.EOF:
                 return
+            if first.registered.worker_secret:  # our id's first registration: keep what proves it
+                self.secret.keep(first.registered.worker_secret)
             self.heartbeat_s = first.registered.heartbeat_interval_s or self.heartbeat_s
             backoff.reset()
             self._refusal = ""
@@ -145,4 +157,3 @@ class CoordinatorLink:
         while True:
             self.send(wpb.WorkerMessage(heartbeat=self.heartbeat()))
             await asyncio.sleep(self.heartbeat_s)
-

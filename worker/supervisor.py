@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import threading
 import time
+from multiprocessing import forkserver
 from typing import Callable
 
+from ringleader.security import USERS_TOKEN_ENV, WORKERS_TOKEN_ENV
 from worker import api
 
+# The credentials' variables (ringleader/security.py, ringleader/app/security_flags.py).
+SECRET_ENV = (WORKERS_TOKEN_ENV, USERS_TOKEN_ENV, "RINGLEADER_WORKER_TOKEN_FILE", "RINGLEADER_TOKEN_FILE")
 READY_TIMEOUT_S = 120  # importing torch and creating a CUDA context can take a while
 UNRESPONSIVE_S = 3.0  # no beat for this long: the executor is not responding
 
@@ -24,11 +29,17 @@ _CONTEXT = None
 
 
 def _context():
-    """One forkserver per daemon process, preloaded with torch (started on first use)."""
+    """One forkserver per daemon process, preloaded with torch, started now without the tokens
+    in its environment: the executors it forks run job code and need neither."""
     global _CONTEXT
     if _CONTEXT is None:
         _CONTEXT = mp.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "worker.executor"])
+        saved = {name: os.environ.pop(name) for name in SECRET_ENV if name in os.environ}
+        try:
+            forkserver.ensure_running()
+        finally:
+            os.environ.update(saved)
     return _CONTEXT
 
 

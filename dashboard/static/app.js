@@ -1,6 +1,7 @@
 // ringleader dashboard: plain JS on top of the REST API (/api/v1), no build step.
 //
-//   /           the fleet (polled every 2 s) and the jobs table (live through /api/v1/events)
+//   /           the fleet health view (fleet.js, following /api/v1/fleet) and the jobs table (live
+//               through /api/v1/events)
 //   /jobs/{id}  a job: busbw and time against size (uPlot, log-log), the nccl-tests-style table,
 //               an overlay of a second job, downloads; live through /api/v1/jobs/{id}/events
 //
@@ -22,7 +23,6 @@
   const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
   const ROOTED_OPS = new Set(["reduce", "broadcast", "gather", "scatter"]);
   const REDUCING_OPS = new Set(["all_reduce", "reduce", "reduce_scatter"]);
-  const FLEET_REFRESH_MS = 2000;
   const COLORS = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04", "#db2777"];
 
   window.ringleaderCharts = {};
@@ -307,6 +307,18 @@
       h("span", { class: "progress-label" }, label));
   }
 
+  // A table row brought up to date cell by cell: cells whose content is unchanged (the job's link)
+  // stay the same elements, so a click in progress on them is not lost.
+  function patchRow(row, fresh) {
+    row.className = fresh.className;
+    [...fresh.cells].forEach((cell, i) => {
+      const old = row.cells[i];
+      if (!old) row.append(cell);
+      else if (old.innerHTML !== cell.innerHTML || old.className !== cell.className) old.replaceWith(cell);
+      else old.title = cell.title;
+    });
+  }
+
   const shortId = (id) => String(id || "").slice(0, 8);
   const jobLink = (id, text) => h("a", { href: `/jobs/${encodeURIComponent(id)}`, class: "mono" }, text || id);
 
@@ -376,95 +388,26 @@
     constructor() {
       this.jobs = new Map();        // id -> Job JSON (without results)
       this.nextBefore = null;
+      this.keep = 50;               // jobs the table holds: the pages it loaded
       this.events = null;
       this.hadError = false;
     }
 
     start() {
       document.title = "ringleader";
+      this.fleet = RingleaderFleet.mount({ getJSON, h, jobLink, fmtTime, fmtAge });
+      // Rows are redrawn only while the pointer is elsewhere, so a click never loses its row.
+      this.jobsTable = new RingleaderFleet.Steady($("jobs-body").closest("table"), () => this.drawJobs());
       const select = $("filter-op");  // every op and kind listings filter on, from the table
       select.replaceChildren(h("option", { value: "" }, "all"),
         ...KINDS.flatMap((k) => k.listed_as).map((name) => h("option", { value: name }, name)));
-      this.refreshFleet();
-      setInterval(() => this.refreshFleet(), FLEET_REFRESH_MS);
       $("filter-state").addEventListener("change", () => this.loadJobs());
       $("filter-op").addEventListener("change", () => this.loadJobs());
       $("jobs-more").addEventListener("click", () => this.loadJobs(this.nextBefore));
       // Ages in the jobs table move on even when nothing else happens.
-      setInterval(() => this.renderJobs(), 10000);
+      setInterval(() => { this.agesDue = true; this.renderJobs(); }, 10000);
       this.loadJobs();
       this.listen();
-    }
-
-    // -- fleet
-
-    async refreshFleet() {
-      const workers = [];
-      try {
-        // Every page: the fleet view draws all workers, by host.
-        let token = null;
-        do {
-          const page = await getJSON(`${API}/workers?limit=1000` + (token ? `&page_token=${encodeURIComponent(token)}` : ""));
-          workers.push(...page.workers);
-          token = page.next_page_token;
-        } while (token);
-      } catch (error) {
-        $("fleet-summary").textContent = `cannot list workers: ${error.message}`;
-        return;
-      }
-      this.renderFleet(workers);
-    }
-
-    renderFleet(workers) {
-      const byHost = new Map();
-      for (const w of workers) {
-        if (!byHost.has(w.host)) byHost.set(w.host, []);
-        byHost.get(w.host).push(w);
-      }
-      const counts = { IDLE: 0, BUSY: 0, DISCONNECTED: 0 };
-      for (const w of workers) counts[w.state] = (counts[w.state] || 0) + 1;
-      $("fleet-summary").textContent = workers.length
-        ? `${workers.length} worker${workers.length === 1 ? "" : "s"} on ${byHost.size} host${byHost.size === 1 ? "" : "s"}: `
-          + `${counts.IDLE} idle, ${counts.BUSY} busy` + (counts.DISCONNECTED ? `, ${counts.DISCONNECTED} disconnected` : "")
-        : "";
-
-      const hosts = [...byHost.keys()].sort();
-      const cards = hosts.map((host) => {
-        const members = byHost.get(host).sort((a, b) =>
-          (a.device.type || "").localeCompare(b.device.type || "") || (a.device.index - b.device.index)
-          || a.worker_id.localeCompare(b.worker_id));
-        return h("div", { class: "host" },
-          h("div", { class: "host-name" }, h("span", { class: "mono" }, host || "(unknown host)"),
-            h("span", { class: "muted" }, ` ${members.length} worker${members.length === 1 ? "" : "s"}`)),
-          h("table", { class: "grid workers" },
-            h("thead", {}, h("tr", {},
-              h("th", {}, "worker"), h("th", {}, "device"), h("th", {}, "state"), h("th", {}, "job"),
-              h("th", { class: "num" }, "heartbeat"))),
-            h("tbody", {}, members.map((w) => this.workerRow(w)))));
-      });
-      const fleet = $("fleet");
-      fleet.replaceChildren(...(cards.length ? cards
-        : [h("p", { class: "muted" }, "No workers connected. Start one with ", h("code", {}, "ringleader worker"), ".")]));
-    }
-
-    workerRow(w) {
-      const d = w.device || {};
-      const gpu = d.type === "cuda";
-      const device = gpu ? `${d.name || "GPU"}` : "cpu";
-      const where = `${d.type || "?"}:${d.index ?? 0}`;
-      const memory = d.memory_bytes ? ` · ${(d.memory_bytes / 2 ** 30).toFixed(0)} GiB` : "";
-      const age = now() - w.last_heartbeat;
-      const stale = w.state !== "DISCONNECTED" && age > 15;
-      return h("tr", { "data-worker": w.worker_id, class: `worker worker-${w.state.toLowerCase()}` },
-        h("td", { class: "mono" }, w.worker_id),
-        h("td", { title: `${d.name || ""}${d.uuid ? " " + d.uuid : ""} (${w.backend})` },
-          h("span", { class: gpu ? "device gpu" : "device cpu" }, device),
-          h("span", { class: "muted" }, ` ${where}${memory}`),
-          w.warm_group ? h("span", { class: "tag", title: `holds process group ${w.warm_group}` }, "warm") : null),
-        h("td", {}, stateBadge(w.state)),
-        h("td", {}, w.job_id ? jobLink(w.job_id, shortId(w.job_id)) : h("span", { class: "muted" }, "—")),
-        h("td", { class: `num${stale ? " stale" : ""}`, title: fmtTime(w.last_heartbeat) },
-          w.last_heartbeat ? fmtAge(age) + " ago" : "—"));
     }
 
     // -- jobs
@@ -494,22 +437,39 @@
       if (!before) this.jobs.clear();
       for (const job of page.jobs) this.jobs.set(job.id, job);
       this.nextBefore = page.next_before || null;
+      this.keep = Math.max(50, this.jobs.size);
       this.renderJobs();
     }
 
-    renderJobs() {
-      const jobs = [...this.jobs.values()].sort((a, b) => b.created_at - a.created_at);
-      $("jobs-body").replaceChildren(...jobs.map((job) => this.jobRow(job)));
-      $("jobs-empty").hidden = jobs.length > 0;
-      $("jobs-more").hidden = !this.nextBefore;
-      this.renderJobsSummary();
+    // The live table holds as many jobs as the pages it loaded: a new job pushes the oldest out
+    // (one "older jobs" away), so an open tab's table does not grow without end.
+    dropOldest() {
+      const oldest = [...this.jobs.values()].sort((a, b) => a.created_at - b.created_at);
+      while (this.jobs.size > this.keep) this.jobs.delete(oldest.shift().id);
+      this.nextBefore = oldest[0].id;
     }
 
-    renderJobsSummary() {
-      const jobs = [...this.jobs.values()];
-      const running = jobs.filter((j) => j.state === "RUNNING").length;
-      const queued = jobs.filter((j) => j.state === "QUEUED").length;
-      $("jobs-summary").textContent = jobs.length ? `${running} running, ${queued} queued` : "";
+    renderJobs() {
+      this.jobsTable.redraw();
+    }
+
+    // (The jobs summary, running and queued counts of the whole coordinator, is the fleet view's.)
+    // Rows already shown are kept (events patch them in place; ages every 10 s): a new job costs
+    // one row, not the whole table.
+    drawJobs() {
+      const jobs = [...this.jobs.values()].sort((a, b) => b.created_at - a.created_at);
+      const body = $("jobs-body");
+      const shown = new Map([...body.rows].map((row) => [row.dataset.job, row]));
+      const rows = jobs.map((job) => {
+        const row = shown.get(job.id);
+        if (row && this.agesDue) patchRow(row, this.jobRow(job));
+        return row || this.jobRow(job);
+      });
+      this.agesDue = false;
+      rows.forEach((row, i) => { if (body.rows[i] !== row) body.insertBefore(row, body.rows[i] || null); });
+      while (body.rows.length > rows.length) body.lastElementChild.remove();
+      $("jobs-empty").hidden = jobs.length > 0;
+      $("jobs-more").hidden = !this.nextBefore;
     }
 
     jobRow(job) {
@@ -538,10 +498,10 @@
       }
       if (!known && this.nextBefore && job.created_at < this.oldestShown()) return;  // not on this page
       this.jobs.set(job.id, { ...known, ...job, results: undefined });
+      if (!known && this.jobs.size > this.keep) this.dropOldest();
       const row = document.querySelector(`tr[data-job="${CSS.escape(job.id)}"]`);
       if (row && known) {
-        row.replaceWith(this.jobRow(this.jobs.get(job.id)));
-        this.renderJobsSummary();
+        patchRow(row, this.jobRow(this.jobs.get(job.id)));
       } else {
         this.renderJobs();
       }

@@ -99,7 +99,8 @@ class RunningCoordinator:
         await self.core.start()
         self.server, port = await start_server(self.core, self.config.grpc_address,
                                                interceptors=[self.metrics.interceptor, AuthInterceptor(access)],
-                                               credentials=sec.grpc_credentials())
+                                               credentials=sec.grpc_credentials(),
+                                               forget_workers=sec.forget_workers)
         self.grpc_target = f"{self.config.grpc_address.rsplit(':', 1)[0]}:{port}"
         if self.config.http_address:
             # Imported here: a coordinator without HTTP runs without FastAPI installed.

@@ -1,7 +1,8 @@
 """The security flags of the CLI, one helper per role, and what they build.
 
-    add_server_security(parser)  coordinator: tokens, TLS (mTLS), --insecure, --metrics-auth
-    add_worker_security(parser)  worker: the workers' token, TLS to the coordinator
+    add_server_security(parser)  coordinator: tokens, TLS (mTLS), --insecure, --metrics-auth,
+                                 --forget-worker (reset worker credentials: coordinator/identity.py)
+    add_worker_security(parser)  worker: the workers' token, TLS to the coordinator, --state-dir
     add_client_security(parser)  submit, jobs, job, watch, cancel, workers: the users' token, TLS
     add_certs_command(sub)       `ringleader certs DIR` (ringleader/app/certs.py)
 
@@ -38,6 +39,8 @@ def add_server_security(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--insecure", action="store_true",
                    help="serve off loopback without both tokens (warned about at start and hourly)")
     g.add_argument("--metrics-auth", action="store_true", help="put /metrics behind the users' token")
+    g.add_argument("--forget-worker", default="", metavar="ID[,ID...]",
+                   help="reset these worker ids' credentials at start, for daemons that lost theirs")
 
 
 def add_worker_security(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +51,8 @@ def add_worker_security(parser: argparse.ArgumentParser) -> None:
     # variable; RINGLEADER_TOKEN_FILE stays the users' (the coordinator's and clients' --token-file).
     token_file.env_var = "RINGLEADER_WORKER_TOKEN_FILE"
     _add_tls(g, "speak TLS, trusting this CA for the coordinator's certificate")
+    g.add_argument("--state-dir", default="", metavar="DIR",
+                   help="keep this worker's credential here, so a restarted daemon keeps its id")
 
 
 def add_client_security(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +66,8 @@ def add_certs_command(sub) -> None:
     p.add_argument("dir", help="folder to write them to (created if missing)")
     p.add_argument("--host", action="append", default=[], metavar="NAME",
                    help="a name or address clients use to reach the coordinator (repeat)")
+    p.add_argument("--worker", action="append", default=[], metavar="ID",
+                   help="issue worker ID's certificate (worker-ID.pem); alone, adds it from the CA in DIR (repeat)")
     p.add_argument("--days", type=int, default=365, help="validity of the certificates (default 365)")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
 
@@ -70,7 +77,7 @@ def server_security(a: argparse.Namespace) -> ServerSecurity:
         users_token=read_token(a.token_file, USERS_TOKEN_ENV, "--token-file"),
         workers_token=read_token(a.worker_token_file, WORKERS_TOKEN_ENV, "--worker-token-file"),
         tls=TlsFiles(ca=a.tls_client_ca, cert=a.tls_cert, key=a.tls_key, ca_flag="--tls-client-ca"),
-        insecure=a.insecure, metrics_auth=a.metrics_auth)
+        insecure=a.insecure, metrics_auth=a.metrics_auth, forget_workers=tuple(filter(None, a.forget_worker.split(","))))
 
 
 def worker_security(a: argparse.Namespace) -> ClientSecurity:

@@ -67,6 +67,7 @@ class Register(_message.Message):
     WARM_GROUP_FIELD_NUMBER: _builtins.int
     EXECUTOR_RESTARTS_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    WORKER_SECRET_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """stable for the daemon's life; reused on reconnect"""
     host: _builtins.str
@@ -82,6 +83,10 @@ class Register(_message.Message):
     executor_restarts: _builtins.int
     version: _builtins.str
     """the daemon's ringleader version (shown in WorkerInfo)"""
+    worker_secret: _builtins.str
+    """The secret this id was issued at its first registration (Registered.worker_secret); empty
+    on the first. A known id registering without its secret is refused, even while disconnected.
+    """
     @_builtins.property
     def device(self) -> _jobs_pb2.Device: ...
     def __init__(
@@ -97,10 +102,11 @@ class Register(_message.Message):
         warm_group: _builtins.str = ...,
         executor_restarts: _builtins.int = ...,
         version: _builtins.str = ...,
+        worker_secret: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "host", b"host", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "host", b"host", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -475,17 +481,23 @@ class Registered(_message.Message):
 
     WORKER_ID_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _builtins.int
+    WORKER_SECRET_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     heartbeat_interval_s: _builtins.float
+    worker_secret: _builtins.str
+    """Issued once, on the first registration of an id (or after an operator reset it): the daemon
+    keeps it and presents it on every later registration. Empty otherwise.
+    """
     def __init__(
         self,
         *,
         worker_id: _builtins.str = ...,
         heartbeat_interval_s: _builtins.float = ...,
+        worker_secret: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval_s", b"heartbeat_interval_s", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval_s", b"heartbeat_interval_s", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -45,10 +45,9 @@ def web_cluster(tmp_path_factory):
         c.close()
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory, web_cluster):
-    """Headless Chromium through Debian's chromedriver (Selenium Manager downloads nothing),
-    signed in to web_cluster's dashboard (tests/browser/test_login.py covers the sign-in)."""
+def chromium(profile: Path):
+    """Headless Chromium through Debian's chromedriver (Selenium Manager downloads nothing), with
+    every CSP violation kept in window.cspViolations (webui.WATCH_CSP)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -57,11 +56,18 @@ def browser(tmp_path_factory, web_cluster):
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--no-first-run", "--hide-scrollbars", "--force-device-scale-factor=1",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+                f"--user-data-dir={profile}"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_CSP})
+    return driver
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory, web_cluster):
+    """Chromium signed in to web_cluster's dashboard (tests/browser/test_login.py covers the sign-in)."""
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
     try:
-        driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_CSP})
         sign_in(driver, web_cluster.http_url, web_cluster.users_token)
         yield driver
     finally:

@@ -166,14 +166,14 @@ def test_compare_overlays_a_second_job(web_cluster, jobs, browser):
 
 def test_overview_lists_workers_and_jobs(web_cluster, jobs, browser):
     browser.get(f"{web_cluster.http_url}/")
-    wait_for(browser, "document.querySelectorAll('#fleet tr[data-worker]').length >= 2")
+    wait_for(browser, "document.querySelectorAll('#fleet [data-worker]').length >= 2")
+    # A cell per worker (tests/browser/test_fleet_view.py covers the fleet view); its title says what it is.
     workers = browser.execute_script(
-        "return [...document.querySelectorAll('#fleet tr[data-worker]')]"
-        ".map((tr) => [tr.dataset.worker, tr.cells[1].textContent, tr.cells[2].textContent]);")
-    workers = {w[0]: w[1:] for w in workers}
+        "return Object.fromEntries([...document.querySelectorAll('#fleet [data-worker]')]"
+        ".map((c) => [c.dataset.worker, [c.className, c.title]]));")
     for wid in ("w0", "w1"):
-        device, state = workers[wid]
-        assert device.startswith("cpu") and state == "IDLE", (wid, device, state)
+        cls, title = workers[wid]
+        assert "cell-unchecked" in cls and title.startswith(f"{wid} · ") and " · idle" in title, (wid, cls, title)
     assert "on 1 host" in browser.find_element(By.ID, "fleet-summary").text
 
     wait_for(browser, "document.querySelectorAll('#jobs-body tr[data-job]').length >= 2")

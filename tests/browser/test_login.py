@@ -42,7 +42,7 @@ def test_sign_in_refuses_wrong_tokens_then_takes_the_right_one(web_cluster, brow
         assert browser.execute_script("return sessionStorage.getItem('ringleader.token')") is None
 
     sign_in(browser, url, web_cluster.users_token)
-    wait_for(browser, "document.querySelectorAll('#fleet tr[data-worker]').length >= 2")
+    wait_for(browser, "document.querySelectorAll('#fleet [data-worker]').length >= 2")
     wait_for(browser, "document.getElementById('live').textContent === 'live'")  # the event stream, with the token
     assert browser.execute_script("return sessionStorage.getItem('ringleader.token')") == web_cluster.users_token
     assert browser.execute_script("return document.cookie") == ""

@@ -20,8 +20,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from cluster import Cluster, ringleader_cmd
-from ringleader.app.certs import write_cluster_files
+from cluster import Cluster, executor_pid, ringleader_cmd
+from ringleader.app.certs import worker_files, write_cluster_files
 from ringleader.app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.security import ClientSecurity, ServerSecurity, TlsFiles
 from ringleader.v1 import jobs_pb2 as pb
@@ -36,8 +36,8 @@ NOWHERE = pb.Placement(host="no-such-host")  # a job that stays QUEUED: somethin
 def pki(tmp_path_factory) -> Path:
     """ours/: the cluster's CA, certificates and tokens; other/: the same from another CA."""
     root = tmp_path_factory.mktemp("pki")
-    write_cluster_files(root / "ours")
-    write_cluster_files(root / "other")
+    write_cluster_files(root / "ours", workers=["s0", "s1", "no-token", "users-token", "no-cert", "thief", "env"])
+    write_cluster_files(root / "other", workers=["other-ca"])
     return root
 
 
@@ -49,10 +49,12 @@ def client_tls(pki: Path, ca: str = "ours", cert: str = "ours") -> TlsFiles:
     return TlsFiles(str(pki / ca / "ca.pem"), str(pki / cert / "client.pem"), str(pki / cert / "client.key"))
 
 
-def worker_flags(pki: Path, certs: str = "ours", token_file: str | None = "workers") -> list[str]:
+def worker_flags(pki: Path, cert_of: str, certs: str = "ours", token_file: str | None = "workers") -> list[str]:
+    """A worker's flags with `cert_of`'s certificate (worker-ID.pem, or client for a user's)."""
     flags = ["--tls-ca", str(pki / "ours" / "ca.pem")]
     if certs:
-        flags += ["--tls-cert", str(pki / certs / "worker.pem"), "--tls-key", str(pki / certs / "worker.key")]
+        pem, key = ("client.pem", "client.key") if cert_of == "client" else worker_files(cert_of)
+        flags += ["--tls-cert", str(pki / certs / pem), "--tls-key", str(pki / certs / key)]
     if token_file:
         flags += ["--token-file", str(pki / "ours" / f"{token_file}.token")]
     return flags
@@ -69,7 +71,7 @@ def secure(tmp_path_factory, pki):
             "--tls-cert", str(ours / "server.pem"), "--tls-key", str(ours / "server.key"),
             "--tls-client-ca", str(ours / "ca.pem"), "--metrics-auth"])
         for wid in ("s0", "s1"):
-            c.start_worker(wid, extra=worker_flags(pki))
+            c.start_worker(wid, extra=worker_flags(pki, wid))
         c.wait_idle(["s0", "s1"])
         yield c
     finally:
@@ -114,6 +116,13 @@ def test_grpc_answers_by_role_and_health_and_reflection_stay_open(secure, pki):
     assert status_of(target, ClientSecurity(tls=tls), listing("x" * 40)) == grpc.StatusCode.UNAUTHENTICATED
     assert status_of(target, ClientSecurity(tls=tls), submitting) == grpc.StatusCode.PERMISSION_DENIED
     assert status_of(target, ClientSecurity(tls=tls), listing(token(pki, "users"))) == grpc.StatusCode.OK
+    # A worker's certificate never reaches the users' API, whatever token it carries.
+    as_worker = ClientSecurity(tls=TlsFiles(str(pki / "ours" / "ca.pem"), *(str(pki / "ours" / f)
+                                                                            for f in worker_files("s0"))))
+    with pytest.raises(grpc.RpcError) as err:
+        call(target, as_worker, listing(token(pki, "users")))
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert err.value.details().startswith("this is worker s0's certificate: a worker cannot submit")
     # TLS first: no client certificate, or one from another CA, gets no further than the handshake.
     no_cert = ClientSecurity(tls=TlsFiles(str(pki / "ours" / "ca.pem")))
     assert status_of(target, no_cert, listing(token(pki, "users"))) == grpc.StatusCode.UNAVAILABLE
@@ -153,10 +162,15 @@ def test_cli_says_one_line_and_exits_3_when_refused(secure, pki):
 
 def test_workers_with_wrong_credentials_never_join(secure, pki):
     cases = {  # worker id: (its flags, what its log must say)
-        "no-token": (worker_flags(pki, token_file=None), "refused this worker: no bearer token"),
-        "users-token": (worker_flags(pki, token_file="users"), "refused this worker: this is the users' token"),
-        "other-ca": (worker_flags(pki, certs="other"), "unreachable (UNAVAILABLE)"),
-        "no-cert": (worker_flags(pki, certs=""), "unreachable (UNAVAILABLE)"),
+        "no-token": (worker_flags(pki, "no-token", token_file=None), "refused this worker: no bearer token"),
+        "users-token": (worker_flags(pki, "users-token", token_file="users"),
+                        "refused this worker: this is the users' token"),
+        "other-ca": (worker_flags(pki, "other-ca", certs="other"),
+                     "this worker's certificate (--tls-cert) is issued by"),
+        "no-cert": (worker_flags(pki, "no-cert", certs=""), "it may require a client certificate"),
+        # Certificates name one identity: another worker's, or a user's, registers nothing.
+        "s9": (worker_flags(pki, "thief"), "register: worker s9: this is worker thief's certificate"),
+        "s8": (worker_flags(pki, "client"), "register: worker s8: user client's certificate cannot register"),
     }
     for wid, (flags, _) in cases.items():
         secure.start_worker(wid, extra=flags)
@@ -171,6 +185,21 @@ def test_workers_with_wrong_credentials_never_join(secure, pki):
     finally:
         for wid in cases:
             secure.kill_worker(wid)
+
+
+def test_the_workers_token_stays_out_of_the_executors_environment(secure, pki):
+    secret = token(pki, "workers")
+    daemon = secure.start_worker("env", extra=worker_flags(pki, "env", token_file=None),
+                                 env={"RINGLEADER_WORKER_TOKEN": secret, "RINGLEADER_TOKEN": token(pki, "users")})
+    try:
+        secure.wait_idle(["env"])
+        executor = executor_pid(daemon.pid)
+        assert secret.encode() in Path(f"/proc/{daemon.pid}/environ").read_bytes()  # the daemon's own
+        environ = Path(f"/proc/{executor}/environ").read_bytes()
+        assert b"RINGLEADER_WORKER_TOKEN" not in environ and secret.encode() not in environ
+        assert token(pki, "users").encode() not in environ
+    finally:
+        secure.kill_worker("env")
 
 
 def test_rest_answers_by_role_over_https(secure, pki):

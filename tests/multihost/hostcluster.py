@@ -1,8 +1,10 @@
 """A ringleader cluster across a bed's hosts: the coordinator on h0, workers on the others.
 
-Two ways to run it: "open" (no tokens, no TLS: the coordinator must be told --insecure, since it
-listens off loopback) and "tokens+mtls" (both tokens, TLS, client certificates for workers and
-the test's client, from `ringleader certs` with h0's address in the server certificate).
+Three ways to run it: "open" (no tokens, no TLS: the coordinator must be told --insecure, since
+it listens off loopback), "tokens" (both tokens, no TLS) and "tokens+mtls" (both tokens, TLS,
+client certificates from `ringleader certs` in tmp/pki: h0's address in the server's, one per
+worker naming its id, worker-ID.pem, and the test's client's, a user's). The coordinator also
+serves HTTP on h0 (its /metrics).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 
 from cluster import Cluster
 from netbed import NetBed, unavailable
-from ringleader.app.certs import write_cluster_files
+from ringleader.app.certs import worker_files, write_cluster_files
 from ringleader.security import ClientSecurity, TlsFiles
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -54,26 +56,36 @@ def bed_cluster(tmp: Path, mode: str, workers: dict[str, str], device_of: Callab
         bed.remove()
 
 
+def cert_flags(pki: Path, worker_id: str) -> list[str]:
+    """A worker's own certificate (tokens+mtls): `ringleader certs --worker ID` wrote it."""
+    pem, key = worker_files(worker_id)
+    if not (pki / pem).exists():
+        write_cluster_files(pki, workers=[worker_id])
+    return ["--tls-cert", str(pki / pem), "--tls-key", str(pki / key)]
+
+
 def start_cluster(bed: NetBed, tmp: Path, mode: str, workers: dict[str, str], device_of: Callable[[str], str],
                   env_of: Callable[[str], dict | None]) -> Cluster:
-    coordinator_flags, worker_flags, security = ["--insecure"], [], None
-    if mode == "tokens+mtls":
-        pki = tmp / "pki"
+    coordinator_flags, worker_flags, security, pki = ["--insecure"], [], None, tmp / "pki"
+    if mode in ("tokens", "tokens+mtls"):
         write_cluster_files(pki, [bed.ip("h0")])
-        security = ClientSecurity((pki / "users.token").read_text().strip(),
-                                  TlsFiles(str(pki / "ca.pem"), str(pki / "client.pem"), str(pki / "client.key")))
-        coordinator_flags = ["--token-file", str(pki / "users.token"), "--worker-token-file",
-                             str(pki / "workers.token"), "--tls-cert", str(pki / "server.pem"),
-                             "--tls-key", str(pki / "server.key"), "--tls-client-ca", str(pki / "ca.pem")]
-        worker_flags = ["--token-file", str(pki / "workers.token"), "--tls-ca", str(pki / "ca.pem"),
-                        "--tls-cert", str(pki / "worker.pem"), "--tls-key", str(pki / "worker.key")]
+        users = (pki / "users.token").read_text().strip()
+        coordinator_flags = ["--token-file", str(pki / "users.token"), "--worker-token-file", str(pki / "workers.token")]
+        worker_flags = ["--token-file", str(pki / "workers.token")]
+        security = ClientSecurity(users)
+    if mode == "tokens+mtls":
+        security = ClientSecurity(users, TlsFiles(str(pki / "ca.pem"), str(pki / "client.pem"), str(pki / "client.key")))
+        coordinator_flags += ["--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
+                              "--tls-client-ca", str(pki / "ca.pem")]
+        worker_flags += ["--tls-ca", str(pki / "ca.pem")]
     c = Cluster(tmp, security, worker_flags)
     try:
-        c.start_coordinator(host=bed.ip("h0"), extra=coordinator_flags, prefix=bed.command("h0", []))
+        c.start_coordinator(host=bed.ip("h0"), extra=coordinator_flags, prefix=bed.command("h0", []), http=True)
         for wid, host in workers.items():
             env = env_of(wid)
             c.start_worker(wid, device=device_of(wid), prefix=bed.command(host, []),
-                           env=None if env is None else {**os.environ, **env})
+                           env=None if env is None else {**os.environ, **env},
+                           extra=cert_flags(pki, wid) if mode == "tokens+mtls" else ())
         c.wait_idle(workers, timeout=240)
     except BaseException:
         c.close()

@@ -9,6 +9,7 @@ import pytest
 from cryptography import x509
 
 from coordinator.auth import USERS, WORKERS, Access, role_of
+from coordinator.identity import CertIdentity, cert_identity
 from dashboard.guard import Guard, GuardConfig, cross_origin, host_is_local
 from ringleader.app.certs import write_cluster_files
 from ringleader.app.process import CoordinatorConfig, check_exposure
@@ -205,11 +206,12 @@ def test_pairwise_p2p_on_too_many_ranks_is_refused_at_once():
 # ---- certificates ----------------------------------------------------------------------------
 
 
-def test_certs_writes_a_ca_three_certificates_and_two_tokens(tmp_path):
-    paths = write_cluster_files(tmp_path / "c", ["10.9.8.7", "coord.example"])
+def test_certs_writes_a_ca_its_certificates_and_two_tokens(tmp_path):
+    paths = write_cluster_files(tmp_path / "c", ["10.9.8.7", "coord.example"], workers=["w0", "gpu-3.cuda0"])
     names = {p.name for p in paths}
-    assert names == {"ca.pem", "ca.key", "server.pem", "server.key", "worker.pem", "worker.key", "client.pem",
-                     "client.key", "users.token", "workers.token"}
+    assert names == {"ca.pem", "ca.key", "server.pem", "server.key", "client.pem", "client.key", "users.token",
+                     "workers.token", "worker-w0.pem", "worker-w0.key", "worker-gpu-3.cuda0.pem",
+                     "worker-gpu-3.cuda0.key"}
     for p in paths:
         private = p.suffix in (".key", ".token")
         assert stat.S_IMODE(p.stat().st_mode) == (0o600 if private else 0o644), p
@@ -219,11 +221,17 @@ def test_certs_writes_a_ca_three_certificates_and_two_tokens(tmp_path):
     sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "coord.example" in sans.get_values_for_type(x509.DNSName)
     assert {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)} >= {"10.9.8.7", "127.0.0.1"}
-    for role in ("worker", "client"):
-        leaf = x509.load_pem_x509_certificate((tmp_path / "c" / f"{role}.pem").read_bytes())
+    # Each client certificate names one identity and its role (coordinator/identity.py reads it).
+    for name, who in (("worker-w0", CertIdentity("worker", "w0")),
+                      ("worker-gpu-3.cuda0", CertIdentity("worker", "gpu-3.cuda0")),
+                      ("client", CertIdentity("user", "client"))):
+        pem = (tmp_path / "c" / f"{name}.pem").read_bytes()
+        leaf = x509.load_pem_x509_certificate(pem)
         leaf.verify_directly_issued_by(ca)
         usage = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
         assert list(usage) == [x509.ExtendedKeyUsageOID.CLIENT_AUTH]
+        assert cert_identity(pem) == who
+    assert cert_identity((tmp_path / "c" / "server.pem").read_bytes()) == CertIdentity()  # names no one
     tokens = [(tmp_path / "c" / n).read_text().strip() for n in ("users.token", "workers.token")]
     assert tokens[0] != tokens[1] and all(len(t) >= 32 for t in tokens)
     ServerSecurity(*tokens)  # what the coordinator accepts
@@ -236,3 +244,17 @@ def test_certs_keeps_existing_files_unless_forced(tmp_path):
         write_cluster_files(tmp_path)
     write_cluster_files(tmp_path, force=True)
     assert (tmp_path / "ca.pem").read_bytes() != before
+
+
+def test_certs_adds_a_workers_certificate_from_the_existing_ca(tmp_path):
+    write_cluster_files(tmp_path, workers=["w0"])
+    ca = (tmp_path / "ca.pem").read_bytes()
+    assert [p.name for p in write_cluster_files(tmp_path, workers=["w1"])] == ["worker-w1.pem", "worker-w1.key"]
+    assert (tmp_path / "ca.pem").read_bytes() == ca
+    leaf = x509.load_pem_x509_certificate((tmp_path / "worker-w1.pem").read_bytes())
+    leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
+    with pytest.raises(InvalidSpec, match="worker-w1.pem exists"):
+        write_cluster_files(tmp_path, workers=["w1"])
+    with pytest.raises(InvalidSpec) as err:
+        write_cluster_files(tmp_path / "new", workers=["w/../x"])
+    assert err.value.field == "--worker"

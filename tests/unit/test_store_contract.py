@@ -483,6 +483,28 @@ def test_sqlite_upgrades_a_v1_database_keeping_its_jobs(tmp_path):
         s.close()
 
 
+def test_worker_credentials_bind_replace_and_forget(store):
+    assert store.worker_credential("w0") == ""
+    store.set_worker_credential("w0", "digest-a")
+    store.set_worker_credential("w1", "digest-b")
+    assert (store.worker_credential("w0"), store.worker_credential("w1")) == ("digest-a", "digest-b")
+    store.set_worker_credential("w0", "digest-c")  # re-bound after an operator's reset
+    assert store.worker_credential("w0") == "digest-c"
+    assert store.forget_worker_credential("w0") is True
+    assert store.forget_worker_credential("w0") is False
+    assert (store.worker_credential("w0"), store.worker_credential("w1")) == ("", "digest-b")
+
+
+def test_worker_credentials_survive_reopening(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    first = SqliteJobStore(path)
+    first.set_worker_credential("w0", "digest-a")
+    first.close()
+    again = SqliteJobStore(path)
+    try:
+        assert again.worker_credential("w0") == "digest-a"
+    finally:
+        again.close()
 def baseline_entry(key: str, *samples: float) -> pb.BaselineEntry:
     return pb.BaselineEntry(key=key, op="all_reduce", samples=samples, median_busbw_gbps=samples[len(samples) // 2])
 

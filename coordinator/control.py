@@ -10,15 +10,17 @@ scheduler's indexes right beside it (`_enqueue`, `_unqueue`, `_set_state`); noth
 callback on another object. A placement pass (`schedule`, called only from `handle`) runs once at
 the end of an input that changed the queue, the idle set or the warm groups. A tick asks liveness
 (a pure function of the clock, the running jobs and the workers) for its verdicts, which are
-inputs too (Lost, Fail, Requeue) and are applied in the same turn.
+inputs too (Lost, Fail, Requeue) and are applied in the same turn; it also cancels queued jobs
+past their queue_timeout_s and forgets workers gone longer than the registry's TTL.
 
 The worker protocol (what the daemons report, how jobs end, warm-group bookkeeping) is the other
 half of this class, in coordinator/dispatch.py. Store writes happen as the change is applied;
 the caller (service.Coordinator) awaits their commit before it acknowledges a user.
 
 Hooks for other parts:
-- quarantine: `SetQuarantine(worker_id, on)`; a quarantined worker (`WorkerConn.quarantined`) is
-  QUARANTINED while idle and gets no job unless the job's placement.worker_ids names it;
+- quarantine: `SetQuarantine(worker_id, on)` (service.Coordinator.set_quarantine), kept by
+  worker id across reconnects; a quarantined worker (`WorkerConn.quarantined`) is QUARANTINED
+  while idle and gets no job unless the job's placement.worker_ids names it;
 - result rows: every row is stored through `WorkerProtocol._store_row(rj, row)` (dispatch.py),
   once, as it arrives: the place to annotate a row (baselines) before it is stored.
 """
@@ -26,7 +28,9 @@ Hooks for other parts:
 from __future__ import annotations
 
 import collections
+import heapq
 import logging
+import time
 import uuid
 from typing import Callable
 
@@ -64,6 +68,9 @@ class Control(WorkerProtocol):
         self._out = Out()
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
         self._last_tick: float | None = None
+        # (deadline, job id) of queued jobs with a queue_timeout_s, wall clock against created_at
+        # (a restart neither resets nor extends a wait): a tick pops only what is due.
+        self._queue_deadlines: list[tuple[float, str]] = []
         self._handlers: dict[type, Callable] = {
             Submit: self._submit, Cancel: self._cancel, Register: self._register, Disconnect: self._disconnect,
             Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, SetQuarantine: self._quarantine,
@@ -129,7 +136,22 @@ class Control(WorkerProtocol):
 
     def _enqueue(self, q: Queued) -> None:
         self.scheduler.add(scheduler.PendingJob.of(q.job.id, q.valid, q.job.created_at))
+        if (limit := q.valid.spec.queue_timeout_s) > 0:
+            heapq.heappush(self._queue_deadlines, (q.job.created_at + limit, q.job.id))
+            if len(self._queue_deadlines) > 2 * len(self.book.queued) + 64:  # mostly jobs long placed
+                self._queue_deadlines = [(q.job.created_at + q.valid.spec.queue_timeout_s, job_id)
+                                         for job_id, q in self.book.queued.items() if q.valid.spec.queue_timeout_s > 0]
+                heapq.heapify(self._queue_deadlines)
         self._dirty = True
+
+    def _queue_timeouts(self, wall: float) -> None:
+        """Cancel the queued jobs whose queue_timeout_s has passed, saying what they waited for."""
+        while self._queue_deadlines and self._queue_deadlines[0][0] <= wall:
+            _, job_id = heapq.heappop(self._queue_deadlines)
+            if (q := self.book.queued.get(job_id)) is not None:
+                limit, waiting = q.valid.spec.queue_timeout_s, self.scheduler.reason(job_id)
+                self._cancel(Cancel(job_id, f"still queued after its queue timeout of {limit:g} s"
+                                            + (f": {waiting}" if waiting else "")))
 
     def _unqueue(self, job_id: str) -> None:
         self.scheduler.remove(job_id)
@@ -213,6 +235,7 @@ class Control(WorkerProtocol):
                 conn.unwell_since = conn.unwell_since and conn.unwell_since + lag
         for worker_id in self.workers.expire(now):
             log.info("worker %s forgotten: disconnected for over %.0f s", worker_id, self.workers.ttl_s)
+        self._queue_timeouts(inp.wall or time.time())
         for verdict in liveness.verdicts(now, self.book.running.values(), self.workers, self.timings):
             try:
                 self._apply(verdict)

@@ -56,6 +56,7 @@ class WorkerMsg:
 @dataclass(slots=True)
 class Tick:
     now: float  # time.monotonic()
+    wall: float = 0.0  # time.time() (0: read the clock), for queue timeouts against created_at
 
 
 @dataclass(slots=True)

@@ -35,7 +35,7 @@ from coordinator.inputs import (Cancel, Disconnect, Input, Out, Register, Reload
 from coordinator.jobs import Page
 from coordinator.liveness import Timings
 from coordinator.registry import WorkerConn, encode_token
-from ringleader import jobspec
+from ringleader import jobspec, kinds
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -149,7 +149,7 @@ class Coordinator:
 
     def list_jobs(self, states: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> Page:
         """A page of jobs, newest first, without results; `next_before` continues it."""
-        jobspec.check_text("op", op)
+        kinds.check_listed(op)
         jobspec.check_text("before_id", before_id)
         page = self.control.page(states, op, limit, before_id)
         size, keep = 0, len(page.jobs)

@@ -27,8 +27,8 @@ import grpc
 from coordinator.registry import MAX_TOKEN
 from coordinator.service import Coordinator
 from dashboard.schemas import (
-    RESULT_FIELDS, CancelIn, Error, Job, JobId, JobList, JobLogs, JobStateName, KindList, ResultFormat,
-    ResultList, VersionInfo, WorkerList, WorkerStateName, job_spec_model, json_safe,
+    RESULT_FIELDS, CancelIn, Error, Job, JobEvent, JobId, JobList, JobLogs, JobStateName, KindList, LiveEvent,
+    ResultFormat, ResultList, VersionInfo, WorkerList, WorkerStateName, job_spec_model, json_safe, sse_response,
 )
 from dashboard.sse import LIVE_QUEUE, LiveFanout, aiter_list, last_event_id, sse_frame, with_keepalive
 from ringleader import __version__, jobspec, kinds, states
@@ -41,11 +41,8 @@ KEEPALIVE_S = 15.0  # a comment line after this much silence keeps proxies from 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Error, "description": "No job with this id"}}
-
-
-def sse_response(description: str) -> dict[int | str, dict[str, Any]]:
-    return {200: {"description": description,
-                  "content": {"text/event-stream": {"schema": {"type": "string"}}}}}
+# Starlette answers 400 itself when a body cannot even be read as text (JSON that does not parse: 422).
+UNPARSEABLE: dict[int | str, dict[str, Any]] = {400: {"model": Error, "description": "The body cannot be decoded"}}
 
 
 class JSON(JSONResponse):
@@ -61,7 +58,17 @@ class JSON(JSONResponse):
 
 class Route(APIRoute):
     """Renders 422s itself: FastAPI's handler echoes the offending input, and fails (500) when
-    that input is a NaN or a lone surrogate."""
+    that input is a NaN or a lone surrogate. A 405's Allow lists every method of the path (one
+    route per method: Starlette's would name only the route it tried), from `allow`, filled
+    by `router` on a subclass of its own."""
+
+    allow: dict[str, set[str]] = {}
+
+    async def handle(self, scope, receive, send) -> None:
+        if self.methods and scope["method"] not in self.methods:
+            allow = self.allow.get(self.path) or self.methods
+            raise HTTPException(405, headers={"Allow": ", ".join(sorted(allow))})
+        await super().handle(scope, receive, send)
 
     def get_route_handler(self):
         handle = super().get_route_handler()
@@ -76,37 +83,41 @@ class Route(APIRoute):
 
 
 def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
-    r = APIRouter(prefix="/api/v1", route_class=Route)
+    route_class = type("Route", (Route,), {"allow": {}})
+    r = APIRouter(prefix="/api/v1", route_class=route_class)
     _job_routes(r, core)
     _result_routes(r, core)
     _event_routes(r, core, keepalive_s)
     _worker_routes(r, core)
     _kind_routes(r)
     _version_route(r)
+    for route in r.routes:
+        route_class.allow.setdefault(route.path, set()).update(route.methods)
     return r
 
 
 def _job_routes(r: APIRouter, core: Coordinator) -> None:
     @r.post("/jobs", tags=["jobs"], operation_id="submitJob", status_code=201, response_model=Job,
             summary="Submit a job",
-            responses={201: {"description": "The accepted job (QUEUED, or RUNNING if it was placed at once)"}})
+            responses={201: {"description": "The accepted job (QUEUED, or RUNNING if it was placed at once)"},
+                       **UNPARSEABLE,
+                       409: {"model": Error, "description": "`request_id` was used before, with another spec"}})
     async def submit_job(
         spec: job_spec_model(kinds.TABLE),  # type: ignore[valid-type]  # the table as of the router's build
         request_id: Annotated[str | None, Query(
-            min_length=1, max_length=jobspec.MAX_REQUEST_ID,
-            description="idempotency key chosen by the client: a retry with the same key returns the job the "
-                        "first request created (also across coordinator restarts); with another spec: 422")] = None,
+            min_length=1, max_length=jobspec.MAX_REQUEST_ID, pattern=r"^[ -~]+$",
+            description="idempotency key chosen by the client (printable ASCII, e.g. a UUID): a retry with the same "
+                        "key returns the job the first request created (also across coordinator restarts); "
+                        "with another spec: 409")] = None,
     ) -> Response:
-        try:
-            with domain_errors():
-                job = core.submit(spec.to_pb(), request_id or "")
-        except RequestValidationError as exc:
-            raise _in_query(exc, "request_id") from None
+        with domain_errors(conflicts=("request_id",)):  # a taken key conflicts with its first request
+            job = core.submit(spec.to_pb(), request_id or "")
         await core.durable()  # acknowledged only once stored
         return JSON(to_json(job), status_code=201, headers={"Location": f"{r.prefix}/jobs/{job.id}"})
 
     @r.get("/jobs", tags=["jobs"], operation_id="listJobs", response_model=JobList, summary="List jobs",
-           description="Newest first, without results. Page with `before` = the previous page's `next_before`.")
+           description="Newest first, without results. Page with `before` = the previous page's `next_before`.",
+           responses={404: {"model": Error, "description": "`before` names no job"}})
     async def list_jobs(
         state: Annotated[list[JobStateName], Query(description="any of these states (repeat the parameter)")] = [],  # noqa: B006
         # Evaluated when the router is built (postponed annotations): the table's kinds as of then.
@@ -118,8 +129,8 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
         wanted = [pb.JobState.Value(s) for s in state]
         try:
             page = core.list_jobs(states=wanted, op=op or "", limit=limit, before_id=before or "")
-        except NotFound as exc:
-            raise validation_error(("query", "before"), str(exc)) from None
+        except NotFound as exc:  # the page it continues is gone: like a path naming no job
+            raise HTTPException(404, f"before: {exc}") from None
         return JSON({"jobs": [summary(j) for j in page.jobs], "next_before": page.next_before or None})
 
     @r.get("/jobs/{job_id}", tags=["jobs"], operation_id="getJob", response_model=Job,
@@ -130,7 +141,7 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
 
     @r.post("/jobs/{job_id}/cancel", tags=["jobs"], operation_id="cancelJob", response_model=Job,
             summary="Cancel a queued or running job",
-            responses={**NOT_FOUND, 409: {"model": Error, "description": "The job has already finished"}})
+            responses={**NOT_FOUND, **UNPARSEABLE, 409: {"model": Error, "description": "The job has already finished"}})
     async def cancel_job(job_id: JobId, body: Annotated[CancelIn | None, Body()] = None) -> Response:
         with domain_errors():
             job = core.cancel(job_id, body.reason if body else "")
@@ -170,7 +181,8 @@ def _event_routes(r: APIRouter, core: Coordinator, keepalive_s: float) -> None:
            summary="Follow a job: its stored events, then live ones, until it finishes",
            responses={**NOT_FOUND, **sse_response(
                "Server-Sent Events; `event:` state, progress or result; `id:` the event's seq (absent for "
-               "progress); `data:` the JobEvent as JSON. The stream ends after the terminal state."),
+               "progress); `data:` the JobEvent as JSON. The stream ends after the terminal state.",
+               JobEvent, with_id=True),
                204: {"description": "Reconnected (Last-Event-ID) to a finished job with nothing left to send"}})
     async def watch_job(job_id: JobId, request: Request) -> Response:
         with domain_errors():
@@ -191,7 +203,8 @@ def _event_routes(r: APIRouter, core: Coordinator, keepalive_s: float) -> None:
            responses=sse_response(
                "Server-Sent Events; `event:` state, progress or result; `data:` "
                '{"event": the JobEvent, "job": the Job without results}. A client that falls '
-               f"{LIVE_QUEUE} events behind is disconnected: on reconnecting, list the jobs again."))
+               f"{LIVE_QUEUE} events behind is disconnected: on reconnecting, list the jobs again.",
+               LiveEvent, with_id=False))
     async def watch_all() -> Response:
         return StreamingResponse(with_keepalive(live.frames(), keepalive_s), media_type="text/event-stream",
                                  headers=SSE_HEADERS)
@@ -202,7 +215,8 @@ def _worker_routes(r: APIRouter, core: Coordinator) -> None:
            summary="Connected and recently disconnected workers",
            description="In (host, device index, worker id) order. Page with `page_token` = the previous page's "
                        "`next_page_token`. A worker disconnected for longer than the coordinator's --worker-ttl "
-                       "is no longer listed.")
+                       "is no longer listed.",
+           responses={404: {"model": Error, "description": "`page_token` is no page of this listing"}})
     async def list_workers(
         state: Annotated[list[WorkerStateName], Query(description="any of these states (repeat the parameter)")] = [],  # noqa: B006
         limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_DEFAULT,
@@ -210,10 +224,9 @@ def _worker_routes(r: APIRouter, core: Coordinator) -> None:
     ) -> Response:
         wanted = [pb.WorkerState.Value(s) for s in state]
         try:
-            with domain_errors():
-                page = core.list_workers(states=wanted, limit=limit, page_token=page_token or "")
-        except RequestValidationError as exc:
-            raise _in_query(exc, "page_token") from None
+            page = core.list_workers(states=wanted, limit=limit, page_token=page_token or "")
+        except InvalidSpec as exc:  # a token this listing never issued names no page of it
+            raise HTTPException(404, str(exc)) from None
         return JSON({"workers": [to_json(w) for w in page.workers], "next_page_token": page.next_page_token or None})
 
 
@@ -240,19 +253,17 @@ def _version_route(r: APIRouter) -> None:
 
 
 @contextlib.contextmanager
-def domain_errors() -> Iterator[None]:
+def domain_errors(conflicts: tuple[str, ...] = ()) -> Iterator[None]:
+    """Domain errors as HTTP answers: InvalidSpec as a 422 naming the field (409 for the fields
+    in `conflicts`), the others by the catalog."""
     try:
         yield
     except InvalidSpec as exc:
+        if exc.field in conflicts:
+            raise HTTPException(409, str(exc)) from None
         raise validation_error(("body", *exc.field.split(".")), exc.message) from None
     except RingleaderError as exc:
         raise HTTPException(answer(exc).http_status, str(exc)) from None
-
-
-def _in_query(exc: RequestValidationError, name: str) -> RequestValidationError:
-    """A domain error about a query parameter: point `loc` at the query, not the body."""
-    errors = [{**e, "loc": ("query", name)} if tuple(e["loc"]) == ("body", name) else e for e in exc.errors()]
-    return RequestValidationError(errors)
 
 
 def validation_error(loc: tuple[str, ...], msg: str) -> RequestValidationError:

@@ -10,13 +10,13 @@ generated from the proto descriptors so the documented shape cannot drift from w
 import math
 from typing import Annotated, Any, Literal
 
-from google.protobuf.descriptor import Descriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 # The request models (re-exported: this module is the REST API's one list of models).
 from dashboard.spec_in import (  # noqa: F401
-    SCALARS, SPEC_MODELS, AlgoSweepSpecIn, CancelIn, CollectiveSpecIn, GradientAverageSpecIn, JobSpecBase, JobSpecIn,
+    SPEC_MODELS, AlgoSweepSpecIn, CancelIn, CollectiveSpecIn, GradientAverageSpecIn, JobSpecBase, JobSpecIn,
     OpName, P2PSpecIn, PlacementIn, TrainSpecIn, job_spec_model, proto_input_model,
 )
 from ringleader import jobspec
@@ -31,6 +31,25 @@ ResultFormat = Literal["json", "csv"]
 
 
 # ---- responses -----------------------------------------------------------------------------
+
+# The Python type of each proto scalar (response models).
+_SCALARS: dict[int, Any] = {
+    FieldDescriptor.TYPE_STRING: str,
+    FieldDescriptor.TYPE_BOOL: bool,
+    FieldDescriptor.TYPE_DOUBLE: float,
+    FieldDescriptor.TYPE_FLOAT: float,
+    FieldDescriptor.TYPE_INT32: int,
+    FieldDescriptor.TYPE_INT64: int,
+    FieldDescriptor.TYPE_SINT32: int,
+    FieldDescriptor.TYPE_SINT64: int,
+    FieldDescriptor.TYPE_SFIXED32: int,
+    FieldDescriptor.TYPE_SFIXED64: int,
+    FieldDescriptor.TYPE_UINT32: Annotated[int, Field(ge=0)],
+    FieldDescriptor.TYPE_UINT64: Annotated[int, Field(ge=0)],
+    FieldDescriptor.TYPE_FIXED32: Annotated[int, Field(ge=0)],
+    FieldDescriptor.TYPE_FIXED64: Annotated[int, Field(ge=0)],
+}
+
 
 _models: dict[str, type[BaseModel]] = {}
 
@@ -50,7 +69,7 @@ def proto_model(desc: Descriptor, name: str = "", exclude: tuple[str, ...] = ())
         elif f.enum_type is not None:
             t = Literal[tuple(v.name for v in f.enum_type.values)]
         else:
-            t = SCALARS[f.type]
+            t = _SCALARS[f.type]
         if f.is_repeated:
             t = list[t]
         oneof_member = f.message_type is not None and f.containing_oneof is not None
@@ -65,6 +84,8 @@ JobSummary = proto_model(pb.Job.DESCRIPTOR, name="JobSummary", exclude=("results
 SizeResult = proto_model(pb.SizeResult.DESCRIPTOR)
 WorkerInfo = proto_model(pb.WorkerInfo.DESCRIPTOR)
 JobLogs = proto_model(pb.JobLogs.DESCRIPTOR)
+
+JobEvent = proto_model(pb.JobEvent.DESCRIPTOR)
 
 RESULT_FIELDS = tuple(f.name for f in pb.SizeResult.DESCRIPTOR.fields)  # the CSV columns, proto order
 
@@ -105,6 +126,47 @@ class VersionInfo(BaseModel):
     python: str
     grpc: str = Field(description="grpcio's version")
     protobuf: str
+
+
+class LiveEvent(BaseModel):
+    """One event of GET /api/v1/events: the JobEvent and its job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    event: JobEvent  # type: ignore[valid-type]
+    job: JobSummary  # type: ignore[valid-type]
+
+
+EVENT_NAMES = tuple(f.name for f in pb.JobEvent.DESCRIPTOR.oneofs_by_name["event"].fields)
+
+
+def sse_response(description: str, data: type[BaseModel], with_id: bool) -> dict[int | str, dict[str, Any]]:
+    """A 200 of Server-Sent Events. Its `schema` is one event's, as OpenAPI tools read a
+    text/event-stream's: its fields, `data` a JSON text of `data`'s model (contentSchema,
+    self-contained: no $ref)."""
+    props: dict[str, Any] = {
+        "event": {"type": "string", "enum": list(EVENT_NAMES)},
+        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": inline_schema(data)},
+    }
+    if with_id:
+        props["id"] = {"type": "string", "pattern": "^[0-9]+$", "description": "the event's seq (absent for progress)"}
+    event = {"type": "object", "required": ["event", "data"], "properties": props}
+    return {200: {"description": description, "content": {"text/event-stream": {"schema": event}}}}
+
+
+def inline_schema(model: type[BaseModel]) -> dict:
+    """`model`'s JSON schema with every $ref replaced by what it names (the models are not recursive)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return resolve(defs[node["$ref"].rsplit("/", 1)[1]])
+            return {k: resolve(v) for k, v in node.items()}
+        return [resolve(v) for v in node] if isinstance(node, list) else node
+
+    return resolve(schema)
 
 
 class Error(BaseModel):

@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, create_model, model_validator
 
 from ringleader import jobspec, kinds
 from ringleader.algos import SYMM_DTYPES
@@ -19,6 +19,10 @@ from ringleader import spec as specs
 from ringleader.v1 import jobs_pb2 as pb
 
 UINT32_MAX = 2**32 - 1
+# JSON numbers as the schema has them: no true/false or "3" taken for a number (pydantic's lax
+# mode would; StrictBool likewise takes no 0/1 for a bool).
+JsonInt = Annotated[int, Field(strict=True)]
+JsonFloat = Annotated[float, Field(strict=True)]
 OpName = Literal[specs.OPS]  # type: ignore[valid-type]
 
 
@@ -31,38 +35,19 @@ ALGO_HELP = ('"" (the backend\'s own), nccl, gloo, nccl:ALGO[/PROTO] (ALGO ring|
              'symm:one_shot, symm:two_shot')
 
 
-# The Python type of each proto scalar (request models generated from the proto, and responses).
-SCALARS: dict[int, Any] = {
-    FieldDescriptor.TYPE_STRING: str,
-    FieldDescriptor.TYPE_BOOL: bool,
-    FieldDescriptor.TYPE_DOUBLE: float,
-    FieldDescriptor.TYPE_FLOAT: float,
-    FieldDescriptor.TYPE_INT32: int,
-    FieldDescriptor.TYPE_INT64: int,
-    FieldDescriptor.TYPE_SINT32: int,
-    FieldDescriptor.TYPE_SINT64: int,
-    FieldDescriptor.TYPE_SFIXED32: int,
-    FieldDescriptor.TYPE_SFIXED64: int,
-    FieldDescriptor.TYPE_UINT32: Annotated[int, Field(ge=0)],
-    FieldDescriptor.TYPE_UINT64: Annotated[int, Field(ge=0)],
-    FieldDescriptor.TYPE_FIXED32: Annotated[int, Field(ge=0)],
-    FieldDescriptor.TYPE_FIXED64: Annotated[int, Field(ge=0)],
-}
-
-
 # ---- requests ------------------------------------------------------------------------------
 
 # The request type of each proto scalar in generated models: what the wire can carry (strings are
 # bounded as every string a user sends; no NaN or infinity; no integer taken for a bool).
-_INPUT_SCALARS: dict[int, Any] = {
+INPUT_SCALARS: dict[int, Any] = {
     FieldDescriptor.TYPE_STRING: Annotated[str, Field(max_length=jobspec.MAX_TEXT)],
     FieldDescriptor.TYPE_BOOL: StrictBool,
-    FieldDescriptor.TYPE_DOUBLE: Annotated[float, Field(allow_inf_nan=False)],
-    FieldDescriptor.TYPE_FLOAT: Annotated[float, Field(allow_inf_nan=False)],
-    FieldDescriptor.TYPE_INT32: Annotated[StrictInt, Field(ge=-(2**31), le=2**31 - 1)],
-    FieldDescriptor.TYPE_INT64: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)],
-    FieldDescriptor.TYPE_UINT32: Annotated[StrictInt, Field(ge=0, le=UINT32_MAX)],
-    FieldDescriptor.TYPE_UINT64: Annotated[StrictInt, Field(ge=0, le=2**64 - 1)],
+    FieldDescriptor.TYPE_DOUBLE: Annotated[JsonFloat, Field(allow_inf_nan=False)],
+    FieldDescriptor.TYPE_FLOAT: Annotated[JsonFloat, Field(allow_inf_nan=False)],
+    FieldDescriptor.TYPE_INT32: Annotated[JsonInt, Field(ge=-(2**31), le=2**31 - 1)],
+    FieldDescriptor.TYPE_INT64: Annotated[JsonInt, Field(ge=-(2**63), le=2**63 - 1)],
+    FieldDescriptor.TYPE_UINT32: Annotated[JsonInt, Field(ge=0, le=UINT32_MAX)],
+    FieldDescriptor.TYPE_UINT64: Annotated[JsonInt, Field(ge=0, le=2**64 - 1)],
 }
 
 
@@ -87,19 +72,19 @@ class CollectiveSpecIn(BaseModel):
     op: OpName
     dtype: Literal[("", *specs.DTYPE_SIZES)] = Field("", description="empty: float32")  # type: ignore[valid-type]
     reduce_op: Literal[("", *specs.REDUCE_OPS)] = Field("", description="empty: sum")  # type: ignore[valid-type]
-    sizes: list[Annotated[int, Field(ge=1, le=specs.MAX_BYTES)]] = Field(
+    sizes: list[Annotated[JsonInt, Field(ge=1, le=specs.MAX_BYTES)]] = Field(
         default_factory=list, max_length=specs.MAX_SIZES,
         description="explicit sizes in bytes; when set, min_bytes, max_bytes and factor are ignored")
-    min_bytes: int = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 8")
-    max_bytes: int = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 64 MiB")
-    factor: float = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False,
+    min_bytes: JsonInt = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 8")
+    max_bytes: JsonInt = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 64 MiB")
+    factor: JsonFloat = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False,
                           description="geometric step of the sweep; 0: 2")
-    iters: int = Field(0, ge=0, le=specs.MAX_ITERS,
+    iters: JsonInt = Field(0, ge=0, le=specs.MAX_ITERS,
                        description="timed iterations; 0: auto (per size, a loop of at least 20 ms and 20 iterations)")
-    warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS,
+    warmup: JsonInt | None = Field(None, ge=0, le=specs.MAX_ITERS,
                                description="warm-up iterations; absent: 5 (0 allowed)")
     in_place: StrictBool = False
-    root: int = Field(0, ge=0, le=UINT32_MAX, description="for reduce, broadcast, gather, scatter")
+    root: JsonInt = Field(0, ge=0, le=UINT32_MAX, description="for reduce, broadcast, gather, scatter")
     graph: StrictBool = Field(False, description="capture the timed ops into a CUDA graph and replay it (NCCL only)")
     algo: Text(64, ALGO_HELP) = ""
 
@@ -109,12 +94,12 @@ class _SweepIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sizes: list[Annotated[int, Field(ge=1, le=specs.MAX_BYTES)]] = Field(
+    sizes: list[Annotated[JsonInt, Field(ge=1, le=specs.MAX_BYTES)]] = Field(
         default_factory=list, max_length=specs.MAX_SIZES,
         description="explicit sizes in bytes; else min_bytes, max_bytes and factor as for collectives")
-    min_bytes: int = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 8")
-    max_bytes: int = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 64 MiB")
-    factor: float = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False, description="0: 2")
+    min_bytes: JsonInt = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 8")
+    max_bytes: JsonInt = Field(0, ge=0, le=specs.MAX_BYTES, description="0: 64 MiB")
+    factor: JsonFloat = Field(0.0, ge=0, le=specs.MAX_FACTOR, allow_inf_nan=False, description="0: 2")
 
 
 class AlgoSweepSpecIn(_SweepIn):
@@ -123,8 +108,8 @@ class AlgoSweepSpecIn(_SweepIn):
 
     algos: list[Text(64)] = Field(default_factory=list, max_length=32,
                                   description="empty: every algo the backend offers; " + ALGO_HELP)
-    iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="0: auto")
-    warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
+    iters: JsonInt = Field(0, ge=0, le=specs.MAX_ITERS, description="0: auto")
+    warmup: JsonInt | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
     graph: StrictBool = Field(False, description="time each algo in CUDA-graph mode")
     dtype: Literal[("", *SYMM_DTYPES)] = Field("", description="empty: float32")  # type: ignore[valid-type]
 
@@ -132,8 +117,8 @@ class AlgoSweepSpecIn(_SweepIn):
 class P2PSpecIn(_SweepIn):
     """Point-to-point ping-pong: one-way latency and bandwidth per size."""
 
-    iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="0: 20")
-    warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
+    iters: JsonInt = Field(0, ge=0, le=specs.MAX_ITERS, description="0: 20")
+    warmup: JsonInt | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
     mode: Literal[("", *jobspec.P2P_MODES)] = Field(  # type: ignore[valid-type]
         "", description="blocking: send/recv (empty: blocking); async: isend/irecv + wait")
     pairwise: StrictBool = Field(False, description="every ordered pair of the gang in turn: a bandwidth matrix")
@@ -144,9 +129,9 @@ class GradientAverageSpecIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    size_bytes: int = Field(0, ge=0, le=specs.MAX_BYTES, description="float32 gradient bytes; 0: 64 MiB")
-    iters: int = Field(0, ge=0, le=specs.MAX_ITERS, description="0: 20")
-    warmup: int | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
+    size_bytes: JsonInt = Field(0, ge=0, le=specs.MAX_BYTES, description="float32 gradient bytes; 0: 64 MiB")
+    iters: JsonInt = Field(0, ge=0, le=specs.MAX_ITERS, description="0: 20")
+    warmup: JsonInt | None = Field(None, ge=0, le=specs.MAX_ITERS, description="absent: 5")
 
 
 class TrainSpecIn(BaseModel):
@@ -156,10 +141,10 @@ class TrainSpecIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: Literal[("", *jobspec.MODELS)] = Field("", description="empty: linear")  # type: ignore[valid-type]
-    steps: int | None = Field(None, ge=1, le=jobspec.MAX_TRAIN_STEPS, description="absent: 50")
-    batch_size: int | None = Field(None, ge=1, le=jobspec.MAX_BATCH_SIZE, description="per rank; absent: 64")
-    lr: float | None = Field(None, gt=0, allow_inf_nan=False, description="absent: 0.05")
-    seed: int = Field(0, ge=0, le=UINT32_MAX)
+    steps: JsonInt | None = Field(None, ge=1, le=jobspec.MAX_TRAIN_STEPS, description="absent: 50")
+    batch_size: JsonInt | None = Field(None, ge=1, le=jobspec.MAX_BATCH_SIZE, description="per rank; absent: 64")
+    lr: JsonFloat | None = Field(None, gt=0, allow_inf_nan=False, description="absent: 0.05")
+    seed: JsonInt = Field(0, ge=0, le=UINT32_MAX)
 
 
 # Hand-written request models of the kinds built in; a kind without one gets a model generated
@@ -180,17 +165,17 @@ class JobSpecBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind_names: ClassVar[tuple[str, ...]] = ()  # the kinds job_spec_model gave it members for
 
-    world_size: int = Field(ge=1, le=jobspec.MAX_WORLD_SIZE)
+    world_size: JsonInt = Field(ge=1, le=jobspec.MAX_WORLD_SIZE)
     placement: PlacementIn = Field(default_factory=PlacementIn)
-    priority: int = Field(0, ge=-jobspec.MAX_PRIORITY, le=jobspec.MAX_PRIORITY,
+    priority: JsonInt = Field(0, ge=-jobspec.MAX_PRIORITY, le=jobspec.MAX_PRIORITY,
                           description="higher runs first, one level gained per minute waited; equal priorities "
                                       "run in submission order")
     name: Text(jobspec.MAX_TEXT, "free text shown in listings") = ""
-    op_timeout_s: float = Field(0.0, ge=0, le=jobspec.MAX_OP_TIMEOUT_S, allow_inf_nan=False,
+    op_timeout_s: JsonFloat = Field(0.0, ge=0, le=jobspec.MAX_OP_TIMEOUT_S, allow_inf_nan=False,
                                 description="a rank making no progress this long fails the job; 0: 120")
-    rendezvous_timeout_s: float = Field(0.0, ge=0, le=jobspec.MAX_OP_TIMEOUT_S, allow_inf_nan=False,
+    rendezvous_timeout_s: JsonFloat = Field(0.0, ge=0, le=jobspec.MAX_OP_TIMEOUT_S, allow_inf_nan=False,
                                         description="forming a new process group must finish within this; 0: 30")
-    queue_timeout_s: float = Field(0.0, ge=0, le=jobspec.MAX_OP_TIMEOUT_S, allow_inf_nan=False,
+    queue_timeout_s: JsonFloat = Field(0.0, ge=0, le=jobspec.MAX_OP_TIMEOUT_S, allow_inf_nan=False,
                                    description="a queued job not placed within this is cancelled; 0: wait forever")
     preflight: StrictBool = Field(False, description="certify the gang just before the job starts")
 
@@ -237,7 +222,7 @@ def proto_input_model(desc: Descriptor) -> type[BaseModel]:
         elif f.enum_type is not None:
             t, default = Literal[tuple(v.name for v in f.enum_type.values)], f.enum_type.values[0].name
         else:
-            t = _INPUT_SCALARS[f.type]
+            t = INPUT_SCALARS[f.type]
             default = None if f.has_presence else f.default_value
         if f.is_repeated:
             fields[f.name] = (list[t], Field(default_factory=list))

@@ -4,6 +4,7 @@ and every kind of the table (ringleader/kinds.py) listed by gRPC, REST and the C
 import json
 import subprocess
 
+import grpc
 import httpx
 import pytest
 
@@ -111,6 +112,9 @@ def test_every_listed_name_filters_alike_over_grpc_rest_and_the_cli(tmp_path):
                 r = rest.get("/api/v1/jobs", params={"op": name})
                 assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job_id], (name, r.text)
             assert rest.get("/api/v1/jobs", params={"op": "collective"}).status_code == 422
+        with pytest.raises(grpc.RpcError) as err:  # gRPC refuses what REST refuses
+            c.client.list(op="collective")
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "op" in err.value.details()
         p = subprocess.run(ringleader_cmd("--coordinator", c.address, "jobs", "--op", "algo_sweep", "-o", "json"),
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, p.stderr

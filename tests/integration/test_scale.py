@@ -152,7 +152,7 @@ async def test_list_workers_pages_over_grpc_and_rest(tmp_path):
             busy = (await http.get("/api/v1/workers", params={"state": "BUSY"})).json()
             assert busy == {"workers": [], "next_page_token": None}
             bad = await http.get("/api/v1/workers", params={"page_token": "nope"})
-            assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "page_token"]
+            assert bad.status_code == 404 and bad.json()["detail"].startswith("page_token:")  # names no page
 
 
 @scenario

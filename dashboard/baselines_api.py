@@ -1,7 +1,7 @@
 """REST routes of baselines and localization (docs/baselines.md), under /api/v1:
 
     GET  /baselines                 the baseline table
-    PUT  /baselines                 import entries (replaces those keys; all or nothing)
+    POST /baselines/import          import entries (replaces those keys; all or nothing)
     POST /jobs/{job_id}/localize    find what makes the job's gang slow (runs test jobs; seconds)
 """
 
@@ -57,7 +57,7 @@ def router(core: Coordinator) -> APIRouter:
     async def export_baselines() -> JSON:
         return JSON(to_json(baselines.export_table(core.store)))
 
-    @r.put("/baselines", tags=["baselines"], operation_id="importBaselines", response_model=Imported,
+    @r.post("/baselines/import", tags=["baselines"], operation_id="importBaselines", response_model=Imported,
            summary="Import baseline entries: replaces those keys (all or nothing)")
     async def import_baselines(table: BaselineTableIn) -> JSON:
         message = pb.BaselineTable(entries=[pb.BaselineEntry(**e.model_dump()) for e in table.entries])

@@ -22,7 +22,7 @@ def api(tmp_path_factory):
 
 
 def test_import_then_export(api):
-    r = api.put("/api/v1/baselines", json={"entries": [ENTRY]})
+    r = api.post("/api/v1/baselines/import", json={"entries": [ENTRY]})
     assert r.status_code == 200 and r.json() == {"imported": 1}, r.text
     [e] = api.get("/api/v1/baselines").json()["entries"]
     assert e["key"] == "NVIDIA H200|all_reduce|bfloat16|2^30|r8|h1|local|eager|" and e["median_busbw_gbps"] == 460.0
@@ -31,7 +31,7 @@ def test_import_then_export(api):
 @pytest.mark.parametrize("bad, field", [({"link": "cross"}, "entries"), ({"samples": []}, "samples"),
                                         ({"op": "nope"}, "entries"), ({"extra": 1}, "extra")])
 def test_bad_entries_are_422_naming_the_field(api, bad, field):
-    r = api.put("/api/v1/baselines", json={"entries": [{**ENTRY, **bad}]})
+    r = api.post("/api/v1/baselines/import", json={"entries": [{**ENTRY, **bad}]})
     assert r.status_code == 422 and field in str(r.json()["detail"][0]["loc"]), r.text
 
 

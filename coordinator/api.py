@@ -29,7 +29,7 @@ class JobStore(abc.ABC):
     - `get` returns the job with its results in the order they were added.
     - `update` replaces only the fields that change over a job's life (state, reason,
       started_at, finished_at, workers, backend, progress, warm_start, and the outcome of
-      non-collective kinds: ringleader.kinds.result_fields()); it keeps the stored spec
+      non-collective kinds: ringleader.kinds.result_fields()) and stragglers; it keeps the stored spec
       and created_at and ignores the given Job's results (see add_result/clear_results).
     - `list` returns newest first, without results, filtered by states (any of; empty: all) and
       op (the collective op, or the job kind for other kinds; empty: all), at most
@@ -48,6 +48,8 @@ class JobStore(abc.ABC):
     - `worker_credential` returns the credential digest bound to a worker id ("" if none);
       `set_worker_credential` binds one (replacing any); `forget_worker_credential` unbinds it
       and says whether one was bound. They concern workers, not jobs: no job need exist.
+    - `put_baseline` stores a baseline entry (coordinator/baselines.py), replacing the one of the
+      same key; `baseline(key)` returns it (None if none); `baselines()` returns all, by key.
     - What was written before `close` is there after reopening the same path (SQL store).
     - Durability: a write is durable when its method returns, unless `defer_commits(pending)` was
       called: then writes are grouped, visible at once to this store's reads but durable only
@@ -109,6 +111,13 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def forget_worker_credential(self, worker_id: str) -> bool: ...
+    def put_baseline(self, entry: pb.BaselineEntry) -> None: ...
+
+    @abc.abstractmethod
+    def baseline(self, key: str) -> pb.BaselineEntry | None: ...
+
+    @abc.abstractmethod
+    def baselines(self) -> list[pb.BaselineEntry]: ...
 
     def defer_commits(self, pending: Callable[[], None]) -> None:  # noqa: B027 - see the contract
         pass
@@ -124,7 +133,7 @@ def apply_update(stored: pb.Job, job: pb.Job) -> None:
     """Copy the fields that change over a job's life from `job` into `stored` (in place).
 
     Only these: state, reason, started_at, finished_at, workers, backend, progress, warm_start,
-    and the outcome of non-collective kinds (the table's result fields).
+    and the outcome of non-collective kinds (the table's result fields), stragglers.
     So a caller holding a stale or trimmed Job can never rewrite the spec, created_at or results.
     """
     # Spelled out rather than driven by descriptors: the descriptor API (e.g. `label`) differs
@@ -133,7 +142,7 @@ def apply_update(stored: pb.Job, job: pb.Job) -> None:
         setattr(stored, name, getattr(job, name))
     del stored.workers[:]
     stored.workers.extend(job.workers)
-    for name in ("progress", *kinds.result_fields()):
+    for name in ("progress", "stragglers", *kinds.result_fields()):
         stored.ClearField(name)
         if job.HasField(name):  # an unset message stays unset; CopyFrom would mark it present
             getattr(stored, name).CopyFrom(getattr(job, name))

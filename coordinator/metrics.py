@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from coordinator.baseline_metrics import BaselineRegressionsCollector
 from coordinator.service import Coordinator
 from coordinator.fleet_metrics import FleetHealthCollector
 from coordinator.rpc_metrics import RpcMetricsInterceptor
@@ -147,6 +148,7 @@ class CoordinatorMetrics:
               registry=r).labels(__version__, "coordinator").set(1)
         r.register(CoordinatorStateCollector(core))
         r.register(FleetHealthCollector(core.fleet))
+        r.register(BaselineRegressionsCollector(core.store))
 
         # Jobs, from state-change events.
         self.jobs_submitted = Counter("ringleader_jobs_submitted_total", "Jobs accepted", registry=r)

@@ -11,7 +11,7 @@ import logging
 
 import grpc
 
-from coordinator import admission, identity
+from coordinator import admission, baselines, identity, localizer
 from coordinator.identity import WorkerIdentities
 from coordinator.service import Coordinator
 from coordinator.sweeper import run_check
@@ -110,6 +110,20 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 yield event
         except RingleaderError as exc:
             await abort_with(context, exc)
+
+    async def Localize(self, request, context):
+        try:
+            return await localizer.localize(self.c, request)
+        except RingleaderError as exc:
+            await abort_with(context, exc)
+
+    @_rpc
+    def ExportBaselines(self, request, context):
+        return baselines.export_table(self.c.store)
+
+    @_durable
+    def ImportBaselines(self, request, context):
+        return pb.ImportBaselinesResponse(imported=baselines.import_table(self.c.store, request))
 
 
 class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):

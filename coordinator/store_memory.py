@@ -29,6 +29,7 @@ class MemoryJobStore(JobStore):
         self._requests: dict[str, str] = {}  # request id -> job id
         self._health: dict[str, pb.WorkerHealth] = {}
         self._credentials: dict[str, str] = {}  # worker id -> credential digest
+        self._baselines: dict[str, pb.BaselineEntry] = {}
 
     def _known(self, job_id: str) -> pb.Job:
         try:
@@ -129,3 +130,12 @@ class MemoryJobStore(JobStore):
 
     def forget_worker_credential(self, worker_id: str) -> bool:
         return self._credentials.pop(worker_id, None) is not None
+    def put_baseline(self, entry: pb.BaselineEntry) -> None:
+        self._baselines[entry.key] = _copy(entry)
+
+    def baseline(self, key: str) -> pb.BaselineEntry | None:
+        e = self._baselines.get(key)
+        return _copy(e) if e is not None else None
+
+    def baselines(self) -> list[pb.BaselineEntry]:
+        return [_copy(self._baselines[k]) for k in sorted(self._baselines)]

@@ -65,4 +65,12 @@ MIGRATIONS: list[list[str]] = [
             blob BLOB NOT NULL  -- serialized pb.WorkerHealth
         ) WITHOUT ROWID""",
     ],
+    [
+        # baselines (coordinator/baselines.py; "v4" in the plan, appended after the worker
+        # credentials that reached main first): one serialized pb.BaselineEntry per key.
+        """CREATE TABLE baselines (
+            key TEXT PRIMARY KEY,
+            blob BLOB NOT NULL
+        ) WITHOUT ROWID""",
+    ],
 ]

@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Iterator
 
 from coordinator.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
 from coordinator.store_schema import MIGRATIONS
+from coordinator.store_sqlite_health import SqliteBaselines, SqliteWorkerHealth
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
@@ -32,7 +33,7 @@ log = logging.getLogger("ringleader.coordinator")
 CHECKPOINT_S = 1.0  # how often the checkpoint thread copies the WAL back into the database
 
 
-class SqliteJobStore(JobStore):
+class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, JobStore):
     def __init__(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: the module never opens transactions behind our back; _tx opens
@@ -275,15 +276,6 @@ class SqliteJobStore(JobStore):
                 "SELECT id FROM jobs WHERE state IN (?, ?) ORDER BY seq", UNFINISHED
             ).fetchall()
             return [self._load(c, r[0], with_results=True) for r in ids]
-
-    def set_worker_health(self, worker_id: str, health: pb.WorkerHealth) -> None:
-        with self._tx(write=True) as c:
-            c.execute("INSERT OR REPLACE INTO worker_health (worker_id, blob) VALUES (?, ?)",
-                      (worker_id, health.SerializeToString()))
-
-    def worker_health(self) -> dict[str, pb.WorkerHealth]:
-        with self._tx() as c:
-            return {w: pb.WorkerHealth.FromString(b) for w, b in c.execute("SELECT worker_id, blob FROM worker_health")}
 
     def worker_credential(self, worker_id: str) -> str:
         with self._tx() as c:

@@ -9,7 +9,7 @@ from fastapi.responses import PlainTextResponse, Response
 from coordinator.service import Coordinator
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.auth import Access
-from dashboard import api, bearer, fleet_api, fleet_view, ui
+from dashboard import api, baselines_api, bearer, fleet_api, fleet_view, ui
 from dashboard.bearer import BEARER
 from dashboard.guard import Guard, GuardConfig
 from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
@@ -25,7 +25,8 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     # refused requests included. One app per registry.
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
     # Every API router declares the users' bearer scheme in OpenAPI (the guard checks it).
-    for router in (api.router(core), fleet_api.router(core), fleet_view.router(core)):
+    for router in (api.router(core), fleet_api.router(core), fleet_view.router(core),
+                   baselines_api.router(core)):
         app.include_router(router, dependencies=[Security(BEARER)])
     plain_openapi = app.openapi
     app.openapi = lambda: bearer.optional(plain_openapi())  # type: ignore[method-assign]

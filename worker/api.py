@@ -103,6 +103,7 @@ class Done:
     results: tuple[bytes, ...] = ()  # rank 0: every size's serialized SizeResult
     outcome: tuple[str, bytes] | None = None  # rank 0 of other kinds: (kind, serialized outcome)
     log: str = ""  # the tail of the executor's stderr during the job (read_log)
+    stragglers: bytes = b""  # rank 0 of collective sweeps: a serialized StragglerSummary
 
     @classmethod
     def failed(cls, job_id: str, error: str, failure: int, *, holds: str = "", warm_start: bool = False,
@@ -117,6 +118,8 @@ class Done:
         if self.outcome:
             kind, raw = self.outcome
             getattr(done, kind).ParseFromString(raw)
+        if self.stragglers:
+            done.stragglers.ParseFromString(self.stragglers)
         return done
 
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from ringleader import algos as vocab
 from ringleader import spec
-from worker import calibrate, datacheck
+from worker import calibrate, datacheck, faults
 from worker.algos import Method
 from worker.distutil import NoCounter, aligned_start, backend_for, percentile, sync, time_loop
 from worker.ops import OpSetup, torch_dtype, torch_reduce_op  # noqa: F401 - part of this module's API
@@ -148,8 +148,9 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     sync(device, group)
     unit, per, units, check, release = _plan(setup, method, iters, device, counter, group)
     try:
+        # The fault injector (tests only; a no-op otherwise) delays this rank before each timed op.
         mean_us, times = time_loop(unit, units, device, ops_per_unit=per,
-                                   before=partial(aligned_start, device, group))
+                                   before=partial(aligned_start, device, group), arrive=faults.load().before_op)
         # The check: one more op on fresh inputs (another seed), so timed in-place repetition
         # (sums growing, partial results left on non-roots) cannot spoil it.
         wrong = 0
@@ -193,9 +194,10 @@ def build_result(times_by_rank: list[list[float]], means_by_rank: list[float], w
 
 
 def summarize(local: LocalMeasurement, *, op, dtype, reduce_op, size_bytes, root, in_place, device,
-              algo: str = "") -> dict:
+              algo: str = "", tally=None) -> dict:
     """Combine every rank's measurement (a collective on the default group: call on every rank).
-    algo: what ran ("" names the backend's own)."""
+    algo: what ran ("" names the backend's own). tally: a worker.stragglers.StragglerTally that
+    gets every rank's per-iteration times (who reached the ops last)."""
     device = torch.device(device)
     n, rank = dist.get_world_size(), dist.get_rank()
     # One sum carries everything: each rank fills its own row [mean, times..., wrong]. A sum, not
@@ -205,6 +207,8 @@ def summarize(local: LocalMeasurement, *, op, dtype, reduce_op, size_bytes, root
     dist.all_reduce(table, op=dist.ReduceOp.SUM)
     rows = table.tolist()
     wrong = int(sum(r[-1] for r in rows))  # exact: counts stay far below 2**53
+    if tally is not None:
+        tally.add(op, [r[1:-1] for r in rows])
     return build_result([r[1:-1] for r in rows], [r[0] for r in rows], wrong, op=op, dtype=dtype,
                         reduce_op=reduce_op, size_bytes=size_bytes, root=root, in_place=in_place,
                         iters=local.iters, mode=local.mode,

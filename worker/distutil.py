@@ -64,7 +64,7 @@ def percentile(sorted_values: list[float], p: float) -> float:
 
 
 def time_loop(run, units: int, device: torch.device, *, ops_per_unit: int = 1,
-              before=None) -> tuple[float, list[float]]:
+              before=None, arrive=None) -> tuple[float, list[float]]:
     """(mean, per-unit) time per op in us of `units` calls of `run`, each issuing `ops_per_unit`
     ops (one eager op, or one replay of a CUDA graph of several).
 
@@ -74,12 +74,14 @@ def time_loop(run, units: int, device: torch.device, *, ops_per_unit: int = 1,
     per-iteration events cost about 10 us per op at small sizes (measured on H200s), which would
     inflate the mean that users compare with nccl-tests; so at small sizes min and p50 can exceed
     the mean. `before` (e.g. `aligned_start`, which every rank must then call) is queued ahead
-    of each CUDA loop's first event.
+    of each CUDA loop's first event. `arrive` is called before each unit, outside its timing
+    (the fault injector's delay: a rank that reaches each op late).
     """
-    before = before or (lambda: None)
+    before, arrive = before or (lambda: None), arrive or (lambda: None)
     if device.type != "cuda":
         clock, times = time.perf_counter, [0.0] * units
         for k in range(units):
+            arrive()
             t0 = clock()
             run()
             times[k] = (clock() - t0) * 1e6 / ops_per_unit
@@ -88,6 +90,7 @@ def time_loop(run, units: int, device: torch.device, *, ops_per_unit: int = 1,
     before()
     start.record()
     for _ in range(units):
+        arrive()
         run()
     end.record()
     end.synchronize()
@@ -95,6 +98,7 @@ def time_loop(run, units: int, device: torch.device, *, ops_per_unit: int = 1,
     events = [torch.cuda.Event(enable_timing=True) for _ in range(units + 1)]
     before()
     for k in range(units):
+        arrive()
         events[k].record()
         run()
     events[units].record()

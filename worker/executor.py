@@ -123,7 +123,8 @@ class Executor:
         first = a.rank == 0
         return api.Done(a.job_id, ok=True, holds=self.group_key, warm_start=warm,
                         results=tuple(r.SerializeToString() for r in outcome.results) if first else (),
-                        outcome=outcome.serialized() if first else None)
+                        outcome=outcome.serialized() if first else None,
+                        stragglers=outcome.stragglers.SerializeToString() if first and outcome.stragglers else b"")
 
     def _init_group(self, a) -> None:
         import torch.distributed as dist

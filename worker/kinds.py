@@ -39,6 +39,7 @@ class RunContext:
 class Outcome:
     results: list[pb.SizeResult] = field(default_factory=list)
     message: object | None = None  # a jobs_pb2 outcome (P2PResult, ...) for the other kinds
+    stragglers: pb.StragglerSummary | None = None  # collective sweeps: who reached the ops last
 
     def serialized(self) -> tuple[str, bytes] | None:
         """(member, bytes) for JobDone's `outcome`: the member the table of kinds names as the
@@ -55,27 +56,29 @@ class Outcome:
 def run_collective(job: ValidJob, ctx: RunContext) -> Outcome:
     from worker import algos
 
+    from worker.stragglers import StragglerTally
+
     c = job.collective
-    rows = []
+    rows, tally = [], StragglerTally()
     # nccl:ALGO/PROTO: the default group already has that flavor (the executor made it so).
     with algos.method(c.algo, graph=c.graph, device=ctx.device, max_bytes=max(job.sizes), own_group=False) as how:
         for i, size in enumerate(job.sizes):
             ctx.progress(i, len(job.sizes), size)
             row = pb.SizeResult(**_measured(c.op, c.dtype, c.reduce_op, size, iters=c.iters, warmup=c.warmup,
-                                            in_place=c.in_place, root=c.root, method=how, ctx=ctx))
+                                            in_place=c.in_place, root=c.root, method=how, ctx=ctx, tally=tally))
             ctx.result(row)
             rows.append(row)
-    return Outcome(results=rows)
+    return Outcome(results=rows, stragglers=pb.StragglerSummary(**tally.summary()))
 
 
-def _measured(op, dtype, reduce_op, size, *, iters, warmup, in_place, root, method, ctx) -> dict:
+def _measured(op, dtype, reduce_op, size, *, iters, warmup, in_place, root, method, ctx, tally=None) -> dict:
     """One size measured on every rank and summarized: the SizeResult fields."""
     from worker import collectives
 
     local = collectives.measure(op, dtype, reduce_op, size, iters=iters, warmup=warmup, in_place=in_place,
                                 root=root, device=ctx.device, counter=ctx.counter, method=method)
     return collectives.summarize(local, op=op, dtype=dtype, reduce_op=reduce_op, size_bytes=size, root=root,
-                                 in_place=in_place, device=ctx.device, algo=method.algo)
+                                 in_place=in_place, device=ctx.device, algo=method.algo, tally=tally)
 
 
 def run_algo_sweep(job: ValidJob, ctx: RunContext) -> Outcome:

@@ -23,8 +23,8 @@ import argcomplete
 import grpc
 
 from ringleader import __version__, defaults, kinds
-from ringleader.app import (argtypes, check_cmds, commands, completion, config, hints, k8s_secrets, security_flags,
-                            submit_args)
+from ringleader.app import (argtypes, baseline_cmds, check_cmds, commands, completion, config, hints, k8s_secrets,
+                            security_flags, submit_args)
 from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
@@ -136,6 +136,7 @@ def _add_clients(sub) -> None:
     check_cmds.add_commands(sub, _talker, _client_options)
     security_flags.add_certs_command(sub)
     k8s_secrets.add_flag(sub.choices["certs"])
+    baseline_cmds.add_parsers(sub, _talker, _client_options)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -202,6 +203,8 @@ def _run(a, settings: config.Settings) -> int:
     if a.command == "completion":
         print(argcomplete.shellcode(["ringleader"], shell=a.shell), end="")
         return 0
+    if a.command in baseline_cmds.COMMANDS:
+        return baseline_cmds.run(a)
     return check_cmds.run(a) if check_cmds.handles(a) else commands.run_client_command(a)
 
 

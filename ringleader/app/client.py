@@ -69,3 +69,13 @@ class Client:
     def watch(self, job_id: str):
         """Events of a job until it finishes (no deadline: jobs can run for long)."""
         return self._stub.WatchJob(pb.WatchJobRequest(job_id=job_id), metadata=self._auth)
+
+    def localize(self, request: pb.LocalizeRequest, timeout_s: float = 600.0) -> pb.LocalizeResult:
+        """Runs test jobs round after round: a longer deadline than the other calls."""
+        return self._stub.Localize(request, timeout=timeout_s, metadata=self._auth)
+
+    def export_baselines(self) -> pb.BaselineTable:
+        return self._stub.ExportBaselines(pb.ExportBaselinesRequest(), timeout=self.timeout, metadata=self._auth)
+
+    def import_baselines(self, table: pb.BaselineTable) -> pb.ImportBaselinesResponse:
+        return self._stub.ImportBaselines(table, timeout=self.timeout, metadata=self._auth)

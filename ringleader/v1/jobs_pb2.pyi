@@ -2111,3 +2111,277 @@ class RunCheckResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunCheckResponse: _TypeAlias = RunCheckResponse  # noqa: Y015
+
+@_typing.final
+class BaselineEntry(_message.Message):
+    """One baseline: robust statistics of busbw over a window of comparable results (docs/baselines.md)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    OP_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    SIZE_BUCKET_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
+    HOSTS_FIELD_NUMBER: _builtins.int
+    LINK_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    MEDIAN_BUSBW_GBPS_FIELD_NUMBER: _builtins.int
+    MAD_BUSBW_GBPS_FIELD_NUMBER: _builtins.int
+    RECENT_LOW_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    ALGO_FIELD_NUMBER: _builtins.int
+    REGRESSIONS_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    """the comparable key, e.g. "H200|all_reduce|float32|2^20|r8|h8|cross|eager" """
+    gpu_model: _builtins.str
+    op: _builtins.str
+    dtype: _builtins.str
+    size_bucket: _builtins.int
+    """a power of two: sizes in [bucket, 2 * bucket)"""
+    ranks: _builtins.int
+    hosts: _builtins.int
+    link: _builtins.str
+    """"local" (one host) or "cross" (across hosts)"""
+    mode: _builtins.str
+    """eager or graph"""
+    median_busbw_gbps: _builtins.float
+    mad_busbw_gbps: _builtins.float
+    """median absolute deviation of the window"""
+    updated_at: _builtins.float
+    """unix seconds"""
+    algo: _builtins.str
+    regressions: _builtins.int
+    """regression events this key raised (ringleader_baseline_regressions_total)"""
+    @_builtins.property
+    def samples(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """busbw (GB/s) of the window, oldest first"""
+
+    @_builtins.property
+    def recent_low(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bool]:
+        """the last results judged (oldest first): below the threshold?"""
+
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        gpu_model: _builtins.str = ...,
+        op: _builtins.str = ...,
+        dtype: _builtins.str = ...,
+        size_bucket: _builtins.int = ...,
+        ranks: _builtins.int = ...,
+        hosts: _builtins.int = ...,
+        link: _builtins.str = ...,
+        mode: _builtins.str = ...,
+        samples: _abc.Iterable[_builtins.float] | None = ...,
+        median_busbw_gbps: _builtins.float = ...,
+        mad_busbw_gbps: _builtins.float = ...,
+        recent_low: _abc.Iterable[_builtins.bool] | None = ...,
+        updated_at: _builtins.float = ...,
+        algo: _builtins.str = ...,
+        regressions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo", b"algo", "dtype", b"dtype", "gpu_model", b"gpu_model", "hosts", b"hosts", "key", b"key", "link", b"link", "mad_busbw_gbps", b"mad_busbw_gbps", "median_busbw_gbps", b"median_busbw_gbps", "mode", b"mode", "op", b"op", "ranks", b"ranks", "recent_low", b"recent_low", "regressions", b"regressions", "samples", b"samples", "size_bucket", b"size_bucket", "updated_at", b"updated_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BaselineEntry: _TypeAlias = BaselineEntry  # noqa: Y015
+
+@_typing.final
+class BaselineTable(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___BaselineEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___BaselineEntry] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BaselineTable: _TypeAlias = BaselineTable  # noqa: Y015
+
+@_typing.final
+class ExportBaselinesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportBaselinesRequest: _TypeAlias = ExportBaselinesRequest  # noqa: Y015
+
+@_typing.final
+class ImportBaselinesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMPORTED_FIELD_NUMBER: _builtins.int
+    imported: _builtins.int
+    def __init__(
+        self,
+        *,
+        imported: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["imported", b"imported"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportBaselinesResponse: _TypeAlias = ImportBaselinesResponse  # noqa: Y015
+
+@_typing.final
+class LocalizeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    KNOWN_GOOD_FIELD_NUMBER: _builtins.int
+    MAX_ROUNDS_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    TOLERANCE_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """a finished collective job whose gang is to be searched"""
+    max_rounds: _builtins.int
+    """default 12"""
+    size_bytes: _builtins.int
+    """test size (default: the job's largest size)"""
+    tolerance: _builtins.float
+    """a group below this fraction of a clean one is slow (default 0.8)"""
+    @_builtins.property
+    def known_good(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """workers to pad test groups with (default: idle healthy workers)"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        known_good: _abc.Iterable[_builtins.str] | None = ...,
+        max_rounds: _builtins.int = ...,
+        size_bytes: _builtins.int = ...,
+        tolerance: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "known_good", b"known_good", "max_rounds", b"max_rounds", "size_bytes", b"size_bytes", "tolerance", b"tolerance"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalizeRequest: _TypeAlias = LocalizeRequest  # noqa: Y015
+
+@_typing.final
+class LocalizeGroup(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_IDS_FIELD_NUMBER: _builtins.int
+    SUSPECTS_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    BUSBW_GBPS_FIELD_NUMBER: _builtins.int
+    SLOW_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """the test job that measured it"""
+    busbw_gbps: _builtins.float
+    slow: _builtins.bool
+    @_builtins.property
+    def worker_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def suspects(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the members under test; the others are known good"""
+
+    def __init__(
+        self,
+        *,
+        worker_ids: _abc.Iterable[_builtins.str] | None = ...,
+        suspects: _abc.Iterable[_builtins.str] | None = ...,
+        job_id: _builtins.str = ...,
+        busbw_gbps: _builtins.float = ...,
+        slow: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["busbw_gbps", b"busbw_gbps", "job_id", b"job_id", "slow", b"slow", "suspects", b"suspects", "worker_ids", b"worker_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalizeGroup: _TypeAlias = LocalizeGroup  # noqa: Y015
+
+@_typing.final
+class LocalizeRound(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROUND_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    REFERENCE_GBPS_FIELD_NUMBER: _builtins.int
+    round: _builtins.int
+    reference_gbps: _builtins.float
+    """what a clean group of this round reaches"""
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___LocalizeGroup]: ...
+    def __init__(
+        self,
+        *,
+        round: _builtins.int = ...,
+        groups: _abc.Iterable[Global___LocalizeGroup] | None = ...,
+        reference_gbps: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "reference_gbps", b"reference_gbps", "round", b"round"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalizeRound: _TypeAlias = LocalizeRound  # noqa: Y015
+
+@_typing.final
+class LocalizeResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    CULPRITS_FIELD_NUMBER: _builtins.int
+    CULPRIT_HOSTS_FIELD_NUMBER: _builtins.int
+    ROUNDS_FIELD_NUMBER: _builtins.int
+    HISTORY_FIELD_NUMBER: _builtins.int
+    VERDICT_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    rounds: _builtins.int
+    verdict: _builtins.str
+    """one line for people"""
+    @_builtins.property
+    def culprits(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """worker ids"""
+
+    @_builtins.property
+    def culprit_hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def history(self) -> _containers.RepeatedCompositeFieldContainer[Global___LocalizeRound]: ...
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        culprits: _abc.Iterable[_builtins.str] | None = ...,
+        culprit_hosts: _abc.Iterable[_builtins.str] | None = ...,
+        rounds: _builtins.int = ...,
+        history: _abc.Iterable[Global___LocalizeRound] | None = ...,
+        verdict: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["culprit_hosts", b"culprit_hosts", "culprits", b"culprits", "history", b"history", "job_id", b"job_id", "rounds", b"rounds", "verdict", b"verdict"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalizeResult: _TypeAlias = LocalizeResult  # noqa: Y015

@@ -84,6 +84,21 @@ class JobServiceStub:
                 request_serializer=ringleader_dot_v1_dot_jobs__pb2.RunCheckRequest.SerializeToString,
                 response_deserializer=ringleader_dot_v1_dot_jobs__pb2.RunCheckResponse.FromString,
                 _registered_method=True)
+        self.Localize = channel.unary_unary(
+                '/ringleader.v1.JobService/Localize',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.LocalizeRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.LocalizeResult.FromString,
+                _registered_method=True)
+        self.ExportBaselines = channel.unary_unary(
+                '/ringleader.v1.JobService/ExportBaselines',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.ExportBaselinesRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.BaselineTable.FromString,
+                _registered_method=True)
+        self.ImportBaselines = channel.unary_unary(
+                '/ringleader.v1.JobService/ImportBaselines',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.BaselineTable.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.ImportBaselinesResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -153,6 +168,26 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Localize(self, request, context):
+        """Find the worker(s) or host(s) that make a finished job's gang slow, by group testing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportBaselines(self, request, context):
+        """The baseline table (docs/baselines.md), as JSON-able data a fleet can start from.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportBaselines(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -205,6 +240,21 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.RunCheck,
                     request_deserializer=ringleader_dot_v1_dot_jobs__pb2.RunCheckRequest.FromString,
                     response_serializer=ringleader_dot_v1_dot_jobs__pb2.RunCheckResponse.SerializeToString,
+            ),
+            'Localize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Localize,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.LocalizeRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.LocalizeResult.SerializeToString,
+            ),
+            'ExportBaselines': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportBaselines,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.ExportBaselinesRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.BaselineTable.SerializeToString,
+            ),
+            'ImportBaselines': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImportBaselines,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.BaselineTable.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.ImportBaselinesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -477,6 +527,87 @@ class JobService:
             '/ringleader.v1.JobService/RunCheck',
             ringleader_dot_v1_dot_jobs__pb2.RunCheckRequest.SerializeToString,
             ringleader_dot_v1_dot_jobs__pb2.RunCheckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Localize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/Localize',
+            ringleader_dot_v1_dot_jobs__pb2.LocalizeRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.LocalizeResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportBaselines(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/ExportBaselines',
+            ringleader_dot_v1_dot_jobs__pb2.ExportBaselinesRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.BaselineTable.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportBaselines(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/ImportBaselines',
+            ringleader_dot_v1_dot_jobs__pb2.BaselineTable.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.ImportBaselinesResponse.FromString,
             options,
             channel_credentials,
             insecure,

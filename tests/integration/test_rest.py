@@ -362,7 +362,7 @@ def test_health_and_openapi(api):
             "listWorkers", "getVersion"} <= set(ops)
     for name, (path, method, op) in ops.items():
         if path.startswith("/api/v1/"):
-            assert op["tags"] and set(op["tags"]) <= {"jobs", "workers", "events", "meta"}, name
+            assert op["tags"] and set(op["tags"]) <= {"jobs", "workers", "events", "meta", "baselines"}, name
             ok = op["responses"]["201" if name == "submitJob" else "200"]
             assert ok.get("content"), name
     assert ops["watchJob"][2]["responses"]["200"]["content"].keys() == {"text/event-stream"}

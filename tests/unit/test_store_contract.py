@@ -544,3 +544,28 @@ def test_worker_credentials_survive_reopening(tmp_path):
         assert again.worker_credential("w0") == "digest-a"
     finally:
         again.close()
+def baseline_entry(key: str, *samples: float) -> pb.BaselineEntry:
+    return pb.BaselineEntry(key=key, op="all_reduce", samples=samples, median_busbw_gbps=samples[len(samples) // 2])
+
+
+def test_baselines_put_replace_and_list_by_key(store):
+    assert store.baseline("k1") is None and store.baselines() == []
+    store.put_baseline(baseline_entry("k2", 1.0))
+    store.put_baseline(baseline_entry("k1", 2.0, 3.0))
+    store.put_baseline(baseline_entry("k2", 4.0))  # replaces
+    assert [list(e.samples) for e in store.baselines()] == [[2.0, 3.0], [4.0]]
+    got = store.baseline("k1")
+    got.samples.append(99.0)  # the caller's copy: the store keeps what was put
+    assert list(store.baseline("k1").samples) == [2.0, 3.0]
+
+
+def test_sqlite_baselines_survive_reopen(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    s = SqliteJobStore(path)
+    s.put_baseline(baseline_entry("k", 5.0, 6.0, 7.0))
+    s.close()
+    s = SqliteJobStore(path)
+    try:
+        assert s.baselines() == [baseline_entry("k", 5.0, 6.0, 7.0)]
+    finally:
+        s.close()

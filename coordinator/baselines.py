@@ -1,0 +1,228 @@
+"""Baselines: is this number normal for this hardware? Keys, robust statistics and the regression
+rule, pure (the store keeps the entries; docs/baselines.md explains the choices).
+
+A result row is comparable with others of the same key: GPU model, op, dtype, size bucket (a
+power of two), ranks, hosts, link kind (one host or across hosts), mode (eager/graph) and the
+implementation (algo: nccl and a symmetric-memory kernel differ by 2x at small sizes). Each key
+keeps the busbw of its last WINDOW results; the baseline is their median, its noise their MAD.
+
+A result is low when it falls below median - max(K_MAD * 1.4826 * MAD, FLOOR * median): the
+MAD term scales with the noise this key has shown (1.4826 * MAD estimates a normal sigma), the
+floor keeps a baseline of near-identical samples from alerting on a 2 % dip, and a result below a
+quarter of the median is low however noisy the key (a noisy key must still see a 4x drop). A regression is
+REPEAT low results among the last RECENT judged, so one noisy run never alerts. Low results are
+kept out of the window, so a regression does not become the new normal by itself: an operator
+resets a key (import) after a deliberate change of hardware.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ringleader import spec
+from ringleader.errors import InvalidSpec
+from ringleader.v1 import jobs_pb2 as pb
+
+WINDOW = 50  # results a baseline keeps
+MIN_SAMPLES = 5  # a baseline judges nothing before it has this many
+K_MAD = 4.0  # how many noise sigmas below the median is low
+FLOOR = 0.10  # and at least this fraction below it
+CEILING = 0.25  # but a result below this fraction of the median is low however noisy the key
+RECENT, REPEAT = 3, 2  # a regression: REPEAT low among the last RECENT results judged
+MAD_SIGMA = 1.4826  # MAD -> standard deviation of a normal distribution
+
+
+@dataclass(frozen=True)
+class KeyFields:
+    """What a row does not say itself about the gang that measured it."""
+
+    gpu_model: str
+    ranks: int
+    hosts: int
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1 or self.hosts < 1:
+            raise ValueError(f"key fields: ranks ({self.ranks}) and hosts ({self.hosts}) must be >= 1")
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A regression event's evidence."""
+
+    key: str
+    op: str
+    busbw_gbps: float
+    baseline_gbps: float
+    threshold_gbps: float
+    ratio: float
+    low: int  # low results among the last judged
+    judged: int
+
+    def describe(self) -> str:
+        return (f"{self.op} busbw {self.busbw_gbps:.3g} GB/s is {self.ratio:.2f} of its baseline "
+                f"{self.baseline_gbps:.3g} (threshold {self.threshold_gbps:.3g}; {self.low} of the last "
+                f"{self.judged} below) [{self.key}]")
+
+
+def key_fields(job: pb.Job, model_of: dict[str, str]) -> KeyFields:
+    """The gang's part of the key: `model_of` maps worker id -> device name (e.g. "NVIDIA H200").
+
+    A gang of mixed models is keyed by its models joined with "+", so it never borrows the
+    baseline of a uniform one.
+    """
+    models = sorted({model_of.get(w.worker_id, "") or "unknown" for w in job.workers})
+    return KeyFields(gpu_model="+".join(models) or "unknown", ranks=max(1, len(job.workers)),
+                     hosts=max(1, len({w.host for w in job.workers})))
+
+
+def size_bucket(size_bytes: int) -> int:
+    """The power of two at or below the size (0 for 0 bytes: barrier)."""
+    return 1 << (size_bytes.bit_length() - 1) if size_bytes > 0 else 0
+
+
+def link_kind(hosts: int) -> str:
+    return "local" if hosts <= 1 else "cross"
+
+
+def new_entry(row: pb.SizeResult, kf: KeyFields) -> pb.BaselineEntry:
+    """An empty baseline for the row's key."""
+    e = pb.BaselineEntry(gpu_model=kf.gpu_model, op=row.op, dtype=row.dtype, size_bucket=size_bucket(row.size_bytes),
+                         ranks=kf.ranks, hosts=kf.hosts, link=link_kind(kf.hosts), mode=row.mode or "eager",
+                         algo=row.algo)
+    e.key = entry_key(e)
+    return e
+
+
+def entry_key(e: pb.BaselineEntry) -> str:
+    """The key string of an entry's fields (the store's primary key)."""
+    bucket = f"2^{e.size_bucket.bit_length() - 1}" if e.size_bucket else "0"
+    return "|".join([e.gpu_model, e.op, e.dtype, bucket, f"r{e.ranks}", f"h{e.hosts}", e.link, e.mode, e.algo])
+
+
+def row_key(row: pb.SizeResult, kf: KeyFields) -> str:
+    return new_entry(row, kf).key
+
+
+def recompute(e: pb.BaselineEntry) -> None:
+    """Median and MAD of the entry's window (in place)."""
+    if not e.samples:
+        e.median_busbw_gbps = e.mad_busbw_gbps = 0.0
+        return
+    med = statistics.median(e.samples)
+    e.median_busbw_gbps = med
+    e.mad_busbw_gbps = statistics.median(abs(x - med) for x in e.samples)
+
+
+def threshold(e: pb.BaselineEntry) -> float:
+    """Below this busbw a result is low (0 while the baseline has too few samples to judge)."""
+    if len(e.samples) < MIN_SAMPLES:
+        return 0.0
+    med = e.median_busbw_gbps
+    return max(med - max(K_MAD * MAD_SIGMA * e.mad_busbw_gbps, FLOOR * med), CEILING * med)
+
+
+def annotate(row: pb.SizeResult, e: pb.BaselineEntry | None) -> pb.SizeResult:
+    """Set the row's baseline fields from its entry (None or empty: no baseline yet). In place."""
+    if e is None or not e.samples or e.median_busbw_gbps <= 0:
+        row.baseline_busbw_gbps = row.baseline_ratio = 0.0
+        row.baseline_key = e.key if e is not None else ""
+        return row
+    row.baseline_key = e.key
+    row.baseline_busbw_gbps = e.median_busbw_gbps
+    row.baseline_ratio = row.busbw_gbps / e.median_busbw_gbps
+    return row
+
+
+def observe(e: pb.BaselineEntry, busbw_gbps: float, at: float) -> Regression | None:
+    """Judge one result against the entry, then feed the entry (in place). Returns the regression
+    this result completes, if any (each low result of a regressed key returns one)."""
+    if busbw_gbps < 0:
+        raise ValueError(f"busbw_gbps: must be >= 0, got {busbw_gbps}")
+    limit = threshold(e)
+    e.updated_at = at
+    if limit <= 0:  # still learning: every result feeds the window
+        _feed(e, busbw_gbps)
+        return None
+    low = busbw_gbps < limit
+    e.recent_low.append(low)
+    del e.recent_low[:-RECENT]
+    if not low:
+        _feed(e, busbw_gbps)
+        return None
+    n_low = sum(e.recent_low)
+    if n_low < REPEAT:
+        return None
+    e.regressions += 1
+    return Regression(key=e.key, op=e.op, busbw_gbps=busbw_gbps, baseline_gbps=e.median_busbw_gbps,
+                      threshold_gbps=limit, ratio=busbw_gbps / e.median_busbw_gbps, low=n_low,
+                      judged=len(e.recent_low))
+
+
+def _feed(e: pb.BaselineEntry, busbw_gbps: float) -> None:
+    e.samples.append(busbw_gbps)
+    del e.samples[:-WINDOW]
+    recompute(e)
+
+
+def validated(e: pb.BaselineEntry) -> pb.BaselineEntry:
+    """An imported entry, checked field by field and with its key and statistics recomputed
+    (an import never trusts a key string or a median it was given)."""
+    for name in ("gpu_model", "op", "dtype", "mode"):
+        value = getattr(e, name)
+        if not value or len(value) > 128 or not value.isprintable() or "|" in value:
+            raise ValueError(f"baseline {e.key!r}: {name}: must be 1-128 printable characters without '|'")
+    if e.op not in spec.OPS:
+        raise ValueError(f"baseline {e.key!r}: op: unknown op {e.op!r}")
+    if e.mode not in ("eager", "graph"):
+        raise ValueError(f"baseline {e.key!r}: mode: must be eager or graph, not {e.mode!r}")
+    if e.ranks < 1 or e.hosts < 1:
+        raise ValueError(f"baseline {e.key!r}: ranks and hosts must be >= 1")
+    if e.link != link_kind(e.hosts):
+        raise ValueError(f"baseline {e.key!r}: link: {e.link!r} does not match hosts={e.hosts}")
+    if e.size_bucket & (e.size_bucket - 1):
+        raise ValueError(f"baseline {e.key!r}: size_bucket: {e.size_bucket} is not a power of two")
+    if any(not (x >= 0) or x == float("inf") for x in e.samples):
+        raise ValueError(f"baseline {e.key!r}: samples: must be finite and >= 0")
+    out = pb.BaselineEntry()
+    out.CopyFrom(e)
+    del out.samples[:-WINDOW]
+    del out.recent_low[:]
+    out.regressions = 0  # this coordinator's count: a counter starts from zero
+    out.key = entry_key(out)
+    recompute(out)
+    return out
+
+
+def judged(row: pb.SizeResult) -> bool:
+    """Whether a row feeds its baseline: a row with wrong data or no bandwidth (barrier) does not."""
+    return row.wrong == 0 and row.busbw_gbps > 0
+
+
+def record(store, row: pb.SizeResult, kf: KeyFields, at: float) -> Regression | None:
+    """What the control core calls where it stores a result row: the row gets its baseline (as it
+    stood before this result) and the result then feeds that baseline. `store`: a JobStore."""
+    e = store.baseline(row_key(row, kf)) or new_entry(row, kf)
+    annotate(row, e)
+    if not judged(row):
+        return None
+    regression = observe(e, row.busbw_gbps, at)
+    store.put_baseline(e)
+    return regression
+
+
+def export_table(store) -> pb.BaselineTable:
+    return pb.BaselineTable(entries=store.baselines())
+
+
+def import_table(store, table: pb.BaselineTable) -> int:
+    """Replace the entries of the table's keys (all or nothing: every entry is validated first)."""
+    try:
+        entries = [validated(e) for e in table.entries]
+    except ValueError as exc:
+        raise InvalidSpec("entries", str(exc)) from exc
+    for e in entries:
+        old = store.baseline(e.key)
+        e.regressions = old.regressions if old is not None else 0  # the metric stays a counter
+        store.put_baseline(e)
+    return len(entries)

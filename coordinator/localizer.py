@@ -1,0 +1,102 @@
+"""The localization driver: runs coordinator/localize.py's planner on a live coordinator, through
+the facade's public API only (submit, watch, get, list_workers): each round's groups are submitted
+as collective jobs pinned to their workers (placement.worker_ids) at the highest priority, all at
+once (they are disjoint, so they run side by side on warm groups where they exist), and their
+busbw is the figure the planner judges. A group whose job fails counts as slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from coordinator.localize import Group, Planner
+from ringleader.errors import FailedPrecondition, InvalidSpec
+from ringleader.jobspec import MAX_PRIORITY
+from ringleader.v1 import jobs_pb2 as pb
+
+TEST_ITERS = 10  # timed iterations per test (the warm-up is the spec's default)
+DEFAULT_TOLERANCE = 0.8
+
+
+def test_shape(job: pb.Job, size_bytes: int = 0) -> pb.CollectiveSpec:
+    """The collective each test group runs: the job's op and dtype at one size (its largest)."""
+    if job.spec.WhichOneof("kind") != "collective" or not job.workers:
+        raise FailedPrecondition(f"job {job.id}: localize needs a collective job that ran on workers")
+    if len(job.workers) < 2:
+        raise FailedPrecondition(f"job {job.id}: one worker alone has no link to test")
+    c = job.spec.collective
+    size = size_bytes or max([r.size_bytes for r in job.results] or list(c.sizes) or [c.max_bytes or 1 << 20])
+    if size <= 0:
+        raise InvalidSpec("size_bytes", "must be > 0 (the job has no sized result)")
+    op = c.op if c.op not in ("barrier", "broadcast", "reduce", "gather", "scatter") else "all_reduce"
+    return pb.CollectiveSpec(op=op, dtype=c.dtype or "float32", reduce_op=c.reduce_op, sizes=[size], iters=TEST_ITERS)
+
+
+def idle_known_good(core, job: pb.Job) -> list[str]:
+    """Idle workers outside the gang, of the gang's backend, with no bad verdict: test padding."""
+    gang = {w.worker_id for w in job.workers}
+    out, token = [], ""
+    while True:
+        page = core.list_workers(states=[pb.IDLE], page_token=token)
+        out += [w.worker_id for w in page.workers if w.worker_id not in gang and w.backend == job.backend
+                and w.health.verdict not in (pb.SUSPECT, pb.UNHEALTHY)]
+        token = page.next_page_token
+        if not token:
+            return out
+
+
+def host_map(core) -> dict[str, str]:
+    hosts, token = {}, ""
+    while True:
+        page = core.list_workers(page_token=token)
+        hosts.update({w.worker_id: w.host for w in page.workers})
+        token = page.next_page_token
+        if not token:
+            return hosts
+
+
+async def localize(core, request: pb.LocalizeRequest) -> pb.LocalizeResult:
+    """Search a finished collective job's gang for what makes it slow (see the module doc)."""
+    job = core.get(request.job_id)
+    shape = test_shape(job, request.size_bytes)
+    members = [w.worker_id for w in sorted(job.workers, key=lambda w: w.rank)]
+    host_of = {**host_map(core), **{w.worker_id: w.host for w in job.workers}}
+    known = list(request.known_good) or idle_known_good(core, job)
+    unknown = [w for w in known if w not in host_of]
+    if unknown:
+        raise InvalidSpec("known_good", f"unknown worker(s) {', '.join(unknown[:3])}")
+    if request.tolerance and not 0 < request.tolerance < 1:
+        raise InvalidSpec("tolerance", f"must be in (0, 1), got {request.tolerance}")
+    planner = Planner(members, host_of, known, min_width=max(2, min(4, len(members) // 2)),
+                      max_rounds=request.max_rounds, tolerance=request.tolerance or DEFAULT_TOLERANCE)
+    out = pb.LocalizeResult(job_id=job.id)
+    while (groups := planner.next_round()) is not None:
+        ids = [_submit(core, job.id, planner.rounds, g, shape) for g in groups]
+        figures = dict(zip(groups, await asyncio.gather(*(_figure(core, i) for i in ids))))
+        ref = planner.record(figures)
+        out.history.add(round=planner.rounds, reference_gbps=ref, groups=[
+            pb.LocalizeGroup(worker_ids=g.members, suspects=g.suspects, job_id=i, busbw_gbps=figures[g],
+                             slow=figures[g] < planner.tolerance * ref) for g, i in zip(groups, ids)])
+    v = planner.verdict()
+    out.culprits.extend(v.culprits)
+    out.culprit_hosts.extend(v.hosts)
+    out.rounds = v.rounds
+    out.verdict = v.describe(host_of)
+    return out
+
+
+def _submit(core, job_id: str, round_: int, g: Group, shape: pb.CollectiveSpec) -> str:
+    spec = pb.JobSpec(world_size=len(g.members), priority=MAX_PRIORITY, collective=shape,
+                      name=f"localize {job_id} round {round_}"[:256])
+    spec.placement.worker_ids.extend(g.members)
+    return core.submit(spec).id
+
+
+async def _figure(core, job_id: str) -> float:
+    """The test's busbw once it ends (0 when it failed: a group that cannot finish is slow)."""
+    async for _event in core.watch(job_id):
+        pass
+    done = core.get(job_id)
+    if done.state != pb.SUCCEEDED or not done.results:
+        return 0.0
+    return done.results[-1].busbw_gbps

@@ -1,0 +1,95 @@
+"""CLI commands of baselines and localization (docs/baselines.md):
+
+    ringleader localize JOB [--known-good ID,...] [--max-rounds N] [--size BYTES]
+    ringleader baselines export FILE      (FILE "-": stdout) the table as JSON
+    ringleader baselines import FILE      (FILE "-": stdin) replace those keys' baselines
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from google.protobuf import json_format
+
+from ringleader.app import argtypes
+from ringleader.app.client import Client
+from ringleader.app.security_flags import client_security
+from ringleader.errors import InvalidSpec
+from ringleader.jsonview import to_json
+from ringleader.v1 import jobs_pb2 as pb
+
+COMMANDS = ("localize", "baselines")
+
+
+def add_parsers(sub, talker, client_options) -> None:
+    """Called by cli.py with its helpers for commands that talk to a coordinator."""
+    x = talker(sub, "localize", "find the worker, link or host that makes a job's gang slow (group testing)")
+    x.add_argument("job_id")
+    x.add_argument("--known-good", default="", metavar="ID,...",
+                   help="workers to pad test groups with (default: idle workers outside the gang)")
+    x.add_argument("--max-rounds", type=int, default=0, help="give up after this many rounds (default log2(n) + 4)")
+    x.add_argument("--size", type=argtypes.size, default=0, help="test size (default: the job's largest)")
+    x.add_argument("--tolerance", type=float, default=0.0,
+                   help="a group below this fraction of a clean group's busbw is slow (default 0.8)")
+    client_options(x, "LocalizeResult: culprits, culprit_hosts, rounds, history, verdict")
+    b = talker(sub, "baselines", "export or import the baseline table (JSON)")
+    b.add_argument("action", choices=["export", "import"])
+    b.add_argument("file", help='a JSON file ("-": stdout for export, stdin for import)')
+    client_options(b, "export: the table; import: {\"imported\": N}")
+
+
+def run(a: argparse.Namespace) -> int:
+    with Client(a.coordinator, security=client_security(a)) as client:
+        if a.command == "localize":
+            return _localize(a, client)
+        if a.action == "export":
+            text = json_format.MessageToJson(client.export_baselines(), preserving_proto_field_name=True)
+            _write(a.file, text + "\n")
+            if a.file != "-":
+                print(f"exported to {a.file}", file=sys.stderr)
+            return 0
+        answer = client.import_baselines(read_table(sys.stdin.read() if a.file == "-" else _read(a.file)))
+        print(json_format.MessageToJson(answer) if a.output == "json" else f"imported {answer.imported} baseline(s)")
+        return 0
+
+
+def read_table(text: str) -> pb.BaselineTable:
+    try:
+        return json_format.Parse(text, pb.BaselineTable())
+    except json_format.ParseError as exc:
+        raise InvalidSpec("file", f"not a baseline table: {exc}") from exc
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as exc:
+        raise InvalidSpec("file", f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _write(path: str, text: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _localize(a: argparse.Namespace, client: Client) -> int:
+    known = [w for w in a.known_good.split(",") if w]
+    result = client.localize(pb.LocalizeRequest(job_id=a.job_id, known_good=known, max_rounds=a.max_rounds,
+                                                size_bytes=a.size, tolerance=a.tolerance))
+    if a.output == "json":
+        import json
+
+        print(json.dumps(to_json(result), indent=1))
+        return 0
+    for r in result.history:
+        print(f"round {r.round} (clean groups reach {r.reference_gbps:.3g} GB/s)")
+        for g in r.groups:
+            tested = ",".join(g.suspects) or "control"
+            print(f"  {'SLOW' if g.slow else 'ok  '} {g.busbw_gbps:10.3f} GB/s  {tested}  (job {g.job_id})")
+    print(result.verdict)
+    return 0 if result.culprits else 1

@@ -1,0 +1,81 @@
+"""Localization and the baseline table on a real coordinator and real CPU workers (gloo): one
+worker runs with the fault injector's delay before each timed op (a slow GPU's stand-in), and
+`ringleader localize JOB` names it; the table round-trips through export and import and survives
+a coordinator restart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from cluster import ringleader_cmd
+from ringleader.v1 import jobs_pb2 as pb
+
+SLOW = "w1"
+FAULTS = {"RINGLEADER_FAULTS": "delay_op_ms=50", "RINGLEADER_FAULTS_ALLOWED": "tests"}
+
+
+def cli(cluster, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(ringleader_cmd("--coordinator", cluster.address, *args), input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_localize_names_the_delayed_worker(fresh_cluster):
+    c = fresh_cluster
+    c.start_coordinator()
+    ids = [f"w{i}" for i in range(4)]
+    for wid in ids:
+        c.start_worker(wid, env=FAULTS if wid == SLOW else None)
+    c.wait_idle(ids)
+    job = c.wait_job(c.submit(world_size=4, workers=ids, op="all_reduce", sizes=[65536], iters=10).id)
+    assert job.state == pb.SUCCEEDED, job.reason
+    # Clean groups on CPU loopback of a shared 2-core machine were seen from 0.08 to 1.4 GB/s at
+    # 1 MiB; a group with the delayed worker (50 ms an op) stays near 0.02.
+    p = cli(c, "localize", job.id, "--tolerance", "0.3", "--size", "1M", "-o", "json")
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    print(result["verdict"])
+    assert result["culprits"] == [SLOW] and result["rounds"] <= 3, result
+    tests = [g for r in result["history"] for g in r["groups"]]
+    assert all(c.client.get(g["job_id"]).spec.priority == 1000 for g in tests)  # ahead of user work
+    human = cli(c, "localize", job.id, "--tolerance", "0.3", "--size", "1M")
+    print(human.stdout)
+    assert human.returncode == 0 and f"culprit(s) {SLOW}" in human.stdout, human.stdout + human.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="integration: the control core must copy JobDone.stragglers into the "
+                                        "Job (docs/baselines.md, 'Integration'); remove this mark then")
+def test_job_names_the_delayed_rank_a_straggler_with_its_lag(fresh_cluster):
+    c = fresh_cluster
+    c.start_coordinator()
+    ids = ["w0", SLOW, "w2"]
+    for wid in ids:
+        c.start_worker(wid, env=FAULTS if wid == SLOW else None)
+    c.wait_idle(ids)
+    job = c.wait_job(c.submit(world_size=3, workers=ids, op="all_reduce", sizes=[1024, 65536], iters=10).id)
+    assert job.state == pb.SUCCEEDED, job.reason
+    slow_rank = next(w.rank for w in job.workers if w.worker_id == SLOW)
+    assert job.stragglers.straggler == slow_rank, job.stragglers
+    assert 40_000 < job.stragglers.straggler_lag_us < 120_000, job.stragglers
+
+
+def test_baselines_import_export_roundtrip_and_survive_restart(fresh_cluster, tmp_path):
+    c = fresh_cluster
+    c.start_coordinator()
+    entry = {"gpu_model": "NVIDIA H200", "op": "all_reduce", "dtype": "bfloat16", "size_bucket": str(1 << 30),
+             "ranks": 8, "hosts": 1, "link": "local", "mode": "eager", "samples": [460.0, 455.0, 462.0]}
+    table = tmp_path / "known-good.json"
+    table.write_text(json.dumps({"entries": [entry]}))
+    p = cli(c, "baselines", "import", str(table))
+    assert p.returncode == 0 and "imported 1 baseline(s)" in p.stdout, p.stderr
+    exported = json.loads(cli(c, "baselines", "export", "-").stdout)
+    [got] = exported["entries"]
+    assert got["key"] == "NVIDIA H200|all_reduce|bfloat16|2^30|r8|h1|local|eager|" and got["median_busbw_gbps"] == 460.0
+    c.stop_coordinator()
+    c.start_coordinator()
+    assert json.loads(cli(c, "baselines", "export", "-").stdout) == exported
+    bad = dict(entry, link="cross")
+    p = cli(c, "baselines", "import", "-", stdin=json.dumps({"entries": [bad]}))
+    assert p.returncode != 0 and "link" in p.stderr, p.stderr

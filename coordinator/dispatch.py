@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 
-from coordinator import admission
+from coordinator import admission, baselines
 from coordinator.inputs import Out, WorkerMsg
 from coordinator.jobs import Running, row_key
 from coordinator.liveness import UNWELL
@@ -160,12 +160,14 @@ class WorkerProtocol:
         outcome = done.WhichOneof("outcome")
         if done.rank == 0 and outcome:  # stored with the job when it reaches SUCCEEDED
             getattr(rj.job, outcome).CopyFrom(getattr(done, outcome))
+        if done.rank == 0 and done.HasField("stragglers"):
+            rj.job.stragglers.CopyFrom(done.stragglers)
         rj.finished_ranks.add(done.rank)
         rj.attached.add(done.rank)  # a rank that finished while we restarted is accounted for
         if len(rj.finished_ranks) == len(rj.members):
             rj.job.progress.done = rj.job.progress.total
             self.groups.succeeded(rj.group_key)
-            self.end(rj, pb.SUCCEEDED, "all ranks finished")
+            self.end(rj, pb.SUCCEEDED, "; ".join(["all ranks finished", *rj.regressions]))
 
     def _store_row(self, rj: Running, row: pb.SizeResult) -> None:
         """Store one of the job's result rows, once (a repeat of a stored row is dropped)."""
@@ -173,6 +175,11 @@ class WorkerProtocol:
         if key in rj.rows:
             return
         rj.rows.add(key)
+        # The row gets its baseline and ratio, then feeds that baseline (coordinator/baselines.py).
+        model_of = {w: c.reg.device.name for w in rj.members if (c := self.workers.get(w))}
+        if regression := baselines.record(self.store, row, baselines.key_fields(rj.job, model_of), time.time()):
+            log.warning("job %s: regression: %s", rj.id, regression.describe())
+            rj.regressions.append(f"regression: {regression.describe()}")
         self.store.add_result(rj.id, row)
         self.events.record(pb.JobEvent(job_id=rj.id, result=row), rj.job)
 

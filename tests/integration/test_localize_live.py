@@ -45,8 +45,6 @@ def test_localize_names_the_delayed_worker(fresh_cluster):
     assert human.returncode == 0 and f"culprit(s) {SLOW}" in human.stdout, human.stdout + human.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="integration: the control core must copy JobDone.stragglers into the "
-                                        "Job (docs/baselines.md, 'Integration'); remove this mark then")
 def test_job_names_the_delayed_rank_a_straggler_with_its_lag(fresh_cluster):
     c = fresh_cluster
     c.start_coordinator()

@@ -6,6 +6,10 @@
 #   latency (issue 13) = latency-tests (tests/gpu/test_nccl_latency.py: graph mode, calibrated loops,
 #   gather/scatter, symmetric memory, pinned NCCL algos, algo sweep, NCCL env re-read) then
 #   latency-bench (bench/run.py, every pass, goals checked in $OUT/bench-latency/bench.md).
+# fleet (not part of all): the fleet-health checks on real GPUs: bench/gpu_check.py (matmul and
+# copy on each GPU), the one-GPU demo, blame in seconds on NCCL and tests/gpu/test_fleet_gpu.py
+# (clean sweeps, a worker starved of CPU named) on the shared-GPU fleet (4 ranks on cuda:0 when
+# there is one GPU).
 # multihost (not part of all): tests/multihost, gloo and NCCL across hosts made of network
 # namespaces, one GPU is enough (two NCCL workers share it, each with its own NCCL_HOSTID).
 # Wheels the image lacks travel in .whl/ (see README, "GPU machine").
@@ -39,6 +43,15 @@ if [ "$what" = latency ] || [ "$what" = latency-bench ]; then
 fi
 if [ "$what" = workloads ] || [ "$what" = all ]; then
   python3 bench/workloads.py --out "$OUT/bench" 2>&1 | tee "$OUT/workloads.log"
+fi
+if [ "$what" = fleet ]; then
+  { nvidia-smi; nvidia-smi topo -m; python3 -c 'import torch, grpc, google.protobuf as p; print(torch.__version__, torch.cuda.nccl.version(), grpc.__version__, p.__version__)'; } > "$OUT/machine.txt" 2>&1
+  python3 bench/gpu_check.py --out "$OUT/gpu-check.json" 2>&1 | tee "$OUT/gpu-check.log"
+  timeout 150 python3 -m ringleader demo 2>&1 | tee "$OUT/demo.log"
+  gpus=$(nvidia-smi -L | wc -l)
+  [ "$gpus" -ge 2 ] || export RINGLEADER_TEST_SHARED_GPU=${RINGLEADER_TEST_SHARED_GPU:-4}
+  timeout 330 python3 -m pytest tests/gpu/test_blame_nccl.py tests/gpu/test_fleet_gpu.py -v -s -W default \
+    -p no:cacheprovider 2>&1 | tee "$OUT/fleet-gpu.log"
 fi
 if [ "$what" = multihost ]; then
   # This machine has no `ip`: pyroute2 (from .whl/) builds the namespaces. A bed that cannot be

@@ -2,7 +2,8 @@
 verdict, and a worker slowed by a real means (not the fault injector) is named, and only it.
 
 The real means here is the CPU its executor runs on: its process (NCCL's socket and proxy threads
-among its threads) is pinned to one core that busy processes share. On the shared-GPU fleet
+among its threads) is pinned to one core that busy processes share, at a lower priority (nice 10)
+than theirs. On the shared-GPU fleet
 (RINGLEADER_TEST_SHARED_GPU=N, NCCL's socket transport) that makes every link of that worker slow,
 as a host with a saturated CPU or NIC would be. Figures are printed for the run's log.
 """
@@ -65,10 +66,11 @@ def _busy(core: int) -> None:
         pass
 
 
-def _pin(pid: int, cores: set[int]) -> None:
+def _pin(pid: int, cores: set[int], nice: int) -> None:
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             os.sched_setaffinity(int(tid), cores)
+            os.setpriority(os.PRIO_PROCESS, int(tid), nice)
         except OSError:
             pass  # a thread that ended
 
@@ -85,17 +87,17 @@ def test_a_worker_starved_of_cpu_is_named_by_the_link_matrix_and_only_it(gpu_clu
     hogs = [multiprocessing.Process(target=_busy, args=(core,), daemon=True) for _ in range(4)]
     for h in hogs:
         h.start()
-    _pin(pid, {core})
+    _pin(pid, {core}, 10)
     try:
         ans = _check(c, ids, kinds=["link_matrix"])
-        print(f"{victim} pinned to core {core} with 4 busy processes: {_figures(ans)}", flush=True)
+        print(f"{victim} pinned to core {core} at nice 10 with 4 busy processes: {_figures(ans)}", flush=True)
         named = sorted(w for w, v in _verdicts(ans).items() if v == pb.UNHEALTHY)
         print("named:", named, [(w.worker_id, w.health.figure) for w in ans.workers if w.health.verdict != pb.HEALTHY])
     finally:
         for h in hogs:
             h.kill()
         if Path(f"/proc/{pid}").exists():
-            _pin(pid, everything)
+            _pin(pid, everything, 0)
     assert named == [victim]
     for w in ids:  # put it back for the other tests
         c.client.cordon(w, on=False)

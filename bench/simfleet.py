@@ -40,6 +40,11 @@ GPU = ("cuda", "nccl", "NVIDIA H100 80GB HBM3", 80 << 30)
 CPU = ("cpu", "gloo", "simulated CPU", 64 << 30)
 
 
+# The per-worker secret the coordinator issued at each id's first registration, presented on every
+# later one, as a daemon keeps it under --state-dir: a simulated worker that comes back is the same.
+SECRETS: dict[str, str] = {}
+
+
 @dataclass(frozen=True)
 class SimSpec:
     worker_id: str
@@ -51,7 +56,7 @@ class SimSpec:
         dtype, backend, name, memory = self.device
         return wpb.Register(worker_id=self.worker_id, host=self.host, address="127.0.0.1", backend=backend,
                             device=pb.Device(type=dtype, index=self.index, name=name, memory_bytes=memory),
-                            warm_group=holds, version=__version__)
+                            warm_group=holds, version=__version__, worker_secret=SECRETS.get(self.worker_id, ""))
 
 
 @dataclass
@@ -110,6 +115,8 @@ class SimWorker:
         if first is grpc.aio.EOF:
             return True
         self.stats.registered += 1
+        if first.registered.worker_secret:
+            SECRETS[self.spec.worker_id] = first.registered.worker_secret
         interval = first.registered.heartbeat_interval_s or 1.0
         tasks = [asyncio.create_task(t) for t in (self._read(call), self._write(call), self._beat(interval))]
         stopping = asyncio.create_task(stop.wait())

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import Callable
+from typing import Callable, Iterable
 
 from coordinator import verdicts
 from coordinator.api import JobStore
@@ -34,6 +34,8 @@ RECHECK_MIN_S = 60.0
 RECHECK_MAX_S = 3600.0
 
 Change = tuple[str, bool]  # (worker id, quarantined now)
+# Told of each quarantine change: the worker (its host when connected, its health), after the change.
+Observer = Callable[[pb.WorkerInfo], None]
 
 
 def quarantined(h: pb.WorkerHealth) -> bool:
@@ -121,13 +123,17 @@ class FleetHealth:
     """The health book wired to a coordinator facade (`core`: coordinator/service.py's
     Coordinator), through its public API only: add_listener, get, list_workers, set_quarantine."""
 
-    def __init__(self, core, store: JobStore, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, core, store: JobStore, clock: Callable[[], float] = time.time,
+                 observers: Iterable[Observer] = ()) -> None:
         self.core = core
         self.book = HealthBook(store, clock)
+        self.observers: tuple[Observer, ...] = ()
         core.add_listener(self._on_event)
         # The coordinator keeps quarantines by worker id, connected or not: after a restart it is
-        # told again of every one the store kept, before any worker registers.
+        # told again of every one the store kept, before any worker registers (observers are not:
+        # no worker is connected yet, and they were told before the restart).
         self._apply([(worker_id, True) for worker_id in self.book.quarantined_ids()])
+        self.observers = tuple(observers)
 
     def _on_event(self, event: pb.JobEvent, job: pb.Job) -> None:
         if not is_terminal(event) or job.spec.WhichOneof("kind") not in checks.KINDS:
@@ -164,3 +170,10 @@ class FleetHealth:
         for worker_id, on in changes:
             log.warning("worker %s %s", worker_id, "quarantined" if on else "back in service")
             self.core.set_quarantine(worker_id, on)
+        if self.observers and changes:
+            connected = {w.worker_id: w for w in self.all_workers()}
+            for worker_id, _ in changes:
+                info = connected.get(worker_id) or pb.WorkerInfo(worker_id=worker_id, state=pb.DISCONNECTED)
+                info.health.CopyFrom(self.book.get(worker_id))
+                for observer in self.observers:
+                    observer(info)

@@ -30,7 +30,7 @@ from coordinator import admission
 from coordinator.api import JobStore
 from coordinator.control import Control
 from coordinator.events import Listener
-from coordinator.health import FleetHealth
+from coordinator.health import FleetHealth, Observer as HealthObserver
 from coordinator.sweeper import preflight
 from coordinator.inputs import (Cancel, Disconnect, Input, Out, Register, Reload, SetQuarantine, Submit, Tick,
                                 WorkerMsg)
@@ -56,7 +56,8 @@ class WorkerPage:
 
 
 class Coordinator:
-    def __init__(self, store: JobStore, timings: Timings | None = None) -> None:
+    def __init__(self, store: JobStore, timings: Timings | None = None,
+                 health_observers: Iterable[HealthObserver] = ()) -> None:
         self.store = store
         self.timings = timings or Timings()
         self.control = Control(store, self.timings)
@@ -67,7 +68,8 @@ class Coordinator:
         self._ticker: asyncio.Task | None = None
         self._uncommitted = False  # store writes wait for the next _commit
         self._commit_waiters: list[asyncio.Future] = []
-        self.fleet = FleetHealth(self, store)  # verdicts and quarantine (coordinator/health.py)
+        # Verdicts and quarantine (coordinator/health.py); observers hear of quarantine changes.
+        self.fleet = FleetHealth(self, store, observers=health_observers)
 
     # ---- process ---------------------------------------------------------------------------
 

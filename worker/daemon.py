@@ -44,6 +44,7 @@ class WorkerConfig:
     max_backoff_s: float = 5.0
     security: ClientSecurity = field(default_factory=ClientSecurity)  # the workers' token, TLS
     state_dir: str = ""  # where this worker keeps its credential across restarts (worker/credential.py)
+    host_name: str = ""  # the host it registers with; default: socket.gethostname() (in Kubernetes: the node)
 
 
 def default_worker_id(device: str) -> str:
@@ -112,7 +113,7 @@ class WorkerDaemon:
         job_id, rank = self.job or ("", 0)
         d = self.device
         return wpb.Register(
-            worker_id=self.worker_id, host=socket.gethostname(), address=self.advertise, device=d.to_pb(),
+            worker_id=self.worker_id, host=self.config.host_name or socket.gethostname(), address=self.advertise, device=d.to_pb(),
             backend=d.backend, running_job_id=job_id, running_rank=rank, warm_group=self.holds,
             executor_restarts=self.restarts, version=__version__)
 

@@ -98,6 +98,9 @@ def _add_servers(sub) -> None:
                    help="how long a disconnected worker stays listed (default 600)")
     c.add_argument("--check-every", type=argtypes.seconds, default=0.0, metavar="SECONDS",
                    help="sweep the fleet's health checks over idle workers this often (e.g. 300; default 0: off)")
+    c.add_argument("--k8s-taint-nodes", action="store_true",
+                   help="in Kubernetes: label and taint (NoSchedule) the Node of a failed worker, "
+                        "untaint it when healthy (needs deploy/k8s/components/node-taints)")
     security_flags.add_server_security(c)
 
     w = _talker(sub, "worker", "run a worker daemon for one device (or one per GPU)")
@@ -105,6 +108,9 @@ def _add_servers(sub) -> None:
                               help="cpu, cuda:N, or all (one daemon per visible GPU)"), ["cpu", "all", "cuda:0"])
     w.add_argument("--worker-id", default="", help="stable id (default HOST-cudaN, or HOST-cpuN: the lowest N free here)")
     w.add_argument("--advertise-host", default="", help="address peers use to reach this host")
+    w.add_argument("--host-name", default="", metavar="NAME",
+                   help="the host name this worker registers with (default: the machine's; in "
+                        "Kubernetes the node's name, for --k8s-taint-nodes)")
     w.add_argument("--metrics-address", type=argtypes.metrics_address, default="", metavar="HOST:PORT",
                    help='serve Prometheus /metrics here, one port for all devices of this process '
                         '(e.g. 0.0.0.0:9401; default "": off)')

@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 
 from coordinator.auth import Access, AuthInterceptor
+from coordinator.k8s_taint import NodeTainter
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.server import start_server
 from coordinator.service import Coordinator, Timings
@@ -45,6 +46,7 @@ class CoordinatorConfig:
     security: ServerSecurity = field(default_factory=ServerSecurity)
     insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
     check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
+    k8s_taint_nodes: bool = False  # taint the Kubernetes Node of a failed worker (--k8s-taint-nodes)
 
 
 def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
@@ -75,7 +77,10 @@ class RunningCoordinator:
     def __init__(self, config: CoordinatorConfig) -> None:
         self.config = config
         self.store = open_store(config.db or default_db_path())
-        self.core = Coordinator(self.store, config.timings or Timings(worker_ttl_s=config.worker_ttl))
+        # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/k8s_taint.py).
+        self.tainter = NodeTainter() if config.k8s_taint_nodes else None
+        self.core = Coordinator(self.store, config.timings or Timings(worker_ttl_s=config.worker_ttl),
+                                health_observers=[self.tainter.observe] if self.tainter else [])
         self.metrics = CoordinatorMetrics(self.core)
         self.sweeper = Sweeper(self.core, self.core.fleet, config.check_every)
         self.server: grpc.aio.Server | None = None
@@ -141,6 +146,8 @@ class RunningCoordinator:
         if self.server:
             await self.server.stop(self.config.drain_s if grace is None else grace)
         self.store.close()
+        if self.tainter:
+            await asyncio.to_thread(self.tainter.close)
 
     async def __aenter__(self) -> "RunningCoordinator":
         return await self.start()

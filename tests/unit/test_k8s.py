@@ -153,21 +153,28 @@ def test_the_pod_security_check_finds_violations():
     assert "volume v: ['hostPath']" in pss_violations(dict(ok, volumes=[{"name": "v", "hostPath": {}}]), "restricted")
 
 
+def with_component(tmp_path: Path, component: str, overlay: str = "single-node") -> tuple[dict, ...]:
+    """`overlay` with deploy/k8s/components/`component`, as an overlay would include it."""
+    here = tmp_path / f"with-{component}"  # kustomize takes relative paths only
+    here.mkdir()
+    (here / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(K8S / "overlays" / overlay, here)],
+        "components": [os.path.relpath(K8S / "components" / component, here)]}))
+    return render_dir(str(here))
+
+
 # ---- every overlay ------------------------------------------------------------------------------
 
 
 @needs_kubectl
 @pytest.mark.parametrize("version", K8S_VERSIONS)
-@pytest.mark.parametrize("overlay", OVERLAYS + ("single-node+nvidia-runtime",))
+@pytest.mark.parametrize("overlay", OVERLAYS + ("single-node+nvidia-runtime", "single-node+node-taints"))
 def test_overlay_renders_and_validates_strictly(overlay, version, tmp_path):
     if overlay == "single-node+nvidia-runtime":  # the component, as an overlay would include it
-        here = tmp_path / "with-runtime"  # kustomize takes relative paths only
-        here.mkdir()
-        (here / "kustomization.yaml").write_text(yaml.safe_dump({
-            "resources": [os.path.relpath(K8S / "overlays" / "single-node", here)],
-            "components": [os.path.relpath(K8S / "components" / "nvidia-runtime", here)]}))
-        docs = render_dir(str(here))
+        docs = with_component(tmp_path, "nvidia-runtime")
         assert {d["spec"]["template"]["spec"]["runtimeClassName"] for d in worker_sets(docs)} == {"nvidia"}
+    elif overlay == "single-node+node-taints":
+        docs = with_component(tmp_path, "node-taints")
     else:
         docs = render(overlay)
     rendered = tmp_path / "rendered.yaml"
@@ -518,3 +525,43 @@ def test_readme_port_forward_and_cli_commands_fit_the_manifests():
     assert any(c[1] == "submit" for c in submits)
     for argv in submits:
         parse_cli(argv)
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", DEPLOYMENTS)
+def test_workers_register_with_their_node_name(overlay):
+    for ds in worker_sets(render(overlay)):
+        env = {e["name"]: e for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["RINGLEADER_HOST_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+        assert parse_cli(["ringleader", "worker", "--host-name", "n1"]).host_name == "n1"
+
+
+@needs_kubectl
+def test_node_taints_component_grants_nodes_get_patch_and_turns_the_flag_on(tmp_path):
+    plain = one(render("single-node"), "StatefulSet", "ringleader-coordinator")["spec"]["template"]["spec"]
+    assert plain["automountServiceAccountToken"] is False and "serviceAccountName" not in plain  # off by default
+    assert not any(d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding") for d in render("single-node"))
+    docs = with_component(tmp_path, "node-taints")
+    sa = one(docs, "ServiceAccount", "ringleader-coordinator")
+    role = one(docs, "ClusterRole", "ringleader-node-taints")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    binding = one(docs, "ClusterRoleBinding", "ringleader-node-taints")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": sa["metadata"]["namespace"]}]
+    sts = one(docs, "StatefulSet", "ringleader-coordinator")
+    assert sts["metadata"]["namespace"] == sa["metadata"]["namespace"] == "ringleader"
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "ringleader-coordinator" and pod["automountServiceAccountToken"] is True
+    (c,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["RINGLEADER_K8S_TAINT_NODES"] == "1"
+    a = parse_cli(exec_form(dockerfile("Dockerfile.coordinator"), "ENTRYPOINT") + c["args"])
+    assert a.command == "coordinator" and not a.k8s_taint_nodes  # on through its variable:
+    from ringleader.app import config
+    from ringleader.app.cli import build_parser
+
+    (flag,) = [x for x in config.subparsers(build_parser())["coordinator"]._actions if x.dest == "k8s_taint_nodes"]
+    assert config.env_name(flag) in env
+    for ds in worker_sets(docs):  # a replaced worker pod comes back on its tainted node, to be rechecked
+        assert {"key": "ringleader.io/unhealthy", "operator": "Exists"} in ds["spec"]["template"]["spec"]["tolerations"]

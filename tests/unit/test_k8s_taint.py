@@ -1,0 +1,168 @@
+"""coordinator/k8s_taint.py against a fake Kubernetes API server (a real http.server on 127.0.0.1
+in a thread; no cluster here): a failed worker's Node gets the label and taint, other taints kept;
+healthy again or uncordoned removes them; an API error is logged, never raised; off by default."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from coordinator.health import FleetHealth
+from coordinator.k8s_taint import LABEL, TAINT, NodeTainter
+from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader.v1 import jobs_pb2 as pb
+
+FOREIGN = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+
+
+class FakeKubeAPI:
+    """Nodes by name; records (method, path, content type, body); `fail` answers 500."""
+
+    def __init__(self) -> None:
+        self.nodes = {"node-a": {"metadata": {"name": "node-a", "labels": {"zone": "x"}},
+                                 "spec": {"taints": [FOREIGN]}}}
+        self.calls: list[tuple[str, str, str, dict | None]] = []
+        self.fail = False
+        self.auth: list[str | None] = []  # each request's Authorization header
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a) -> None:
+                pass
+
+            def _answer(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                fake.auth.append(self.headers["Authorization"])
+                fake.calls.append(("GET", self.path, "", None))
+                node = fake.nodes.get(self.path.rsplit("/", 1)[-1])
+                if fake.fail or node is None:
+                    return self._answer(500 if fake.fail else 404, {"kind": "Status"})
+                self._answer(200, node)
+
+            def do_PATCH(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.calls.append(("PATCH", self.path, self.headers["Content-Type"], body))
+                node = fake.nodes[self.path.rsplit("/", 1)[-1]]
+                labels = node["metadata"].setdefault("labels", {})
+                for k, v in body["metadata"]["labels"].items():
+                    labels.pop(k, None) if v is None else labels.__setitem__(k, v)
+                node["spec"]["taints"] = body["spec"]["taints"]
+                self._answer(200, node)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def fake_api():
+    api = FakeKubeAPI()
+    yield api
+    api.server.shutdown()
+    api.server.server_close()
+
+
+@pytest.fixture
+def tainter(fake_api, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    t = NodeTainter(fake_api.url, token_path=str(token), ca_path=None)
+    yield t
+    t.close()
+
+
+def info(worker_id: str, verdict: int, check: str = "gpu", host: str = "node-a") -> pb.WorkerInfo:
+    return pb.WorkerInfo(worker_id=worker_id, host=host, health=pb.WorkerHealth(verdict=verdict, check=check))
+
+
+def test_a_failed_worker_taints_its_node_keeping_other_taints_and_healthy_removes_them(fake_api, tainter):
+    tainter.observe(info("node-a-cuda0", pb.UNHEALTHY, "gpu"))
+    tainter.observe(info("node-a-cuda1", pb.UNHEALTHY, "nccl"))  # the node is already tainted: no call
+    tainter.observe(info("node-a-cuda0", pb.HEALTHY))  # cuda1 still failed: the taint stays
+    tainter.close()
+    (get, patch) = fake_api.calls
+    assert get[:2] == ("GET", "/api/v1/nodes/node-a")
+    assert patch[:3] == ("PATCH", "/api/v1/nodes/node-a", "application/merge-patch+json")
+    node = fake_api.nodes["node-a"]
+    assert node["metadata"]["labels"] == {"zone": "x", LABEL: "unhealthy"}
+    assert node["spec"]["taints"] == [FOREIGN, {"key": TAINT, "value": "gpu", "effect": "NoSchedule"}]
+    t2 = NodeTainter(fake_api.url, token_path="", ca_path=None)
+    t2.observe(info("node-a-cuda1", pb.UNHEALTHY, "nccl"))
+    t2.observe(info("node-a-cuda1", pb.SUSPECT, "nccl"))  # uncordoned: released by hand to SUSPECT
+    t2.close()
+    assert node["metadata"]["labels"] == {"zone": "x"} and node["spec"]["taints"] == [FOREIGN]
+
+
+def test_the_service_account_token_is_sent_when_there_is_one(fake_api, tainter):
+    assert tainter.write("node-a", "gpu")
+    assert NodeTainter(fake_api.url, token_path="", ca_path=None).write("node-a", None)
+    assert fake_api.auth == ["Bearer secret-token", None]
+
+
+def test_an_api_error_is_logged_once_per_node_and_error_and_never_raised(fake_api, tainter, caplog):
+    fake_api.fail = True
+    with caplog.at_level(logging.WARNING, "ringleader.coordinator"):
+        assert not tainter.write("node-a", "gpu")
+        assert not tainter.write("node-a", "gpu")
+        assert not tainter.write("missing", "gpu")
+        tainter.observe(info("w", pb.UNHEALTHY, host="node-a"))
+        tainter.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and "node-a" in warnings[0] and "500" in warnings[0], warnings
+    unreachable = NodeTainter("http://127.0.0.1:1", token_path="", ca_path=None, timeout_s=2)
+    assert not unreachable.write("node-a", None)
+    unreachable.close()
+
+
+class _Core:
+    """The facade's public API that FleetHealth uses, with one connected worker."""
+
+    def __init__(self) -> None:
+        self.quarantined: dict[str, bool] = {}
+
+    def add_listener(self, fn) -> None:
+        pass
+
+    def set_quarantine(self, worker_id: str, on: bool) -> None:
+        self.quarantined[worker_id] = on
+
+    def list_workers(self, limit: int = 0, page_token: str = ""):
+        class Page:
+            workers = [pb.WorkerInfo(worker_id="w1", host="node-a")]
+            next_page_token = ""
+        return Page()
+
+
+def test_fleet_health_tells_its_observers_of_quarantine_changes_with_the_host(tmp_path):
+    from coordinator.stores import open_store
+
+    seen: list[pb.WorkerInfo] = []
+    store = open_store(":memory:")
+    fleet = FleetHealth(_Core(), store, observers=[seen.append])
+    fleet.book.clock = lambda: 100.0
+    fleet._apply(fleet.book.record({"w1": pb.WorkerHealth(verdict=pb.UNHEALTHY, check="gpu", at=100.0)}))
+    fleet.cordon("w1", False)
+    assert [(i.host, i.health.verdict, i.health.check) for i in seen] == [
+        ("node-a", pb.UNHEALTHY, "gpu"), ("node-a", pb.SUSPECT, "gpu")]
+    store.close()
+
+
+def test_the_flag_off_means_no_tainter(tmp_path):
+    off = RunningCoordinator(CoordinatorConfig(db=":memory:", http_address=""))
+    assert off.tainter is None and off.core.fleet.observers == ()
+    off.store.close()
+    on = RunningCoordinator(CoordinatorConfig(db=":memory:", http_address="", k8s_taint_nodes=True))
+    assert isinstance(on.tainter, NodeTainter) and on.core.fleet.observers == (on.tainter.observe,)
+    on.tainter.close()
+    on.store.close()

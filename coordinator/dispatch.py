@@ -176,8 +176,11 @@ class WorkerProtocol:
             return
         rj.rows.add(key)
         # The row gets its baseline and ratio, then feeds that baseline (coordinator/baselines.py).
-        model_of = {w: c.reg.device.name for w in rj.members if (c := self.workers.get(w))}
-        if regression := baselines.record(self.store, row, baselines.key_fields(rj.job, model_of), time.time()):
+        # The gang's part of the key is the same for every row of the job: found once.
+        if rj.baseline_fields is None:
+            model_of = {w: c.reg.device.name for w in rj.members if (c := self.workers.get(w))}
+            rj.baseline_fields = baselines.key_fields(rj.job, model_of)
+        if regression := baselines.record(self.store, row, rj.baseline_fields, time.time()):
             log.warning("job %s: regression: %s", rj.id, regression.describe())
             rj.regressions.append(f"regression: {regression.describe()}")
         self.store.add_result(rj.id, row)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from coordinator.localize import Planner  # noqa: E402
+from coordinator.health.planner import Planner  # noqa: E402
 
 PER_HOST = 8
 

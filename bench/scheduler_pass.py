@@ -1,4 +1,4 @@
-"""Cost of one scheduling pass (coordinator/scheduler.py), in-process, against queue length and
+"""Cost of one scheduling pass (coordinator/core/scheduler.py), in-process, against queue length and
 fleet size: no gRPC, no store, only the decisions the Dispatcher asks for after each event.
 
     python bench/scheduler_pass.py
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from coordinator.scheduler import Need, PendingJob, Scheduler, WorkerView  # noqa: E402
+from coordinator.core.scheduler import Need, PendingJob, Scheduler, WorkerView  # noqa: E402
 
 
 def worker(i: int, n: int, idle: bool) -> WorkerView:

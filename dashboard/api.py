@@ -24,8 +24,8 @@ from fastapi.routing import APIRoute
 import google.protobuf
 import grpc
 
-from coordinator.registry import MAX_TOKEN
-from coordinator.service import Coordinator
+from coordinator.core.registry import MAX_TOKEN
+from coordinator.core.facade import Coordinator
 from dashboard.schemas import (
     RESULT_FIELDS, CancelIn, Error, Job, JobEvent, JobId, JobList, JobLogs, JobStateName, KindList, LiveEvent,
     ResultFormat, ResultList, VersionInfo, WorkerList, WorkerStateName, job_spec_model, json_safe, sse_response,

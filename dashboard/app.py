@@ -6,9 +6,9 @@ from __future__ import annotations
 from fastapi import FastAPI, Security
 from fastapi.responses import PlainTextResponse, Response
 
-from coordinator.service import Coordinator
-from coordinator.metrics import CoordinatorMetrics
-from coordinator.auth import Access
+from coordinator.core.facade import Coordinator
+from coordinator.edge.metrics import CoordinatorMetrics
+from coordinator.edge.auth import Access
 from dashboard import api, baselines_api, bearer, fleet_api, fleet_view, ui
 from dashboard.bearer import BEARER
 from dashboard.guard import Guard, GuardConfig

@@ -12,8 +12,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from coordinator import baselines, localizer
-from coordinator.service import Coordinator
+from coordinator.health import baselines, localizer
+from coordinator.core.facade import Coordinator
 from dashboard.api import JSON, NOT_FOUND, Route, domain_errors
 from dashboard.schemas import Error, JobId, proto_model
 from dashboard.spec_in import Text

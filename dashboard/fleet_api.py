@@ -11,8 +11,8 @@ from fastapi.responses import Response
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field
 
-from coordinator import sweeper
-from coordinator.service import Coordinator
+from coordinator.health import sweeper
+from coordinator.core.facade import Coordinator
 from dashboard.api import JSON, UNPARSEABLE, Route, domain_errors
 from dashboard.schemas import Error, WorkerInfo, proto_model
 from ringleader import checks, jobspec

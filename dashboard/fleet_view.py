@@ -25,7 +25,7 @@ from typing import Annotated, Any, Callable
 
 from fastapi import APIRouter, Query
 
-from coordinator.service import Coordinator
+from coordinator.core.facade import Coordinator
 from dashboard.api import JSON
 from ringleader.defaults import PAGE_MAX
 from ringleader.v1 import jobs_pb2 as pb

@@ -7,7 +7,7 @@ A pure ASGI middleware in front of every route, so a refused request never reach
     /, /jobs/{id}, /static/*           open: the page holds no data; it asks for the token
     /openapi.json                      open: the API's shape is no secret
     /metrics                           open, or the users' token with --metrics-auth
-    everything else (/api/v1, ...)     the users' token (coordinator.auth.Access)
+    everything else (/api/v1, ...)     the users' token (coordinator.edge.auth.Access)
 
 Refusals are JSON (`{"detail": ...}`): 401 with `WWW-Authenticate: Bearer` for no or a wrong
 token, 403 for the workers' token. A request another site's page sends (a cross-origin `Origin`
@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coordinator.auth import USERS, Access
+from coordinator.edge.auth import USERS, Access
 from dashboard.asgi import HttpMiddleware
 from ringleader.errors import RingleaderError, answer
 

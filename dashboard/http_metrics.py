@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from coordinator.rpc_metrics import latency_and_count
+from coordinator.edge.rpc_metrics import latency_and_count
 from dashboard.asgi import HttpMiddleware
 
 UNMATCHED = "unmatched"

@@ -1,7 +1,7 @@
 """The fleet health checks' specs: defaults, limits and normalizers (JobSpec -> ValidJob).
 
 Three kinds (proto: LinkMatrixSpec, GpuCheckSpec, SdcCheckSpec); their runners are in
-worker/checks/, their verdicts in coordinator/health.py. A check must be short, so that a user
+worker/checks/, their verdicts in coordinator/health/fleet.py. A check must be short, so that a user
 job that arrives during a sweep waits at most one round of it: the limits bound one check's
 work, not only its memory. Errors name the proto field ("link_matrix.iters").
 """

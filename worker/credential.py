@@ -1,5 +1,5 @@
 """The daemon's own credential: the secret the coordinator issued for its worker id at its first
-registration (coordinator/identity.py), presented on every later one.
+registration (coordinator/edge/identity.py), presented on every later one.
 
 Kept in memory, and with a state directory also in a file (readable by its owner only), so a
 restarted daemon keeps its id; without one, a restarted daemon is refused its old id until an

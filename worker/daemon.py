@@ -222,7 +222,7 @@ class WorkerDaemon:
             await self._retire_executor()
             self.job = None
             # Report before the replacement starts: a peer's communication error waits only a
-            # few seconds for the cause to report (coordinator/liveness.py).
+            # few seconds for the cause to report (coordinator/core/liveness.py).
             if job:
                 self._send_done(job[1], api.Done.failed(job[0], why, wpb.EXECUTOR_DIED,
                                                         log=self.logs.last(*job, why)))

@@ -10,7 +10,7 @@
 Every client certificate names one identity and one role in a URI SAN (SPIFFE's form):
 spiffe://ringleader/worker/ID or spiffe://ringleader/user/NAME. The coordinator lets a worker's
 certificate register only its own id, and keeps users' and workers' certificates apart
-(coordinator/identity.py). Run again with only --worker to issue more workers' certificates
+(coordinator/edge/identity.py). Run again with only --worker to issue more workers' certificates
 from the same CA.
 
 Keys and tokens are written readable by their owner only. Existing files are kept unless
@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.serialization import (
 from ringleader.errors import EXIT_OK, InvalidSpec
 
 FILES = ("ca.pem", "ca.key", "server.pem", "server.key", "client.pem", "client.key", "users.token", "workers.token")
-TRUST_DOMAIN = "ringleader"  # coordinator/identity.py reads these SANs
+TRUST_DOMAIN = "ringleader"  # coordinator/edge/identity.py reads these SANs
 USER_NAME = "client"  # the user client.pem names
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # safe in a URI path and in a file name
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import grpc
 
-from coordinator.auth import Access, AuthInterceptor
-from coordinator.k8s_taint import NodeTainter
-from coordinator.metrics import CoordinatorMetrics
-from coordinator.server import start_server
-from coordinator.service import Coordinator, Timings
-from coordinator.stores import open_store
-from coordinator.sweeper import Sweeper
+from coordinator.edge.auth import Access, AuthInterceptor
+from coordinator.health.k8s_taint import NodeTainter
+from coordinator.edge.metrics import CoordinatorMetrics
+from coordinator.edge.server import start_server
+from coordinator.core.facade import Coordinator, Timings
+from coordinator.store.factory import open_store
+from coordinator.health.sweeper import Sweeper
 from ringleader import defaults
 from ringleader.errors import InvalidSpec
 from ringleader.security import ServerSecurity, is_loopback
@@ -77,7 +77,7 @@ class RunningCoordinator:
     def __init__(self, config: CoordinatorConfig) -> None:
         self.config = config
         self.store = open_store(config.db or default_db_path())
-        # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/k8s_taint.py).
+        # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/health/k8s_taint.py).
         self.tainter = NodeTainter() if config.k8s_taint_nodes else None
         self.core = Coordinator(self.store, config.timings or Timings(worker_ttl_s=config.worker_ttl),
                                 health_observers=[self.tainter.observe] if self.tainter else [])

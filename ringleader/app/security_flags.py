@@ -1,7 +1,7 @@
 """The security flags of the CLI, one helper per role, and what they build.
 
     add_server_security(parser)  coordinator: tokens, TLS (mTLS), --insecure, --metrics-auth,
-                                 --forget-worker (reset worker credentials: coordinator/identity.py)
+                                 --forget-worker (reset worker credentials: coordinator/edge/identity.py)
     add_worker_security(parser)  worker: the workers' token, TLS to the coordinator, --state-dir
     add_client_security(parser)  submit, jobs, job, watch, cancel, workers: the users' token, TLS
     add_certs_command(sub)       `ringleader certs DIR` (ringleader/app/certs.py)

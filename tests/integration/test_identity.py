@@ -12,7 +12,7 @@ import asyncio
 import grpc
 import pytest
 
-from coordinator.liveness import Timings
+from coordinator.core.liveness import Timings
 from ringleader.app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.security import ServerSecurity, bearer
 from ringleader.v1 import jobs_pb2 as pb

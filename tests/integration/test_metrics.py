@@ -12,7 +12,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.metrics import SIZE_BUCKET_LABELS, size_bucket
+from coordinator.edge.metrics import SIZE_BUCKET_LABELS, size_bucket
 from ringleader.v1 import jobs_pb2 as pb
 from ports import free_port
 from worker.metrics import WorkerMetrics, parse_address

@@ -17,8 +17,8 @@ import grpc
 import httpx
 import pytest
 
-from coordinator.liveness import Timings
-from coordinator.store_sqlite import SqliteJobStore
+from coordinator.core.liveness import Timings
+from coordinator.store.sqlite import SqliteJobStore
 from ringleader.app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc

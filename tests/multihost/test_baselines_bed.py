@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from coordinator import baselines as bl
-from coordinator.store_memory import MemoryJobStore
+from coordinator.health import baselines as bl
+from coordinator.store.memory import MemoryJobStore
 from hostcluster import bed_cluster
 from ringleader.v1 import jobs_pb2 as pb
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from coordinator import admission
+from coordinator.core import admission
 from ringleader import jobspec
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb

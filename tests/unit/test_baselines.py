@@ -1,4 +1,4 @@
-"""Baselines: keys, robust statistics and the regression rule (coordinator/baselines.py)."""
+"""Baselines: keys, robust statistics and the regression rule (coordinator/health/baselines.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from coordinator import baselines as bl
-from coordinator.baseline_metrics import BaselineRegressionsCollector
-from coordinator.store_memory import MemoryJobStore
+from coordinator.health import baselines as bl
+from coordinator.edge.baseline_metrics import BaselineRegressionsCollector
+from coordinator.store.memory import MemoryJobStore
 from ringleader.v1 import jobs_pb2 as pb
 
 KF = bl.KeyFields(gpu_model="H200", ranks=8, hosts=8)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import liveness
-from coordinator.control import Control
-from coordinator.inputs import CLOSE, Cancel, Disconnect, Out, Register, Reload, SetQuarantine, Submit, Tick, WorkerMsg
-from coordinator.liveness import Timings
-from coordinator.store_memory import MemoryJobStore
+from coordinator.core import liveness
+from coordinator.core.control import Control
+from coordinator.core.inputs import CLOSE, Cancel, Disconnect, Out, Register, Reload, SetQuarantine, Submit, Tick, WorkerMsg
+from coordinator.core.liveness import Timings
+from coordinator.store.memory import MemoryJobStore
 from ringleader import jobspec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -277,7 +277,7 @@ def test_quarantine_holds_for_the_worker_id_across_reconnects_and_before_it_regi
 
 
 def test_no_coordinator_object_installs_a_callback_on_another_and_one_place_schedules():
-    sources = {p.name: p.read_text() for p in (ROOT / "coordinator").glob("*.py")}
+    sources = {p.name: p.read_text() for p in (ROOT / "coordinator").rglob("*.py")}
     assigned = [(name, m.group(0)) for name, text in sources.items()
                 for m in re.finditer(r"\.(on_\w+|waiting_reason)\s*=(?!=)", text)]
     assert assigned == []

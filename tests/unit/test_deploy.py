@@ -19,10 +19,10 @@ import yaml
 from packaging.requirements import Requirement
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.jobs import Queued
-from coordinator.metrics import CoordinatorMetrics
-from coordinator.service import Coordinator
-from coordinator.store_memory import MemoryJobStore
+from coordinator.core.jobs import Queued
+from coordinator.edge.metrics import CoordinatorMetrics
+from coordinator.core.facade import Coordinator
+from coordinator.store.memory import MemoryJobStore
 from dashboard.app import create_app
 from deployfacts import COORDINATOR_GRPC_PORT, COORDINATOR_HTTP_PORT, DEPLOY, ROOT, dockerfile, exec_form, parse_cli
 from ringleader import __version__, jobspec

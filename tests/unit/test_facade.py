@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from coordinator.inputs import Reload
-from coordinator.service import Coordinator, Timings
-from coordinator.store_memory import MemoryJobStore
+from coordinator.core.inputs import Reload
+from coordinator.core.facade import Coordinator, Timings
+from coordinator.store.memory import MemoryJobStore
 from ringleader.defaults import PAGE_MAX
 from ringleader.states import BROKEN, WARM
 from ringleader.v1 import jobs_pb2 as pb

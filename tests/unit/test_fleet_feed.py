@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from coordinator.service import Coordinator
-from coordinator.store_memory import MemoryJobStore
+from coordinator.core.facade import Coordinator
+from coordinator.store.memory import MemoryJobStore
 from dashboard.fleet_view import POLL_S, STALE_S, FleetFeed, by_host, record
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb

@@ -1,13 +1,13 @@
-"""Verdicts from check results (coordinator/verdicts.py) and the health book (coordinator/health.py):
+"""Verdicts from check results (coordinator/health/verdicts.py) and the health book (coordinator/health/fleet.py):
 who is named, with what evidence, quarantine changes, the recheck backoff, cordons, persistence."""
 
 from __future__ import annotations
 
 import pytest
 
-from coordinator import health, verdicts
-from coordinator.store_memory import MemoryJobStore
-from coordinator.store_sqlite import SqliteJobStore
+from coordinator.health import fleet as health, verdicts
+from coordinator.store.memory import MemoryJobStore
+from coordinator.store.sqlite import SqliteJobStore
 from ringleader import checks
 from ringleader.errors import NotFound
 from ringleader.v1 import jobs_pb2 as pb

@@ -1,11 +1,11 @@
-"""coordinator/identity.py's decisions on their own: certificates by role, bound credentials."""
+"""coordinator/edge/identity.py's decisions on their own: certificates by role, bound credentials."""
 
 import logging
 
 import pytest
 
-from coordinator.identity import CertIdentity, WorkerIdentities, digest
-from coordinator.store_memory import MemoryJobStore
+from coordinator.edge.identity import CertIdentity, WorkerIdentities, digest
+from coordinator.store.memory import MemoryJobStore
 from ringleader.errors import PermissionDenied
 from ringleader.v1 import workers_pb2 as wpb
 

@@ -1,4 +1,4 @@
-"""coordinator/k8s_taint.py against a fake Kubernetes API server (a real http.server on 127.0.0.1
+"""coordinator/health/k8s_taint.py against a fake Kubernetes API server (a real http.server on 127.0.0.1
 in a thread; no cluster here): a failed worker's Node gets the label and taint, other taints kept;
 healthy again or uncordoned removes them; an API error is logged, never raised; off by default."""
 
@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from coordinator.health import FleetHealth
-from coordinator.k8s_taint import LABEL, TAINT, NodeTainter
+from coordinator.health.fleet import FleetHealth
+from coordinator.health.k8s_taint import LABEL, TAINT, NodeTainter
 from ringleader.app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -145,7 +145,7 @@ class _Core:
 
 
 def test_fleet_health_tells_its_observers_of_quarantine_changes_with_the_host(tmp_path):
-    from coordinator.stores import open_store
+    from coordinator.store.factory import open_store
 
     seen: list[pb.WorkerInfo] = []
     store = open_store(":memory:")

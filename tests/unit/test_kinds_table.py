@@ -13,8 +13,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from coordinator.service import Coordinator
-from coordinator.store_memory import MemoryJobStore
+from coordinator.core.facade import Coordinator
+from coordinator.store.memory import MemoryJobStore
 from dashboard import api, spec_in
 from ringleader import jobspec, kinds
 from ringleader.app import cli, commands, table

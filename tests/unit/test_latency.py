@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from coordinator import admission
-from coordinator.service import Coordinator
-from coordinator.store_memory import MemoryJobStore
+from coordinator.core import admission
+from coordinator.core.facade import Coordinator
+from coordinator.store.memory import MemoryJobStore
 from ringleader import algos, jobspec
 from ringleader import spec as specs
 from ringleader.app import table

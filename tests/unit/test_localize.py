@@ -1,4 +1,4 @@
-"""The group-testing planner (coordinator/localize.py), on modelled gangs: a group's figure is its
+"""The group-testing planner (coordinator/health/planner.py), on modelled gangs: a group's figure is its
 slowest member's speed (a collective runs at its slowest rank's pace), times a slow host's link
 factor when the group spans hosts, times measurement noise."""
 
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from coordinator.localize import Group, Planner, run
+from coordinator.health.planner import Group, Planner, run
 
 
 def fleet(n: int, per_host: int = 1) -> dict[str, str]:
@@ -114,7 +114,7 @@ def test_bad_input_names_the_field():
 
 
 def test_driver_test_shape_from_the_job():
-    from coordinator.localizer import test_shape
+    from coordinator.health.localizer import test_shape
     from ringleader.errors import FailedPrecondition
     from ringleader.v1 import jobs_pb2 as pb
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from coordinator.registry import WorkerRegistry, decode_token, encode_token
+from coordinator.core.registry import WorkerRegistry, decode_token, encode_token
 from ringleader.errors import AlreadyExists, InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb

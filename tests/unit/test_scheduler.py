@@ -3,8 +3,8 @@
 import dataclasses
 import random
 
-from coordinator.groups import new_key
-from coordinator.scheduler import AGING_S, Need, PendingJob, Scheduler, WorkerView, plan
+from coordinator.core.groups import new_key
+from coordinator.core.scheduler import AGING_S, Need, PendingJob, Scheduler, WorkerView, plan
 from ringleader.spec import BACKENDS
 from ringleader import jobspec
 from ringleader.v1 import jobs_pb2 as pb
@@ -313,7 +313,7 @@ def test_incremental_passes_match_one_shot_plans():
 
 
 def test_a_pass_walks_neither_the_queue_nor_the_fleet(monkeypatch):
-    from coordinator.sched_index import FleetIndex
+    from coordinator.core.sched_index import FleetIndex
 
     visits = []
     real = FleetIndex.idle_hosts

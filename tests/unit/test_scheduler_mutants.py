@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.scheduler import Need, PendingJob, Scheduler, plan
-from coordinator.sched_index import WorkerView
+from coordinator.core.scheduler import Need, PendingJob, Scheduler, plan
+from coordinator.core.sched_index import WorkerView
 from ringleader import jobspec, states
 from ringleader.v1 import jobs_pb2 as pb
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 from cryptography import x509
 
-from coordinator.auth import USERS, WORKERS, Access, role_of
-from coordinator.identity import CertIdentity, cert_identity
+from coordinator.edge.auth import USERS, WORKERS, Access, role_of
+from coordinator.edge.identity import CertIdentity, cert_identity
 from dashboard.guard import Guard, GuardConfig, cross_origin, host_is_local
 from ringleader.app.certs import write_cluster_files
 from ringleader.app.process import CoordinatorConfig, check_exposure
@@ -221,7 +221,7 @@ def test_certs_writes_a_ca_its_certificates_and_two_tokens(tmp_path):
     sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "coord.example" in sans.get_values_for_type(x509.DNSName)
     assert {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)} >= {"10.9.8.7", "127.0.0.1"}
-    # Each client certificate names one identity and its role (coordinator/identity.py reads it).
+    # Each client certificate names one identity and its role (coordinator/edge/identity.py reads it).
     for name, who in (("worker-w0", CertIdentity("worker", "w0")),
                       ("worker-gpu-3.cuda0", CertIdentity("worker", "gpu-3.cuda0")),
                       ("client", CertIdentity("user", "client"))):

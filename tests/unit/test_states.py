@@ -5,11 +5,11 @@ import itertools
 
 import pytest
 
-from coordinator.events import EventBus
-from coordinator.groups import Groups
-from coordinator.jobs import JobBook
-from coordinator.registry import WorkerRegistry
-from coordinator.store_memory import MemoryJobStore
+from coordinator.core.events import EventBus
+from coordinator.core.groups import Groups
+from coordinator.core.jobs import JobBook
+from coordinator.core.registry import WorkerRegistry
+from coordinator.store.memory import MemoryJobStore
 from ringleader import jobspec, states
 from ringleader.states import BROKEN, DESTROYED, FORMING, WARM, IllegalTransition
 from ringleader.v1 import jobs_pb2 as pb

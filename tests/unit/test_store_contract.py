@@ -1,4 +1,4 @@
-"""The JobStore contract (coordinator/api.py), run against every implementation."""
+"""The JobStore contract (coordinator/store/api.py), run against every implementation."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from coordinator.api import JobStore
-from coordinator.stores import open_store
-from coordinator.store_memory import MemoryJobStore
-from coordinator.store_schema import MIGRATIONS as SQL_MIGRATIONS
-from coordinator.store_sqlite import SqliteJobStore
+from coordinator.store.api import JobStore
+from coordinator.store.factory import open_store
+from coordinator.store.memory import MemoryJobStore
+from coordinator.store.schema import MIGRATIONS as SQL_MIGRATIONS
+from coordinator.store.sqlite import SqliteJobStore
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -359,7 +359,7 @@ def test_sqlite_a_failed_commit_leaves_no_group_open(tmp_path):
 
 
 def test_sqlite_deferred_checkpoints_run_on_their_own_thread(tmp_path, monkeypatch):
-    import coordinator.store_sqlite as store_sqlite
+    import coordinator.store.sqlite as store_sqlite
 
     monkeypatch.setattr(store_sqlite, "CHECKPOINT_S", 0.05)
     path = tmp_path / "jobs.sqlite"
@@ -462,7 +462,7 @@ def test_sqlite_rejects_newer_schema(tmp_path):
 
 
 def test_sqlite_upgrades_a_v1_database_keeping_its_jobs(tmp_path):
-    from coordinator.store_schema import MIGRATIONS
+    from coordinator.store.schema import MIGRATIONS
 
     path = tmp_path / "jobs.sqlite"
     conn = sqlite3.connect(path)  # a database written before rank logs existed

@@ -1,10 +1,10 @@
-"""Which check jobs a request or a sweep plans (coordinator/sweeper.py's pure part)."""
+"""Which check jobs a request or a sweep plans (coordinator/health/sweeper.py's pure part)."""
 
 from __future__ import annotations
 
 import pytest
 
-from coordinator import sweeper
+from coordinator.health import sweeper
 from ringleader import checks
 from ringleader.errors import InvalidSpec, NotFound
 from ringleader.v1 import jobs_pb2 as pb

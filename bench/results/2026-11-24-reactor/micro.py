@@ -1,7 +1,7 @@
 """In-process CPU cost of the facade's hot paths (ad hoc, for before/after comparison)."""
 import asyncio, sys, time
-from coordinator.service import Coordinator, Timings
-from coordinator.store_memory import MemoryJobStore
+from coordinator.core.facade import Coordinator, Timings
+from coordinator.store.memory import MemoryJobStore
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 

@@ -1,5 +1,5 @@
 """Thin gRPC servicers: each RPC calls one Coordinator method; domain errors become statuses
-through ringleader.errors' catalog. Who may call is checked first (coordinator/identity.py):
+through ringleader.errors' catalog. Who may call is checked first (coordinator/edge/identity.py):
 a worker's certificate never reaches the users' API, and a registration reaches the control core
 only once its certificate, credential and address are the worker's own."""
 
@@ -11,10 +11,14 @@ import logging
 
 import grpc
 
-from coordinator import admission, baselines, identity, localizer
-from coordinator.identity import WorkerIdentities
-from coordinator.service import Coordinator
-from coordinator.sweeper import run_check
+from coordinator.core import admission
+
+from coordinator.health import baselines, localizer
+
+from coordinator.edge import identity
+from coordinator.edge.identity import WorkerIdentities
+from coordinator.core.facade import Coordinator
+from coordinator.health.sweeper import run_check
 from ringleader.errors import RingleaderError, answer
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc, workers_pb2_grpc

@@ -1,7 +1,7 @@
 """The job store's contract and the rules every implementation shares. Read this first.
 
-Implementations: coordinator/store_memory.py (tests, `--db :memory:`) and
-coordinator/store_sqlite.py (the default); coordinator/stores.py picks one.
+Implementations: coordinator/store/memory.py (tests, `--db :memory:`) and
+coordinator/store/sqlite.py (the default); coordinator/store/factory.py picks one.
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ class JobStore(abc.ABC):
     - `set_rank_log` stores one rank's log text, replacing that rank's earlier one (a rerun);
       `rank_logs` returns {rank: text} of the ranks that have one. Both MUST fail with NotFound
       if the job is unknown. Logs are kept apart from the Job: `get` and `list` never carry them.
-    - `set_worker_health` stores a worker's health verdict (coordinator/health.py), replacing
+    - `set_worker_health` stores a worker's health verdict (coordinator/health/fleet.py), replacing
       its earlier one; `worker_health` returns {worker id: verdict} of every worker that has
       one. Verdicts belong to worker ids, not jobs: a worker never seen again keeps its row.
     - `worker_credential` returns the credential digest bound to a worker id ("" if none);
       `set_worker_credential` binds one (replacing any); `forget_worker_credential` unbinds it
       and says whether one was bound. They concern workers, not jobs: no job need exist.
-    - `put_baseline` stores a baseline entry (coordinator/baselines.py), replacing the one of the
+    - `put_baseline` stores a baseline entry (coordinator/health/baselines.py), replacing the one of the
       same key; `baseline(key)` returns it (None if none); `baselines()` returns all, by key.
     - What was written before `close` is there after reopening the same path (SQL store).
     - Durability: a write is durable when its method returns, unless `defer_commits(pending)` was

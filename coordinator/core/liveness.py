@@ -13,7 +13,7 @@ Rules (README.md, "Failures"):
   if a rank's executor is reported unwell meanwhile, that rank is blamed at once;
 - after a coordinator restart a running job waits `reconcile_grace_s` for its workers, else it
   is requeued.
-The control core (coordinator/control.py) applies the verdicts, and discounts time its own event
+The control core (coordinator/core/control.py) applies the verdicts, and discounts time its own event
 loop was stalled from the workers' heartbeats before it asks.
 """
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from coordinator.inputs import Fail, Input, Lost, Requeue
-from coordinator.jobs import Running
-from coordinator.registry import WorkerRegistry
+from coordinator.core.inputs import Fail, Input, Lost, Requeue
+from coordinator.core.jobs import Running
+from coordinator.core.registry import WorkerRegistry
 from ringleader import jobspec
 from ringleader.v1 import jobs_pb2 as pb
 

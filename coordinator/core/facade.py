@@ -6,7 +6,7 @@
     process  start (reload unfinished jobs, start the liveness tick), stop
 
 Behind it: control.Control, the control core as one reactor: every call, worker message and
-clock tick becomes one input (coordinator/inputs.py) that `Control.handle` applies; the facade
+clock tick becomes one input (coordinator/core/inputs.py) that `Control.handle` applies; the facade
 puts what comes back on the workers' streams (`_do`). Control owns jobs.JobBook (queue, running
 jobs, the job state machine), events.EventBus (stored and live events, watchers, listeners),
 registry.WorkerRegistry (connections), groups.Groups (warm groups) and the scheduler; liveness
@@ -26,17 +26,17 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Iterable
 
-from coordinator import admission
-from coordinator.api import JobStore
-from coordinator.control import Control
-from coordinator.events import Listener
-from coordinator.health import FleetHealth, Observer as HealthObserver
-from coordinator.sweeper import preflight
-from coordinator.inputs import (Cancel, Disconnect, Input, Out, Register, Reload, SetQuarantine, Submit, Tick,
+from coordinator.core import admission
+from coordinator.store.api import JobStore
+from coordinator.core.control import Control
+from coordinator.core.events import Listener
+from coordinator.health.fleet import FleetHealth, Observer as HealthObserver
+from coordinator.health.sweeper import preflight
+from coordinator.core.inputs import (Cancel, Disconnect, Input, Out, Register, Reload, SetQuarantine, Submit, Tick,
                                 WorkerMsg)
-from coordinator.jobs import Page
-from coordinator.liveness import Timings
-from coordinator.registry import WorkerConn, encode_token
+from coordinator.core.jobs import Page
+from coordinator.core.liveness import Timings
+from coordinator.core.registry import WorkerConn, encode_token
 from ringleader import jobspec, kinds
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
@@ -68,7 +68,7 @@ class Coordinator:
         self._ticker: asyncio.Task | None = None
         self._uncommitted = False  # store writes wait for the next _commit
         self._commit_waiters: list[asyncio.Future] = []
-        # Verdicts and quarantine (coordinator/health.py); observers hear of quarantine changes.
+        # Verdicts and quarantine (coordinator/health/fleet.py); observers hear of quarantine changes.
         self.fleet = FleetHealth(self, store, observers=health_observers)
 
     # ---- process ---------------------------------------------------------------------------
@@ -150,7 +150,7 @@ class Coordinator:
 
     async def submit_certified(self, spec: pb.JobSpec, request_id: str = "") -> pb.Job:
         """`submit`, after certifying the job's gang when its spec asks for a preflight
-        (coordinator/sweeper.py: the checks run first, a failing worker is quarantined)."""
+        (coordinator/health/sweeper.py: the checks run first, a failing worker is quarantined)."""
         await preflight(self, self.fleet, spec)
         return self.submit(spec, request_id)
 

@@ -2,7 +2,7 @@
 and returns what to send.
 
     out = control.handle(Submit(valid))          # or Cancel, Register, Disconnect, WorkerMsg,
-    for conn, msg in out.sends: ...              # Tick, SetQuarantine, Reload (coordinator/inputs.py)
+    for conn, msg in out.sends: ...              # Tick, SetQuarantine, Reload (coordinator/core/inputs.py)
 
 `Control` owns the job book (jobs.JobBook), the worker registry (registry.WorkerRegistry), the
 warm groups (groups.Groups) and the scheduler (scheduler.Scheduler). Each change updates the
@@ -14,7 +14,7 @@ inputs too (Lost, Fail, Requeue) and are applied in the same turn; it also cance
 past their queue_timeout_s and forgets workers gone longer than the registry's TTL.
 
 The worker protocol (what the daemons report, how jobs end, warm-group bookkeeping) is the other
-half of this class, in coordinator/dispatch.py. Store writes happen as the change is applied;
+half of this class, in coordinator/core/dispatch.py. Store writes happen as the change is applied;
 the caller (service.Coordinator) awaits their commit before it acknowledges a user.
 
 Hooks for other parts:
@@ -34,17 +34,17 @@ import time
 import uuid
 from typing import Callable
 
-from coordinator import admission, liveness, scheduler
-from coordinator import groups as warm_groups
-from coordinator.api import JobStore
-from coordinator.dispatch import WorkerProtocol
-from coordinator.events import EventBus
-from coordinator.groups import Groups
-from coordinator.inputs import (CLOSE, Cancel, Disconnect, Fail, Input, Lost, Out, Register, Reload, Requeue,
+from coordinator.core import admission, liveness, scheduler
+from coordinator.core import groups as warm_groups
+from coordinator.store.api import JobStore
+from coordinator.core.dispatch import WorkerProtocol
+from coordinator.core.events import EventBus
+from coordinator.core.groups import Groups
+from coordinator.core.inputs import (CLOSE, Cancel, Disconnect, Fail, Input, Lost, Out, Register, Reload, Requeue,
                                 SetQuarantine, Submit, Tick, WorkerMsg)
-from coordinator.jobs import JobBook, Page, Queued
-from coordinator.liveness import Timings
-from coordinator.registry import WorkerConn, WorkerRegistry
+from coordinator.core.jobs import JobBook, Page, Queued
+from coordinator.core.liveness import Timings
+from coordinator.core.registry import WorkerConn, WorkerRegistry
 from ringleader.errors import FailedPrecondition
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb

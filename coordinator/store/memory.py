@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from coordinator.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
+from coordinator.store.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb

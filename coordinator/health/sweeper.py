@@ -15,8 +15,8 @@ import logging
 import time
 from typing import Iterable
 
-from coordinator import verdicts
-from coordinator.health import RECHECK_MIN_S
+from coordinator.health import verdicts
+from coordinator.health.fleet import RECHECK_MIN_S
 from ringleader import checks
 from ringleader.errors import FailedPrecondition, InvalidSpec, NotFound
 from ringleader.v1 import jobs_pb2 as pb

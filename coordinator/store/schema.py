@@ -1,4 +1,4 @@
-"""The SQLite store's schema, as the migrations that build it (coordinator/store_sqlite.py).
+"""The SQLite store's schema, as the migrations that build it (coordinator/store/sqlite.py).
 
 Messages are stored as serialized protobuf blobs; only the columns that queries filter or order
 on are broken out, so a proto change needs no schema change.
@@ -50,14 +50,14 @@ MIGRATIONS: list[list[str]] = [
     ],
     [
         # v6: worker credentials. The digest of the secret each worker id was issued at its
-        # first registration (coordinator/identity.py); the secret itself is never stored.
+        # first registration (coordinator/edge/identity.py); the secret itself is never stored.
         """CREATE TABLE worker_credentials (
             worker_id TEXT PRIMARY KEY,
             digest TEXT NOT NULL
         ) WITHOUT ROWID""",
     ],
     [
-        # v5: worker verdicts (coordinator/health.py), one row per worker id, kept across restarts.
+        # v5: worker verdicts (coordinator/health/fleet.py), one row per worker id, kept across restarts.
         # IF NOT EXISTS: this round's migrations (v4 baselines, v5, v6 identity) were written in
         # parallel; each stands alone whatever the order they were merged in.
         """CREATE TABLE IF NOT EXISTS worker_health (
@@ -66,7 +66,7 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
     ],
     [
-        # baselines (coordinator/baselines.py; "v4" in the plan, appended after the worker
+        # baselines (coordinator/health/baselines.py; "v4" in the plan, appended after the worker
         # credentials that reached main first): one serialized pb.BaselineEntry per key.
         """CREATE TABLE baselines (
             key TEXT PRIMARY KEY,

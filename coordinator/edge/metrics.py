@@ -11,7 +11,7 @@ Three sources:
   row that is not the job's), read from the Coordinator's in-memory state when Prometheus scrapes;
 - job events (Coordinator.add_listener): finished jobs, queue wait, job duration, collective
   results (busbw and op latency histograms, rows failing the data check);
-- the gRPC server (coordinator/rpc_metrics.py's RpcMetricsInterceptor): RPC latency by method
+- the gRPC server (coordinator/edge/rpc_metrics.py's RpcMetricsInterceptor): RPC latency by method
   and status code;
 - the HTTP app (dashboard/http_metrics.py): REST latency by method, route template and status.
 """
@@ -26,10 +26,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from coordinator.baseline_metrics import BaselineRegressionsCollector
-from coordinator.service import Coordinator
-from coordinator.fleet_metrics import FleetHealthCollector
-from coordinator.rpc_metrics import RpcMetricsInterceptor
+from coordinator.edge.baseline_metrics import BaselineRegressionsCollector
+from coordinator.core.facade import Coordinator
+from coordinator.edge.fleet_metrics import FleetHealthCollector
+from coordinator.edge.rpc_metrics import RpcMetricsInterceptor
 from ringleader import __version__, states
 from ringleader.v1 import jobs_pb2 as pb
 

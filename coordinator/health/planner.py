@@ -1,5 +1,5 @@
 """Localization by group testing: which worker, link or host makes a gang slow? Pure: no I/O, no
-clock; coordinator/localizer.py runs it on a live fleet, bench/localize_sim.py on simulated ones.
+clock; coordinator/health/localizer.py runs it on a live fleet, bench/localize_sim.py on simulated ones.
 
 The planner keeps suspect sets, each believed to hold at least one culprit (at first: the slow
 gang). A round splits every set in two halves (by host first, so a host's workers stay together

@@ -8,10 +8,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from coordinator.identity import WorkerIdentities
-from coordinator.rpc_parse import MalformedRequestInterceptor
-from coordinator.service import Coordinator
-from coordinator.servicers import JobServicer, WorkerServicer
+from coordinator.edge.identity import WorkerIdentities
+from coordinator.edge.rpc_parse import MalformedRequestInterceptor
+from coordinator.core.facade import Coordinator
+from coordinator.edge.servicers import JobServicer, WorkerServicer
 from ringleader.grpc_options import SERVER_OPTIONS
 from ringleader.v1 import jobs_pb2, jobs_pb2_grpc, workers_pb2, workers_pb2_grpc
 
@@ -26,10 +26,10 @@ async def start_server(coordinator: Coordinator, address: str,
                        credentials: grpc.ServerCredentials | None = None,
                        forget_workers: Sequence[str] = ()) -> tuple[grpc.aio.Server, int]:
     """Build and start the gRPC server on `address` (port 0 picks one); returns it with its port.
-    `interceptors` wrap every RPC, the first outermost (metrics, then coordinator.auth's token
+    `interceptors` wrap every RPC, the first outermost (metrics, then coordinator.edge.auth's token
     check), and request bytes that do not parse are answered innermost; `credentials`
     (ringleader.security.ServerSecurity.grpc_credentials) make it TLS; `forget_workers`: ids
-    whose credentials are reset first (ServerSecurity.forget_workers, coordinator/identity.py)."""
+    whose credentials are reset first (ServerSecurity.forget_workers, coordinator/edge/identity.py)."""
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, MalformedRequestInterceptor()])
     identities = WorkerIdentities(coordinator.store)
     for worker_id in forget_workers:

@@ -1,7 +1,7 @@
-"""What the control core (coordinator/control.py) takes, and what it gives back.
+"""What the control core (coordinator/core/control.py) takes, and what it gives back.
 
 Each input is one fact: a call from a user, a worker's registration, departure or message, a clock
-tick, or a verdict that liveness (coordinator/liveness.py) worked out from the clock. `Control.handle`
+tick, or a verdict that liveness (coordinator/core/liveness.py) worked out from the clock. `Control.handle`
 applies one input and returns an `Out`: the messages to put on workers' streams, in order, and the
 job events the change recorded. Inputs are values: nobody changes one once made (they are not
 frozen only because a frozen dataclass costs twice as much to make, and a heartbeat is one).
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from coordinator.registry import WorkerConn
+from coordinator.core.registry import WorkerConn
 from ringleader.jobspec import ValidJob
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb

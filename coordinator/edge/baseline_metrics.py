@@ -1,4 +1,4 @@
-"""ringleader_baseline_regressions_total{op, link}: regression events (coordinator/baselines.py),
+"""ringleader_baseline_regressions_total{op, link}: regression events (coordinator/health/baselines.py),
 read from the store when Prometheus scrapes, so the count survives a coordinator restart and no
 object calls another back. Every (op, link) series exists from the start at 0: an alert on
 increase() then sees the first regression (a series born at 1 shows no increase)."""
@@ -10,7 +10,7 @@ from typing import Iterable
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from coordinator.api import JobStore
+from coordinator.store.api import JobStore
 from ringleader import spec
 
 LINKS = ("local", "cross")

@@ -62,7 +62,7 @@ class NodeTainter:
         self._thread.start()
 
     def observe(self, info: pb.WorkerInfo) -> None:
-        """A FleetHealth observer: a quarantine change of this worker (coordinator/health.py)."""
+        """A FleetHealth observer: a quarantine change of this worker (coordinator/health/fleet.py)."""
         self.update(info.host, info.worker_id, info.health.verdict == pb.UNHEALTHY, info.health.check)
 
     def update(self, node: str, worker_id: str, unhealthy: bool, check: str = "") -> None:

@@ -15,7 +15,7 @@ import logging
 import time
 from typing import AsyncIterator, Callable
 
-from coordinator.api import JobStore
+from coordinator.store.api import JobStore
 from ringleader import states
 from ringleader.v1 import jobs_pb2 as pb
 

@@ -2,7 +2,7 @@
 down their stream. Connection states change only through `WorkerConn.transition`
 (ringleader.states.WORKERS: IDLE <-> BUSY, IDLE <-> QUARANTINED, QUARANTINED <-> BUSY, any ->
 DISCONNECTED); a connection reports leaving to the registry that made it, which keeps its index
-of connected workers. The control core (coordinator/control.py) changes states and keeps the
+of connected workers. The control core (coordinator/core/control.py) changes states and keeps the
 scheduler's index beside each change.
 
 A DISCONNECTED worker stays listed for `ttl_s` (so an operator sees who left), then `expire`
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from coordinator.scheduler import WorkerView
+from coordinator.core.scheduler import WorkerView
 from ringleader import states
 from ringleader.defaults import page_limit
 from ringleader.errors import AlreadyExists, InvalidSpec

@@ -1,4 +1,4 @@
-"""The indexes the scheduler (coordinator/scheduler.py) keeps, so a pass rescans neither the
+"""The indexes the scheduler (coordinator/core/scheduler.py) keeps, so a pass rescans neither the
 queue nor the fleet: connected workers by kind and host (with the eligible ones a need can use,
 counted per kind rather than per worker), queued jobs of one need in queue order, and the
 workers one pass has claimed.

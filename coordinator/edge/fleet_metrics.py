@@ -1,5 +1,5 @@
 """Prometheus gauges of fleet health, computed at scrape time from the health book
-(coordinator/health.py). Labels: the verdict only (three values); no worker id is a label: which
+(coordinator/health/fleet.py). Labels: the verdict only (three values); no worker id is a label: which
 worker is failed is in `ringleader workers` and GET /api/v1/fleet/health."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ VERDICTS = ("HEALTHY", "SUSPECT", "UNHEALTHY")  # names of ringleader.v1.Verdict
 
 
 class FleetHealthCollector(Collector):
-    def __init__(self, fleet) -> None:  # coordinator.health.FleetHealth
+    def __init__(self, fleet) -> None:  # coordinator.health.fleet.FleetHealth
         self.fleet = fleet
 
     def describe(self) -> Iterable:

@@ -1,4 +1,4 @@
-"""Who a registering worker is, and whether it may register: checked by coordinator/servicers.py
+"""Who a registering worker is, and whether it may register: checked by coordinator/edge/servicers.py
 before a registration reaches the control core. Each check refuses with PERMISSION_DENIED and a
 reason naming the worker id (DESIGN.md point 8).
 
@@ -33,7 +33,7 @@ import secrets
 import socket
 from dataclasses import dataclass
 
-from coordinator.api import JobStore
+from coordinator.store.api import JobStore
 from ringleader.errors import PermissionDenied
 from ringleader.v1 import workers_pb2 as wpb
 

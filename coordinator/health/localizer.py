@@ -1,4 +1,4 @@
-"""The localization driver: runs coordinator/localize.py's planner on a live coordinator, through
+"""The localization driver: runs coordinator/health/planner.py's planner on a live coordinator, through
 the facade's public API only (submit, watch, get, list_workers): each round's groups are submitted
 as collective jobs pinned to their workers (placement.worker_ids) at the highest priority, all at
 once (they are disjoint, so they run side by side on warm groups where they exist), and their
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from coordinator.localize import Group, Planner
+from coordinator.health.planner import Group, Planner
 from ringleader.errors import FailedPrecondition, InvalidSpec
 from ringleader.jobspec import MAX_PRIORITY
 from ringleader.v1 import jobs_pb2 as pb

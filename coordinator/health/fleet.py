@@ -19,9 +19,9 @@ import time
 from collections import Counter
 from typing import Callable, Iterable
 
-from coordinator import verdicts
-from coordinator.api import JobStore
-from coordinator.events import is_terminal
+from coordinator.health import verdicts
+from coordinator.store.api import JobStore
+from coordinator.core.events import is_terminal
 from ringleader import checks
 from ringleader.defaults import PAGE_MAX
 from ringleader.errors import NotFound
@@ -120,7 +120,7 @@ def _copy(h: pb.WorkerHealth) -> pb.WorkerHealth:
 
 
 class FleetHealth:
-    """The health book wired to a coordinator facade (`core`: coordinator/service.py's
+    """The health book wired to a coordinator facade (`core`: coordinator/core/facade.py's
     Coordinator), through its public API only: add_listener, get, list_workers, set_quarantine."""
 
     def __init__(self, core, store: JobStore, clock: Callable[[], float] = time.time,

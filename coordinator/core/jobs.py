@@ -13,8 +13,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from coordinator.api import JobStore
-from coordinator.events import EventBus
+from coordinator.store.api import JobStore
+from coordinator.core.events import EventBus
 from ringleader import jobspec, states
 from ringleader.defaults import page_limit
 from ringleader.jobspec import ValidJob

@@ -3,7 +3,7 @@
 Messages are stored as serialized protobuf blobs; only the columns that `list`/`unfinished`
 filter or order on (submission seq, state, op) and the idempotency key are broken out, so a
 proto change needs no schema change. The `update` and `list` rules come from the contract
-module, coordinator/api.py.
+module, coordinator/store/api.py.
 
 The event loop is never held up by the disk: with `defer_commits` (what the coordinator uses)
 writes are grouped into one transaction per turn of the loop, and WAL checkpoints, the only
@@ -20,9 +20,9 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from coordinator.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
-from coordinator.store_schema import MIGRATIONS
-from coordinator.store_sqlite_health import SqliteBaselines, SqliteWorkerHealth
+from coordinator.store.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
+from coordinator.store.schema import MIGRATIONS
+from coordinator.store.sqlite_health import SqliteBaselines, SqliteWorkerHealth
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb

@@ -8,7 +8,7 @@ Pure (no I/O, no clock), so it is tested without servers. Rules:
   (smaller) jobs cannot starve it; a job the connected fleet cannot run (too few workers, or
   enough only across backends, which a gang never mixes) reserves nothing and blocks nobody;
 - a gang equal to a warm group (every member's executor holds the same initialised process
-  group, coordinator/groups.py) is preferred and keeps that group's rank order, so the job
+  group, coordinator/core/groups.py) is preferred and keeps that group's rank order, so the job
   starts without a new NCCL init;
 - ranks on one host are adjacent (by host, then device index), on the hosts with most idle workers.
 
@@ -22,7 +22,7 @@ not rescan the queue or the fleet:
 - workers are indexed by kind (backend, device type, device name, memory) and host, so
   eligibility is decided once per kind, not per worker;
 - a pass walks only the needs that fit a kind of worker with idle workers left unclaimed
-  (coordinator/sched_index.py's KindQueues), and ends when none is left.
+  (coordinator/core/sched_index.py's KindQueues), and ends when none is left.
 Its cost grows with the needs it visits and their kinds' hosts, not with the queue's length
 (bench/scheduler_pass.py). Waiting reasons are derived when asked (`reason`).
 """
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Mapping
 
-from coordinator.sched_index import Claims, FleetIndex, Kind, KindQueues, QueueGroup, WorkerView
+from coordinator.core.sched_index import Claims, FleetIndex, Kind, KindQueues, QueueGroup, WorkerView
 from ringleader import spec as specs
 from ringleader.jobspec import ValidJob
 

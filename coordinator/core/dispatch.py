@@ -1,4 +1,4 @@
-"""The worker protocol: the half of the control core (coordinator/control.py's `Control`) that
+"""The worker protocol: the half of the control core (coordinator/core/control.py's `Control`) that
 answers what the daemons report, ends jobs, and keeps the warm groups.
 
 Down each worker's stream, in order: Registered, then DropGroup, Assignment and Abort messages.
@@ -20,11 +20,13 @@ from __future__ import annotations
 import logging
 import time
 
-from coordinator import admission, baselines
-from coordinator.inputs import Out, WorkerMsg
-from coordinator.jobs import Running, row_key
-from coordinator.liveness import UNWELL
-from coordinator.registry import WorkerConn
+from coordinator.core import admission
+
+from coordinator.health import baselines
+from coordinator.core.inputs import Out, WorkerMsg
+from coordinator.core.jobs import Running, row_key
+from coordinator.core.liveness import UNWELL
+from coordinator.core.registry import WorkerConn
 from ringleader.defaults import LOG_TAIL_BYTES, log_tail
 from ringleader.errors import NotFound
 from ringleader.jobspec import MAX_TEXT
@@ -175,7 +177,7 @@ class WorkerProtocol:
         if key in rj.rows:
             return
         rj.rows.add(key)
-        # The row gets its baseline and ratio, then feeds that baseline (coordinator/baselines.py).
+        # The row gets its baseline and ratio, then feeds that baseline (coordinator/health/baselines.py).
         # The gang's part of the key is the same for every row of the job: found once.
         if rj.baseline_fields is None:
             model_of = {w: c.reg.device.name for w in rj.members if (c := self.workers.get(w))}

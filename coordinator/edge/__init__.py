@@ -1,0 +1,1 @@
+"""What faces the network: gRPC servicers and server, credentials, worker identity, Prometheus exposition."""

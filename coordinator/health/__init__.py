@@ -1,0 +1,1 @@
+"""Fleet health: verdicts, sweeps, baselines, localization planner and driver, node taints."""

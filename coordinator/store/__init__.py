@@ -1,0 +1,1 @@
+"""Persistence: the JobStore contract (api.py) and its in-memory and SQLite implementations."""

@@ -108,11 +108,14 @@ def run_ringleader(svc: Service, n: int, ops, sizes, a, passes) -> tuple[list[di
     trivial = pb.JobSpec(world_size=n, collective=pb.CollectiveSpec(op="all_reduce", sizes=[8], iters=1, warmup=0))
     cold, cold_s = svc.run(trivial)
     warm, warm_s = svc.run(trivial)
+    # Warm starts as a distribution (the issue's goal is the p50): the same trivial job again.
+    warm_ms = sorted(svc.run(trivial)[1] * 1e3 for _ in range(a.starts))
     # The GPUs' clocks, as plain_torch.py does; not measured.
     svc.run(pb.JobSpec(world_size=n, collective=pb.CollectiveSpec(op="all_reduce", sizes=[64 << 20], iters=200,
                                                                   warmup=0)))
     extra = {"starts": {"cold_job_s": cold_s, "cold_warm_start": cold.warm_start,
-                        "warm_job_s": warm_s, "warm_warm_start": warm.warm_start}, "sweeps": []}
+                        "warm_job_s": warm_s, "warm_warm_start": warm.warm_start, "warm_ms": warm_ms},
+             "sweeps": []}
     print(f"trivial job: cold {cold_s * 1e3:.1f} ms, warm {warm_s * 1e3:.1f} ms", flush=True)
     graph_max = specs.parse_size(a.graph_max_bytes)
     plan = {"eager": (sizes, dict()), "eager20": ([s for s in sizes if s <= SMALL], dict(iters=a.iters)),
@@ -148,6 +151,8 @@ def main() -> None:
     ap.add_argument("--graph-max-bytes", default="256M", help="largest size of the graph passes")
     ap.add_argument("--iters", type=int, default=20, help="plain passes and eager20 (nccl-tests' count)")
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--sizes", default="", help="comma-separated sizes (e.g. 8,1K,16M), instead of min..max")
+    ap.add_argument("--starts", type=int, default=0, help="warm trivial jobs timed for the start distribution")
     ap.add_argument("--passes", default=",".join(PASSES), help="comma-separated, of: " + ", ".join(PASSES))
     a = ap.parse_args()
     passes = set(a.passes.split(","))
@@ -158,6 +163,8 @@ def main() -> None:
     n = visible_gpu_count()
     ops = a.ops.split(",")
     sizes = specs.sweep_sizes(specs.parse_size(a.min_bytes), specs.parse_size(a.max_bytes), 2)
+    if a.sizes:  # an explicit list (the side-by-side run measures nccl-tests' sizes only)
+        sizes = sorted(specs.parse_size(x) for x in a.sizes.split(","))
     graph_sizes = [s for s in sizes if s <= specs.parse_size(a.graph_max_bytes)]
     info = machine()
     plain: list[dict] = []

@@ -186,7 +186,7 @@ def build_result(times_by_rank: list[list[float]], means_by_rank: list[float], w
         op=op, dtype=dtype, reduce_op=reduce_op, root=root, in_place=in_place,
         size_bytes=size_bytes, count=size_bytes // spec.DTYPE_SIZES[dtype],
         time_us=time_us, time_min_us=per_iter[0], time_p50_us=percentile(per_iter, 50),
-        time_p99_us=percentile(per_iter, 99), slowest_rank=slowest,
+        time_p99_us=percentile(per_iter, 99), time_max_us=per_iter[-1], slowest_rank=slowest,
         slowest_rank_time_us=time_us, algbw_gbps=algbw,
         busbw_gbps=algbw * spec.busbw_factor(op, len(means_by_rank)), wrong=wrong,
         world_size=len(means_by_rank), iters=iters, mode=mode, algo=algo,

@@ -14,7 +14,9 @@ def capture(run, ops: int, device: torch.device) -> torch.cuda.CUDAGraph:
     """A graph of `ops` calls of `run`, captured on a side stream (torch.cuda.graph's own)."""
     torch.cuda.synchronize(device)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # thread_local: a capture in global mode is invalidated by any thread's unsafe CUDA call (NCCL's
+    # proxy thread, torch's watchdog querying events); nccl-tests captures in this mode too.
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         for _ in range(ops):
             run()
     torch.cuda.synchronize(device)

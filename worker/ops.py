@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from ringleader import spec
-from worker import datacheck
+from worker import datacheck, ncclrt
 from worker.algos import Method, symm_op
 
 _DTYPES = {
@@ -50,9 +50,11 @@ class OpSetup:
     def __init__(self, op, dtype, reduce_op, count, *, rank, n, root, in_place, device, method=Method()):
         self.op, self.dtype, self.rank, self.n = op, dtype, rank, n
         self.kind = datacheck.kind_of(op, reduce_op)
+        self.direct = False  # whether `run` calls NCCL itself rather than torch.distributed
         self.inputs: list[tuple[torch.Tensor, int]] = []  # (buffer, source rank its values mimic)
         self.outputs: list[torch.Tensor] = []  # set to SENTINEL before the check
         self.out: torch.Tensor | None = None
+        self._nccl: tuple | None = None  # (send, recv, count) for ncclrt, set by the binders
         c = count // n if op in spec.CHUNKED_OPS else count
         new = partial(torch.empty, dtype=torch_dtype(dtype), device=device)
         red = torch_reduce_op(reduce_op) if op in spec.REDUCING_OPS else None
@@ -60,6 +62,12 @@ class OpSetup:
             self._bind_chunked(op, count, c, new, red, rank=rank, n=n, root=root, in_place=in_place, g=method.group)
         else:
             self._bind_whole(op, count, new, red, rank=rank, n=n, root=root, device=device, method=method)
+        if self._nccl is not None:  # NCCL straight from Python where it can (worker/ncclrt.py says why)
+            send, recv, per = self._nccl
+            direct = ncclrt.bind(op, send, recv, count=per, dtype=dtype, reduce_op=reduce_op, root=root,
+                                 rank=rank, n=n, group=method.group, device=torch.device(device))
+            self.run = direct or self.run
+            self.direct = direct is not None
 
     def _bind_whole(self, op, count, new, red, *, rank, n, root, device, method) -> None:
         """Ops whose buffers are whole (not split in world_size chunks)."""
@@ -84,12 +92,14 @@ class OpSetup:
                 self.run = partial(dist.reduce, x, dst=root, op=red, group=g)
             else:
                 self.run = partial(dist.broadcast, x, src=root, group=g)
+            self._nccl = (x, x, count)
             src = rank if op != "broadcast" or rank == root else None
             self._io(x, src, out=x if op != "reduce" or rank == root else None)
         elif op == "sendrecv":  # ring: send to the next rank, receive from the previous one
             send, recv = new(count), new(count)
             self.run = _p2p([dist.P2POp(dist.isend, send, (rank + 1) % n, group=g),
                              dist.P2POp(dist.irecv, recv, (rank - 1) % n, group=g)])
+            self._nccl = (send, recv, count)
             self._io(send, rank, out=recv)
         else:
             raise ValueError(f"op: unknown op {op!r}")
@@ -100,15 +110,18 @@ class OpSetup:
             out = new(count)
             inp = out[rank * c:(rank + 1) * c] if in_place else new(c)
             self.run = partial(_all_gather_single, out, inp, group=g)
+            self._nccl = (inp, out, c)
             self._io(inp, rank, out=out)
         elif op == "reduce_scatter":
             inp = new(count)
             out = inp[rank * c:(rank + 1) * c] if in_place else new(c)
             self.run = partial(_reduce_scatter_single, out, inp, op=red, group=g)
+            self._nccl = (inp, out, c)
             self._io(inp, rank, out=out)
         elif op == "alltoall":
             inp, out = new(count), new(count)
             self.run = partial(dist.all_to_all_single, out, inp, group=g)
+            self._nccl = (inp, out, c)
             self._io(inp, rank, out=out)
         else:  # gather, scatter: `whole` is the root's gathered output / scattered input
             whole = new(count) if rank == root else None
@@ -116,6 +129,7 @@ class OpSetup:
             local = mine if in_place and rank == root else new(c)  # the input / output chunk
             gather = op == "gather"
             self.run = _rooted(whole, local, mine, c, rank=rank, n=n, root=root, receive=gather, group=g)
+            self._nccl = (local, whole, c) if gather else (whole, local, c)
             if gather:
                 self._io(local, rank, out=whole)
             else:

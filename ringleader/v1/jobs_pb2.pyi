@@ -659,6 +659,7 @@ class SizeResult(_message.Message):
     BASELINE_BUSBW_GBPS_FIELD_NUMBER: _builtins.int
     BASELINE_RATIO_FIELD_NUMBER: _builtins.int
     BASELINE_KEY_FIELD_NUMBER: _builtins.int
+    TIME_MAX_US_FIELD_NUMBER: _builtins.int
     op: _builtins.str
     dtype: _builtins.str
     reduce_op: _builtins.str
@@ -695,6 +696,10 @@ class SizeResult(_message.Message):
     baseline_ratio: _builtins.float
     """busbw / baseline_busbw_gbps (0 when no baseline)"""
     baseline_key: _builtins.str
+    time_max_us: _builtins.float
+    """The slowest per-iteration time (maximum across ranks), from the same loop as min/p50/p99:
+    with p99, what nccl-tests 2.19 -I prints per size.
+    """
     def __init__(
         self,
         *,
@@ -721,10 +726,11 @@ class SizeResult(_message.Message):
         baseline_busbw_gbps: _builtins.float = ...,
         baseline_ratio: _builtins.float = ...,
         baseline_key: _builtins.str = ...,
+        time_max_us: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "algo", b"algo", "baseline_busbw_gbps", b"baseline_busbw_gbps", "baseline_key", b"baseline_key", "baseline_ratio", b"baseline_ratio", "busbw_gbps", b"busbw_gbps", "count", b"count", "dtype", b"dtype", "in_place", b"in_place", "iters", b"iters", "mode", b"mode", "op", b"op", "reduce_op", b"reduce_op", "root", b"root", "size_bytes", b"size_bytes", "slowest_rank", b"slowest_rank", "slowest_rank_time_us", b"slowest_rank_time_us", "time_min_us", b"time_min_us", "time_p50_us", b"time_p50_us", "time_p99_us", b"time_p99_us", "time_us", b"time_us", "world_size", b"world_size", "wrong", b"wrong"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algbw_gbps", b"algbw_gbps", "algo", b"algo", "baseline_busbw_gbps", b"baseline_busbw_gbps", "baseline_key", b"baseline_key", "baseline_ratio", b"baseline_ratio", "busbw_gbps", b"busbw_gbps", "count", b"count", "dtype", b"dtype", "in_place", b"in_place", "iters", b"iters", "mode", b"mode", "op", b"op", "reduce_op", b"reduce_op", "root", b"root", "size_bytes", b"size_bytes", "slowest_rank", b"slowest_rank", "slowest_rank_time_us", b"slowest_rank_time_us", "time_max_us", b"time_max_us", "time_min_us", b"time_min_us", "time_p50_us", b"time_p50_us", "time_p99_us", b"time_p99_us", "time_us", b"time_us", "world_size", b"world_size", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Warm job start: a trivial 2-rank job from SubmitJob to SUCCEEDED on workers whose group is warm,
+and where the time goes (the job's own created/started/finished stamps and the client's clock).
+
+    python bench/warm_start.py [--jobs 100] [--device cpu|all] [--out FILE.json]
+
+Starts a coordinator (SQLite store, no HTTP side) and two CPU workers (gloo) or one per GPU
+(--device all), runs one cold job, then --jobs warm ones, each submitted when the last finished.
+The client learns the end from WatchJob (a stream: no polling interval in the figure). Split per
+job: submit -> started (queue, schedule, dispatch to the daemons), started -> finished (the
+daemons, the executors, the group's op and the results), finished -> the client hears it. The run
+is invalid (exit 1) unless every warm job reports warm_start and SUCCEEDED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ringleader.app.client import Client  # noqa: E402
+from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
+
+DONE = (pb.SUCCEEDED, pb.FAILED, pb.CANCELLED)
+
+
+def _start(tmp: Path, device: str) -> tuple[list[subprocess.Popen], str]:
+    coord = subprocess.Popen([sys.executable, "-m", "ringleader", "coordinator", "--grpc-address", "127.0.0.1:0",
+                              "--http-address", "", "--db", str(tmp / "jobs.db")],
+                             stdout=subprocess.PIPE, stderr=open(tmp / "coordinator.log", "wb"), text=True)
+    address = coord.stdout.readline().split()[-1]
+    base = [sys.executable, "-m", "ringleader", "--coordinator", address, "worker", "--device", device]
+    n = 1 if device == "all" else 2
+    workers = [subprocess.Popen(base + ([] if device == "all" else ["--worker-id", f"warm-cpu{k}"]),
+                                stdout=subprocess.DEVNULL, stderr=open(tmp / f"worker{k}.log", "wb")) for k in range(n)]
+    return [coord, *workers], address
+
+
+def _run(client: Client, spec: pb.JobSpec) -> tuple[pb.Job, float, float]:
+    """(the finished job, client seconds from submit to the finished event, when that came)."""
+    t0 = time.time()
+    job = client.submit(spec)
+    for _event in client.watch(job.id):
+        pass  # the stream ends when the job does
+    end = time.time()
+    job = client.get(job.id)
+    if job.state not in DONE:
+        raise SystemExit(f"job {job.id} not finished after its watch ended: {pb.JobState.Name(job.state)}")
+    return job, end - t0, t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=100)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    trivial = pb.JobSpec(world_size=a.world_size, collective=pb.CollectiveSpec(op="all_reduce", sizes=[8], iters=1,
+                                                                               warmup=0))
+    with tempfile.TemporaryDirectory() as tmp:
+        procs, address = _start(Path(tmp), a.device)
+        client = Client(address, timeout_s=30)
+        try:
+            deadline = time.monotonic() + 120
+            while sum(w.state == pb.IDLE for w in client.workers()) < a.world_size:
+                if time.monotonic() > deadline:
+                    raise SystemExit("workers did not come up")
+                time.sleep(0.05)
+            cold, cold_s, _ = _run(client, trivial)
+            rows = []
+            for _ in range(a.jobs):
+                job, secs, t0 = _run(client, trivial)
+                if job.state != pb.SUCCEEDED or not job.warm_start:
+                    raise SystemExit(f"invalid run: job {job.id} {pb.JobState.Name(job.state)} warm={job.warm_start}")
+                rows.append(dict(total_ms=secs * 1e3, queue_ms=(job.started_at - t0) * 1e3,
+                                 run_ms=(job.finished_at - job.started_at) * 1e3,
+                                 notify_ms=(t0 + secs - job.finished_at) * 1e3))
+        finally:
+            client.close()
+            for p in procs[::-1]:
+                p.terminate()
+                p.wait(30)
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    totals = sorted(r["total_ms"] for r in rows)
+    load = open("/proc/loadavg").read().split()[:3]
+    print(f"warm start, {a.jobs} jobs, device {a.device}, {os.cpu_count()} CPUs, loadavg {' '.join(load)}: "
+          f"cold {cold_s * 1e3:.0f} ms; warm p50 {med['total_ms']:.2f} ms, p90 {totals[int(0.9 * (len(totals) - 1))]:.2f}, "
+          f"max {totals[-1]:.2f}; medians: submit->started {med['queue_ms']:.2f}, started->finished "
+          f"{med['run_ms']:.2f}, finished->client {med['notify_ms']:.2f} ms")
+    if a.out:
+        Path(a.out).write_text(json.dumps(dict(cold_ms=cold_s * 1e3, loadavg=load, rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -33,15 +33,21 @@ from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 DONE = (pb.SUCCEEDED, pb.FAILED, pb.CANCELLED)
 
 
-def _start(tmp: Path, device: str) -> tuple[list[subprocess.Popen], str]:
+def _start(tmp: Path, device: str, profile: str = "") -> tuple[list[subprocess.Popen], str]:
     coord = subprocess.Popen([sys.executable, "-m", "ringleader", "coordinator", "--grpc-address", "127.0.0.1:0",
                               "--http-address", "", "--db", str(tmp / "jobs.db")],
                              stdout=subprocess.PIPE, stderr=open(tmp / "coordinator.log", "wb"), text=True)
     address = coord.stdout.readline().split()[-1]
     base = [sys.executable, "-m", "ringleader", "--coordinator", address, "worker", "--device", device]
     n = 1 if device == "all" else 2
+    env = dict(os.environ)
+    if profile:  # bench/warm_profile/sitecustomize.py stamps each step and profiles the executors
+        env.update(RL_WARM_PROFILE=str(Path(profile).resolve()),
+                   PYTHONPATH=os.pathsep.join([str(ROOT / "bench" / "warm_profile"), str(ROOT), env.get("PYTHONPATH", "")]))
+        Path(profile).mkdir(parents=True, exist_ok=True)
     workers = [subprocess.Popen(base + ([] if device == "all" else ["--worker-id", f"warm-cpu{k}"]),
-                                stdout=subprocess.DEVNULL, stderr=open(tmp / f"worker{k}.log", "wb")) for k in range(n)]
+                                stdout=subprocess.DEVNULL, stderr=open(tmp / f"worker{k}.log", "wb"), env=env)
+               for k in range(n)]
     return [coord, *workers], address
 
 
@@ -64,11 +70,12 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--out", default="")
+    ap.add_argument("--profile", default="", help="a directory: stamp each worker step, profile each executor Run")
     a = ap.parse_args()
     trivial = pb.JobSpec(world_size=a.world_size, collective=pb.CollectiveSpec(op="all_reduce", sizes=[8], iters=1,
                                                                                warmup=0))
     with tempfile.TemporaryDirectory() as tmp:
-        procs, address = _start(Path(tmp), a.device)
+        procs, address = _start(Path(tmp), a.device, a.profile)
         client = Client(address, timeout_s=30)
         try:
             deadline = time.monotonic() + 120

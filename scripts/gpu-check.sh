@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (offline; its image has torch, grpcio, protobuf, prometheus-client):
 # unit + GPU tests, the demo, and the benchmark against plain torch.distributed.
-#   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|all|multihost]
+#   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|latency-side|all|multihost]
 #   logs and results under $OUT (default ./gpu-out); BENCH_ARGS go to bench/run.py.
 #   latency (issue 13) = latency-tests (tests/gpu/test_nccl_latency.py: graph mode, calibrated loops,
 #   gather/scatter, symmetric memory, pinned NCCL algos, algo sweep, NCCL env re-read) then
@@ -40,6 +40,11 @@ if [ "$what" = latency ] || [ "$what" = latency-tests ]; then
 fi
 if [ "$what" = latency ] || [ "$what" = latency-bench ]; then
   python3 bench/run.py --out "$OUT/bench-latency" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench-latency.log"
+fi
+# latency-side (issue 28, not part of all): nccl-tests built from NCCL_TESTS_SRC (default
+# ../nccl-tests) beside ringleader in one run, goals checked in $OUT/side_by_side.md.
+if [ "$what" = latency-side ]; then
+  bash bench/nccl_side.sh "${NCCL_TESTS_SRC:-../nccl-tests}" 2>&1 | tee "$OUT/latency-side.log"
 fi
 if [ "$what" = workloads ] || [ "$what" = all ]; then
   python3 bench/workloads.py --out "$OUT/bench" 2>&1 | tee "$OUT/workloads.log"

@@ -234,6 +234,9 @@ def main(conn, device_arg: str, ops, beats, advertise: str = "") -> None:
     """Entry point of the executor process (a multiprocessing target)."""
     _die_with_parent()
     threading.Thread(target=_beat, args=(beats,), daemon=True, name="beat").start()
+    from worker.graphs import set_comm_env
+
+    set_comm_env()  # before any communicator: NCCL reads it at creation (worker/graphs.py says why)
     if advertise:
         from worker.netif import pin_interfaces
 

@@ -45,3 +45,14 @@ def test_p2p_plans_follow_nccl_tests():
                     ("ncclSend", 116, 2), ("ncclRecv", 516, 2)]
     with pytest.raises(ValueError, match="op"):
         ncclrt._p2p_plan("barrier", 0, 0, 1, t, rank=0, n=2, root=0)
+
+
+def test_graph_comm_env_is_a_default_the_worker_environment_overrides():
+    from worker import graphs
+
+    env = {}
+    graphs.set_comm_env(env)
+    assert env == {"NCCL_GRAPH_MIXING_SUPPORT": "0"}
+    env = {"NCCL_GRAPH_MIXING_SUPPORT": "1"}
+    graphs.set_comm_env(env)
+    assert env["NCCL_GRAPH_MIXING_SUPPORT"] == "1"

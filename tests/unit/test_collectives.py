@@ -161,7 +161,7 @@ def test_measure_and_summarize_on_gloo(world, i):
         {k: case[k] for k in ("op", "dtype", "reduce_op", "root", "in_place")}
     assert row["size_bytes"] == size
     assert row["count"] == size // spec.DTYPE_SIZES[case["dtype"]]
-    assert 0 < row["time_min_us"] <= row["time_p50_us"] <= row["time_p99_us"]
+    assert 0 < row["time_min_us"] <= row["time_p50_us"] <= row["time_p99_us"] <= row["time_max_us"]
     assert row["time_us"] > 0
     assert 0 <= row["slowest_rank"] < n
     assert row["slowest_rank_time_us"] == row["time_us"]
@@ -285,6 +285,16 @@ def test_backend_refusal():
     assert refusal("gloo", "broadcast", "int32", "avg") is None
     assert refusal("gloo", "alltoall", "int8", "sum") is None
     assert refusal("nccl", "reduce_scatter", "int8", "avg") is None
+
+
+def test_build_result_reports_p99_and_max_apart_as_nccl_tests_dash_i():
+    # 200 iterations, the per-iteration maximum across ranks is 1..200 (shuffled between ranks):
+    # nearest-rank p99 is the 198th value, the max the 200th.
+    slow_first = [float(k) for k in range(1, 201)]
+    rank1 = [v - 0.5 for v in slow_first]
+    row = collectives.build_result([slow_first, rank1], [100.5, 100.0], 0, op="all_reduce", dtype="float32",
+                                   reduce_op="sum", size_bytes=8, root=0, in_place=False, iters=200)
+    assert (row["time_min_us"], row["time_p99_us"], row["time_max_us"]) == (1.0, 198.0, 200.0)
 
 
 def test_build_result_statistics():

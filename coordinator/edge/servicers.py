@@ -99,7 +99,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     @_durable
     def UncordonWorker(self, request, context):
-        return self.c.fleet.cordon(request.worker_id, False)
+        return self.c.fleet.cordon(request.worker_id, False, request.force)
 
     async def RunCheck(self, request, context):
         try:

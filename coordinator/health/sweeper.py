@@ -16,7 +16,7 @@ import time
 from typing import Iterable
 
 from coordinator.health import verdicts
-from coordinator.health.fleet import RECHECK_MIN_S
+from coordinator.health.book import RECHECK_MIN_S
 from ringleader import checks
 from ringleader.errors import FailedPrecondition, InvalidSpec, NotFound
 from ringleader.v1 import jobs_pb2 as pb

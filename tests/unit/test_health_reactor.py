@@ -1,0 +1,146 @@
+"""Fleet health as state of the control core, through the facade in process (no servers; the test
+plays the worker daemons): a check's verdicts are applied in the input that ends it, so that
+input's placement pass already keeps the failed worker out; a check holds its gang until its
+verdicts exist; nothing re-enters `Control.handle`; one fact per worker's quarantine."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.core.control import ReentryError
+from coordinator.core.facade import Coordinator, Timings
+from coordinator.store.memory import MemoryJobStore
+from ringleader import checks
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
+from test_facade import Worker, run_new_group, spec
+
+
+@pytest.fixture
+def core():
+    return Coordinator(MemoryJobStore(), Timings(heartbeat_timeout_s=30, blame_grace_s=3))
+
+
+def gpu_check(ids: list[str]) -> pb.JobSpec:
+    return pb.JobSpec(world_size=len(ids), priority=checks.CHECK_PRIORITY, name="check gpu_check",
+                      placement=pb.Placement(worker_ids=ids), gpu_check=pb.GpuCheckSpec(iters=2))
+
+
+def gpu_result(ids: list[str], bad: set[str]) -> pb.GpuCheckResult:
+    return pb.GpuCheckResult(matmul_n=64, dtype="float32", workers=[
+        pb.GpuFigures(rank=r, worker_id=w, device="cpu", tflops=0.1 if w in bad else 1.0, copy_gbps=10,
+                      tflops_ratio=0.1 if w in bad else 1.0, copy_ratio=1.0, flagged=w in bad)
+        for r, w in enumerate(ids)])
+
+
+def start_check(core, ws: list[Worker], bad: set[str]) -> tuple[str, pb.GpuCheckResult]:
+    """A gpu_check on `ws`, formed (every rank assigned); returns its id and the result rank 0 sends."""
+    ids = [w.id for w in ws]
+    job = core.submit(gpu_check(ids))
+    (kind, a0), = ws[0].inbox()
+    assert kind == "assignment"
+    ws[0].send(store_ready=wpb.StoreReady(job_id=job.id, group_key=a0.group_key, store_port=4242))
+    for w in ws[1:]:
+        assert w.kinds() == ["assignment"]
+    return job.id, gpu_result(ids, bad)
+
+
+def placed(core, job_id: str) -> list[str]:
+    return [w.worker_id for w in sorted(core.get(job_id).workers, key=lambda w: w.rank)]
+
+
+def test_a_verdict_quarantines_in_the_input_that_ends_the_check_and_its_pass_places_the_queue(core):
+    ws = [Worker(core, f"w{i}", i) for i in range(3)]
+    check_id, result = start_check(core, ws, bad={"w1"})
+    a = core.submit(spec(2)).id
+    b = core.submit(spec(1)).id
+    ws[1].done(check_id, 1)
+    ws[2].done(check_id, 2)
+    # The check holds its gang until its verdicts exist: nothing is placed on w1 or w2 yet.
+    assert [ws[1].state, ws[2].state] == [pb.BUSY, pb.BUSY]
+    assert core.get(a).state == pb.QUEUED and core.get(b).state == pb.QUEUED
+    ws[0].done(check_id, 0, gpu_check=result)  # the rank that ends the check reports last
+    # In that same input: the verdict, w1 out of user jobs, A placed on the others.
+    assert core.get(check_id).state == pb.SUCCEEDED
+    assert core.fleet.book.get("w1").verdict == pb.UNHEALTHY and core.fleet.book.quarantined("w1")
+    assert core.get(a).state == pb.RUNNING and placed(core, a) == ["w0", "w2"]
+    listed = {w.worker_id: w.state for w in core.list_workers().workers}
+    assert listed == {"w0": pb.BUSY, "w1": pb.QUARANTINED, "w2": pb.BUSY}
+    assert core.get(b).state == pb.QUEUED
+    # B waits for a worker user jobs may use; once A ends, it is placed, never on w1.
+    run_new_group(core, [ws[0], ws[2]], a)
+    assert core.get(b).state == pb.RUNNING and placed(core, b) != ["w1"]
+
+
+def test_a_verdict_that_arrives_while_every_other_worker_is_busy(core):
+    ws = [Worker(core, f"w{i}", i) for i in range(4)]
+    busy = core.submit(spec(1, worker_ids=["w3"])).id  # w3 runs a user job throughout
+    assert ws[3].kinds() == ["assignment"]
+    check_id, result = start_check(core, ws[:3], bad={"w1"})
+    a = core.submit(spec(2)).id
+    b = core.submit(spec(1)).id
+    ws[1].done(check_id, 1)
+    ws[2].done(check_id, 2)
+    ws[0].done(check_id, 0, gpu_check=result)
+    assert core.get(a).state == pb.RUNNING and set(placed(core, a)) == {"w0", "w2"}
+    assert core.get(b).state == pb.QUEUED and ws[1].state == pb.IDLE and core.fleet.book.quarantined("w1")
+    ws[3].done(busy, 0)
+    assert core.get(b).state == pb.RUNNING and placed(core, b) == ["w3"]
+
+
+def test_re_entering_the_reactor_raises_and_the_outer_input_still_places(core):
+    ws = [Worker(core, f"w{i}", i) for i in range(2)]
+    seen = []
+
+    def calls_back_in(event, job):  # a listener that writes back into the reactor: a bug
+        if event.WhichOneof("event") == "state" and event.state.state == pb.SUCCEEDED:
+            try:
+                core.cordon("w1", True)
+            except ReentryError as exc:
+                seen.append(str(exc))
+
+    core.add_listener(calls_back_in)
+    first = core.submit(spec(2)).id
+    second = core.submit(spec(2)).id
+    run_new_group(core, ws, first)  # the last rank's report ends `first` and starts `second`
+    assert seen and "while applying WorkerMsg" in seen[0]
+    assert core.get(second).state == pb.RUNNING  # the outer input's placement pass ran
+    assert not core.fleet.book.quarantined("w1")  # the inner call changed nothing
+    with pytest.raises(ReentryError):
+        core.control._handling = object()  # as inside handle
+        try:
+            core.cordon("w0", True)
+        finally:
+            core.control._handling = None
+
+
+def test_cordon_is_an_input_and_quarantine_has_one_home(core):
+    ws = [Worker(core, f"w{i}", i) for i in range(3)]
+    info = core.cordon("w2", True)
+    assert info.state == pb.QUARANTINED and info.health.cordoned
+    assert not hasattr(ws[2].conn, "quarantined") and not hasattr(core.control, "quarantined")
+    job = core.submit(spec(2)).id
+    assert placed(core, job) == ["w0", "w1"]
+    named = core.submit(spec(1, worker_ids=["w2"])).id  # a job naming it runs there (diagnosis)
+    assert placed(core, named) == ["w2"] and ws[2].state == pb.BUSY
+    ws[2].inbox()
+    ws[2].done(named, 0)
+    assert [w.state for w in core.list_workers(states=[pb.QUARANTINED]).workers] == [pb.QUARANTINED]
+    back = core.cordon("w2", False)
+    assert back.state == pb.IDLE and not back.health.cordoned
+    with pytest.raises(Exception, match="worker nobody not found"):
+        core.cordon("nobody", True)
+
+
+def test_quarantine_holds_across_a_reconnect_and_a_restart():
+    store = MemoryJobStore()
+    core = Coordinator(store)
+    w = Worker(core, "w0")
+    core.cordon("w0", True)
+    core.disconnect(w.conn, "test")
+    again = Worker(core, "w0")
+    assert core.list_workers().workers[0].state == pb.QUARANTINED
+    restarted = Coordinator(store)  # a new coordinator over the same store
+    Worker(restarted, "w0")
+    assert restarted.list_workers().workers[0].state == pb.QUARANTINED
+    assert again.state == pb.IDLE  # the connection's own state: the listing derives QUARANTINED

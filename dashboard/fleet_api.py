@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field
@@ -66,8 +66,11 @@ class RunCheckIn(_Strict):
 
 class FleetHealth(_Strict):
     counts: dict[str, int] = Field(description="workers per verdict (HEALTHY, SUSPECT, UNHEALTHY, "
-                                   "VERDICT_UNSPECIFIED: never checked) and CORDONED")
+                                   "VERDICT_UNSPECIFIED: never checked), CORDONED and BREAKER_HELD")
     quarantined: list[str]
+    breaker_held: list[str] = Field(description="failed workers the circuit breaker left in service "
+                                    "(--quarantine-max-share): an operator decides")
+    alerts: list[str] = Field(description="the circuit breaker's latest alerts, newest last")
     attention: list[WorkerInfo]  # type: ignore[valid-type]
 
 
@@ -98,8 +101,8 @@ def router(core: Coordinator) -> APIRouter:
         order = {pb.UNHEALTHY: 0, pb.SUSPECT: 1}
         attention = sorted((w for w in workers if w.health.verdict in order or w.health.cordoned),
                            key=lambda w: (order.get(w.health.verdict, 2), w.host, w.worker_id))
-        return JSON({"counts": dict(counts), "quarantined": book.quarantined_ids(),
-                     "attention": [to_json(w) for w in attention]})
+        return JSON({"counts": dict(counts), "quarantined": book.quarantined_ids(), "breaker_held": book.held_ids(),
+                     "alerts": core.alerts[-20:], "attention": [to_json(w) for w in attention]})
 
     return r
 
@@ -110,8 +113,10 @@ def _cordon_route(r: APIRouter, core: Coordinator, action: str) -> None:
     @r.post(f"/workers/{{worker_id}}/{action}", tags=["workers"], operation_id=f"{action}Worker",
             response_model=WorkerInfo, responses=UNKNOWN_WORKER,
             summary="Keep a worker out of user jobs" if on else "Put a cordoned or failed worker back in service")
-    async def cordon(worker_id: WorkerId) -> Response:
+    async def cordon(worker_id: WorkerId, force: Annotated[bool, Query(
+            description="uncordon: put back a worker whose latest verdict failed without the recheck it "
+                        "otherwise gets first")] = False) -> Response:
         with domain_errors():
-            info = core.fleet.cordon(worker_id, on)
+            info = core.fleet.cordon(worker_id, on, force and not on)
         await core.durable()
         return JSON(to_json(info))

@@ -16,6 +16,8 @@ from ringleader.v1 import jobs_pb2 as pb
 KINDS = ("link_matrix", "gpu_check", "sdc_check")
 # The lowest priority: what the coordinator plans by itself yields to every user job.
 CHECK_PRIORITY = -1000
+# What a job's preflight (JobSpec.preflight) certifies its gang with, in this order.
+PREFLIGHT_KINDS = ("gpu_check", "sdc_check")
 
 LINK_DEFAULTS = dict(size_bytes=1 << 20, iters=20, warmup=3)
 LINK_MAX_BYTES = 1 << 30

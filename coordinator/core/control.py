@@ -42,6 +42,7 @@ from coordinator.core import groups as warm_groups
 from coordinator.store.api import JobStore
 from coordinator.core.dispatch import WorkerProtocol
 from coordinator.core.health_inputs import HealthProtocol
+from coordinator.core.preflight import Certifying
 from coordinator.core.events import EventBus
 from coordinator.core.groups import Groups
 from coordinator.core.inputs import (CLOSE, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Register, Reload,
@@ -76,6 +77,8 @@ class Control(WorkerProtocol, HealthProtocol):
         self.health = HealthBook(store, max_share=quarantine_max_share)
         self._out = Out()
         self._handling: Input | None = None  # the input being applied (re-entry guard)
+        self.certifying: dict[str, Certifying] = {}  # preflight jobs whose gang is being checked
+        self._preflight_of: dict[str, str] = {}  # running preflight check id -> the job it certifies
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
         self._last_tick: float | None = None
         # (deadline, job id) of queued jobs with a queue_timeout_s, wall clock against created_at
@@ -131,7 +134,9 @@ class Control(WorkerProtocol, HealthProtocol):
 
     def _live(self, job: pb.Job) -> pb.Job:
         """A queued job's waiting reason is worked out when read, never stored on each change."""
-        if job.id in self.book.queued:
+        if job.id in self.certifying:
+            job.reason = self.certifying[job.id].reason()
+        elif job.id in self.book.queued:
             job.reason = self.scheduler.reason(job.id) or job.reason
         return job
 
@@ -145,6 +150,7 @@ class Control(WorkerProtocol, HealthProtocol):
 
     def _cancel(self, inp: Cancel) -> None:
         if inp.job_id in self.book.queued:
+            self.certifying.pop(inp.job_id, None)  # its running check ends as checks do
             self._unqueue(inp.job_id)
             self.book.finish(inp.job_id, pb.CANCELLED, inp.reason)
         elif inp.job_id in self.book.running:
@@ -263,6 +269,8 @@ class Control(WorkerProtocol, HealthProtocol):
     # ---- placement -------------------------------------------------------------------------
 
     def _start(self, d: scheduler.Decision) -> None:
+        if self._preflight(d):
+            return  # its gang is checked first (coordinator/core/preflight.py)
         conns = [self.workers.get(w) for w in d.worker_ids]
         flavor = self.book.queued[d.job_id].valid.flavor
         # A warm group made with other communicator settings cannot serve: form a new one.

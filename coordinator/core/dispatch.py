@@ -222,6 +222,8 @@ class WorkerProtocol:
                 self._free(c)  # reserved, but never told of the job
         if state != pb.SUCCEEDED:
             self.break_group(rj.group_key, f"job {rj.id} {pb.JobState.Name(state).lower()}")
+        if rj.id in self._preflight_of:
+            self._preflight_checked(rj)  # the job it certifies goes on, in this input
 
     def _reattach(self, conn: WorkerConn, job_id: str, rank: int, key: str) -> None:
         self._set_state(conn, pb.BUSY, job_id, rank)

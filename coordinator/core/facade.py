@@ -32,7 +32,6 @@ from coordinator.core.control import Control
 from coordinator.core.events import Listener
 from coordinator.health.book import DEFAULT_MAX_SHARE
 from coordinator.health.fleet import FleetHealth, Observer as HealthObserver
-from coordinator.health.sweeper import preflight
 from coordinator.core.inputs import (Cancel, Cordon, Disconnect, Input, Out, Register, Reload, Submit, Tick,
                                      WorkerMsg)
 from coordinator.core.jobs import Page
@@ -154,12 +153,6 @@ class Coordinator:
                 return job
         job = self._do(Submit(valid, request_id)).job
         return self.get(job.id)
-
-    async def submit_certified(self, spec: pb.JobSpec, request_id: str = "") -> pb.Job:
-        """`submit`, after certifying the job's gang when its spec asks for a preflight
-        (coordinator/health/sweeper.py: the checks run first, a failing worker is quarantined)."""
-        await preflight(self, self.fleet, spec)
-        return self.submit(spec, request_id)
 
     def get(self, job_id: str) -> pb.Job:
         jobspec.check_text("job_id", job_id)

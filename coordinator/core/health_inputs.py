@@ -1,5 +1,6 @@
-"""Fleet health inside the control core: the half of `Control` (coordinator/core/control.py) that
-applies check verdicts and cordons to the health book (coordinator/health/book.py) it holds.
+"""Fleet health inside the control core: the part of `Control` (coordinator/core/control.py) that
+applies check verdicts and cordons to the health book (coordinator/health/book.py) it holds, and
+certifies a preflight job's gang before it starts (coordinator/core/preflight.py).
 
 A check job's verdicts are applied in the input that ends the job (`_verdicts`, from `end`), so
 the placement pass at the end of that input already sees the quarantine; a cordon is an input
@@ -11,12 +12,17 @@ from __future__ import annotations
 
 import logging
 
+from coordinator.core import preflight
 from coordinator.core.inputs import Cordon, Out
 from coordinator.core.jobs import Running
+from coordinator.core.scheduler import Decision
 from coordinator.health import verdicts
+from coordinator.health.sweeper import SHORT
 from coordinator.health.book import Change, HealthBook
 from ringleader.errors import NotFound
+from ringleader import checks, jobspec
 from ringleader.jobspec import check_text
+from ringleader.v1 import jobs_pb2 as pb
 
 log = logging.getLogger("ringleader.coordinator")
 
@@ -58,3 +64,52 @@ class HealthProtocol:
                 self._index(conn)
                 self._dirty = True  # a worker left or rejoined the pool user jobs draw from
             self._out.health.append(worker_id)
+
+    # ---- preflight: certify the gang the placement pass picked, then start the job ---------
+
+    def _preflight(self, d: Decision) -> bool:
+        """Take over the start of a preflight job whose gang has an uncertified member: run the
+        checks on the gang first (True). False: start it now."""
+        spec = self.book.queued[d.job_id].valid.spec
+        if not preflight.wants(spec) or not preflight.uncertified(self.health, d.worker_ids):
+            self.certifying.pop(d.job_id, None)
+            return False
+        c = self.certifying.get(d.job_id) or preflight.Certifying(d.job_id, d.worker_ids, d.backend)
+        c.members, c.backend, c.kinds, c.rounds = d.worker_ids, d.backend, list(checks.PREFLIGHT_KINDS), c.rounds + 1
+        self.certifying[d.job_id] = c
+        self._next_preflight_check(c)
+        return True
+
+    def _next_preflight_check(self, c: preflight.Certifying) -> None:
+        kind = c.kinds.pop(0)
+        check = self.book.submit(jobspec.normalize(preflight.check_spec(kind, c.members, c.job_id, SHORT[kind])))
+        c.check_id = check.id
+        self._preflight_of[check.id] = c.job_id
+        self._start(Decision(check.id, c.members, c.backend, ""))  # on the gang the pass reserved
+
+    def _preflight_checked(self, check: Running) -> None:
+        """A preflight check ended (its verdicts applied, its workers freed, in this input): run the
+        next kind on the same gang, start the job, or put it back in the queue without a failed member."""
+        job_id = self._preflight_of.pop(check.id, "")
+        c = self.certifying.get(job_id)
+        if c is None or c.check_id != check.id or job_id not in self.book.queued:
+            return  # cancelled meanwhile
+        q = self.book.queued[job_id]
+        failed, fatal = preflight.failure(self.health, c.members, set(q.valid.spec.placement.worker_ids))
+        ended = check.job.state == pb.SUCCEEDED
+        if fatal or (c.rounds >= preflight.MAX_ROUNDS and (failed or not ended)):
+            del self.certifying[job_id]
+            why = fatal or f"preflight: the gang was not certified in {c.rounds} rounds: " + (
+                f"{', '.join(failed)} failed" if failed else f"check {check.id} {check.job.reason}")
+            self.book.finish(job_id, pb.FAILED, why)
+            return
+        usable = all((w := self.workers.get(m)) is not None and w.state == pb.IDLE for m in c.members)
+        if ended and not failed and usable:
+            if c.kinds:
+                self._next_preflight_check(c)
+            else:
+                self._start(Decision(job_id, c.members, c.backend, ""))  # certified now: it starts
+            return
+        log.warning("job %s: preflight of %s: %s; placing it again", job_id, ", ".join(c.members),
+                    f"{', '.join(failed)} failed" if failed else f"check {check.id} {check.job.reason}")
+        self._enqueue(q)  # the placement pass at the end of this input picks another gang

@@ -18,7 +18,7 @@ from typing import Iterable
 from coordinator.health import verdicts
 from coordinator.health.book import RECHECK_MIN_S
 from ringleader import checks
-from ringleader.errors import FailedPrecondition, InvalidSpec, NotFound
+from ringleader.errors import InvalidSpec, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
 log = logging.getLogger("ringleader.coordinator")
@@ -100,42 +100,6 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
         ids = {w.worker_id for w in workers}
         out.workers.extend(w for w in fleet.all_workers() if w.worker_id in ids)
     return out
-
-
-PREFLIGHT_KINDS = ("gpu_check", "sdc_check")
-PREFLIGHT_WAIT_S = 120.0
-
-
-def candidates(workers: Iterable[pb.WorkerInfo], spec: pb.JobSpec) -> list[pb.WorkerInfo]:
-    """The workers a job could be placed on now: those it names, else the idle ones its
-    placement admits (host, GPU model, device type)."""
-    p = spec.placement
-    if p.worker_ids:  # those connected now (one that is not: the job waits for it, as any other)
-        return [w for w in chosen(workers) if w.worker_id in set(p.worker_ids)]
-    return [w for w in workers if w.state == pb.IDLE and (not p.host or w.host == p.host)
-            and (not p.gpu_model or p.gpu_model in w.device.name)
-            and (not p.device_type or w.device.type == p.device_type)]
-
-
-async def preflight(core, fleet, spec: pb.JobSpec) -> None:
-    """Certify a job's possible gang just before it is submitted (JobSpec.preflight): the GPU and
-    corruption checks over its candidates; a worker that fails is quarantined, so the scheduler
-    places the job on others where the fleet allows, else it waits (needing workers). A failed
-    worker the spec names itself cannot be replaced: FailedPrecondition names it and why."""
-    if not spec.preflight or checks.is_check(spec):
-        return
-    workers = candidates(fleet.all_workers(), spec)
-    if not workers:
-        return  # nothing idle to certify now: the job waits as any other
-    request = pb.RunCheckRequest(worker_ids=[w.worker_id for w in workers], kinds=PREFLIGHT_KINDS, wait=True,
-                                 timeout_s=PREFLIGHT_WAIT_S)
-    answer = await run_check(core, fleet, request)
-    named = set(spec.placement.worker_ids)
-    failed = [w for w in answer.workers if w.health.verdict == pb.UNHEALTHY and w.worker_id in named]
-    if failed:
-        h = failed[0].health
-        raise FailedPrecondition(f"preflight: worker {failed[0].worker_id} failed {h.check}: {h.figure}; "
-                                 f"expected {h.expected}")
 
 
 class Sweeper:

@@ -114,6 +114,12 @@ def _state(cluster, worker_id: str) -> int:
     return next(w.state for w in cluster.client.workers() if w.worker_id == worker_id)
 
 
+def _out_of_user_jobs(cluster, worker_id: str) -> bool:
+    """QUARANTINED, or busy with a check of it (the sweeper's recheck of a failed worker may run)."""
+    w = next(w for w in cluster.client.workers() if w.worker_id == worker_id)
+    return w.state == pb.QUARANTINED or (w.state == pb.BUSY and cluster.client.get(w.job_id).spec.priority == -1000)
+
+
 def _run(cluster, world_size: int, workers=()) -> pb.Job:
     done = cluster.wait_job(cluster.submit(world_size=world_size, workers=workers, op="all_reduce", sizes=[1024],
                                            iters=1).id)
@@ -142,14 +148,19 @@ def test_a_failed_worker_gets_no_user_job_until_put_back(fleet):
     assert unknown.returncode == 1 and "nobody" in unknown.stderr
 
 
-    put_back = fleet.client.cordon(BAD, on=False)
+    # Uncordon of a worker whose latest verdict failed: a recheck first; --force overrides it.
+    kept = subprocess.run(ringleader_cmd("--coordinator", fleet.address, "workers", "uncordon", BAD),
+                          capture_output=True, text=True, timeout=60)
+    assert kept.returncode == 0 and "a recheck is due now" in kept.stdout, kept.stderr
+    assert _health(fleet)[BAD].verdict == pb.UNHEALTHY and _out_of_user_jobs(fleet, BAD)
+    put_back = fleet.client.cordon(BAD, on=False, force=True)
     assert put_back.health.verdict == pb.SUSPECT and put_back.state == pb.IDLE
     assert BAD in {w.worker_id for w in _run(fleet, 4).workers}
 
 
 def test_preflight_certifies_the_gang_and_keeps_a_failing_worker_out(fleet):
-    # BAD was put back (SUSPECT, a recheck due at once: the sweeper may be checking it already);
-    # a preflight, or that recheck, finds it failing again, and the job never runs on it.
+    # BAD was put back (SUSPECT, a recheck due at once); the placement pass picks a gang, the
+    # preflight checks it first and finds BAD failing again: another worker replaces it.
     client = Client(fleet.address, timeout_s=150)  # the answer waits for the checks
     one = pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1)
     done = fleet.wait_job(client.submit(pb.JobSpec(world_size=3, preflight=True, collective=one)).id)
@@ -158,12 +169,16 @@ def test_preflight_certifies_the_gang_and_keeps_a_failing_worker_out(fleet):
     deadline = time.monotonic() + 60
     while _health(fleet)[BAD].verdict != pb.UNHEALTHY and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _health(fleet)[BAD].verdict == pb.UNHEALTHY and _state(fleet, BAD) == pb.QUARANTINED
-    before = [j for j in fleet.client.list(limit=20).jobs
-              if j.spec.priority == -1000 and j.created_at <= done.created_at]
-    assert {j.spec.WhichOneof("kind") for j in before} >= {"gpu_check", "sdc_check"}
+    assert _health(fleet)[BAD].verdict == pb.UNHEALTHY and _out_of_user_jobs(fleet, BAD)
+    # Its gang's checks ran at placement, before it started, and the last gang passed both kinds.
+    ran = [j for j in fleet.client.list(limit=50).jobs if j.spec.name.endswith(f"of {done.id}")]
+    assert all(j.spec.priority == -1000 and j.finished_at <= done.started_at for j in ran)
+    last = {j.spec.WhichOneof("kind"): j for j in sorted(ran, key=lambda j: j.created_at)}
+    assert set(last) == {"gpu_check", "sdc_check"}
+    assert all(sorted(w.worker_id for w in j.workers) == sorted(w.worker_id for w in done.workers)
+               and j.state == pb.SUCCEEDED for j in last.values())
+    # A job naming the failed worker is accepted and waits for it; its preflight fails it, naming it.
     named = pb.JobSpec(world_size=2, preflight=True, placement=pb.Placement(worker_ids=[BAD, "f0"]), collective=one)
-    with pytest.raises(grpc.RpcError) as err:
-        client.submit(named)
+    refused = fleet.wait_job(client.submit(named).id)
     client.close()
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and f"worker {BAD} failed" in err.value.details()
+    assert refused.state == pb.FAILED and refused.reason.startswith(f"preflight: worker {BAD} failed"), refused.reason

@@ -144,3 +144,69 @@ def test_quarantine_holds_across_a_reconnect_and_a_restart():
     Worker(restarted, "w0")
     assert restarted.list_workers().workers[0].state == pb.QUARANTINED
     assert again.state == pb.IDLE  # the connection's own state: the listing derives QUARANTINED
+
+
+def sdc_result(ids: list[str], bad: set[str]) -> pb.SdcCheckResult:
+    return pb.SdcCheckResult(majority_checksum="ab" * 8, workers=[
+        pb.SdcFigures(rank=r, worker_id=w, device="cpu", checksum="cd" * 8 if w in bad else "ab" * 8,
+                      flagged=w in bad) for r, w in enumerate(ids)])
+
+
+def finish_check(core, by_id: dict[str, Worker], bad: set[str] = frozenset()) -> tuple[str, str, list[str]]:
+    """Play the check job that was just assigned (to whichever workers got it): form its group,
+    finish every rank (rank 0 last, with the result flagging `bad`); returns (its kind, id, gang)."""
+    got = {w.id: dict(w.inbox()) for w in by_id.values()}
+    (a0,) = [m["assignment"] for m in got.values() if "assignment" in m]  # a new group: rank 0 first
+    kind, ids = a0.spec.WhichOneof("kind"), placed(core, a0.job_id)
+    by_id[ids[0]].send(store_ready=wpb.StoreReady(job_id=a0.job_id, group_key=a0.group_key, store_port=4242))
+    for wid in ids[1:]:
+        by_id[wid].inbox()
+    for rank, wid in reversed(list(enumerate(ids))):
+        outcome = {} if rank else {kind: (gpu_result if kind == "gpu_check" else sdc_result)(ids, set(bad))}
+        by_id[wid].done(a0.job_id, rank, **outcome)
+    return kind, a0.job_id, ids
+
+
+def test_preflight_with_every_candidate_busy_at_submission_certifies_the_gang_and_replaces_a_failure(core):
+    ws = {f"w{i}": Worker(core, f"w{i}", i) for i in range(4)}
+    busy = core.submit(spec(4)).id  # every worker busy when the preflight job comes
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True,
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    assert core.get(job).state == pb.QUEUED
+    run_new_group(core, list(ws.values()), busy)
+    # Its gang is picked now, and checked before the job starts: the job waits, saying so.
+    assert core.get(job).state == pb.QUEUED and core.get(job).reason.startswith("preflight: checking its gang")
+    assert finish_check(core, ws, bad={"w1"})[::2] == ("gpu_check", ["w0", "w1"])
+    assert core.fleet.book.quarantined("w1")
+    # w1 failed: another worker replaces it, and the new gang is checked (w0 again: not certified
+    # by every preflight kind yet).
+    kind, _, gang = finish_check(core, ws)
+    assert (kind, gang) == ("gpu_check", ["w0", "w2"]) and core.get(job).state == pb.QUEUED
+    kind, _, gang = finish_check(core, ws)
+    assert (kind, gang) == ("sdc_check", ["w0", "w2"])
+    assert core.get(job).state == pb.RUNNING and placed(core, job) == ["w0", "w2"]
+    # The next preflight job on certified workers starts at once, with no check.
+    run_new_group(core, [ws["w0"], ws["w2"]], job)
+    again = core.submit(pb.JobSpec(world_size=2, preflight=True, placement=pb.Placement(worker_ids=["w0", "w2"]),
+                                   collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    assert core.get(again).state == pb.RUNNING
+
+
+def test_preflight_of_a_named_worker_that_fails_fails_the_job_naming_it(core):
+    ws = {f"w{i}": Worker(core, f"w{i}", i) for i in range(2)}
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True, placement=pb.Placement(worker_ids=["w0", "w1"]),
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    finish_check(core, ws, bad={"w1"})
+    done = core.get(job)
+    assert done.state == pb.FAILED and done.reason.startswith("preflight: worker w1 failed gpu_check")
+    assert [w.state for w in ws.values()] == [pb.IDLE, pb.IDLE]
+
+
+def test_a_preflight_job_cancelled_while_its_gang_is_checked_frees_the_gang(core):
+    ws = {f"w{i}": Worker(core, f"w{i}", i) for i in range(2)}
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True,
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    core.cancel(job)
+    finish_check(core, ws)  # the check that was running ends as checks do
+    assert core.get(job).state == pb.CANCELLED and [w.state for w in ws.values()] == [pb.IDLE, pb.IDLE]
+    assert core.fleet.book.certified("w0", ("gpu_check",), 0.0)

@@ -224,7 +224,8 @@ class Control(WorkerProtocol, HealthProtocol):
 
     def _index(self, conn: WorkerConn) -> None:
         if conn.connected:
-            self.scheduler.put_worker(conn.view(self.health.quarantined(conn.worker_id)))
+            wid = conn.worker_id
+            self.scheduler.put_worker(conn.view(self.health.quarantined(wid), self.health.verdict(wid) == pb.HEALTHY))
         else:
             self.scheduler.drop_worker(conn.worker_id)
         if conn.state != pb.BUSY:

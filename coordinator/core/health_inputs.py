@@ -48,6 +48,9 @@ class HealthProtocol:
             return
         model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
         self._health_changed(self.health.record(found, model_of))
+        for worker_id in found:  # a verdict changes which workers the scheduler prefers
+            if (conn := self.workers.get(worker_id)) is not None and conn.connected:
+                self._index(conn)
         held = [w for w in sorted(found) if self.health.get(w).breaker_held]
         if held:
             alert = (f"circuit breaker: {', '.join(held)} failed {rj.job.spec.WhichOneof('kind')} but automatic "

@@ -77,13 +77,13 @@ class WorkerConn:
             if self.registry is not None:
                 self.registry.left(self)
 
-    def view(self, quarantined: bool = False) -> WorkerView:
+    def view(self, quarantined: bool = False, trusted: bool = True) -> WorkerView:
         """The scheduler's view; `quarantined` is read from the health book (its one home)."""
         d = self.reg.device
         return WorkerView(
             worker_id=self.worker_id, host=self.reg.host, device_type=d.type, device_index=d.index,
             device_name=d.name, memory_bytes=d.memory_bytes, backend=self.reg.backend,
-            idle=self.state == pb.IDLE, quarantined=quarantined,
+            idle=self.state == pb.IDLE, quarantined=quarantined, trusted=trusted,
         )
 
     def info(self) -> pb.WorkerInfo:

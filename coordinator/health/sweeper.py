@@ -15,8 +15,7 @@ import logging
 import time
 from typing import Iterable
 
-from coordinator.health import verdicts
-from coordinator.health.book import RECHECK_MIN_S
+from coordinator.health import recheck, verdicts
 from ringleader import checks
 from ringleader.errors import InvalidSpec, NotFound
 from ringleader.v1 import jobs_pb2 as pb
@@ -102,10 +101,13 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
     return out
 
 
+RECHECK_POLL_S = 15.0
+
+
 class Sweeper:
     """Every `every_s` (0: never) a sweep of the checks over the connected, idle workers, one
-    check job at a time, each started only while no user job waits; and a sweep whenever a
-    failed worker's recheck is due (whatever `every_s`)."""
+    check job at a time, each started only while no user job waits; and, whatever `every_s`, a
+    recheck of each failed worker when it is due: only the check it failed, with few peers."""
 
     def __init__(self, core, fleet, every_s: float = 0.0, kinds: Iterable[str] = (), poll_s: float = 0.2) -> None:
         if every_s < 0:
@@ -130,16 +132,26 @@ class Sweeper:
         while True:
             await asyncio.sleep(self.poll_s)
             now = time.monotonic()
-            # A recheck at most once per RECHECK_MIN_S: a due worker that is away, or whose check
-            # did not finish, keeps its due time and must not start sweep after sweep.
-            recheck = now >= next_recheck and bool(self.fleet.book.due())
-            if now < next_sweep and not recheck:
-                continue
             try:
-                await self.sweep()
+                # A round of rechecks at most every RECHECK_POLL_S: a due worker that is away, or
+                # whose check did not finish, keeps its due time and is tried again then.
+                if now >= next_recheck and self.fleet.book.due():
+                    next_recheck = now + RECHECK_POLL_S
+                    await self.recheck()
+                if now >= next_sweep:
+                    await self.sweep()
+                    next_sweep = self._next()
             except Exception:  # a bug here must not end the sweeps for good
                 log.exception("fleet sweep failed")
-            next_sweep, next_recheck = self._next(), time.monotonic() + RECHECK_MIN_S
+
+    async def recheck(self) -> list[pb.Job]:
+        """Recheck the due workers: each only with the check it failed, and the fewest healthy
+        peers (coordinator/health/recheck.py). Rechecks do not wait for a gap between user jobs:
+        they are short, name idle workers and start at once, so a queue of user jobs never
+        starves them (a falsely quarantined worker a job waits for comes back)."""
+        specs = recheck.plan(self.fleet.all_workers(), self.fleet.book.due(), SHORT)
+        jobs = [self.core.submit(spec) for spec in specs]
+        return await wait_all(self.core, [j.id for j in jobs], DEFAULT_WAIT_S)
 
     async def sweep(self) -> list[pb.Job]:
         """One sweep: each check job is planned over the workers idle when its turn comes."""

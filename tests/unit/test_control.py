@@ -268,7 +268,7 @@ def test_quarantine_holds_for_the_worker_id_across_reconnects_and_before_it_regi
     f.register("w1", 1)
     assert f.ctl.health.quarantined("w1")
     job_id = f.submit(2).job.id
-    assert f.job(job_id).reason == "needs 2 workers, 1 connected"  # a quarantined worker is not counted
+    assert f.job(job_id).reason == "needs 2 workers: 2 connected, 1 idle, 0 busy, 1 quarantined"  # counted apart
     f.ctl.handle(Disconnect(f.conns["w1"], "test"))
     f.register("w1", 1)
     assert f.ctl.health.quarantined("w1") and f.job(job_id).state == pb.QUEUED

@@ -15,7 +15,7 @@ from coordinator.health import sweeper
 from coordinator.core.facade import Coordinator
 from dashboard.api import JSON, UNPARSEABLE, Route, domain_errors
 from dashboard.schemas import Error, WorkerInfo, proto_model
-from ringleader import checks, jobspec
+from ringleader import checks, jobspec, kinds
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -89,6 +89,7 @@ def router(core: Coordinator) -> APIRouter:
 
     for action in ("cordon", "uncordon"):
         _cordon_route(r, core, action)
+    _kind_routes(r, core)
 
     @r.get("/fleet/health", tags=["workers"], operation_id="getFleetHealth", response_model=FleetHealth,
            summary="The fleet's health: counts per verdict, the quarantined, who needs attention")
@@ -120,3 +121,22 @@ def _cordon_route(r: APIRouter, core: Coordinator, action: str) -> None:
             info = core.fleet.cordon(worker_id, on, force and not on)
         await core.durable()
         return JSON(to_json(info))
+
+
+class JobHeader(_Strict):
+    job_id: str
+    kind: str
+    header: str = Field(description="one line for the job's page, e.g. \"gpu_check · 8192 · bf16\"")
+
+
+def _kind_routes(r: APIRouter, core: Coordinator) -> None:
+    """A job's header by its kind's row of the table (ringleader/kinds.py); the rows themselves
+    are GET /api/v1/kinds (dashboard/api.py)."""
+
+    @r.get("/jobs/{job_id}/header", tags=["jobs"], operation_id="getJobHeader", response_model=JobHeader,
+           responses={404: {"model": Error, "description": "no such job"}},
+           summary="A job's one-line header, by its kind's row of the table")
+    async def job_header(job_id: Annotated[str, Path(max_length=jobspec.MAX_TEXT)]) -> Response:
+        with domain_errors():
+            job = core.get(job_id)
+        return JSON({"job_id": job.id, "kind": job.spec.WhichOneof("kind") or "", "header": kinds.header(job.spec)})

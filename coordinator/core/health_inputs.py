@@ -17,7 +17,7 @@ from coordinator.core.inputs import Cordon, Out
 from coordinator.core.jobs import Running
 from coordinator.core.scheduler import Decision
 from coordinator.health import verdicts
-from coordinator.health.sweeper import SHORT
+from coordinator.health.sweeper import short
 from coordinator.health.book import Change, HealthBook
 from ringleader.errors import NotFound
 from ringleader import checks, jobspec
@@ -85,7 +85,7 @@ class HealthProtocol:
 
     def _next_preflight_check(self, c: preflight.Certifying) -> None:
         kind = c.kinds.pop(0)
-        check = self.book.submit(jobspec.normalize(preflight.check_spec(kind, c.members, c.job_id, SHORT[kind])))
+        check = self.book.submit(jobspec.normalize(preflight.check_spec(kind, c.members, c.job_id, short(kind))))
         c.check_id = check.id
         self._preflight_of[check.id] = c.job_id
         self._start(Decision(check.id, c.members, c.backend, ""))  # on the gang the pass reserved

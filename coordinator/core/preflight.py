@@ -58,11 +58,16 @@ def check_spec(kind: str, members: tuple[str, ...], job_id: str, short: pb.JobSp
 
 
 def failure(health, members: tuple[str, ...], named: set[str]) -> tuple[list[str], str]:
-    """The members a check failed, and the reason to fail the job with when one of them is named
-    by the spec ("" when every failed member can be replaced)."""
+    """The members a check failed, and the reason to fail the job with when one of them cannot be
+    replaced: the spec names it, or the circuit breaker left it in service ("" when every failed
+    member is quarantined, so the next pass picks another)."""
     failed = [w for w in members if health.verdict(w) == pb.UNHEALTHY]
     for w in failed:
+        h = health.get(w)
+        why = f"preflight: worker {w} failed {h.check}: {h.figure}; expected {h.expected}"
         if w in named:
-            h = health.get(w)
-            return failed, f"preflight: worker {w} failed {h.check}: {h.figure}; expected {h.expected}"
+            return failed, why
+        if not health.quarantined(w):  # the next pass would pick it again
+            return failed, why + ("; the circuit breaker keeps it in service (automatic quarantine is at its "
+                                  "share of this GPU model), so it cannot be replaced: an operator decides")
     return failed, ""

@@ -13,7 +13,7 @@ healthy peers idle now (AT_LEAST) waits for the next round.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ringleader import checks
 from ringleader.v1 import jobs_pb2 as pb
@@ -25,8 +25,9 @@ PEERS = 2
 AT_LEAST = {"sdc_check": 2}
 
 
-def plan(workers: Iterable[pb.WorkerInfo], due: Iterable[str], short: dict) -> list[pb.JobSpec]:
-    """Check jobs for the due workers (ids, oldest first) among `workers` (the listing)."""
+def plan(workers: Iterable[pb.WorkerInfo], due: Iterable[str], short: Callable) -> list[pb.JobSpec]:
+    """Check jobs for the due workers (ids, oldest first) among `workers` (the listing); `short(kind)`:
+    the settings a check runs with."""
     listed = {w.worker_id: w for w in workers}
     idle = (pb.IDLE, pb.QUARANTINED)
     groups: dict[tuple[str, str, str], list[str]] = defaultdict(list)  # (kind, backend, model) -> due ids
@@ -47,6 +48,6 @@ def plan(workers: Iterable[pb.WorkerInfo], due: Iterable[str], short: dict) -> l
         taken.update(members)
         spec = pb.JobSpec(world_size=len(members), priority=checks.CHECK_PRIORITY, name=f"recheck {kind}",
                           placement=pb.Placement(worker_ids=members))
-        getattr(spec, kind).CopyFrom(short[kind])
+        getattr(spec, kind).CopyFrom(short(kind))
         specs.append(spec)
     return specs

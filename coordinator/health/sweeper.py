@@ -16,18 +16,16 @@ import time
 from typing import Iterable
 
 from coordinator.health import recheck, verdicts
-from ringleader import checks
+from ringleader import checks, kinds
 from ringleader.errors import InvalidSpec, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
 log = logging.getLogger("ringleader.coordinator")
 
-# What a check asks for when the request leaves a kind's settings unset: short rounds (a
-# 512 KiB ping-pong still measures bandwidth on every link worth flagging; a rate-limited one
-# at 200 Mbit/s takes 21 ms a way, so a whole matrix of 8 hosts stays within seconds; 4 round
-# trips, of which the fastest counts, so that a busy host's scheduling delays do not).
-SHORT = {"link_matrix": pb.LinkMatrixSpec(size_bytes=512 << 10, iters=4, warmup=1),
-         "gpu_check": pb.GpuCheckSpec(iters=20), "sdc_check": pb.SdcCheckSpec(rounds=2)}
+def short(kind: str):
+    """What a check asks for when the request leaves its settings unset: the kind table's `short`
+    column (ringleader/checks.py short_*)."""
+    return kinds.get(kind).resolve("short")()
 DEFAULT_WAIT_S = 300.0
 MAX_WAIT_S = 3600.0
 CONNECTED = (pb.IDLE, pb.BUSY, pb.QUARANTINED)
@@ -63,7 +61,7 @@ def plan(workers: list[pb.WorkerInfo], kinds: Iterable[str] = (), settings: pb.R
             spec = pb.JobSpec(world_size=len(ids), priority=checks.CHECK_PRIORITY, name=f"check {kind}",
                               placement=pb.Placement(worker_ids=ids))
             given = settings is not None and settings.HasField(kind)
-            getattr(spec, kind).CopyFrom(getattr(settings, kind) if given else SHORT[kind])
+            getattr(spec, kind).CopyFrom(getattr(settings, kind) if given else short(kind))
             specs.append(spec)
     return specs
 
@@ -149,7 +147,7 @@ class Sweeper:
         peers (coordinator/health/recheck.py). Rechecks do not wait for a gap between user jobs:
         they are short, name idle workers and start at once, so a queue of user jobs never
         starves them (a falsely quarantined worker a job waits for comes back)."""
-        specs = recheck.plan(self.fleet.all_workers(), self.fleet.book.due(), SHORT)
+        specs = recheck.plan(self.fleet.all_workers(), self.fleet.book.due(), short)
         jobs = [self.core.submit(spec) for spec in specs]
         return await wait_all(self.core, [j.id for j in jobs], DEFAULT_WAIT_S)
 

@@ -27,7 +27,10 @@ FAULTY = {"RINGLEADER_FAULTS": "slow_compute=8,flip_bit=1", "RINGLEADER_FAULTS_A
 def fleet(tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("fleet"))
     try:
-        c.start_coordinator(http=True)
+        # Every failed worker quarantined: the circuit breaker (its own tests in test_health.py)
+        # would keep one of 4 workers of one model at most, and a clean worker's false verdict
+        # under a heavy load would then keep the faulty one in service.
+        c.start_coordinator(http=True, extra=["--quarantine-max-share", "1"])
         for wid in IDS:
             c.start_worker(wid, env=FAULTY if wid == BAD else None)
         c.wait_idle(IDS)
@@ -101,7 +104,7 @@ def test_verdicts_survive_a_coordinator_restart(fleet):
     assert before.verdict == pb.UNHEALTHY
     port = int(fleet.address.rsplit(":", 1)[1])
     fleet.stop_coordinator()
-    fleet.start_coordinator(port=port)
+    fleet.start_coordinator(port=port, extra=["--quarantine-max-share", "1"])
     fleet.wait_idle([w for w in IDS if w != BAD], timeout=60)
     deadline = time.monotonic() + 60
     while BAD not in _health(fleet) and time.monotonic() < deadline:  # it reconnects with backoff

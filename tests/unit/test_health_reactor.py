@@ -210,3 +210,16 @@ def test_a_preflight_job_cancelled_while_its_gang_is_checked_frees_the_gang(core
     finish_check(core, ws)  # the check that was running ends as checks do
     assert core.get(job).state == pb.CANCELLED and [w.state for w in ws.values()] == [pb.IDLE, pb.IDLE]
     assert core.fleet.book.certified("w0", ("gpu_check",), 0.0)
+
+
+def test_submit_counts_the_quarantined_apart_and_accepts_a_job_naming_one():
+    from ringleader import jobspec
+    from ringleader.app.fleet_fit import shortfall
+
+    def info(wid, state):
+        return pb.WorkerInfo(worker_id=wid, state=state, backend="gloo", device=pb.Device(type="cpu", name="cpu"))
+
+    fleet = [info(f"w{i}", pb.IDLE) for i in range(5)] + [info("w5", pb.QUARANTINED)]
+    six = jobspec.normalize(spec(6))
+    assert shortfall(six, fleet) == "needs 6 workers: 6 connected, 5 idle, 0 busy, 1 quarantined"
+    assert shortfall(jobspec.normalize(spec(2, worker_ids=["w5", "w0"])), fleet) == ""

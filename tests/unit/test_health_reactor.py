@@ -223,3 +223,25 @@ def test_submit_counts_the_quarantined_apart_and_accepts_a_job_naming_one():
     six = jobspec.normalize(spec(6))
     assert shortfall(six, fleet) == "needs 6 workers: 6 connected, 5 idle, 0 busy, 1 quarantined"
     assert shortfall(jobspec.normalize(spec(2, worker_ids=["w5", "w0"])), fleet) == ""
+
+
+def test_the_circuit_breaker_holds_automatic_quarantine_at_its_share_through_the_reactor():
+    from coordinator.edge.fleet_metrics import FleetHealthCollector
+
+    core = Coordinator(MemoryJobStore(), quarantine_max_share=0.1)
+    ws = [Worker(core, f"w{i}", i) for i in range(10)]
+    bad = {"w2", "w5", "w8"}  # 30 % of the fleet fails one check
+    check_id, result = start_check(core, ws, bad=bad)
+    for rank in reversed(range(10)):
+        ws[rank].done(check_id, rank, **({"gpu_check": result} if rank == 0 else {}))
+    book = core.fleet.book
+    assert all(book.get(w).verdict == pb.UNHEALTHY for w in bad)  # every verdict recorded
+    assert book.quarantined_ids() == ["w2"] and book.held_ids() == ["w5", "w8"]
+    assert len(core.alerts) == 1 and "w5, w8" in core.alerts[0] and "circuit breaker" in core.alerts[0]
+    # Held workers stay in user jobs until an operator decides.
+    job = core.submit(spec(9)).id
+    assert set(placed(core, job)) == {f"w{i}" for i in range(10)} - {"w2"}
+    metrics = {f.name: f.samples[0].value for f in FleetHealthCollector(core.fleet).collect() if len(f.samples) == 1}
+    assert metrics == {"ringleader_workers_quarantined": 1.0, "ringleader_quarantine_breaker_held": 2.0}
+    info = core.cordon("w5", True)  # the operator decides
+    assert info.health.cordoned and book.quarantined_ids() == ["w2", "w5"] and book.held_ids() == ["w8"]

@@ -9,12 +9,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 from google.protobuf import json_format
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from coordinator.health import sweeper
 from coordinator.core.facade import Coordinator
 from dashboard.api import JSON, UNPARSEABLE, Route, domain_errors
 from dashboard.schemas import Error, WorkerInfo, proto_model
+from dashboard.spec_in import proto_input_model
 from ringleader import checks, jobspec, kinds
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
@@ -48,20 +49,35 @@ class SdcCheckIn(_Strict):
     rounds: int = Field(0, ge=0, le=U32)
 
 
-class RunCheckIn(_Strict):
+# Hand-written models of the checks built in; a check kind without one (a new row of the kind
+# table) gets a model generated from its proto message, so adding a check needs no change here.
+CHECK_MODELS: dict[str, type[BaseModel]] = {"link_matrix": LinkMatrixIn, "gpu_check": GpuCheckIn,
+                                            "sdc_check": SdcCheckIn}
+
+
+class _RunCheckBase(_Strict):
     """Which workers to check (exactly `worker_ids`; else those on `host`; else all connected)."""
 
     worker_ids: list[Annotated[str, Field(max_length=jobspec.MAX_TEXT)]] = Field(default_factory=list, max_length=65536)
     host: str = Field("", max_length=jobspec.MAX_TEXT)
-    kinds: list[CheckKind] = Field(default_factory=list, description="default: all three")  # type: ignore[valid-type]
-    link_matrix: LinkMatrixIn | None = None
-    gpu_check: GpuCheckIn | None = None
-    sdc_check: SdcCheckIn | None = None
+    kinds: list[CheckKind] = Field(default_factory=list, description="default: every check")  # type: ignore[valid-type]
     wait: bool = Field(False, description="answer once the checks have finished, with their verdicts")
     timeout_s: float = Field(0, ge=0, le=sweeper.MAX_WAIT_S)
 
     def to_pb(self) -> pb.RunCheckRequest:
         return json_format.ParseDict(self.model_dump(exclude_none=True), pb.RunCheckRequest())
+
+
+def run_check_model() -> type[_RunCheckBase]:
+    """The body of POST /checks: the common fields, and each check's settings, by its table row."""
+    per_kind: dict = {}
+    for k in kinds.checks():
+        model = CHECK_MODELS.get(k.name) or proto_input_model(pb.JobSpec.DESCRIPTOR.fields_by_name[k.name].message_type)
+        per_kind[k.name] = (model | None, None)
+    return create_model("RunCheckIn", __base__=_RunCheckBase, **per_kind)
+
+
+RunCheckIn = run_check_model()
 
 
 class FleetHealth(_Strict):

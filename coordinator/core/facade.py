@@ -194,11 +194,11 @@ class Coordinator:
     def list_workers(self, states: Iterable[int] = (), limit: int = 0, page_token: str = "") -> WorkerPage:
         """A page of workers in (host, device index, id) order; `next_page_token` continues it."""
         health = self.control.health
-        conns, token = self.workers.page(states, limit, page_token, self._listed_state)
+        conns, token = self.workers.page(states, limit, page_token, self.listed_state)
         infos, size = [], 0
         for conn in conns:
             info = conn.info()
-            info.state = self._listed_state(conn)
+            info.state = self.listed_state(conn)
             info.health.CopyFrom(health.get(conn.worker_id))
             size += info.ByteSize()
             if size > PAGE_BYTES and infos:
@@ -230,7 +230,7 @@ class Coordinator:
     def on_message(self, conn: WorkerConn, msg: wpb.WorkerMessage) -> None:
         self._do(WorkerMsg(conn, msg))
 
-    def _listed_state(self, conn: WorkerConn) -> int:
+    def listed_state(self, conn: WorkerConn) -> int:
         """QUARANTINED for an idle worker its health record keeps out of user jobs."""
         if conn.state == pb.IDLE and self.control.health.quarantined(conn.worker_id):
             return pb.QUARANTINED

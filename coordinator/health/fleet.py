@@ -24,7 +24,7 @@ Observer = Callable[[pb.WorkerInfo], None]
 
 class FleetHealth:
     """The health side of a coordinator facade (`core`: coordinator/core/facade.py's Coordinator),
-    through its public API only: list_workers, cordon."""
+    through its public API only: list_workers, workers, listed_state, cordon."""
 
     def __init__(self, core, observers: Iterable[Observer] = ()) -> None:
         self.core = core
@@ -49,9 +49,14 @@ class FleetHealth:
                 return out
 
     def info(self, worker_id: str) -> pb.WorkerInfo:
-        """The worker as listed, or a DISCONNECTED record with its health when not connected."""
-        info = next((w for w in self.all_workers() if w.worker_id == worker_id), None)
-        info = info or pb.WorkerInfo(worker_id=worker_id, state=pb.DISCONNECTED)
+        """The worker as listed (one lookup, not a listing), or a DISCONNECTED record with its
+        health when the coordinator does not list it."""
+        conn = self.core.workers.get(worker_id)
+        if conn is None:
+            info = pb.WorkerInfo(worker_id=worker_id, state=pb.DISCONNECTED)
+        else:
+            info = conn.info()
+            info.state = self.core.listed_state(conn)
         info.health.CopyFrom(self.book.get(worker_id))
         return info
 

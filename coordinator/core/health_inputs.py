@@ -88,7 +88,12 @@ class HealthProtocol:
         check = self.book.submit(jobspec.normalize(preflight.check_spec(kind, c.members, c.job_id, short(kind))))
         c.check_id = check.id
         self._preflight_of[check.id] = c.job_id
-        self._start(Decision(check.id, c.members, c.backend, ""))  # on the gang the pass reserved
+        self._start(Decision(check.id, c.members, c.backend, self._warm_key(c.members)))  # the gang the pass reserved
+
+    def _warm_key(self, members: tuple[str, ...]) -> str:
+        """The warm group these members hold in this rank order, if any ("" for none): the next
+        check of a gang, and the job after them, reuse the group the last check formed."""
+        return next((key for key, m in self.groups.warm().get(len(members), {}).items() if m == members), "")
 
     def _preflight_checked(self, check: Running) -> None:
         """A preflight check ended (its verdicts applied, its workers freed, in this input): run the
@@ -111,7 +116,7 @@ class HealthProtocol:
             if c.kinds:
                 self._next_preflight_check(c)
             else:
-                self._start(Decision(job_id, c.members, c.backend, ""))  # certified now: it starts
+                self._start(Decision(job_id, c.members, c.backend, self._warm_key(c.members)))  # certified: it starts
             return
         log.warning("job %s: preflight of %s: %s; placing it again", job_id, ", ".join(c.members),
                     f"{', '.join(failed)} failed" if failed else f"check {check.id} {check.job.reason}")

@@ -245,3 +245,22 @@ def test_the_circuit_breaker_holds_automatic_quarantine_at_its_share_through_the
     assert metrics == {"ringleader_workers_quarantined": 1.0, "ringleader_quarantine_breaker_held": 2.0}
     info = core.cordon("w5", True)  # the operator decides
     assert info.health.cordoned and book.quarantined_ids() == ["w2", "w5"] and book.held_ids() == ["w8"]
+
+
+def test_a_preflight_gang_keeps_the_group_its_first_check_formed(core):
+    ws = [Worker(core, f"w{i}", i) for i in range(2)]
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True,
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    ids = [w.id for w in ws]
+    (kind, gpu), = ws[0].inbox()
+    key = gpu.group_key
+    ws[0].send(store_ready=wpb.StoreReady(job_id=gpu.job_id, group_key=key, store_port=4242))
+    ws[1].inbox()
+    for rank, w in reversed(list(enumerate(ws))):  # every rank reports holding the group it formed
+        w.done(gpu.job_id, rank, holds=key, **({"gpu_check": gpu_result(ids, set())} if rank == 0 else {}))
+    # The next check, and then the job, go to every rank at once on that group: no new rendezvous.
+    (sdc0,), (sdc1,) = ([m for k, m in w.inbox() if k == "assignment"] for w in ws)
+    assert sdc0.spec.HasField("sdc_check") and sdc0.group_key == sdc1.group_key == key
+    for rank, w in reversed(list(enumerate(ws))):
+        w.done(sdc0.job_id, rank, holds=key, **({"sdc_check": sdc_result(ids, set())} if rank == 0 else {}))
+    assert core.get(job).state == pb.RUNNING and core.get(job).warm_start

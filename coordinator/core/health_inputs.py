@@ -78,7 +78,7 @@ class HealthProtocol:
             self.certifying.pop(d.job_id, None)
             return False
         c = self.certifying.get(d.job_id) or preflight.Certifying(d.job_id, d.worker_ids, d.backend)
-        c.members, c.backend, c.kinds, c.rounds = d.worker_ids, d.backend, list(checks.PREFLIGHT_KINDS), c.rounds + 1
+        c.members, c.backend, c.kinds = d.worker_ids, d.backend, list(checks.PREFLIGHT_KINDS)
         self.certifying[d.job_id] = c
         self._next_preflight_check(c)
         return True
@@ -105,19 +105,23 @@ class HealthProtocol:
         q = self.book.queued[job_id]
         failed, fatal = preflight.failure(self.health, c.members, set(q.valid.spec.placement.worker_ids))
         ended = check.job.state == pb.SUCCEEDED
-        if fatal or (c.rounds >= preflight.MAX_ROUNDS and (failed or not ended)):
+        # After the last kind, a member may still be uncertified without failing (a suspect verdict).
+        doubtful = [] if c.kinds or not ended or failed else preflight.uncertified(self.health, c.members)
+        c.unfinished += not ended or bool(doubtful)
+        if fatal or c.unfinished >= preflight.MAX_UNFINISHED:
             del self.certifying[job_id]
-            why = fatal or f"preflight: the gang was not certified in {c.rounds} rounds: " + (
-                f"{', '.join(failed)} failed" if failed else f"check {check.id} {check.job.reason}")
-            self.book.finish(job_id, pb.FAILED, why)
+            self.book.finish(job_id, pb.FAILED, fatal or f"preflight: its gang was not certified {c.unfinished} "
+                                                         f"times; the last: check {check.id} {check.job.reason}"
+                                                         + (f", {', '.join(doubtful)} suspect" if doubtful else ""))
             return
         usable = all((w := self.workers.get(m)) is not None and w.state == pb.IDLE for m in c.members)
-        if ended and not failed and usable:
+        if ended and not failed and not doubtful and usable:
             if c.kinds:
                 self._next_preflight_check(c)
             else:
                 self._start(Decision(job_id, c.members, c.backend, self._warm_key(c.members)))  # certified: it starts
             return
         log.warning("job %s: preflight of %s: %s; placing it again", job_id, ", ".join(c.members),
-                    f"{', '.join(failed)} failed" if failed else f"check {check.id} {check.job.reason}")
+                    f"{', '.join(failed or doubtful)} {'failed' if failed else 'suspect'}" if failed or doubtful
+                    else f"check {check.id} {check.job.reason}")
         self._enqueue(q)  # the placement pass at the end of this input picks another gang

@@ -7,7 +7,8 @@ on the gang the pass reserved (so nothing else takes those workers in between, a
 in the queue). Each check's verdicts are applied as it ends (coordinator/core/health_inputs.py);
 then the job starts on the certified gang, or goes back to the queue when a member failed (a
 quarantined worker is not picked again: another replaces it), or fails when the failed worker is
-one the spec names (it cannot be replaced) or after MAX_ROUNDS rounds of certification.
+one the spec names (it cannot be replaced) or when MAX_UNFINISHED of its checks did not finish.
+A member that fails is quarantined and never picked again, so replacing members ends.
 Certification is decided where the gang is picked, whatever was idle when the job was submitted.
 """
 
@@ -20,7 +21,7 @@ from ringleader import checks
 from ringleader.v1 import jobs_pb2 as pb
 
 PREFLIGHT_WINDOW_S = 600.0  # a worker certified this recently is not checked again for a preflight
-MAX_ROUNDS = 3  # certification rounds (a member failed, a check did not finish) before the job fails
+MAX_UNFINISHED = 3  # preflight checks that did not finish (failed, lost a worker) before the job fails
 
 
 @dataclass
@@ -32,7 +33,7 @@ class Certifying:
     backend: str
     kinds: list[str] = field(default_factory=list)  # kinds still to run, in order
     check_id: str = ""  # the check job running now
-    rounds: int = 0  # gangs picked so far
+    unfinished: int = 0  # its checks that did not finish
 
     def reason(self) -> str:
         kind = ", ".join(self.kinds) or "the last check"

@@ -264,3 +264,24 @@ def test_a_preflight_gang_keeps_the_group_its_first_check_formed(core):
     for rank, w in reversed(list(enumerate(ws))):
         w.done(sdc0.job_id, rank, holds=key, **({"sdc_check": sdc_result(ids, set())} if rank == 0 else {}))
     assert core.get(job).state == pb.RUNNING and core.get(job).warm_start
+
+
+def test_a_preflight_whose_gang_stays_suspect_fails_after_its_rounds_instead_of_looping(core):
+    ws = {f"w{i}": Worker(core, f"w{i}", i) for i in range(2)}
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True,
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    for _ in range(3):
+        assert finish_check(core, ws)[0] == "gpu_check"
+        # Two checksums that disagree, no majority: both suspect, neither failed nor certified.
+        got = {w.id: dict(w.inbox()) for w in ws.values()}
+        (a0,) = [m["assignment"] for m in got.values() if "assignment" in m]
+        ws["w0"].send(store_ready=wpb.StoreReady(job_id=a0.job_id, group_key=a0.group_key, store_port=1))
+        ws["w1"].inbox()
+        result = pb.SdcCheckResult(workers=[pb.SdcFigures(rank=r, worker_id=w, device="cpu", checksum=c)
+                                            for r, (w, c) in enumerate((("w0", "aa"), ("w1", "bb")))])
+        ws["w1"].done(a0.job_id, 1)
+        ws["w0"].done(a0.job_id, 0, sdc_check=result)
+        assert core.fleet.book.get("w0").verdict == pb.SUSPECT
+    done = core.get(job)
+    assert done.state == pb.FAILED and "not certified 3 times" in done.reason and "suspect" in done.reason
+    assert [w.state for w in ws.values()] == [pb.IDLE, pb.IDLE]

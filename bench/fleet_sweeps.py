@@ -92,7 +92,7 @@ def quarantine(c: Cluster, jobs: int) -> dict:
         done = c.wait_job(c.client.submit(pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(
             op="all_reduce", sizes=[1024], iters=1, warmup=0))).id, timeout=300)
         placed_on_bad += any(w.worker_id == BAD for w in done.workers)
-    c.client.cordon(BAD, on=False)
+    c.client.cordon(BAD, on=False, force=True)  # over its failed verdict: no recheck first
     after = 0
     for _ in range(20):
         done = c.wait_job(c.client.submit(pb.JobSpec(world_size=5, collective=pb.CollectiveSpec(

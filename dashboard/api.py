@@ -111,7 +111,7 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
                         "with another spec: 409")] = None,
     ) -> Response:
         with domain_errors(conflicts=("request_id",)):  # a taken key conflicts with its first request
-            job = await core.submit_certified(spec.to_pb(), request_id or "")
+            job = core.submit(spec.to_pb(), request_id or "")
         await core.durable()  # acknowledged only once stored
         return JSON(to_json(job), status_code=201, headers={"Location": f"{r.prefix}/jobs/{job.id}"})
 

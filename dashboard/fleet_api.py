@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 from google.protobuf import json_format
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from coordinator.health import sweeper
 from coordinator.core.facade import Coordinator
 from dashboard.api import JSON, UNPARSEABLE, Route, domain_errors
 from dashboard.schemas import Error, WorkerInfo, proto_model
-from ringleader import checks, jobspec
+from dashboard.spec_in import proto_input_model
+from ringleader import checks, jobspec, kinds
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -48,15 +49,18 @@ class SdcCheckIn(_Strict):
     rounds: int = Field(0, ge=0, le=U32)
 
 
-class RunCheckIn(_Strict):
+# Hand-written models of the checks built in; a check kind without one (a new row of the kind
+# table) gets a model generated from its proto message, so adding a check needs no change here.
+CHECK_MODELS: dict[str, type[BaseModel]] = {"link_matrix": LinkMatrixIn, "gpu_check": GpuCheckIn,
+                                            "sdc_check": SdcCheckIn}
+
+
+class _RunCheckBase(_Strict):
     """Which workers to check (exactly `worker_ids`; else those on `host`; else all connected)."""
 
     worker_ids: list[Annotated[str, Field(max_length=jobspec.MAX_TEXT)]] = Field(default_factory=list, max_length=65536)
     host: str = Field("", max_length=jobspec.MAX_TEXT)
-    kinds: list[CheckKind] = Field(default_factory=list, description="default: all three")  # type: ignore[valid-type]
-    link_matrix: LinkMatrixIn | None = None
-    gpu_check: GpuCheckIn | None = None
-    sdc_check: SdcCheckIn | None = None
+    kinds: list[CheckKind] = Field(default_factory=list, description="default: every check")  # type: ignore[valid-type]
     wait: bool = Field(False, description="answer once the checks have finished, with their verdicts")
     timeout_s: float = Field(0, ge=0, le=sweeper.MAX_WAIT_S)
 
@@ -64,10 +68,25 @@ class RunCheckIn(_Strict):
         return json_format.ParseDict(self.model_dump(exclude_none=True), pb.RunCheckRequest())
 
 
+def run_check_model() -> type[_RunCheckBase]:
+    """The body of POST /checks: the common fields, and each check's settings, by its table row."""
+    per_kind: dict = {}
+    for k in kinds.checks():
+        model = CHECK_MODELS.get(k.name) or proto_input_model(pb.JobSpec.DESCRIPTOR.fields_by_name[k.name].message_type)
+        per_kind[k.name] = (model | None, None)
+    return create_model("RunCheckIn", __base__=_RunCheckBase, **per_kind)
+
+
+RunCheckIn = run_check_model()
+
+
 class FleetHealth(_Strict):
     counts: dict[str, int] = Field(description="workers per verdict (HEALTHY, SUSPECT, UNHEALTHY, "
-                                   "VERDICT_UNSPECIFIED: never checked) and CORDONED")
+                                   "VERDICT_UNSPECIFIED: never checked), CORDONED and BREAKER_HELD")
     quarantined: list[str]
+    breaker_held: list[str] = Field(description="failed workers the circuit breaker left in service "
+                                    "(--quarantine-max-share): an operator decides")
+    alerts: list[str] = Field(description="the circuit breaker's latest alerts, newest last")
     attention: list[WorkerInfo]  # type: ignore[valid-type]
 
 
@@ -86,6 +105,7 @@ def router(core: Coordinator) -> APIRouter:
 
     for action in ("cordon", "uncordon"):
         _cordon_route(r, core, action)
+    _kind_routes(r, core)
 
     @r.get("/fleet/health", tags=["workers"], operation_id="getFleetHealth", response_model=FleetHealth,
            summary="The fleet's health: counts per verdict, the quarantined, who needs attention")
@@ -98,8 +118,8 @@ def router(core: Coordinator) -> APIRouter:
         order = {pb.UNHEALTHY: 0, pb.SUSPECT: 1}
         attention = sorted((w for w in workers if w.health.verdict in order or w.health.cordoned),
                            key=lambda w: (order.get(w.health.verdict, 2), w.host, w.worker_id))
-        return JSON({"counts": dict(counts), "quarantined": book.quarantined_ids(),
-                     "attention": [to_json(w) for w in attention]})
+        return JSON({"counts": dict(counts), "quarantined": book.quarantined_ids(), "breaker_held": book.held_ids(),
+                     "alerts": core.alerts[-20:], "attention": [to_json(w) for w in attention]})
 
     return r
 
@@ -110,8 +130,29 @@ def _cordon_route(r: APIRouter, core: Coordinator, action: str) -> None:
     @r.post(f"/workers/{{worker_id}}/{action}", tags=["workers"], operation_id=f"{action}Worker",
             response_model=WorkerInfo, responses=UNKNOWN_WORKER,
             summary="Keep a worker out of user jobs" if on else "Put a cordoned or failed worker back in service")
-    async def cordon(worker_id: WorkerId) -> Response:
+    async def cordon(worker_id: WorkerId, force: Annotated[bool, Query(
+            description="uncordon: put back a worker whose latest verdict failed without the recheck it "
+                        "otherwise gets first")] = False) -> Response:
         with domain_errors():
-            info = core.fleet.cordon(worker_id, on)
+            info = core.fleet.cordon(worker_id, on, force and not on)
         await core.durable()
         return JSON(to_json(info))
+
+
+class JobHeader(_Strict):
+    job_id: str
+    kind: str
+    header: str = Field(description="one line for the job's page, e.g. \"gpu_check · 8192 · bf16\"")
+
+
+def _kind_routes(r: APIRouter, core: Coordinator) -> None:
+    """A job's header by its kind's row of the table (ringleader/kinds.py); the rows themselves
+    are GET /api/v1/kinds (dashboard/api.py)."""
+
+    @r.get("/jobs/{job_id}/header", tags=["jobs"], operation_id="getJobHeader", response_model=JobHeader,
+           responses={404: {"model": Error, "description": "no such job"}},
+           summary="A job's one-line header, by its kind's row of the table")
+    async def job_header(job_id: Annotated[str, Path(max_length=jobspec.MAX_TEXT)]) -> Response:
+        with domain_errors():
+            job = core.get(job_id)
+        return JSON({"job_id": job.id, "kind": job.spec.WhichOneof("kind") or "", "header": kinds.header(job.spec)})

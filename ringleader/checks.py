@@ -1,19 +1,22 @@
 """The fleet health checks' specs: defaults, limits and normalizers (JobSpec -> ValidJob).
 
 Three kinds (proto: LinkMatrixSpec, GpuCheckSpec, SdcCheckSpec); their runners are in
-worker/checks/, their verdicts in coordinator/health/fleet.py. A check must be short, so that a user
+worker/checks/, their verdicts in coordinator/health/verdicts.py. A check must be short, so that a user
 job that arrives during a sweep waits at most one round of it: the limits bound one check's
 work, not only its memory. Errors name the proto field ("link_matrix.iters").
 """
 
 from __future__ import annotations
 
-from ringleader import roundrobin
+from ringleader import kinds, roundrobin
 from ringleader.errors import InvalidSpec
 from ringleader.jobspec import ValidJob, valid
 from ringleader.v1 import jobs_pb2 as pb
 
-KINDS = ("link_matrix", "gpu_check", "sdc_check")
+# The checks are rows of the kind table (ringleader/kinds.py `_check`): these follow from it.
+KINDS = tuple(k.name for k in kinds.checks())
+# What a job's preflight (JobSpec.preflight) certifies its gang with, in this order.
+PREFLIGHT_KINDS = tuple(k.name for k in kinds.checks() if k.preflight)
 # The lowest priority: what the coordinator plans by itself yields to every user job.
 CHECK_PRIORITY = -1000
 
@@ -112,3 +115,19 @@ def view_sdc_check(out: pb.JobSpec) -> ValidJob:
 
 def is_check(spec: pb.JobSpec) -> bool:
     return spec.WhichOneof("kind") in KINDS
+
+
+# What a check asks for when a sweep or a recheck leaves its settings unset (the `short` column):
+# short rounds (a 512 KiB ping-pong still measures bandwidth on every link worth flagging; a
+# rate-limited one at 200 Mbit/s takes 21 ms a way, so a whole matrix of 8 hosts stays within
+# seconds; 4 round trips, of which the fastest counts, so that a busy host's scheduling delays do not).
+def short_link_matrix() -> pb.LinkMatrixSpec:
+    return pb.LinkMatrixSpec(size_bytes=512 << 10, iters=4, warmup=1)
+
+
+def short_gpu_check() -> pb.GpuCheckSpec:
+    return pb.GpuCheckSpec(iters=20)
+
+
+def short_sdc_check() -> pb.SdcCheckSpec:
+    return pb.SdcCheckSpec(rounds=2)

@@ -19,6 +19,13 @@ What an entry's functions are:
                      several kinds share, such as --sizes and --iters, are the command's).
   from_args(args)    the kind's spec message from the `ringleader submit` flags.
   table(outcome)     the CLI's text of its outcome: the `result` member, or Job.results' rows.
+  header(spec)       the one-line header the web UI shows above a job ("gpu_check · 8192 · bf16";
+                     ringleader/headers.py), served by GET /api/v1/kinds/header.
+A fleet health check's entry also has:
+  verdicts(result, ranks)  {rank: (verdict, figure, expected)} of a finished check
+                     (coordinator/health/verdicts.py), which the control core applies as it ends;
+  short()            the spec message a sweep or a recheck runs it with (short rounds);
+  preflight          whether a job's preflight certifies its gang with it (in table order).
 """
 
 from __future__ import annotations
@@ -47,6 +54,14 @@ class Kind:
     help: str  # one line for `ringleader submit --help`
     # The names listings show and filter on: a collective sweep is listed by its op.
     ops: tuple[str, ...] = ()
+    header: str = ""  # "" : ringleader.headers:{name}_header
+    verdicts: str = ""  # a fleet health check's verdict function ("" : not a check)
+    short: str = ""  # a check's short settings, for sweeps and rechecks
+    preflight: bool = False  # a job's preflight runs this check on its gang
+
+    @property
+    def is_check(self) -> bool:
+        return bool(self.verdicts)
 
     @property
     def cli_name(self) -> str:
@@ -76,6 +91,17 @@ def _kind(name: str, *, result: str, help: str, ops: tuple[str, ...] = ()) -> Ki
                 help=help, ops=ops)
 
 
+def _check(name: str, what: str, *, verdicts: str, preflight: bool = False, module: str = "ringleader.checks",
+           verdicts_module: str = "coordinator.health.verdicts") -> Kind:
+    """A fleet health check's entry: its spec functions in `module`, its verdict function, its
+    short settings (`short_{name}` in `module`), its CLI parts in ringleader/app/check_cmds.py."""
+    return Kind(name=name, check=f"{module}:check_{name}", view=f"{module}:view_{name}",
+                runner=f"worker.checks.{name}:run_{name}", result=name, flags="",
+                from_args=f"ringleader.app.check_cmds:{name}_spec", table=f"ringleader.app.check_cmds:{name}_table",
+                help=f"fleet health check: {what} (also `ringleader check`)",
+                verdicts=f"{verdicts_module}:{verdicts}", short=f"{module}:short_{name}", preflight=preflight)
+
+
 TABLE: tuple[Kind, ...] = (
     replace(_kind("collective", result="", ops=OPS, help="an nccl-tests style sweep of one collective op (--op)"),
             table="ringleader.app.table:results_table"),
@@ -86,14 +112,25 @@ TABLE: tuple[Kind, ...] = (
     replace(_kind("algo_sweep", result="algo_sweep",
                   help="every all_reduce implementation over a size range, and the dispatch table"),
             flags=""),  # only the shared flags (--algo takes a comma-separated list)
-    *(Kind(name=name, check=f"ringleader.checks:check_{name}", view=f"ringleader.checks:view_{name}",
-           runner=f"worker.checks.{name}:run_{name}", result=name, flags="",
-           from_args=f"ringleader.app.check_cmds:{name}_spec", table=f"ringleader.app.check_cmds:{name}_table",
-           help=f"fleet health check: {what} (also `ringleader check`)")
-      for name, what in (("link_matrix", "every link, in rounds of disjoint pairs"),
-                         ("gpu_check", "matrix product and memory copy against same-model peers"),
-                         ("sdc_check", "silent data corruption: checksums and exact collectives"))),
+    _check("link_matrix", "every link, in rounds of disjoint pairs", verdicts="_links"),
+    _check("gpu_check", "matrix product and memory copy against same-model peers", verdicts="_gpus",
+           preflight=True),
+    _check("sdc_check", "silent data corruption: checksums and exact collectives", verdicts="_sdc", preflight=True),
 )
+
+
+def header(spec) -> str:
+    """The one-line header of a job of this spec, by its kind's entry ("" for no kind)."""
+    name = spec.WhichOneof("kind")
+    if not name:
+        return ""
+    k = get(name)
+    return resolve(k.header or f"ringleader.headers:{name}_header")(spec)
+
+
+def checks() -> tuple[Kind, ...]:
+    """The fleet health checks' entries, in table order."""
+    return tuple(k for k in TABLE if k.is_check)
 
 
 def names() -> tuple[str, ...]:

@@ -6,6 +6,8 @@ list raises IllegalTransition (a bug, never a user error). README.md draws the s
 Jobs (JobState):
     QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
     QUEUED -> CANCELLED
+    QUEUED -> FAILED      only when its preflight failed a worker its spec names (it cannot be
+                          replaced) or could not certify a gang in its rounds
     RUNNING -> QUEUED     only when a coordinator restart interrupted it and its workers did not
                           come back in time (partial results dropped)
 Worker connections (WorkerState); a reconnecting worker gets a new connection:
@@ -56,7 +58,7 @@ def _job_name(state) -> str:
 
 
 JOBS = Machine("job", {
-    pb.QUEUED: frozenset({pb.RUNNING, pb.CANCELLED}),
+    pb.QUEUED: frozenset({pb.RUNNING, pb.CANCELLED, pb.FAILED}),
     pb.RUNNING: frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED, pb.QUEUED}),
     pb.SUCCEEDED: frozenset(),
     pb.FAILED: frozenset(),

@@ -2,10 +2,13 @@
 and returns what to send.
 
     out = control.handle(Submit(valid))          # or Cancel, Register, Disconnect, WorkerMsg,
-    for conn, msg in out.sends: ...              # Tick, SetQuarantine, Reload (coordinator/core/inputs.py)
+    for conn, msg in out.sends: ...              # Tick, Cordon, Reload (coordinator/core/inputs.py)
 
 `Control` owns the job book (jobs.JobBook), the worker registry (registry.WorkerRegistry), the
-warm groups (groups.Groups) and the scheduler (scheduler.Scheduler). Each change updates the
+warm groups (groups.Groups), the scheduler (scheduler.Scheduler) and the health book
+(coordinator/health/book.py: verdicts, cordons, rechecks; the one home of a worker's quarantine).
+Nothing called from inside `handle` may call `handle` again: a re-entry raises (it would lose the
+outer input's placement pass and events). Each change updates the
 scheduler's indexes right beside it (`_enqueue`, `_unqueue`, `_set_state`); nothing installs a
 callback on another object. A placement pass (`schedule`, called only from `handle`) runs once at
 the end of an input that changed the queue, the idle set or the warm groups. A tick asks liveness
@@ -18,9 +21,9 @@ half of this class, in coordinator/core/dispatch.py. Store writes happen as the 
 the caller (service.Coordinator) awaits their commit before it acknowledges a user.
 
 Hooks for other parts:
-- quarantine: `SetQuarantine(worker_id, on)` (service.Coordinator.set_quarantine), kept by
-  worker id across reconnects; a quarantined worker (`WorkerConn.quarantined`) is QUARANTINED
-  while idle and gets no job unless the job's placement.worker_ids names it;
+- health: a check job's verdicts are applied as it ends, cordons are inputs (`Cordon`); both in
+  coordinator/core/health_inputs.py. A quarantined worker gets no job unless the job's
+  placement.worker_ids names it (or it is a check);
 - result rows: every row is stored through `WorkerProtocol._store_row(rj, row)` (dispatch.py),
   once, as it arrives: the place to annotate a row (baselines) before it is stored.
 """
@@ -38,24 +41,31 @@ from coordinator.core import admission, liveness, scheduler
 from coordinator.core import groups as warm_groups
 from coordinator.store.api import JobStore
 from coordinator.core.dispatch import WorkerProtocol
+from coordinator.core.health_inputs import HealthProtocol
+from coordinator.core.preflight import Certifying
 from coordinator.core.events import EventBus
 from coordinator.core.groups import Groups
-from coordinator.core.inputs import (CLOSE, Cancel, Disconnect, Fail, Input, Lost, Out, Register, Reload, Requeue,
-                                SetQuarantine, Submit, Tick, WorkerMsg)
+from coordinator.core.inputs import (CLOSE, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Register, Reload,
+                                     Requeue, Submit, Tick, WorkerMsg)
 from coordinator.core.jobs import JobBook, Page, Queued
 from coordinator.core.liveness import Timings
 from coordinator.core.registry import WorkerConn, WorkerRegistry
+from coordinator.health.book import DEFAULT_MAX_SHARE, HealthBook
 from ringleader.errors import FailedPrecondition
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
 log = logging.getLogger("ringleader.coordinator")
 
-IDLE_STATES = (pb.IDLE, pb.QUARANTINED)
 
 
-class Control(WorkerProtocol):
-    def __init__(self, store: JobStore, timings: Timings | None = None) -> None:
+class ReentryError(RuntimeError):
+    """`Control.handle` was called from inside `handle`: a bug (a listener calling back in)."""
+
+
+class Control(WorkerProtocol, HealthProtocol):
+    def __init__(self, store: JobStore, timings: Timings | None = None,
+                 quarantine_max_share: float = DEFAULT_MAX_SHARE) -> None:
         self.store = store
         self.timings = timings or Timings()
         self.events = EventBus(store)
@@ -64,8 +74,11 @@ class Control(WorkerProtocol):
         self.groups = Groups()
         self.scheduler = scheduler.Scheduler()
         self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
-        self.quarantined: set[str] = set()  # worker ids kept out of user jobs (SetQuarantine)
+        self.health = HealthBook(store, max_share=quarantine_max_share)
         self._out = Out()
+        self._handling: Input | None = None  # the input being applied (re-entry guard)
+        self.certifying: dict[str, Certifying] = {}  # preflight jobs whose gang is being checked
+        self._preflight_of: dict[str, str] = {}  # running preflight check id -> the job it certifies
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
         self._last_tick: float | None = None
         # (deadline, job id) of queued jobs with a queue_timeout_s, wall clock against created_at
@@ -73,7 +86,7 @@ class Control(WorkerProtocol):
         self._queue_deadlines: list[tuple[float, str]] = []
         self._handlers: dict[type, Callable] = {
             Submit: self._submit, Cancel: self._cancel, Register: self._register, Disconnect: self._disconnect,
-            Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, SetQuarantine: self._quarantine,
+            Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, Cordon: self._cordon,
             Reload: self._reload, Fail: self._fail, Requeue: self._requeue,
         }
 
@@ -83,13 +96,22 @@ class Control(WorkerProtocol):
         """Apply one input; return the messages to send (in order) and the events it recorded.
         Bad input raises (InvalidSpec, NotFound, FailedPrecondition, AlreadyExists) and changes
         nothing."""
-        out = self._out = Out()
-        self._dirty = False
-        self._handlers[type(inp)](inp)
-        if self._dirty:
-            self.schedule()
-        out.events = self.events.drain()
-        return out
+        if self._handling is not None:
+            log.error("Control.handle re-entered with %s while applying %s", type(inp).__name__,
+                      type(self._handling).__name__)
+            raise ReentryError(f"Control.handle({type(inp).__name__}) called while applying "
+                               f"{type(self._handling).__name__}")
+        self._handling = inp
+        try:
+            out = self._out = Out()
+            self._dirty = False
+            self._handlers[type(inp)](inp)
+            if self._dirty:
+                self.schedule()
+            out.events = self.events.drain()
+            return out
+        finally:
+            self._handling = None
 
     def _apply(self, inp: Input) -> None:
         self._handlers[type(inp)](inp)
@@ -112,7 +134,9 @@ class Control(WorkerProtocol):
 
     def _live(self, job: pb.Job) -> pb.Job:
         """A queued job's waiting reason is worked out when read, never stored on each change."""
-        if job.id in self.book.queued:
+        if job.id in self.certifying:
+            job.reason = self.certifying[job.id].reason()
+        elif job.id in self.book.queued:
             job.reason = self.scheduler.reason(job.id) or job.reason
         return job
 
@@ -126,6 +150,7 @@ class Control(WorkerProtocol):
 
     def _cancel(self, inp: Cancel) -> None:
         if inp.job_id in self.book.queued:
+            self.certifying.pop(inp.job_id, None)  # its running check ends as checks do
             self._unqueue(inp.job_id)
             self.book.finish(inp.job_id, pb.CANCELLED, inp.reason)
         elif inp.job_id in self.book.running:
@@ -166,9 +191,6 @@ class Control(WorkerProtocol):
     def _register(self, inp: Register) -> None:
         reg = inp.reg
         conn = self.workers.add(reg)
-        if reg.worker_id in self.quarantined:
-            conn.quarantined = True
-            conn.transition(pb.QUARANTINED)  # indexed below, as it is
         log.info("worker %s registered (%s %s on %s)", reg.worker_id, reg.device.type, reg.device.name, reg.host)
         self._send(conn, wpb.CoordinatorMessage(registered=wpb.Registered(
             worker_id=reg.worker_id, heartbeat_interval_s=self.timings.heartbeat_interval_s)))
@@ -191,30 +213,19 @@ class Control(WorkerProtocol):
             self.end(rj, pb.FAILED, f"rank {rank} (worker {conn.worker_id}) lost: {inp.why}")
         self._holds(conn, "")
 
-    def _quarantine(self, inp: SetQuarantine) -> None:
-        """Kept by worker id, so it holds across reconnects and may be set before a worker comes."""
-        (self.quarantined.add if inp.on else self.quarantined.discard)(inp.worker_id)
-        conn = self.workers.get(inp.worker_id)
-        if conn is None or not conn.connected or conn.quarantined == inp.on:
-            return
-        conn.quarantined = inp.on
-        if conn.state in IDLE_STATES:
-            self._free(conn)
-        else:
-            self._index(conn)  # busy: it leaves or rejoins the pool for user jobs when freed
-
     def _set_state(self, conn: WorkerConn, to: int, job_id: str = "", rank: int = 0) -> None:
         """The one way the control core changes a worker's state: the scheduler follows."""
         conn.transition(to, job_id, rank)
         self._index(conn)
 
     def _free(self, conn: WorkerConn) -> None:
-        """The worker is done with its job (or never started it): idle, or quarantined."""
-        self._set_state(conn, pb.QUARANTINED if conn.quarantined else pb.IDLE)
+        """The worker is done with its job (or never started it)."""
+        self._set_state(conn, pb.IDLE)
 
     def _index(self, conn: WorkerConn) -> None:
         if conn.connected:
-            self.scheduler.put_worker(conn.view())
+            wid = conn.worker_id
+            self.scheduler.put_worker(conn.view(self.health.quarantined(wid), self.health.verdict(wid) == pb.HEALTHY))
         else:
             self.scheduler.drop_worker(conn.worker_id)
         if conn.state != pb.BUSY:
@@ -259,6 +270,8 @@ class Control(WorkerProtocol):
     # ---- placement -------------------------------------------------------------------------
 
     def _start(self, d: scheduler.Decision) -> None:
+        if self._preflight(d):
+            return  # its gang is checked first (coordinator/core/preflight.py)
         conns = [self.workers.get(w) for w in d.worker_ids]
         flavor = self.book.queued[d.job_id].valid.flavor
         # A warm group made with other communicator settings cannot serve: form a new one.

@@ -21,6 +21,7 @@ import logging
 import time
 
 from coordinator.core import admission
+from ringleader import checks
 
 from coordinator.health import baselines
 from coordinator.core.inputs import Out, WorkerMsg
@@ -120,9 +121,11 @@ class WorkerProtocol:
                 self.end(rj, pb.FAILED, f"{who(rj, conn.rank)} sent a report as rank {done.rank}")
             return
         self._keep_log(conn, done)  # first: a rank whose end fails the job has its log stored by then
-        self._free(conn)
         if rj is None or rj.members[done.rank] != conn.worker_id:
+            self._free(conn)
             return
+        if not (done.ok and checks.is_check(rj.job.spec)):
+            self._free(conn)  # a check holds its gang until its verdicts exist (`end` frees it)
         failed = f"{who(rj, done.rank)} failed: {clip(done.error, MAX_ERROR)}"
         if done.ok:
             self._rank_finished(rj, done)
@@ -200,11 +203,18 @@ class WorkerProtocol:
         rj.assigned.add(rank)
 
     def end(self, rj: Running, state: int, reason: str) -> None:
-        """Finish a running job; members still in it are told to abort (they report when idle)."""
+        """Finish a running job; members still in it are told to abort (they report when idle).
+        A check's verdicts are applied here, before the ranks it held are freed."""
         self.book.finish(rj.id, state, reason)
+        if checks.is_check(rj.job.spec):
+            self._verdicts(rj)
         for rank, wid in enumerate(rj.members):
             c = self.workers.get(wid)
-            if not c or c.job_id != rj.id or rank in rj.finished_ranks:
+            if not c or c.job_id != rj.id:
+                continue
+            if rank in rj.finished_ranks:
+                if c.state == pb.BUSY:
+                    self._free(c)  # a check's rank, held since it finished
                 continue
             if rank in rj.assigned:
                 self._send(c, wpb.CoordinatorMessage(abort=wpb.Abort(job_id=rj.id, reason=reason)))
@@ -212,6 +222,8 @@ class WorkerProtocol:
                 self._free(c)  # reserved, but never told of the job
         if state != pb.SUCCEEDED:
             self.break_group(rj.group_key, f"job {rj.id} {pb.JobState.Name(state).lower()}")
+        if rj.id in self._preflight_of:
+            self._preflight_checked(rj)  # the job it certifies goes on, in this input
 
     def _reattach(self, conn: WorkerConn, job_id: str, rank: int, key: str) -> None:
         self._set_state(conn, pb.BUSY, job_id, rank)

@@ -30,10 +30,10 @@ from coordinator.core import admission
 from coordinator.store.api import JobStore
 from coordinator.core.control import Control
 from coordinator.core.events import Listener
+from coordinator.health.book import DEFAULT_MAX_SHARE
 from coordinator.health.fleet import FleetHealth, Observer as HealthObserver
-from coordinator.health.sweeper import preflight
-from coordinator.core.inputs import (Cancel, Disconnect, Input, Out, Register, Reload, SetQuarantine, Submit, Tick,
-                                WorkerMsg)
+from coordinator.core.inputs import (Cancel, Cordon, Disconnect, Input, Out, Register, Reload, Submit, Tick,
+                                     WorkerMsg)
 from coordinator.core.jobs import Page
 from coordinator.core.liveness import Timings
 from coordinator.core.registry import WorkerConn, encode_token
@@ -57,10 +57,11 @@ class WorkerPage:
 
 class Coordinator:
     def __init__(self, store: JobStore, timings: Timings | None = None,
-                 health_observers: Iterable[HealthObserver] = ()) -> None:
+                 health_observers: Iterable[HealthObserver] = (), quarantine_max_share: float = DEFAULT_MAX_SHARE,
+                 ) -> None:
         self.store = store
         self.timings = timings or Timings()
-        self.control = Control(store, self.timings)
+        self.control = Control(store, self.timings, quarantine_max_share)
         # Control's parts, for readers (metrics, the dashboard, tests); only Control changes them.
         self.events, self.book = self.control.events, self.control.book
         self.workers, self.groups = self.control.workers, self.control.groups
@@ -68,8 +69,9 @@ class Coordinator:
         self._ticker: asyncio.Task | None = None
         self._uncommitted = False  # store writes wait for the next _commit
         self._commit_waiters: list[asyncio.Future] = []
-        # Verdicts and quarantine (coordinator/health/fleet.py); observers hear of quarantine changes.
-        self.fleet = FleetHealth(self, store, observers=health_observers)
+        # The health book's readers (coordinator/health/fleet.py); observers hear of quarantine changes.
+        self.fleet = FleetHealth(self, observers=health_observers)
+        self.alerts: list[str] = []  # what the circuit breaker asked an operator to decide, newest last
 
     # ---- process ---------------------------------------------------------------------------
 
@@ -130,6 +132,10 @@ class Coordinator:
         out = self.control.handle(inp)
         for conn, msg in out.sends:
             conn.outbox.put_nowait(msg)  # None (inputs.CLOSE) ends the stream
+        if out.alerts:
+            self.alerts = (self.alerts + out.alerts)[-100:]
+        if out.health:
+            self.fleet.notify(out.health)  # after the input: an observer may read the facade
         return out
 
     # ---- users -----------------------------------------------------------------------------
@@ -147,12 +153,6 @@ class Coordinator:
                 return job
         job = self._do(Submit(valid, request_id)).job
         return self.get(job.id)
-
-    async def submit_certified(self, spec: pb.JobSpec, request_id: str = "") -> pb.Job:
-        """`submit`, after certifying the job's gang when its spec asks for a preflight
-        (coordinator/health/sweeper.py: the checks run first, a failing worker is quarantined)."""
-        await preflight(self, self.fleet, spec)
-        return self.submit(spec, request_id)
 
     def get(self, job_id: str) -> pb.Job:
         jobspec.check_text("job_id", job_id)
@@ -193,11 +193,13 @@ class Coordinator:
 
     def list_workers(self, states: Iterable[int] = (), limit: int = 0, page_token: str = "") -> WorkerPage:
         """A page of workers in (host, device index, id) order; `next_page_token` continues it."""
-        conns, token = self.workers.page(states, limit, page_token)
+        health = self.control.health
+        conns, token = self.workers.page(states, limit, page_token, self.listed_state)
         infos, size = [], 0
         for conn in conns:
             info = conn.info()
-            info.health.CopyFrom(self.fleet.book.get(conn.worker_id))
+            info.state = self.listed_state(conn)
+            info.health.CopyFrom(health.get(conn.worker_id))
             size += info.ByteSize()
             if size > PAGE_BYTES and infos:
                 return WorkerPage(infos, encode_token(conns[len(infos) - 1].sort_key))
@@ -228,8 +230,15 @@ class Coordinator:
     def on_message(self, conn: WorkerConn, msg: wpb.WorkerMessage) -> None:
         self._do(WorkerMsg(conn, msg))
 
-    def set_quarantine(self, worker_id: str, on: bool) -> None:
-        """Keep user jobs off a worker (on), or let them back (off), by id (also one that is not
-        connected now). A job whose placement.worker_ids names it still runs there."""
-        jobspec.check_text("worker_id", worker_id)
-        self._do(SetQuarantine(worker_id, on))
+    def listed_state(self, conn: WorkerConn) -> int:
+        """QUARANTINED for an idle worker its health record keeps out of user jobs."""
+        if conn.state == pb.IDLE and self.control.health.quarantined(conn.worker_id):
+            return pb.QUARANTINED
+        return conn.state
+
+    def cordon(self, worker_id: str, on: bool, force: bool = False) -> pb.WorkerInfo:
+        """Keep user jobs off a worker (on), or let them back (off; one whose latest verdict
+        failed is rechecked first, unless `force`), by id (also one that is not connected now).
+        A job whose placement.worker_ids names it still runs there."""
+        self._do(Cordon(worker_id, on, force))
+        return self.fleet.info(worker_id)

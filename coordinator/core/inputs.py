@@ -60,13 +60,15 @@ class Tick:
 
 
 @dataclass(slots=True)
-class SetQuarantine:
-    """Keep user jobs off a worker (on) or let them back (off); a job that names the worker in
-    placement.worker_ids is still placed on it. It holds for the worker id, also while the
-    worker is disconnected or before it first registers."""
+class Cordon:
+    """An operator keeps user jobs off a worker (on) or lets it back (off; a worker whose latest
+    verdict failed is rechecked first unless `force`). A job that names the worker in
+    placement.worker_ids is still placed on it. It holds for the worker id (connected now or
+    known to the health book), across reconnects; NotFound for an id neither knows."""
 
     worker_id: str
     on: bool
+    force: bool = False
 
 
 @dataclass(slots=True)
@@ -96,7 +98,7 @@ class Requeue:
     job_id: str
 
 
-Input = Union[Submit, Cancel, Register, Disconnect, WorkerMsg, Tick, SetQuarantine, Reload, Lost, Fail, Requeue]
+Input = Union[Submit, Cancel, Register, Disconnect, WorkerMsg, Tick, Cordon, Reload, Lost, Fail, Requeue]
 
 CLOSE = None  # sent in place of a message: end the worker's stream
 
@@ -104,9 +106,13 @@ CLOSE = None  # sent in place of a message: end the worker's stream
 @dataclass(slots=True)
 class Out:
     """What one input did: `sends` in order ((conn, message), or (conn, CLOSE) to end a stream),
-    the job events it recorded or published, and what a call returns (`job`, `conn`)."""
+    the job events it recorded or published, the workers whose quarantine changed (`health`:
+    for observers such as the Kubernetes tainter, told after the input), alerts for an operator
+    (the circuit breaker held a quarantine back), and what a call returns (`job`, `conn`)."""
 
     sends: list[tuple[WorkerConn, wpb.CoordinatorMessage | None]] = field(default_factory=list)
     events: list[pb.JobEvent] = field(default_factory=list)
+    health: list[str] = field(default_factory=list)
+    alerts: list[str] = field(default_factory=list)
     job: pb.Job | None = None
     conn: WorkerConn | None = None

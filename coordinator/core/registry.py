@@ -1,7 +1,7 @@
 """Registered worker daemons: what they are, their connection state, and the queue of messages
 down their stream. Connection states change only through `WorkerConn.transition`
-(ringleader.states.WORKERS: IDLE <-> BUSY, IDLE <-> QUARANTINED, QUARANTINED <-> BUSY, any ->
-DISCONNECTED); a connection reports leaving to the registry that made it, which keeps its index
+(ringleader.states.WORKERS; the control core uses IDLE <-> BUSY, any -> DISCONNECTED: a
+listing shows an idle worker QUARANTINED when its health record says so); a connection reports leaving to the registry that made it, which keeps its index
 of connected workers. The control core (coordinator/core/control.py) changes states and keeps the
 scheduler's index beside each change.
 
@@ -20,7 +20,7 @@ import collections
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from coordinator.core.scheduler import WorkerView
 from ringleader import states
@@ -54,7 +54,6 @@ class WorkerConn:
     disconnected_at: float = 0.0  # monotonic time it left (DISCONNECTED)
     unwell_since: float = 0.0  # monotonic time its executor was first reported unwell (0: well)
     op_seq: int = 0  # its executor's op counter, as last reported
-    quarantined: bool = False  # no user job unless it names this worker (control.SetQuarantine)
     registry: "WorkerRegistry | None" = field(default=None, repr=False)  # the one that made it
 
     @property
@@ -78,12 +77,13 @@ class WorkerConn:
             if self.registry is not None:
                 self.registry.left(self)
 
-    def view(self) -> WorkerView:
+    def view(self, quarantined: bool = False, trusted: bool = True) -> WorkerView:
+        """The scheduler's view; `quarantined` is read from the health book (its one home)."""
         d = self.reg.device
         return WorkerView(
             worker_id=self.worker_id, host=self.reg.host, device_type=d.type, device_index=d.index,
             device_name=d.name, memory_bytes=d.memory_bytes, backend=self.reg.backend,
-            idle=self.state in (pb.IDLE, pb.QUARANTINED), quarantined=self.quarantined,
+            idle=self.state == pb.IDLE, quarantined=quarantined, trusted=trusted,
         )
 
     def info(self) -> pb.WorkerInfo:
@@ -139,15 +139,17 @@ class WorkerRegistry:
         return [wpb.Register(backend=backend, device=pb.Device(type=dtype, name=name, memory_bytes=memory))
                 for backend, dtype, name, memory in self._kinds]
 
-    def page(self, states_: Iterable[int] = (), limit: int = 0, token: str = "") -> tuple[list[WorkerConn], str]:
-        """Workers in listing order after `token`, in any of `states_` (empty: all); returns them
-        with the token of the next page ("" on the last)."""
+    def page(self, states_: Iterable[int] = (), limit: int = 0, token: str = "",
+             state_of: Callable[[WorkerConn], int] = lambda c: c.state) -> tuple[list[WorkerConn], str]:
+        """Workers in listing order after `token`, in any of `states_` (empty: all) as `state_of`
+        shows them (QUARANTINED derives from the health book); returns them with the token of the
+        next page ("" on the last)."""
         wanted, n = set(states_), page_limit(limit)
         start = bisect.bisect_right(self._order, decode_token(token)) if token else 0
         out: list[WorkerConn] = []
         for key in self._order[start:]:
             conn = self._workers[key[2]]
-            if wanted and conn.state not in wanted:
+            if wanted and state_of(conn) not in wanted:
                 continue
             if len(out) == n:
                 return out, encode_token(out[-1].sort_key)

@@ -29,6 +29,7 @@ class WorkerView:
     backend: str
     idle: bool
     quarantined: bool = False
+    trusted: bool = True  # its latest verdict is HEALTHY: preferred over suspect or never-checked workers
 
     @property
     def kind(self) -> Kind:
@@ -74,6 +75,7 @@ class FleetIndex:
         self.idle: dict[Kind, dict[str, dict[str, WorkerView]]] = {}
         self.idle_n: dict[Kind, int] = {}  # idle workers per kind
         self.n_idle = 0
+        self.doubtful: dict[str, int] = {}  # idle workers per host that are not `trusted`
         self.epoch = 0  # changes whenever the connected set does (not on idle <-> busy)
         self.kinds_epoch = 0  # changes whenever a kind appears or goes
 
@@ -94,6 +96,8 @@ class FleetIndex:
             self.idle.setdefault(w.kind, {}).setdefault(w.host, {})[w.worker_id] = w
             self.idle_n[w.kind] = self.idle_n.get(w.kind, 0) + 1
             self.n_idle += 1
+            if not w.trusted:
+                self.doubtful[w.host] = self.doubtful.get(w.host, 0) + 1
 
     def drop(self, worker_id: str) -> None:
         w = self.views.pop(worker_id, None)
@@ -141,13 +145,13 @@ class FleetIndex:
         return counts
 
     def idle_on(self, need: Any, backend: str, host: str, claims: "Claims") -> list[WorkerView]:
-        """Those workers on one host, by device index."""
+        """Those workers on one host, trusted ones first, then by device index."""
         if need.worker_ids:
             ws = [w for w in self._listed_idle(need, backend, claims) if w.host == host]
         else:
             ws = [w for kind, by_host in self.idle.items() if kind[0] == backend and need.fits(kind)
                   for w in by_host.get(host, {}).values() if w.worker_id not in claims.ids]
-        return sorted(ws, key=lambda w: (w.device_index, w.worker_id))
+        return sorted(ws, key=lambda w: (not w.trusted, w.device_index, w.worker_id))
 
     def _listed_idle(self, need: Any, backend: str, claims: "Claims") -> list[WorkerView]:
         ws = (self.views.get(wid) for wid in need.worker_ids)
@@ -164,6 +168,10 @@ class FleetIndex:
         if w.kind in self.idle_n:
             self.idle_n[w.kind] -= 1
         self.n_idle -= 1
+        if not w.trusted:
+            self.doubtful[w.host] -= 1
+            if not self.doubtful[w.host]:
+                del self.doubtful[w.host]
 
 
 class Claims:

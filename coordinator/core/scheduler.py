@@ -10,7 +10,8 @@ Pure (no I/O, no clock), so it is tested without servers. Rules:
 - a gang equal to a warm group (every member's executor holds the same initialised process
   group, coordinator/core/groups.py) is preferred and keeps that group's rank order, so the job
   starts without a new NCCL init;
-- ranks on one host are adjacent (by host, then device index), on the hosts with most idle workers.
+- ranks on one host are adjacent (by host, then device index), on the hosts with most idle workers;
+  workers whose latest verdict is HEALTHY are preferred over suspect or never-checked ones.
 
 `Scheduler` is the incremental form the control core keeps; `plan` the one-shot form. A pass does
 not rescan the queue or the fleet:
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Mapping
 
+from coordinator.core import waiting
 from coordinator.core.sched_index import Claims, FleetIndex, Kind, KindQueues, QueueGroup, WorkerView
 from ringleader import spec as specs
 from ringleader.jobspec import ValidJob
@@ -209,15 +211,8 @@ class Scheduler:
         if job is None:
             return ""
         group = self._groups[job.need]
-        n, where = job.world_size, group.need.constraints()
-        counts = {b: k for b, k in self._connected(group).items() if k}
-        if not any(k >= n for k in counts.values()):
-            if len(counts) > 1:  # enough in all, but a gang never mixes backends
-                listed = ", ".join(f"{k} {b}" for b, k in counts.items())
-                return f"needs {n} workers of one backend, {listed} connected{where}"
-            return f"needs {n} workers, {sum(counts.values())} connected{where}"
         idle = group.seen_idle if (group.seen_pass, group.blocked) == (self._pass, job_id) else 0
-        return f"needs {n} workers, {idle} idle{where}"
+        return waiting.reason(self._fleet, group.need, self._connected(group), idle)
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -258,13 +253,15 @@ class Scheduler:
             if all(w is not None and w.idle and w.worker_id not in claims.ids and need.admits(w) for w in ws) \
                     and len({w.backend for w in ws}) == 1 and ws[0].backend in able:
                 return Decision(job.job_id, tuple(members), ws[0].backend, key)
-        # Pack onto the hosts with the most idle workers so ranks share hosts where possible.
+        # Pack onto the hosts with the most idle workers so ranks share hosts where possible;
+        # among equals, hosts with fewer idle workers whose latest verdict is not HEALTHY.
         backend, hosts = able[0], pools[able[0]]
-        fullest = [(-k, h) for h, k in hosts.items()]
+        doubtful = self._fleet.doubtful
+        fullest = [(-k, doubtful.get(h, 0), h) for h, k in hosts.items()]
         heapq.heapify(fullest)  # hosts by idle workers, popped only as far as the gang needs
         chosen: list[WorkerView] = []
         while len(chosen) < n:
-            chosen += self._fleet.idle_on(need, backend, heapq.heappop(fullest)[1], claims)[: n - len(chosen)]
+            chosen += self._fleet.idle_on(need, backend, heapq.heappop(fullest)[-1], claims)[: n - len(chosen)]
         return Decision(job.job_id, _rank_order(chosen), backend, "")
 
     def _reserve(self, need: Need, pools: dict[str, dict[str, int]], claims: Claims) -> int:

@@ -20,19 +20,23 @@ class FleetHealthCollector(Collector):
         return self._families()
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
         return (GaugeMetricFamily("ringleader_worker_verdicts",
                                   "Checked workers by their last health verdict (healthy, suspect, unhealthy)",
                                   labels=["verdict"]),
                 GaugeMetricFamily("ringleader_workers_quarantined",
-                                  "Workers kept out of user jobs: failed a check, or cordoned by hand"))
+                                  "Workers kept out of user jobs: failed a check, or cordoned by hand"),
+                GaugeMetricFamily("ringleader_quarantine_breaker_held",
+                                  "Failed workers the circuit breaker left in service (automatic quarantine at its "
+                                  "share of their GPU model, --quarantine-max-share): alert, an operator decides"))
 
     def collect(self) -> Iterable:
-        verdicts, quarantined = self._families()
+        verdicts, quarantined, held = self._families()
         counts = self.fleet.book.counts()
         for v in VERDICTS:  # every verdict, zeros included, so an alert sees the first failure
             verdicts.add_metric([v.lower()], counts.get(v, 0))
         quarantined.add_metric([], len(self.fleet.book.quarantined_ids()))
-        return [verdicts, quarantined]
+        held.add_metric([], len(self.fleet.book.held_ids()))
+        return [verdicts, quarantined, held]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 
 import grpc
@@ -31,101 +32,97 @@ async def abort_with(context: grpc.aio.ServicerContext, exc: RingleaderError) ->
     await context.abort(getattr(grpc.StatusCode, answer(exc).grpc_code), str(exc))
 
 
-def _rpc(method):
-    @functools.wraps(method)
-    async def wrapper(self, request, context):
-        try:
-            identity.caller_may_use_jobs(context)
-            return method(self, request, context)
-        except RingleaderError as exc:
-            await abort_with(context, exc)
+def guarded(durable: bool = False):
+    """The one guard of every JobService RPC: who may call (a worker's certificate never reaches
+    the users' API, coordinator/edge/identity.py), domain errors to statuses (`abort_with`), and,
+    for an RPC that changes jobs or workers (`durable`), an answer only once the change is
+    committed to the store. It takes plain methods, coroutines and async generators (streams)."""
+    def wrap(method):
+        if inspect.isasyncgenfunction(method):
+            @functools.wraps(method)
+            async def stream(self, request, context):
+                try:
+                    identity.caller_may_use_jobs(context)
+                    async for item in method(self, request, context):
+                        yield item
+                except RingleaderError as exc:
+                    await abort_with(context, exc)
+            return stream
 
-    return wrapper
+        @functools.wraps(method)
+        async def unary(self, request, context):
+            try:
+                identity.caller_may_use_jobs(context)
+                answer_ = method(self, request, context)
+                if inspect.isawaitable(answer_):
+                    answer_ = await answer_
+            except RingleaderError as exc:
+                await abort_with(context, exc)
+            if durable:
+                await self.c.durable()
+            return answer_
+        return unary
 
-
-def _durable(method):
-    """An RPC that changes jobs: it answers only once the change is committed to the store."""
-    @functools.wraps(method)
-    async def wrapper(self, request, context):
-        try:
-            identity.caller_may_use_jobs(context)
-            answer_ = method(self, request, context)
-        except RingleaderError as exc:
-            await abort_with(context, exc)
-        await self.c.durable()
-        return answer_
-
-    return wrapper
+    return wrap
 
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(self, coordinator: Coordinator) -> None:
         self.c = coordinator
 
-    async def SubmitJob(self, request, context):
-        try:
-            job = await self.c.submit_certified(request.spec, request.request_id)
-        except RingleaderError as exc:
-            await abort_with(context, exc)
-        await self.c.durable()
-        return job
+    @guarded(durable=True)
+    def SubmitJob(self, request, context):
+        return self.c.submit(request.spec, request.request_id)  # a preflight is checked at placement
 
-    @_rpc
+    @guarded()
     def GetJob(self, request, context):
         return self.c.get(request.job_id)
 
-    @_rpc
+    @guarded()
     def ListJobs(self, request, context):
         page = self.c.list_jobs(states=request.states, op=request.op, limit=request.limit,
                                 before_id=request.before_id)
         return pb.ListJobsResponse(jobs=page.jobs, next_before_id=page.next_before)
 
-    @_durable
+    @guarded(durable=True)
     def CancelJob(self, request, context):
         return self.c.cancel(request.job_id, request.reason)
 
-    @_rpc
+    @guarded()
     def GetJobLogs(self, request, context):
         return self.c.job_logs(request.job_id)
 
-    @_rpc
+    @guarded()
     def ListWorkers(self, request, context):
         page = self.c.list_workers(states=request.states, limit=request.limit, page_token=request.page_token)
         return pb.ListWorkersResponse(workers=page.workers, next_page_token=page.next_page_token)
 
-    @_durable
+    @guarded(durable=True)
     def CordonWorker(self, request, context):
         return self.c.fleet.cordon(request.worker_id, True)
 
-    @_durable
+    @guarded(durable=True)
     def UncordonWorker(self, request, context):
-        return self.c.fleet.cordon(request.worker_id, False)
+        return self.c.fleet.cordon(request.worker_id, False, request.force)
 
+    @guarded()
     async def RunCheck(self, request, context):
-        try:
-            return await run_check(self.c, self.c.fleet, request)
-        except RingleaderError as exc:
-            await abort_with(context, exc)
+        return await run_check(self.c, self.c.fleet, request)
 
+    @guarded()
     async def WatchJob(self, request, context):
-        try:
-            identity.caller_may_use_jobs(context)
-            async for event in self.c.watch(request.job_id):
-                yield event
-        except RingleaderError as exc:
-            await abort_with(context, exc)
+        async for event in self.c.watch(request.job_id):
+            yield event
 
+    @guarded()
     async def Localize(self, request, context):
-        try:
-            return await localizer.localize(self.c, request)
-        except RingleaderError as exc:
-            await abort_with(context, exc)
+        return await localizer.localize(self.c, request)
 
-    @_rpc
+    @guarded()
     def ExportBaselines(self, request, context):
         return baselines.export_table(self.c.store)
 
-    @_durable
+    @guarded(durable=True)
     def ImportBaselines(self, request, context):
         return pb.ImportBaselinesResponse(imported=baselines.import_table(self.c.store, request))
 

@@ -15,20 +15,17 @@ import logging
 import time
 from typing import Iterable
 
-from coordinator.health import verdicts
-from coordinator.health.fleet import RECHECK_MIN_S
-from ringleader import checks
-from ringleader.errors import FailedPrecondition, InvalidSpec, NotFound
+from coordinator.health import recheck, verdicts
+from ringleader import checks, kinds
+from ringleader.errors import InvalidSpec, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
 log = logging.getLogger("ringleader.coordinator")
 
-# What a check asks for when the request leaves a kind's settings unset: short rounds (a
-# 512 KiB ping-pong still measures bandwidth on every link worth flagging; a rate-limited one
-# at 200 Mbit/s takes 21 ms a way, so a whole matrix of 8 hosts stays within seconds; 4 round
-# trips, of which the fastest counts, so that a busy host's scheduling delays do not).
-SHORT = {"link_matrix": pb.LinkMatrixSpec(size_bytes=512 << 10, iters=4, warmup=1),
-         "gpu_check": pb.GpuCheckSpec(iters=20), "sdc_check": pb.SdcCheckSpec(rounds=2)}
+def short(kind: str):
+    """What a check asks for when the request leaves its settings unset: the kind table's `short`
+    column (ringleader/checks.py short_*)."""
+    return kinds.get(kind).resolve("short")()
 DEFAULT_WAIT_S = 300.0
 MAX_WAIT_S = 3600.0
 CONNECTED = (pb.IDLE, pb.BUSY, pb.QUARANTINED)
@@ -64,7 +61,7 @@ def plan(workers: list[pb.WorkerInfo], kinds: Iterable[str] = (), settings: pb.R
             spec = pb.JobSpec(world_size=len(ids), priority=checks.CHECK_PRIORITY, name=f"check {kind}",
                               placement=pb.Placement(worker_ids=ids))
             given = settings is not None and settings.HasField(kind)
-            getattr(spec, kind).CopyFrom(getattr(settings, kind) if given else SHORT[kind])
+            getattr(spec, kind).CopyFrom(getattr(settings, kind) if given else short(kind))
             specs.append(spec)
     return specs
 
@@ -102,46 +99,13 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
     return out
 
 
-PREFLIGHT_KINDS = ("gpu_check", "sdc_check")
-PREFLIGHT_WAIT_S = 120.0
-
-
-def candidates(workers: Iterable[pb.WorkerInfo], spec: pb.JobSpec) -> list[pb.WorkerInfo]:
-    """The workers a job could be placed on now: those it names, else the idle ones its
-    placement admits (host, GPU model, device type)."""
-    p = spec.placement
-    if p.worker_ids:  # those connected now (one that is not: the job waits for it, as any other)
-        return [w for w in chosen(workers) if w.worker_id in set(p.worker_ids)]
-    return [w for w in workers if w.state == pb.IDLE and (not p.host or w.host == p.host)
-            and (not p.gpu_model or p.gpu_model in w.device.name)
-            and (not p.device_type or w.device.type == p.device_type)]
-
-
-async def preflight(core, fleet, spec: pb.JobSpec) -> None:
-    """Certify a job's possible gang just before it is submitted (JobSpec.preflight): the GPU and
-    corruption checks over its candidates; a worker that fails is quarantined, so the scheduler
-    places the job on others where the fleet allows, else it waits (needing workers). A failed
-    worker the spec names itself cannot be replaced: FailedPrecondition names it and why."""
-    if not spec.preflight or checks.is_check(spec):
-        return
-    workers = candidates(fleet.all_workers(), spec)
-    if not workers:
-        return  # nothing idle to certify now: the job waits as any other
-    request = pb.RunCheckRequest(worker_ids=[w.worker_id for w in workers], kinds=PREFLIGHT_KINDS, wait=True,
-                                 timeout_s=PREFLIGHT_WAIT_S)
-    answer = await run_check(core, fleet, request)
-    named = set(spec.placement.worker_ids)
-    failed = [w for w in answer.workers if w.health.verdict == pb.UNHEALTHY and w.worker_id in named]
-    if failed:
-        h = failed[0].health
-        raise FailedPrecondition(f"preflight: worker {failed[0].worker_id} failed {h.check}: {h.figure}; "
-                                 f"expected {h.expected}")
+RECHECK_POLL_S = 15.0
 
 
 class Sweeper:
     """Every `every_s` (0: never) a sweep of the checks over the connected, idle workers, one
-    check job at a time, each started only while no user job waits; and a sweep whenever a
-    failed worker's recheck is due (whatever `every_s`)."""
+    check job at a time, each started only while no user job waits; and, whatever `every_s`, a
+    recheck of each failed worker when it is due: only the check it failed, with few peers."""
 
     def __init__(self, core, fleet, every_s: float = 0.0, kinds: Iterable[str] = (), poll_s: float = 0.2) -> None:
         if every_s < 0:
@@ -166,16 +130,26 @@ class Sweeper:
         while True:
             await asyncio.sleep(self.poll_s)
             now = time.monotonic()
-            # A recheck at most once per RECHECK_MIN_S: a due worker that is away, or whose check
-            # did not finish, keeps its due time and must not start sweep after sweep.
-            recheck = now >= next_recheck and bool(self.fleet.book.due())
-            if now < next_sweep and not recheck:
-                continue
             try:
-                await self.sweep()
+                # A round of rechecks at most every RECHECK_POLL_S: a due worker that is away, or
+                # whose check did not finish, keeps its due time and is tried again then.
+                if now >= next_recheck and self.fleet.book.due():
+                    next_recheck = now + RECHECK_POLL_S
+                    await self.recheck()
+                if now >= next_sweep:
+                    await self.sweep()
+                    next_sweep = self._next()
             except Exception:  # a bug here must not end the sweeps for good
                 log.exception("fleet sweep failed")
-            next_sweep, next_recheck = self._next(), time.monotonic() + RECHECK_MIN_S
+
+    async def recheck(self) -> list[pb.Job]:
+        """Recheck the due workers: each only with the check it failed, and the fewest healthy
+        peers (coordinator/health/recheck.py). Rechecks do not wait for a gap between user jobs:
+        they are short, name idle workers and start at once, so a queue of user jobs never
+        starves them (a falsely quarantined worker a job waits for comes back)."""
+        specs = recheck.plan(self.fleet.all_workers(), self.fleet.book.due(), short)
+        jobs = [self.core.submit(spec) for spec in specs]
+        return await wait_all(self.core, [j.id for j in jobs], DEFAULT_WAIT_S)
 
     async def sweep(self) -> list[pb.Job]:
         """One sweep: each check job is planned over the workers idle when its turn comes."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ringleader import checks
+from ringleader import checks, kinds
 from ringleader.v1 import jobs_pb2 as pb
 
 HEALTHY, SUSPECT, FAILED = pb.HEALTHY, pb.SUSPECT, pb.UNHEALTHY
@@ -29,7 +29,7 @@ def of_job(job: pb.Job) -> dict[str, pb.WorkerHealth]:
     if job.state != pb.SUCCEEDED or kind not in checks.KINDS or not job.HasField(kind):
         return {}
     ranks = {w.rank: w for w in job.workers}
-    found = {"link_matrix": _links, "gpu_check": _gpus, "sdc_check": _sdc}[kind](getattr(job, kind), ranks)
+    found = kinds.get(kind).resolve("verdicts")(getattr(job, kind), ranks)  # the kind table's column
     at = job.finished_at
     return {ranks[r].worker_id: pb.WorkerHealth(verdict=v, check=kind, figure=fig, expected=exp, at=at, job_id=job.id)
             for r, (v, fig, exp) in found.items() if r in ranks}

@@ -45,6 +45,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def share(text: str) -> float:
+    """A share of a whole: a number from 0 to 1 (0.1 = 10 %)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1 (0.1 = 10 %), got {text!r}")
+    return value
+
+
 def size(text: str) -> int:
     try:
         return specs.parse_size(text)

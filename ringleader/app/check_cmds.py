@@ -2,8 +2,11 @@
 
 `check` runs the checks now over all connected workers, a host's, or a list, waits for them and
 prints what each found: the hosts named (every one of their workers failed), then each checked
-worker's verdict with its evidence. Exit code 1 when a checked worker failed, so a script can
-gate on it (`ringleader check --host h3 || drain h3`).
+worker's verdict with its evidence. Exit code 1 when a check it ran failed a worker (an older
+verdict of another check does not count), so a script can gate on it
+(`ringleader check --host h3 || drain h3`). `workers uncordon ID` of a worker whose latest verdict
+failed makes its recheck due now and keeps it out until that passes; `--force` puts it back over
+the verdict (and says so).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ def add_commands(sub, talker, client_options) -> None:
     w.add_argument("action", nargs="?", metavar="{cordon,uncordon}", help="cordon: keep the worker out of user jobs; "
                    "uncordon: put it back")
     w.add_argument("worker_id", nargs="?", default="", help="the worker to cordon or uncordon")
+    w.add_argument("--force", action="store_true", help="uncordon: put back a worker whose latest verdict failed, "
+                   "without the recheck it otherwise gets first")
 
 
 def handles(a: argparse.Namespace) -> bool:
@@ -54,12 +59,28 @@ def run(a: argparse.Namespace) -> int:
                 raise InvalidSpec("action", f"expected {' or '.join(ACTIONS)}, got {a.action[:64]!r}")
             if not a.worker_id:
                 raise InvalidSpec("worker_id", f"`ringleader workers {a.action}` needs a worker id")
-            info = client.cordon(a.worker_id, on=a.action == "cordon")
-            print(json.dumps(to_json(info), indent=2) if a.output == "json" else health_line(info))
+            force = a.action == "uncordon" and getattr(a, "force", False)
+            info = client.cordon(a.worker_id, on=a.action == "cordon", force=force)
+            print(json.dumps(to_json(info), indent=2) if a.output == "json" else cordon_text(info, a.action, force))
             return 0
         answer = client.run_check(request_from_args(a))
     print(json.dumps(to_json(answer), indent=2) if a.output == "json" else check_text(answer))
-    return EXIT_FAILED if any(w.health.verdict == pb.UNHEALTHY for w in answer.workers) else 0
+    return EXIT_FAILED if failed_here(answer) else 0
+
+
+def failed_here(r: pb.RunCheckResponse) -> list[pb.WorkerInfo]:
+    """The workers whose failed verdict came from a check of this request."""
+    ran = {j.id for j in r.jobs}
+    return [w for w in r.workers if w.health.verdict == pb.UNHEALTHY and w.health.job_id in ran]
+
+
+def cordon_text(w: pb.WorkerInfo, action: str, force: bool) -> str:
+    line = health_line(w)
+    if action == "uncordon" and force:
+        line += "\nput back by hand over its verdict (--force)"
+    elif action == "uncordon" and w.health.verdict == pb.UNHEALTHY:
+        line += "\nits latest verdict failed: a recheck is due now; it returns when that passes (--force overrides)"
+    return line
 
 
 def request_from_args(a: argparse.Namespace) -> pb.RunCheckRequest:
@@ -87,7 +108,8 @@ def check_text(r: pb.RunCheckResponse) -> str:
     lines.append("named hosts: " + (", ".join(r.named_hosts) or "none"))
     bad = [w for w in r.workers if w.health.verdict != pb.HEALTHY]
     lines += [health_line(w) for w in bad]
-    lines.append(f"{len(r.workers) - len(bad)} of {len(r.workers)} workers healthy")
+    lines.append(f"{len(r.workers) - len(bad)} of {len(r.workers)} workers healthy; "
+                 f"{len(failed_here(r))} failed by these checks")
     return "\n".join(lines)
 
 

@@ -98,6 +98,9 @@ def _add_servers(sub) -> None:
                    help="how long a disconnected worker stays listed (default 600)")
     c.add_argument("--check-every", type=argtypes.seconds, default=0.0, metavar="SECONDS",
                    help="sweep the fleet's health checks over idle workers this often (e.g. 300; default 0: off)")
+    c.add_argument("--quarantine-max-share", type=argtypes.share, default=0.1, metavar="SHARE",
+                   help="circuit breaker: automatic quarantine takes at most this share of a GPU model's workers "
+                        "(at least 1; default 0.1); beyond it failed workers stay in service for an operator")
     c.add_argument("--k8s-taint-nodes", action="store_true",
                    help="in Kubernetes: label and taint (NoSchedule) the Node of a failed worker, "
                         "untaint it when healthy (needs deploy/k8s/components/node-taints)")

@@ -57,9 +57,9 @@ class Client:
     def logs(self, job_id: str) -> pb.JobLogs:
         return self._stub.GetJobLogs(pb.GetJobLogsRequest(job_id=job_id), timeout=self.timeout, metadata=self._auth)
 
-    def cordon(self, worker_id: str, on: bool = True) -> pb.WorkerInfo:
+    def cordon(self, worker_id: str, on: bool = True, force: bool = False) -> pb.WorkerInfo:
         call = self._stub.CordonWorker if on else self._stub.UncordonWorker
-        return call(pb.CordonRequest(worker_id=worker_id), timeout=self.timeout, metadata=self._auth)
+        return call(pb.CordonRequest(worker_id=worker_id, force=force), timeout=self.timeout, metadata=self._auth)
 
     def run_check(self, request: pb.RunCheckRequest) -> pb.RunCheckResponse:
         """Fleet checks; with request.wait, the call lasts until they finish (or its timeout_s)."""

@@ -13,7 +13,7 @@ from collections import Counter
 from ringleader.jobspec import ValidJob
 from ringleader.v1 import jobs_pb2 as pb
 
-CONNECTED = (pb.IDLE, pb.BUSY)  # a quarantined or disconnected worker takes no user job
+CONNECTED = (pb.IDLE, pb.BUSY)  # a quarantined worker takes no user job unless the job names it
 
 
 def _admits(p: pb.Placement, w: pb.WorkerInfo) -> bool:
@@ -32,11 +32,18 @@ def _constraints(p: pb.Placement) -> str:
 def shortfall(job: ValidJob, workers: list[pb.WorkerInfo]) -> str:
     """"" when enough connected workers of one backend can run the job, else why not."""
     spec = job.spec
-    n = spec.world_size
-    eligible = Counter(w.backend for w in workers
-                       if w.state in CONNECTED and _admits(spec.placement, w) and job.runs_on(w.backend))
+    n, named = spec.world_size, set(spec.placement.worker_ids)
+    fit = [w for w in workers if _admits(spec.placement, w) and job.runs_on(w.backend)]
+    # A quarantined worker the spec names may run it (it waits for it); others are counted apart.
+    usable = [w for w in fit if w.state in CONNECTED or (w.state == pb.QUARANTINED and w.worker_id in named)]
+    eligible = Counter(w.backend for w in usable)
     if any(k >= n for k in eligible.values()):
         return ""
+    held = sum(1 for w in fit if w.state == pb.QUARANTINED and w.worker_id not in named)
+    if held:  # the words of the scheduler's reason (coordinator/core/waiting.py)
+        idle = sum(1 for w in usable if w.state == pb.IDLE)
+        return (f"needs {n} workers: {len(usable) + held} connected, {idle} idle, {len(usable) - idle} busy, "
+                f"{held} quarantined{_constraints(spec.placement)}")
     if len(eligible) > 1:  # enough in all, but a gang never mixes backends
         listed = ", ".join(f"{k} {b}" for b, k in sorted(eligible.items()))
         return f"needs {n} workers of one backend, {listed} connected{_constraints(spec.placement)}"

@@ -47,6 +47,7 @@ class CoordinatorConfig:
     insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
     check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
     k8s_taint_nodes: bool = False  # taint the Kubernetes Node of a failed worker (--k8s-taint-nodes)
+    quarantine_max_share: float = 0.1  # the circuit breaker's share of a GPU model (--quarantine-max-share)
 
 
 def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
@@ -80,7 +81,8 @@ class RunningCoordinator:
         # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/health/k8s_taint.py).
         self.tainter = NodeTainter() if config.k8s_taint_nodes else None
         self.core = Coordinator(self.store, config.timings or Timings(worker_ttl_s=config.worker_ttl),
-                                health_observers=[self.tainter.observe] if self.tainter else [])
+                                health_observers=[self.tainter.observe] if self.tainter else [],
+                                quarantine_max_share=config.quarantine_max_share)
         self.metrics = CoordinatorMetrics(self.core)
         self.sweeper = Sweeper(self.core, self.core.fleet, config.check_every)
         self.server: grpc.aio.Server | None = None

@@ -1776,6 +1776,7 @@ class WorkerHealth(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     CORDONED_FIELD_NUMBER: _builtins.int
     RECHECK_AT_FIELD_NUMBER: _builtins.int
+    BREAKER_HELD_FIELD_NUMBER: _builtins.int
     verdict: Global___Verdict.ValueType
     check: _builtins.str
     """link_matrix, gpu_check, sdc_check, cordon, ..."""
@@ -1791,6 +1792,10 @@ class WorkerHealth(_message.Message):
     """quarantined by hand"""
     recheck_at: _builtins.float
     """unix seconds of the next recheck, 0 when none"""
+    breaker_held: _builtins.bool
+    """UNHEALTHY, but left in service: automatic quarantine already held its share of this GPU
+    model's workers (--quarantine-max-share, the circuit breaker); an operator decides (cordon).
+    """
     def __init__(
         self,
         *,
@@ -1802,10 +1807,11 @@ class WorkerHealth(_message.Message):
         job_id: _builtins.str = ...,
         cordoned: _builtins.bool = ...,
         recheck_at: _builtins.float = ...,
+        breaker_held: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2015,15 +2021,21 @@ class CordonRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKER_ID_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
+    force: _builtins.bool
+    """uncordon only: put back a worker whose latest verdict failed without the recheck it
+    otherwise gets first (the operator overrides the verdict; the answer says so).
+    """
     def __init__(
         self,
         *,
         worker_id: _builtins.str = ...,
+        force: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

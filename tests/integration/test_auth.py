@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from google.protobuf import message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -137,6 +138,30 @@ def test_grpc_answers_by_role_and_health_and_reflection_stay_open(secure, pki):
         iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)))
     names = {s.name for s in services[0].list_services_response.service}
     assert {"ringleader.v1.JobService", "ringleader.v1.WorkerService"} <= names
+
+
+def test_a_worker_certificate_is_refused_on_every_job_service_rpc(secure, pki):
+    # Every RPC the service declares (read from its descriptor, so a new one is covered), with an
+    # empty request and the users' token: the certificate alone is refused, before anything runs.
+    service = pb.DESCRIPTOR.services_by_name["JobService"]
+    as_worker = ClientSecurity(token(pki, "users"), TlsFiles(str(pki / "ours" / "ca.pem"), *(
+        str(pki / "ours" / f) for f in worker_files("s0"))))
+    refused = {}
+    with as_worker.channel(secure.address) as channel:
+        for method in service.methods:
+            request = message_factory.GetMessageClass(method.input_type)()
+            answer = message_factory.GetMessageClass(method.output_type)
+            path = f"/{service.full_name}/{method.name}"
+            kind = channel.unary_stream if method.server_streaming else channel.unary_unary
+            rpc = kind(path, request_serializer=type(request).SerializeToString, response_deserializer=answer.FromString)
+            try:
+                got = rpc(request, timeout=30, metadata=as_worker.metadata)
+                list(got) if method.server_streaming else got
+                refused[method.name] = "OK"
+            except grpc.RpcError as exc:
+                refused[method.name] = (exc.code(), exc.details().startswith("this is worker s0's certificate"))
+    assert len(refused) == len(service.methods) >= 13
+    assert refused == {name: (grpc.StatusCode.PERMISSION_DENIED, True) for name in refused}
 
 
 def run_cli(secure, pki, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -105,6 +105,7 @@ SAMPLES = {
     "verbose": ("yes", True),
     "worker_ttl": ("90", 90.0),
     "check_every": ("300", 300.0),
+    "quarantine_max_share": ("0.25", 0.25),
 }
 
 

@@ -4,18 +4,18 @@ given by the Tick inputs."""
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
 import pytest
 
 from coordinator.core import liveness
-from coordinator.core.control import Control
-from coordinator.core.inputs import CLOSE, Cancel, Disconnect, Out, Register, Reload, SetQuarantine, Submit, Tick, WorkerMsg
+from coordinator.core.control import Control, ReentryError
+from coordinator.core.inputs import CLOSE, Cancel, Disconnect, Out, Register, Reload, Cordon, Submit, Tick, WorkerMsg
 from coordinator.core.liveness import Timings
 from coordinator.store.memory import MemoryJobStore
 from ringleader import jobspec
+from ringleader.errors import NotFound
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
@@ -247,8 +247,8 @@ def test_a_silent_worker_is_lost_its_stream_closed_and_its_job_failed():
 
 def test_a_quarantined_worker_gets_only_jobs_that_name_it():
     f = Fleet(3)
-    f.ctl.handle(SetQuarantine("w1", True))
-    assert f.state("w1") == pb.QUARANTINED and f.conns["w1"].info().state == pb.QUARANTINED
+    f.ctl.handle(Cordon("w1", True))
+    assert f.state("w1") == pb.IDLE and f.ctl.health.quarantined("w1")  # one fact: the health record
     free = f.submit(2).job.id
     assert [w.worker_id for w in f.job(free).workers] == ["w0", "w2"]
     waiting = f.submit(1).job.id
@@ -257,33 +257,43 @@ def test_a_quarantined_worker_gets_only_jobs_that_name_it():
     assert [w.worker_id for w in f.job(named).workers] == ["w1"] and f.state("w1") == pb.BUSY
     f.msg("w1", store_ready=wpb.StoreReady(job_id=named, store_port=1))
     f.done("w1", named, 0)
-    assert f.state("w1") == pb.QUARANTINED  # back to quarantine, not to the pool
-    f.ctl.handle(SetQuarantine("w1", False))
+    assert f.state("w1") == pb.IDLE and f.job(waiting).state == pb.QUEUED  # not back to the pool
+    f.ctl.handle(Cordon("w1", False))
     assert f.job(waiting).workers[0].worker_id == "w1" and f.state("w1") == pb.BUSY
 
 
 def test_quarantine_holds_for_the_worker_id_across_reconnects_and_before_it_registers():
     f = Fleet(1)
-    f.ctl.handle(SetQuarantine("w1", True))  # not registered yet
+    f.ctl.health.cordon("w1", True)  # known to the health book (as after a restart), not registered yet
     f.register("w1", 1)
-    assert f.state("w1") == pb.QUARANTINED
+    assert f.ctl.health.quarantined("w1")
     job_id = f.submit(2).job.id
-    assert f.job(job_id).reason == "needs 2 workers, 1 connected"  # a quarantined worker is not counted
+    assert f.job(job_id).reason == "needs 2 workers: 2 connected, 1 idle, 0 busy, 1 quarantined"  # counted apart
     f.ctl.handle(Disconnect(f.conns["w1"], "test"))
     f.register("w1", 1)
-    assert f.state("w1") == pb.QUARANTINED and f.job(job_id).state == pb.QUEUED
-    f.ctl.handle(SetQuarantine("w1", False))
+    assert f.ctl.health.quarantined("w1") and f.job(job_id).state == pb.QUEUED
+    f.ctl.handle(Cordon("w1", False))
     assert f.job(job_id).state == pb.RUNNING
 
 
-def test_no_coordinator_object_installs_a_callback_on_another_and_one_place_schedules():
-    sources = {p.name: p.read_text() for p in (ROOT / "coordinator").rglob("*.py")}
-    assigned = [(name, m.group(0)) for name, text in sources.items()
-                for m in re.finditer(r"\.(on_\w+|waiting_reason)\s*=(?!=)", text)]
-    assert assigned == []
-    calls = [name for name, text in sources.items() for _ in re.finditer(r"(?<!def )\bschedule\(\)", text)]
-    assert calls == ["control.py"]
+def test_re_entering_handle_raises_and_changes_nothing():
+    f = Fleet(2)
+    f.ctl._handling = Tick(0.0)  # as while another input is being applied
+    with pytest.raises(ReentryError, match="Submit.*while applying Tick"):
+        f.submit(2)
+    f.ctl._handling = None
+    assert len(f.ctl.book.queued) == 0 and f.state("w0") == pb.IDLE
+    job_id = f.submit(2).job.id  # the guard is released after each input, also one that raised
+    assert f.job(job_id).state == pb.RUNNING
 
+
+def test_a_cordon_of_an_unknown_worker_is_refused_naming_it():
+    f = Fleet(1)
+    with pytest.raises(NotFound, match="worker nobody not found"):
+        f.ctl.handle(Cordon("nobody", True))
+    with pytest.raises(Exception, match="worker_id"):
+        f.ctl.handle(Cordon("x" * 5000, True))
+    f.ctl.handle(Tick(time.monotonic()))  # a refused input leaves the reactor usable
 
 def test_liveness_only_returns_verdicts_and_changes_nothing():
     f = Fleet(2)

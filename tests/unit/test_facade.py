@@ -248,9 +248,9 @@ def test_paging_reports_a_next_page_at_the_largest_page(core):
 
 def test_a_quarantined_worker_is_listed_as_such_and_left_out_of_user_jobs(core):
     ws = workers(core, 3)
-    core.set_quarantine("w2", True)
+    core.cordon("w2", True)
     assert [w.worker_id for w in core.list_workers([pb.QUARANTINED]).workers] == ["w2"]
     job = core.submit(spec(2))
     assert [w.worker_id for w in core.get(job.id).workers] == ["w0", "w1"]
-    core.set_quarantine("w2", False)
+    core.cordon("w2", False)
     assert ws[2].state == pb.IDLE

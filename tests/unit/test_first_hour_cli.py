@@ -87,7 +87,7 @@ def test_fleet_fit_counts_connected_workers_that_can_run_the_job():
     two = [_worker("a"), _worker("b", state=pb.BUSY)]
     assert fleet_fit.shortfall(valid, two) == ""
     assert fleet_fit.shortfall(valid, [_worker("a"), _worker("b", state=pb.QUARANTINED)]) == \
-        "needs 2 workers, 1 connected"
+        "needs 2 workers: 2 connected, 1 idle, 0 busy, 1 quarantined"
     mixed = [_worker("a"), _worker("g", backend="nccl", dtype="cuda", name="H200")]
     assert fleet_fit.shortfall(valid, mixed) == "needs 2 workers of one backend, 1 gloo, 1 nccl connected"
     twenty = jobspec.normalize(submit("--op", "all_reduce", "--world-size", "20", "--host", "x"))

@@ -1,15 +1,14 @@
-"""Verdicts from check results (coordinator/health/verdicts.py) and the health book (coordinator/health/fleet.py):
-who is named, with what evidence, quarantine changes, the recheck backoff, cordons, persistence."""
+"""Verdicts from check results (coordinator/health/verdicts.py) and the health book (coordinator/health/book.py):
+who is named, with what evidence, quarantine changes, the recheck backoff, cordons, persistence, the
+circuit breaker."""
 
 from __future__ import annotations
 
 import pytest
 
-from coordinator.health import fleet as health, verdicts
+from coordinator.health import book as health, verdicts
 from coordinator.store.memory import MemoryJobStore
 from coordinator.store.sqlite import SqliteJobStore
-from ringleader import checks
-from ringleader.errors import NotFound
 from ringleader.v1 import jobs_pb2 as pb
 from worker.checks import gpu_check, link_matrix, sdc_check
 
@@ -123,16 +122,22 @@ def test_a_pass_of_another_check_does_not_clear_a_failure():
 def test_cordon_and_uncordon_by_hand():
     clock = Clock()
     book = health.HealthBook(MemoryJobStore(), clock)
-    h, changes = book.cordon("w2", True)
+    changes = book.cordon("w2", True)
+    h = book.get("w2")
     assert changes == [("w2", True)] and h.cordoned and h.check == "cordon" and h.at == 1000.0
     assert book.record({"w2": _verdict(pb.HEALTHY, 1001.0)}) == []  # a pass does not lift a cordon
     assert book.get("w2").cordoned and book.quarantined("w2")
-    assert book.cordon("w2", False)[1] == [("w2", False)]
+    assert book.cordon("w2", False) == [("w2", False)]
     book.record({"w3": _verdict(pb.UNHEALTHY, 1000.0)})
     clock.now = 1010.0
-    h, changes = book.cordon("w3", False)  # the operator puts a failed worker back
-    assert changes == [("w3", False)] and h.verdict == pb.SUSPECT and book.due() == ["w3"]
-    assert book.counts()["SUSPECT"] == 1 and book.counts()["CORDONED"] == 0
+    # Uncordon of a worker whose latest verdict failed: its recheck is due now, and it stays out
+    # until that recheck passes.
+    assert book.cordon("w3", True) == [] and book.cordon("w3", False) == []
+    assert book.get("w3").verdict == pb.UNHEALTHY and book.quarantined("w3") and book.due() == ["w3"]
+    changes = book.cordon("w3", False, force=True)  # the operator overrides the verdict
+    h = book.get("w3")
+    assert changes == [("w3", False)] and h.verdict == pb.SUSPECT and "--force" in h.expected
+    assert book.due() == ["w3"] and book.counts()["SUSPECT"] == 1 and book.counts()["CORDONED"] == 0
 
 
 def test_verdicts_survive_a_restart(tmp_path):
@@ -149,34 +154,46 @@ def test_verdicts_survive_a_restart(tmp_path):
         store.close()
 
 
-class FakeCore:
-    """Stands in for the coordinator facade: records what FleetHealth asks of it."""
-
-    def __init__(self) -> None:
-        self.listeners, self.quarantine = [], {}
-
-    def add_listener(self, fn) -> None:
-        self.listeners.append(fn)
-
-    def set_quarantine(self, worker_id: str, on: bool) -> None:
-        self.quarantine[worker_id] = on
-
-    def list_workers(self, limit=0, page_token=""):
-        return pb.ListWorkersResponse(workers=[pb.WorkerInfo(worker_id=f"w{i}", state=pb.IDLE) for i in range(3)])
 
 
-def test_fleet_health_quarantines_from_a_finished_check():
-    core = FakeCore()
-    fleet = health.FleetHealth(core, MemoryJobStore())
-    g = gpu_check.gpu_result(["cpu"] * 3, [(1.0, 9.0), (0.1, 9.0), (1.0, 9.0)], 8, "float32", 8)
-    job = _job("gpu_check", g, ["a", "b", "c"])
-    done = pb.JobEvent(job_id=job.id, state=pb.StateChange(state=pb.SUCCEEDED))
-    core.listeners[0](pb.JobEvent(job_id=job.id, state=pb.StateChange(state=pb.RUNNING)), job)
-    assert core.quarantine == {}
-    core.listeners[0](done, job)
-    assert core.quarantine == {"w1": True} and fleet.book.get("w0").verdict == pb.HEALTHY
-    info = fleet.cordon("w1", False)
-    assert core.quarantine == {"w1": False} and info.worker_id == "w1" and info.health.verdict == pb.SUSPECT
-    with pytest.raises(NotFound):
-        fleet.cordon("nobody", True)
-    assert checks.is_check(job.spec)
+def test_the_recheck_wait_doubles_once_per_recheck_not_once_per_failing_kind():
+    book = health.HealthBook(MemoryJobStore(), Clock())
+    book.record({"w1": _verdict(pb.UNHEALTHY, 1000.0)})  # a sweep: gpu_check fails ...
+    book.record({"w1": pb.WorkerHealth(verdict=pb.UNHEALTHY, check="sdc_check", at=1001.0)})  # ... and sdc_check
+    assert book.get("w1").recheck_at == 1000.0 + health.RECHECK_MIN_S  # one wait, not doubled
+    book.record({"w1": pb.WorkerHealth(verdict=pb.UNHEALTHY, check="sdc_check", at=1060.0)})  # the recheck
+    assert book.get("w1").recheck_at == 1060.0 + 2 * health.RECHECK_MIN_S
+
+
+def _fleet(n: int, model: str = "H100") -> dict[str, str]:
+    return {f"w{i:02d}": model for i in range(n)}
+
+
+def test_the_circuit_breaker_holds_quarantine_at_its_share_of_a_gpu_model():
+    # 30 % of a simulated fleet of 20 H100 and 10 A100 workers fails one check: automatic
+    # quarantine takes 10 % of each model (at least one), the rest stay in service, recorded.
+    book = health.HealthBook(MemoryJobStore(), Clock(), max_share=0.10)
+    models = {**_fleet(20, "H100"), **{f"a{i:02d}": "A100" for i in range(10)}}
+    failing = [f"w{i:02d}" for i in range(6)] + ["a00", "a01", "a02"]
+    changes = book.record({w: _verdict(pb.UNHEALTHY, 1000.0) for w in failing}, models)
+    assert changes == [("a00", True), ("w00", True), ("w01", True)]
+    assert book.quarantined_ids() == ["a00", "w00", "w01"]
+    assert book.held_ids() == ["a01", "a02", "w02", "w03", "w04", "w05"]
+    assert all(book.get(w).verdict == pb.UNHEALTHY for w in failing)  # the verdicts stay recorded
+    assert book.counts()["BREAKER_HELD"] == 6
+    # A recheck of a held worker does not slip it past the breaker; an operator may cordon it.
+    assert book.record({"w02": _verdict(pb.UNHEALTHY, 1060.0)}, models) == []
+    assert book.cordon("w02", True) == [("w02", True)] and "w02" not in book.held_ids()
+    # When a quarantined worker passes, the breaker has room again for the next verdict.
+    assert book.record({"w00": _verdict(pb.HEALTHY, 1100.0)}, models) == [("w00", False)]
+    assert book.record({"w03": _verdict(pb.UNHEALTHY, 1200.0)}, models) == []  # w01 + cordoned w02
+    assert book.cordon("w02", False, force=True) == [("w02", False)]
+    assert book.record({"w03": _verdict(pb.UNHEALTHY, 1300.0)}, models) == [("w03", True)]
+
+
+def test_a_small_fleet_may_always_quarantine_one_worker_and_a_bad_share_is_refused():
+    book = health.HealthBook(MemoryJobStore(), Clock(), max_share=0.10)
+    assert book.record({"w00": _verdict(pb.UNHEALTHY, 1000.0)}, _fleet(3)) == [("w00", True)]
+    assert book.record({"w01": _verdict(pb.UNHEALTHY, 1000.0)}, _fleet(3)) == []
+    with pytest.raises(ValueError, match="quarantine_max_share"):
+        health.HealthBook(MemoryJobStore(), Clock(), max_share=1.5)

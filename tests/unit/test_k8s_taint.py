@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from coordinator.health.fleet import FleetHealth
 from coordinator.health.k8s_taint import LABEL, TAINT, NodeTainter
 from ringleader.app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
@@ -125,36 +124,20 @@ def test_an_api_error_is_logged_once_per_node_and_error_and_never_raised(fake_ap
     unreachable.close()
 
 
-class _Core:
-    """The facade's public API that FleetHealth uses, with one connected worker."""
-
-    def __init__(self) -> None:
-        self.quarantined: dict[str, bool] = {}
-
-    def add_listener(self, fn) -> None:
-        pass
-
-    def set_quarantine(self, worker_id: str, on: bool) -> None:
-        self.quarantined[worker_id] = on
-
-    def list_workers(self, limit: int = 0, page_token: str = ""):
-        class Page:
-            workers = [pb.WorkerInfo(worker_id="w1", host="node-a")]
-            next_page_token = ""
-        return Page()
-
-
 def test_fleet_health_tells_its_observers_of_quarantine_changes_with_the_host(tmp_path):
+    from coordinator.core.facade import Coordinator
     from coordinator.store.factory import open_store
+    from ringleader.v1 import workers_pb2 as wpb
 
     seen: list[pb.WorkerInfo] = []
     store = open_store(":memory:")
-    fleet = FleetHealth(_Core(), store, observers=[seen.append])
-    fleet.book.clock = lambda: 100.0
-    fleet._apply(fleet.book.record({"w1": pb.WorkerHealth(verdict=pb.UNHEALTHY, check="gpu", at=100.0)}))
-    fleet.cordon("w1", False)
-    assert [(i.host, i.health.verdict, i.health.check) for i in seen] == [
-        ("node-a", pb.UNHEALTHY, "gpu"), ("node-a", pb.SUSPECT, "gpu")]
+    core = Coordinator(store, health_observers=[seen.append])
+    core.register(wpb.Register(worker_id="w1", host="node-a", address="10.0.0.1", backend="gloo",
+                               device=pb.Device(type="cpu", name="cpu")))
+    core.cordon("w1", True)
+    core.cordon("w1", False)
+    assert [(i.host, i.health.cordoned, i.state) for i in seen] == [
+        ("node-a", True, pb.QUARANTINED), ("node-a", False, pb.IDLE)]
     store.close()
 
 

@@ -140,7 +140,7 @@ def test_a_quarantined_worker_serves_only_jobs_that_name_it():
     q = dataclasses.replace(w("w1", idx=1), quarantined=True)
     fleet = [w("w0"), q, w("w2", idx=2)]
     p = plan([job("a", n=3)], fleet)
-    assert p.decisions == [] and p.waiting["a"] == "needs 3 workers, 2 connected"
+    assert p.decisions == [] and p.waiting["a"] == "needs 3 workers: 3 connected, 2 idle, 0 busy, 1 quarantined"
     p = plan([job("b", n=2)], fleet)
     assert p.decisions[0].worker_ids == ("w0", "w2")
     p = plan([job("c", n=1, worker_ids=("w1",))], fleet)
@@ -199,6 +199,18 @@ def eligible(need, v):
     return need.admits(dataclasses.replace(v, quarantined=False)) and (not v.quarantined or v.worker_id in need.worker_ids)
 
 
+def held_back(need, n, fleet, reason):
+    """With quarantined workers among the eligible ones, every count apart (coordinator/core/waiting.py)."""
+    held = [v for v in fleet if v.quarantined and not need.worker_ids
+            and need.admits(dataclasses.replace(v, quarantined=False))]
+    if not held:
+        return reason
+    usable = [v for v in fleet if eligible(need, v)]
+    idle = sum(v.idle for v in usable)
+    return (f"needs {n} workers: {len(usable) + len(held)} connected, {idle} idle, {len(usable) - idle} busy, "
+            f"{len(held)} quarantined{need.constraints()}")
+
+
 def reference(queue, fleet, groups):
     """Every rule of the module docstring, applied job by job with full scans."""
     free = {v.worker_id: v for v in fleet if v.idle}
@@ -210,9 +222,10 @@ def reference(queue, fleet, groups):
         if not runnable:
             per = {b: sum(v.backend == b for v in matching) for b in BACKENDS if b in need.backends}
             per = {b: k for b, k in per.items() if k}
-            waiting[j.job_id] = (f"needs {n} workers of one backend, "
-                                 + ", ".join(f"{k} {b}" for b, k in per.items()) + f" connected{need.constraints()}"
-                                 if len(per) > 1 else f"needs {n} workers, {sum(per.values())} connected{need.constraints()}")
+            waiting[j.job_id] = held_back(need, n, fleet, (
+                f"needs {n} workers of one backend, " + ", ".join(f"{k} {b}" for b, k in per.items())
+                + f" connected{need.constraints()}"
+                if len(per) > 1 else f"needs {n} workers, {sum(per.values())} connected{need.constraints()}"))
             continue
         idle = [v for v in free.values() if eligible(need, v) and v.backend in runnable]
         d = None
@@ -236,7 +249,7 @@ def reference(queue, fleet, groups):
         else:
             for v in idle:
                 free.pop(v.worker_id)
-            waiting[j.job_id] = f"needs {n} workers, {len(idle)} idle{need.constraints()}"
+            waiting[j.job_id] = held_back(need, n, fleet, f"needs {n} workers, {len(idle)} idle{need.constraints()}")
     return decisions, waiting
 
 
@@ -333,3 +346,14 @@ def test_a_pass_walks_neither_the_queue_nor_the_fleet(monkeypatch):
         s.put_worker(w(f"w{i + 32}", f"h{(i + 32) // 8}", i % 8, idle=False, backend="gloo", dtype="cpu"))
     visits.clear()
     assert s.place() == [] and visits == []
+
+
+def test_healthy_workers_are_preferred_over_suspect_or_never_checked_ones():
+    doubtful = dataclasses.replace(w("w0", host="h1"), trusted=False)
+    # One host: the HEALTHY worker is taken first, whatever the device order.
+    assert plan([job("a", n=1)], [doubtful, w("w1", idx=1)]).decisions[0].worker_ids == ("w1",)
+    # Hosts with as many idle workers: the one without a doubtful worker first.
+    p = plan([job("a", n=1)], [doubtful, w("w9", host="h9")])
+    assert p.decisions[0].worker_ids == ("w9",)
+    # A gang that needs it still gets it.
+    assert plan([job("a", n=2)], [doubtful, w("w9", host="h9")]).decisions[0].worker_ids == ("w0", "w9")

@@ -17,7 +17,7 @@ from ringleader.v1 import workers_pb2 as wpb
 
 EXPECTED = {
     "job": {
-        (pb.QUEUED, pb.RUNNING), (pb.QUEUED, pb.CANCELLED), (pb.RUNNING, pb.SUCCEEDED),
+        (pb.QUEUED, pb.RUNNING), (pb.QUEUED, pb.CANCELLED), (pb.QUEUED, pb.FAILED), (pb.RUNNING, pb.SUCCEEDED),
         (pb.RUNNING, pb.FAILED), (pb.RUNNING, pb.CANCELLED), (pb.RUNNING, pb.QUEUED),
     },
     "worker": {(pb.IDLE, pb.BUSY), (pb.BUSY, pb.IDLE), (pb.IDLE, pb.DISCONNECTED), (pb.BUSY, pb.DISCONNECTED),

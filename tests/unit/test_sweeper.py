@@ -33,7 +33,7 @@ def test_one_job_per_kind_and_backend_at_the_lowest_priority():
                    ("gpu_check", ["c0", "c1", "q"]), ("gpu_check", ["g0", "g1"]),
                    ("sdc_check", ["c0", "c1", "q"]), ("sdc_check", ["g0", "g1"])]
     assert all(s.priority == checks.CHECK_PRIORITY and s.world_size == len(s.placement.worker_ids) for s in specs)
-    assert specs[0].link_matrix == sweeper.SHORT["link_matrix"]
+    assert specs[0].link_matrix == sweeper.short("link_matrix")
 
 
 def test_settings_given_win_and_a_lone_worker_has_no_link_to_check():
@@ -42,7 +42,28 @@ def test_settings_given_win_and_a_lone_worker_has_no_link_to_check():
                          request)
     assert [(s.WhichOneof("kind"), s.world_size) for s in specs] == [("link_matrix", 2), ("gpu_check", 1),
                                                                     ("gpu_check", 2)]
-    assert specs[0].link_matrix.size_bytes == 4096 and specs[1].gpu_check == sweeper.SHORT["gpu_check"]
+    assert specs[0].link_matrix.size_bytes == 4096 and specs[1].gpu_check == sweeper.short("gpu_check")
     with pytest.raises(InvalidSpec) as e:
         sweeper.plan(FLEET, ["link_matrix", "nope"])
     assert e.value.field == "kinds"
+
+
+def _h(wid, verdict, check="gpu_check", host="h0", state=pb.IDLE, model="H100", backend="nccl"):
+    return pb.WorkerInfo(worker_id=wid, host=host, backend=backend, state=state,
+                         device=pb.Device(name=model, index=int(wid[-1])),
+                         health=pb.WorkerHealth(verdict=verdict, check=check))
+
+
+def test_a_recheck_runs_only_the_failed_check_on_the_worker_and_two_healthy_peers():
+    from coordinator.health import recheck
+
+    fleet = [_h("a0", pb.HEALTHY), _h("a1", pb.UNHEALTHY), _h("a2", pb.HEALTHY), _h("a3", pb.HEALTHY),
+             _h("a4", pb.HEALTHY, state=pb.BUSY), _h("a5", pb.SUSPECT), _h("b6", pb.HEALTHY, model="A100"),
+             _h("c7", pb.UNHEALTHY, check="sdc_check", state=pb.QUARANTINED), _h("c8", pb.UNHEALTHY, check="cordon")]
+    specs = recheck.plan(fleet, ["a1", "c7", "c8"], sweeper.short)
+    # a1: its gpu_check with two idle HEALTHY peers of its model; c7's sdc_check finds no two
+    # healthy peers left idle (a0, a2 are taken, a3 alone), so it waits; c8 was cordoned: nothing to rerun.
+    assert [(s.WhichOneof("kind"), list(s.placement.worker_ids)) for s in specs] == [("gpu_check", ["a0", "a1", "a2"])]
+    assert specs[0].priority == checks.CHECK_PRIORITY and specs[0].gpu_check == sweeper.short("gpu_check")
+    later = recheck.plan(fleet, ["c7"], sweeper.short)
+    assert [list(s.placement.worker_ids) for s in later] == [["a0", "a2", "c7"]] and later[0].HasField("sdc_check")

@@ -1,0 +1,127 @@
+"""Fleet health inside the control core: the part of `Control` (coordinator/core/control.py) that
+applies check verdicts and cordons to the health book (coordinator/health/book.py) it holds, and
+certifies a preflight job's gang before it starts (coordinator/core/preflight.py).
+
+A check job's verdicts are applied in the input that ends the job (`_verdicts`, from `end`), so
+the placement pass at the end of that input already sees the quarantine; a cordon is an input
+(`Cordon`). A quarantine change re-indexes the worker for the scheduler (its view reads the
+book) and is listed in `Out.health`, for observers told after the input.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from coordinator.core import preflight
+from coordinator.core.inputs import Cordon, Out
+from coordinator.core.jobs import Running
+from coordinator.core.scheduler import Decision
+from coordinator.health import verdicts
+from coordinator.health.sweeper import short
+from coordinator.health.book import Change, HealthBook
+from ringleader.errors import NotFound
+from ringleader import checks, jobspec
+from ringleader.jobspec import check_text
+from ringleader.v1 import jobs_pb2 as pb
+
+log = logging.getLogger("ringleader.coordinator")
+
+
+class HealthProtocol:
+    """Methods of `Control`, which owns the state they read and change."""
+
+    _out: Out
+    health: HealthBook
+
+    def _cordon(self, inp: Cordon) -> None:
+        check_text("worker_id", inp.worker_id)
+        if self.workers.get(inp.worker_id) is None and inp.worker_id not in self.health.known():
+            raise NotFound(f"worker {inp.worker_id} not found")
+        self._health_changed(self.health.cordon(inp.worker_id, inp.on, inp.force))
+        if not inp.on and inp.force:
+            log.warning("worker %s put back in service by hand (--force), over its verdict", inp.worker_id)
+
+    def _verdicts(self, rj: Running) -> None:
+        """Apply what a finished check found, before this input's placement pass."""
+        found = verdicts.of_job(rj.job)
+        if not found:
+            return
+        model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
+        self._health_changed(self.health.record(found, model_of))
+        for worker_id in found:  # a verdict changes which workers the scheduler prefers
+            if (conn := self.workers.get(worker_id)) is not None and conn.connected:
+                self._index(conn)
+        held = [w for w in sorted(found) if self.health.get(w).breaker_held]
+        if held:
+            alert = (f"circuit breaker: {', '.join(held)} failed {rj.job.spec.WhichOneof('kind')} but automatic "
+                     f"quarantine already holds {self.health.max_share:.0%} of their GPU model's workers; "
+                     f"left in service for an operator to decide (`ringleader workers cordon ID`)")
+            log.error("%s", alert)
+            self._out.alerts.append(alert)
+
+    def _health_changed(self, changes: list[Change]) -> None:
+        for worker_id, on in changes:
+            log.warning("worker %s %s", worker_id, "quarantined" if on else "back in service")
+            conn = self.workers.get(worker_id)
+            if conn is not None and conn.connected:
+                self._index(conn)
+                self._dirty = True  # a worker left or rejoined the pool user jobs draw from
+            self._out.health.append(worker_id)
+
+    # ---- preflight: certify the gang the placement pass picked, then start the job ---------
+
+    def _preflight(self, d: Decision) -> bool:
+        """Take over the start of a preflight job whose gang has an uncertified member: run the
+        checks on the gang first (True). False: start it now."""
+        spec = self.book.queued[d.job_id].valid.spec
+        if not preflight.wants(spec) or not preflight.uncertified(self.health, d.worker_ids):
+            self.certifying.pop(d.job_id, None)
+            return False
+        c = self.certifying.get(d.job_id) or preflight.Certifying(d.job_id, d.worker_ids, d.backend)
+        c.members, c.backend, c.kinds = d.worker_ids, d.backend, list(checks.PREFLIGHT_KINDS)
+        self.certifying[d.job_id] = c
+        self._next_preflight_check(c)
+        return True
+
+    def _next_preflight_check(self, c: preflight.Certifying) -> None:
+        kind = c.kinds.pop(0)
+        check = self.book.submit(jobspec.normalize(preflight.check_spec(kind, c.members, c.job_id, short(kind))))
+        c.check_id = check.id
+        self._preflight_of[check.id] = c.job_id
+        self._start(Decision(check.id, c.members, c.backend, self._warm_key(c.members)))  # the gang the pass reserved
+
+    def _warm_key(self, members: tuple[str, ...]) -> str:
+        """The warm group these members hold in this rank order, if any ("" for none): the next
+        check of a gang, and the job after them, reuse the group the last check formed."""
+        return next((key for key, m in self.groups.warm().get(len(members), {}).items() if m == members), "")
+
+    def _preflight_checked(self, check: Running) -> None:
+        """A preflight check ended (its verdicts applied, its workers freed, in this input): run the
+        next kind on the same gang, start the job, or put it back in the queue without a failed member."""
+        job_id = self._preflight_of.pop(check.id, "")
+        c = self.certifying.get(job_id)
+        if c is None or c.check_id != check.id or job_id not in self.book.queued:
+            return  # cancelled meanwhile
+        q = self.book.queued[job_id]
+        failed, fatal = preflight.failure(self.health, c.members, set(q.valid.spec.placement.worker_ids))
+        ended = check.job.state == pb.SUCCEEDED
+        # After the last kind, a member may still be uncertified without failing (a suspect verdict).
+        doubtful = [] if c.kinds or not ended or failed else preflight.uncertified(self.health, c.members)
+        c.unfinished += not ended or bool(doubtful)
+        if fatal or c.unfinished >= preflight.MAX_UNFINISHED:
+            del self.certifying[job_id]
+            self.book.finish(job_id, pb.FAILED, fatal or f"preflight: its gang was not certified {c.unfinished} "
+                                                         f"times; the last: check {check.id} {check.job.reason}"
+                                                         + (f", {', '.join(doubtful)} suspect" if doubtful else ""))
+            return
+        usable = all((w := self.workers.get(m)) is not None and w.state == pb.IDLE for m in c.members)
+        if ended and not failed and not doubtful and usable:
+            if c.kinds:
+                self._next_preflight_check(c)
+            else:
+                self._start(Decision(job_id, c.members, c.backend, self._warm_key(c.members)))  # certified: it starts
+            return
+        log.warning("job %s: preflight of %s: %s; placing it again", job_id, ", ".join(c.members),
+                    f"{', '.join(failed or doubtful)} {'failed' if failed else 'suspect'}" if failed or doubtful
+                    else f"check {check.id} {check.job.reason}")
+        self._enqueue(q)  # the placement pass at the end of this input picks another gang

@@ -1,0 +1,54 @@
+"""Why a queued job waits, in words (the scheduler's `reason`, worked out when read).
+
+    needs 8 workers, 6 connected                  too few eligible workers connected at all
+    needs 8 workers of one backend, 4 gloo, 4 nccl connected
+    needs 8 workers, 3 idle                       enough connected; the others are busy
+    needs 6 workers: 6 connected, 5 idle, 0 busy, 1 quarantined
+                                                  when quarantined workers are among the eligible
+                                                  ones, every count apart, so a reader sees that
+                                                  the fleet is there and what keeps the job back
+
+A quarantined worker (coordinator/health/book.py) counts as connected, never as idle or busy: it
+takes no user job unless the job names it.
+"""
+
+from __future__ import annotations
+
+from coordinator.core.sched_index import FleetIndex
+
+
+def reason(fleet: FleetIndex, need, connected: dict[str, int], seen_idle: int) -> str:
+    """`connected`: eligible, not quarantined, connected workers per backend; `seen_idle`: the
+    eligible idle workers the job saw (and reserved) in the last pass."""
+    n, where = need.world_size, need.constraints()
+    counts = {b: k for b, k in connected.items() if k}
+    held = quarantined(fleet, need)
+    if held:
+        usable = sum(counts.values())
+        idle = idle_now(fleet, need)
+        return (f"needs {n} workers: {usable + held} connected, {idle} idle, {usable - idle} busy, "
+                f"{held} quarantined{where}")
+    if not any(k >= n for k in counts.values()):
+        if len(counts) > 1:  # enough in all, but a gang never mixes backends
+            listed = ", ".join(f"{k} {b}" for b, k in counts.items())
+            return f"needs {n} workers of one backend, {listed} connected{where}"
+        return f"needs {n} workers, {sum(counts.values())} connected{where}"
+    return f"needs {n} workers, {seen_idle} idle{where}"
+
+
+def _fits_unless_quarantined(need, kind) -> bool:
+    return kind[4] and need.fits(kind[:4] + (False,))
+
+
+def quarantined(fleet: FleetIndex, need) -> int:
+    """Connected workers the job could use but for their quarantine (a job naming them may)."""
+    if need.worker_ids:
+        return 0  # it may use the quarantined workers it names
+    return sum((by_host.get(need.host, 0) if need.host else fleet.totals[kind])
+               for kind, by_host in fleet.hosts.items() if _fits_unless_quarantined(need, kind))
+
+
+def idle_now(fleet: FleetIndex, need) -> int:
+    """Eligible idle workers, quarantined ones apart."""
+    return sum(len(by_host.get(need.host, ())) if need.host else fleet.idle_n.get(kind, 0)
+               for kind, by_host in fleet.idle.items() if not kind[4] and need.fits(kind))

@@ -1,0 +1,53 @@
+"""What a recheck runs (pure): only the check a worker failed, on that worker and the fewest
+healthy peers the check needs to judge it, never a sweep of every kind over the whole fleet (one
+false verdict must not seed the next).
+
+The peers: idle workers of the same backend and GPU model whose verdict is HEALTHY and that are
+not quarantined, PEERS of them (the GPU and corruption checks compare a worker with the median or
+the majority of its same-model peers: with two peers a slow or wrong one stands out; a link check
+needs two links per worker to blame one). Several due workers of one kind and backend share one
+check job. A worker whose verdict came from a cordon has no check to repeat; one with too few
+healthy peers idle now (AT_LEAST) waits for the next round.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, Iterable
+
+from ringleader import checks
+from ringleader.v1 import jobs_pb2 as pb
+
+PEERS = 2
+# The fewest peers a kind can judge a worker with: a corruption check needs a majority of
+# agreeing checksums (a worker and one peer that disagree make both suspect); a lone worker's
+# GPU check compares it with itself and its link check has no link.
+AT_LEAST = {"sdc_check": 2}
+
+
+def plan(workers: Iterable[pb.WorkerInfo], due: Iterable[str], short: Callable) -> list[pb.JobSpec]:
+    """Check jobs for the due workers (ids, oldest first) among `workers` (the listing); `short(kind)`:
+    the settings a check runs with."""
+    listed = {w.worker_id: w for w in workers}
+    idle = (pb.IDLE, pb.QUARANTINED)
+    groups: dict[tuple[str, str, str], list[str]] = defaultdict(list)  # (kind, backend, model) -> due ids
+    for worker_id in due:
+        w = listed.get(worker_id)
+        if w is None or w.state not in idle or w.health.check not in checks.KINDS:
+            continue  # away, busy, or cordoned by hand (no check to repeat)
+        groups[(w.health.check, w.backend, w.device.name)].append(worker_id)
+    specs = []
+    taken: set[str] = set()
+    for (kind, backend, model), ids in groups.items():
+        peers = [w.worker_id for w in listed.values()
+                 if w.state == pb.IDLE and w.backend == backend and w.device.name == model
+                 and w.health.verdict == pb.HEALTHY and w.worker_id not in taken][:PEERS]
+        if len(peers) < AT_LEAST.get(kind, 1):
+            continue  # too few healthy peers idle now: the next round tries again
+        members = sorted(ids + peers, key=lambda wid: (listed[wid].host, listed[wid].device.index, wid))
+        taken.update(members)
+        spec = pb.JobSpec(world_size=len(members), priority=checks.CHECK_PRIORITY, name=f"recheck {kind}",
+                          placement=pb.Placement(worker_ids=members))
+        getattr(spec, kind).CopyFrom(short(kind))
+        specs.append(spec)
+    return specs

@@ -1,0 +1,287 @@
+"""Fleet health as state of the control core, through the facade in process (no servers; the test
+plays the worker daemons): a check's verdicts are applied in the input that ends it, so that
+input's placement pass already keeps the failed worker out; a check holds its gang until its
+verdicts exist; nothing re-enters `Control.handle`; one fact per worker's quarantine."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.core.control import ReentryError
+from coordinator.core.facade import Coordinator, Timings
+from coordinator.store.memory import MemoryJobStore
+from ringleader import checks
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
+from test_facade import Worker, run_new_group, spec
+
+
+@pytest.fixture
+def core():
+    return Coordinator(MemoryJobStore(), Timings(heartbeat_timeout_s=30, blame_grace_s=3))
+
+
+def gpu_check(ids: list[str]) -> pb.JobSpec:
+    return pb.JobSpec(world_size=len(ids), priority=checks.CHECK_PRIORITY, name="check gpu_check",
+                      placement=pb.Placement(worker_ids=ids), gpu_check=pb.GpuCheckSpec(iters=2))
+
+
+def gpu_result(ids: list[str], bad: set[str]) -> pb.GpuCheckResult:
+    return pb.GpuCheckResult(matmul_n=64, dtype="float32", workers=[
+        pb.GpuFigures(rank=r, worker_id=w, device="cpu", tflops=0.1 if w in bad else 1.0, copy_gbps=10,
+                      tflops_ratio=0.1 if w in bad else 1.0, copy_ratio=1.0, flagged=w in bad)
+        for r, w in enumerate(ids)])
+
+
+def start_check(core, ws: list[Worker], bad: set[str]) -> tuple[str, pb.GpuCheckResult]:
+    """A gpu_check on `ws`, formed (every rank assigned); returns its id and the result rank 0 sends."""
+    ids = [w.id for w in ws]
+    job = core.submit(gpu_check(ids))
+    (kind, a0), = ws[0].inbox()
+    assert kind == "assignment"
+    ws[0].send(store_ready=wpb.StoreReady(job_id=job.id, group_key=a0.group_key, store_port=4242))
+    for w in ws[1:]:
+        assert w.kinds() == ["assignment"]
+    return job.id, gpu_result(ids, bad)
+
+
+def placed(core, job_id: str) -> list[str]:
+    return [w.worker_id for w in sorted(core.get(job_id).workers, key=lambda w: w.rank)]
+
+
+def test_a_verdict_quarantines_in_the_input_that_ends_the_check_and_its_pass_places_the_queue(core):
+    ws = [Worker(core, f"w{i}", i) for i in range(3)]
+    check_id, result = start_check(core, ws, bad={"w1"})
+    a = core.submit(spec(2)).id
+    b = core.submit(spec(1)).id
+    ws[1].done(check_id, 1)
+    ws[2].done(check_id, 2)
+    # The check holds its gang until its verdicts exist: nothing is placed on w1 or w2 yet.
+    assert [ws[1].state, ws[2].state] == [pb.BUSY, pb.BUSY]
+    assert core.get(a).state == pb.QUEUED and core.get(b).state == pb.QUEUED
+    ws[0].done(check_id, 0, gpu_check=result)  # the rank that ends the check reports last
+    # In that same input: the verdict, w1 out of user jobs, A placed on the others.
+    assert core.get(check_id).state == pb.SUCCEEDED
+    assert core.fleet.book.get("w1").verdict == pb.UNHEALTHY and core.fleet.book.quarantined("w1")
+    assert core.get(a).state == pb.RUNNING and placed(core, a) == ["w0", "w2"]
+    listed = {w.worker_id: w.state for w in core.list_workers().workers}
+    assert listed == {"w0": pb.BUSY, "w1": pb.QUARANTINED, "w2": pb.BUSY}
+    assert core.get(b).state == pb.QUEUED
+    # B waits for a worker user jobs may use; once A ends, it is placed, never on w1.
+    run_new_group(core, [ws[0], ws[2]], a)
+    assert core.get(b).state == pb.RUNNING and placed(core, b) != ["w1"]
+
+
+def test_a_verdict_that_arrives_while_every_other_worker_is_busy(core):
+    ws = [Worker(core, f"w{i}", i) for i in range(4)]
+    busy = core.submit(spec(1, worker_ids=["w3"])).id  # w3 runs a user job throughout
+    assert ws[3].kinds() == ["assignment"]
+    check_id, result = start_check(core, ws[:3], bad={"w1"})
+    a = core.submit(spec(2)).id
+    b = core.submit(spec(1)).id
+    ws[1].done(check_id, 1)
+    ws[2].done(check_id, 2)
+    ws[0].done(check_id, 0, gpu_check=result)
+    assert core.get(a).state == pb.RUNNING and set(placed(core, a)) == {"w0", "w2"}
+    assert core.get(b).state == pb.QUEUED and ws[1].state == pb.IDLE and core.fleet.book.quarantined("w1")
+    ws[3].done(busy, 0)
+    assert core.get(b).state == pb.RUNNING and placed(core, b) == ["w3"]
+
+
+def test_re_entering_the_reactor_raises_and_the_outer_input_still_places(core):
+    ws = [Worker(core, f"w{i}", i) for i in range(2)]
+    seen = []
+
+    def calls_back_in(event, job):  # a listener that writes back into the reactor: a bug
+        if event.WhichOneof("event") == "state" and event.state.state == pb.SUCCEEDED:
+            try:
+                core.cordon("w1", True)
+            except ReentryError as exc:
+                seen.append(str(exc))
+
+    core.add_listener(calls_back_in)
+    first = core.submit(spec(2)).id
+    second = core.submit(spec(2)).id
+    run_new_group(core, ws, first)  # the last rank's report ends `first` and starts `second`
+    assert seen and "while applying WorkerMsg" in seen[0]
+    assert core.get(second).state == pb.RUNNING  # the outer input's placement pass ran
+    assert not core.fleet.book.quarantined("w1")  # the inner call changed nothing
+    with pytest.raises(ReentryError):
+        core.control._handling = object()  # as inside handle
+        try:
+            core.cordon("w0", True)
+        finally:
+            core.control._handling = None
+
+
+def test_cordon_is_an_input_and_quarantine_has_one_home(core):
+    ws = [Worker(core, f"w{i}", i) for i in range(3)]
+    info = core.cordon("w2", True)
+    assert info.state == pb.QUARANTINED and info.health.cordoned
+    assert not hasattr(ws[2].conn, "quarantined") and not hasattr(core.control, "quarantined")
+    job = core.submit(spec(2)).id
+    assert placed(core, job) == ["w0", "w1"]
+    named = core.submit(spec(1, worker_ids=["w2"])).id  # a job naming it runs there (diagnosis)
+    assert placed(core, named) == ["w2"] and ws[2].state == pb.BUSY
+    ws[2].inbox()
+    ws[2].done(named, 0)
+    assert [w.state for w in core.list_workers(states=[pb.QUARANTINED]).workers] == [pb.QUARANTINED]
+    back = core.cordon("w2", False)
+    assert back.state == pb.IDLE and not back.health.cordoned
+    with pytest.raises(Exception, match="worker nobody not found"):
+        core.cordon("nobody", True)
+
+
+def test_quarantine_holds_across_a_reconnect_and_a_restart():
+    store = MemoryJobStore()
+    core = Coordinator(store)
+    w = Worker(core, "w0")
+    core.cordon("w0", True)
+    core.disconnect(w.conn, "test")
+    again = Worker(core, "w0")
+    assert core.list_workers().workers[0].state == pb.QUARANTINED
+    restarted = Coordinator(store)  # a new coordinator over the same store
+    Worker(restarted, "w0")
+    assert restarted.list_workers().workers[0].state == pb.QUARANTINED
+    assert again.state == pb.IDLE  # the connection's own state: the listing derives QUARANTINED
+
+
+def sdc_result(ids: list[str], bad: set[str]) -> pb.SdcCheckResult:
+    return pb.SdcCheckResult(majority_checksum="ab" * 8, workers=[
+        pb.SdcFigures(rank=r, worker_id=w, device="cpu", checksum="cd" * 8 if w in bad else "ab" * 8,
+                      flagged=w in bad) for r, w in enumerate(ids)])
+
+
+def finish_check(core, by_id: dict[str, Worker], bad: set[str] = frozenset()) -> tuple[str, str, list[str]]:
+    """Play the check job that was just assigned (to whichever workers got it): form its group,
+    finish every rank (rank 0 last, with the result flagging `bad`); returns (its kind, id, gang)."""
+    got = {w.id: dict(w.inbox()) for w in by_id.values()}
+    (a0,) = [m["assignment"] for m in got.values() if "assignment" in m]  # a new group: rank 0 first
+    kind, ids = a0.spec.WhichOneof("kind"), placed(core, a0.job_id)
+    by_id[ids[0]].send(store_ready=wpb.StoreReady(job_id=a0.job_id, group_key=a0.group_key, store_port=4242))
+    for wid in ids[1:]:
+        by_id[wid].inbox()
+    for rank, wid in reversed(list(enumerate(ids))):
+        outcome = {} if rank else {kind: (gpu_result if kind == "gpu_check" else sdc_result)(ids, set(bad))}
+        by_id[wid].done(a0.job_id, rank, **outcome)
+    return kind, a0.job_id, ids
+
+
+def test_preflight_with_every_candidate_busy_at_submission_certifies_the_gang_and_replaces_a_failure(core):
+    ws = {f"w{i}": Worker(core, f"w{i}", i) for i in range(4)}
+    busy = core.submit(spec(4)).id  # every worker busy when the preflight job comes
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True,
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    assert core.get(job).state == pb.QUEUED
+    run_new_group(core, list(ws.values()), busy)
+    # Its gang is picked now, and checked before the job starts: the job waits, saying so.
+    assert core.get(job).state == pb.QUEUED and core.get(job).reason.startswith("preflight: checking its gang")
+    assert finish_check(core, ws, bad={"w1"})[::2] == ("gpu_check", ["w0", "w1"])
+    assert core.fleet.book.quarantined("w1")
+    # w1 failed: another worker replaces it, and the new gang is checked (w0 again: not certified
+    # by every preflight kind yet).
+    kind, _, gang = finish_check(core, ws)
+    assert (kind, gang) == ("gpu_check", ["w0", "w2"]) and core.get(job).state == pb.QUEUED
+    kind, _, gang = finish_check(core, ws)
+    assert (kind, gang) == ("sdc_check", ["w0", "w2"])
+    assert core.get(job).state == pb.RUNNING and placed(core, job) == ["w0", "w2"]
+    # The next preflight job on certified workers starts at once, with no check.
+    run_new_group(core, [ws["w0"], ws["w2"]], job)
+    again = core.submit(pb.JobSpec(world_size=2, preflight=True, placement=pb.Placement(worker_ids=["w0", "w2"]),
+                                   collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    assert core.get(again).state == pb.RUNNING
+
+
+def test_preflight_of_a_named_worker_that_fails_fails_the_job_naming_it(core):
+    ws = {f"w{i}": Worker(core, f"w{i}", i) for i in range(2)}
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True, placement=pb.Placement(worker_ids=["w0", "w1"]),
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    finish_check(core, ws, bad={"w1"})
+    done = core.get(job)
+    assert done.state == pb.FAILED and done.reason.startswith("preflight: worker w1 failed gpu_check")
+    assert [w.state for w in ws.values()] == [pb.IDLE, pb.IDLE]
+
+
+def test_a_preflight_job_cancelled_while_its_gang_is_checked_frees_the_gang(core):
+    ws = {f"w{i}": Worker(core, f"w{i}", i) for i in range(2)}
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True,
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    core.cancel(job)
+    finish_check(core, ws)  # the check that was running ends as checks do
+    assert core.get(job).state == pb.CANCELLED and [w.state for w in ws.values()] == [pb.IDLE, pb.IDLE]
+    assert core.fleet.book.certified("w0", ("gpu_check",), 0.0)
+
+
+def test_submit_counts_the_quarantined_apart_and_accepts_a_job_naming_one():
+    from ringleader import jobspec
+    from ringleader.app.fleet_fit import shortfall
+
+    def info(wid, state):
+        return pb.WorkerInfo(worker_id=wid, state=state, backend="gloo", device=pb.Device(type="cpu", name="cpu"))
+
+    fleet = [info(f"w{i}", pb.IDLE) for i in range(5)] + [info("w5", pb.QUARANTINED)]
+    six = jobspec.normalize(spec(6))
+    assert shortfall(six, fleet) == "needs 6 workers: 6 connected, 5 idle, 0 busy, 1 quarantined"
+    assert shortfall(jobspec.normalize(spec(2, worker_ids=["w5", "w0"])), fleet) == ""
+
+
+def test_the_circuit_breaker_holds_automatic_quarantine_at_its_share_through_the_reactor():
+    from coordinator.edge.fleet_metrics import FleetHealthCollector
+
+    core = Coordinator(MemoryJobStore(), quarantine_max_share=0.1)
+    ws = [Worker(core, f"w{i}", i) for i in range(10)]
+    bad = {"w2", "w5", "w8"}  # 30 % of the fleet fails one check
+    check_id, result = start_check(core, ws, bad=bad)
+    for rank in reversed(range(10)):
+        ws[rank].done(check_id, rank, **({"gpu_check": result} if rank == 0 else {}))
+    book = core.fleet.book
+    assert all(book.get(w).verdict == pb.UNHEALTHY for w in bad)  # every verdict recorded
+    assert book.quarantined_ids() == ["w2"] and book.held_ids() == ["w5", "w8"]
+    assert len(core.alerts) == 1 and "w5, w8" in core.alerts[0] and "circuit breaker" in core.alerts[0]
+    # Held workers stay in user jobs until an operator decides.
+    job = core.submit(spec(9)).id
+    assert set(placed(core, job)) == {f"w{i}" for i in range(10)} - {"w2"}
+    metrics = {f.name: f.samples[0].value for f in FleetHealthCollector(core.fleet).collect() if len(f.samples) == 1}
+    assert metrics == {"ringleader_workers_quarantined": 1.0, "ringleader_quarantine_breaker_held": 2.0}
+    info = core.cordon("w5", True)  # the operator decides
+    assert info.health.cordoned and book.quarantined_ids() == ["w2", "w5"] and book.held_ids() == ["w8"]
+
+
+def test_a_preflight_gang_keeps_the_group_its_first_check_formed(core):
+    ws = [Worker(core, f"w{i}", i) for i in range(2)]
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True,
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    ids = [w.id for w in ws]
+    (kind, gpu), = ws[0].inbox()
+    key = gpu.group_key
+    ws[0].send(store_ready=wpb.StoreReady(job_id=gpu.job_id, group_key=key, store_port=4242))
+    ws[1].inbox()
+    for rank, w in reversed(list(enumerate(ws))):  # every rank reports holding the group it formed
+        w.done(gpu.job_id, rank, holds=key, **({"gpu_check": gpu_result(ids, set())} if rank == 0 else {}))
+    # The next check, and then the job, go to every rank at once on that group: no new rendezvous.
+    (sdc0,), (sdc1,) = ([m for k, m in w.inbox() if k == "assignment"] for w in ws)
+    assert sdc0.spec.HasField("sdc_check") and sdc0.group_key == sdc1.group_key == key
+    for rank, w in reversed(list(enumerate(ws))):
+        w.done(sdc0.job_id, rank, holds=key, **({"sdc_check": sdc_result(ids, set())} if rank == 0 else {}))
+    assert core.get(job).state == pb.RUNNING and core.get(job).warm_start
+
+
+def test_a_preflight_whose_gang_stays_suspect_fails_after_its_rounds_instead_of_looping(core):
+    ws = {f"w{i}": Worker(core, f"w{i}", i) for i in range(2)}
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True,
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    for _ in range(3):
+        assert finish_check(core, ws)[0] == "gpu_check"
+        # Two checksums that disagree, no majority: both suspect, neither failed nor certified.
+        got = {w.id: dict(w.inbox()) for w in ws.values()}
+        (a0,) = [m["assignment"] for m in got.values() if "assignment" in m]
+        ws["w0"].send(store_ready=wpb.StoreReady(job_id=a0.job_id, group_key=a0.group_key, store_port=1))
+        ws["w1"].inbox()
+        result = pb.SdcCheckResult(workers=[pb.SdcFigures(rank=r, worker_id=w, device="cpu", checksum=c)
+                                            for r, (w, c) in enumerate((("w0", "aa"), ("w1", "bb")))])
+        ws["w1"].done(a0.job_id, 1)
+        ws["w0"].done(a0.job_id, 0, sdc_check=result)
+        assert core.fleet.book.get("w0").verdict == pb.SUSPECT
+    done = core.get(job)
+    assert done.state == pb.FAILED and "not certified 3 times" in done.reason and "suspect" in done.reason
+    assert [w.state for w in ws.values()] == [pb.IDLE, pb.IDLE]

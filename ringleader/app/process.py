@@ -15,6 +15,8 @@ from pathlib import Path
 import grpc
 
 from coordinator.edge.auth import Access, AuthInterceptor
+from coordinator.edge.identity import WorkerIdentities
+from coordinator.edge.k8s_identity import TokenReviewer
 from coordinator.health.k8s_taint import NodeTainter
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.server import start_server
@@ -47,6 +49,7 @@ class CoordinatorConfig:
     insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
     check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
     k8s_taint_nodes: bool = False  # taint the Kubernetes Node of a failed worker (--k8s-taint-nodes)
+    k8s_token_review: bool = False  # worker pods' tokens vouch for their node's ids (--k8s-token-review)
 
 
 def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
@@ -82,6 +85,8 @@ class RunningCoordinator:
         self.core = Coordinator(self.store, config.timings or Timings(worker_ttl_s=config.worker_ttl),
                                 health_observers=[self.tainter.observe] if self.tainter else [])
         self.metrics = CoordinatorMetrics(self.core)
+        # The workers' credentials, shared by gRPC (registration, ApproveWorker) and REST (approve).
+        self.identities = WorkerIdentities(self.store, token_review=TokenReviewer() if config.k8s_token_review else None)
         self.sweeper = Sweeper(self.core, self.core.fleet, config.check_every)
         self.server: grpc.aio.Server | None = None
         self.http = None
@@ -109,7 +114,7 @@ class RunningCoordinator:
         self.server, port = await start_server(self.core, self.config.grpc_address,
                                                interceptors=[self.metrics.interceptor, AuthInterceptor(access)],
                                                credentials=sec.grpc_credentials(),
-                                               forget_workers=sec.forget_workers)
+                                               forget_workers=sec.forget_workers, identities=self.identities)
         self.grpc_target = f"{self.config.grpc_address.rsplit(':', 1)[0]}:{port}"
         if self.config.http_address:
             # Imported here: a coordinator without HTTP runs without FastAPI installed.
@@ -121,7 +126,7 @@ class RunningCoordinator:
             # operator chose to be open.
             guard = GuardConfig(access, metrics_auth=sec.metrics_auth,
                                 any_host=access.needs_token("users") or sec.insecure)
-            self.http = HttpServer(create_app(self.core, self.metrics, guard), self.config.http_address,
+            self.http = HttpServer(create_app(self.core, self.metrics, guard, self.identities), self.config.http_address,
                                    tls=(sec.tls.cert, sec.tls.key) if sec.tls.cert else None)
             await self.http.start()
             self.http_url = self.http.url

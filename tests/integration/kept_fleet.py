@@ -3,7 +3,7 @@ daemon keeps its id), and a fleet put back whole before each test: the GPU suite
 (tests/gpu/conftest.py, tests/gpu/fleet.py) and its CPU twin (tests/integration/test_worker_restart.py).
 
 `restore` cancels what a failed test left running, restarts any daemon that died or was killed
-(under its old id, with its old state dir) and waits for the whole fleet to be idle; if it cannot
+(under its old id, with its old state dir), puts a quarantined one back in service and waits for the whole fleet to be idle; if it cannot
 within its timeout it fails at once, naming the workers, so one test's failure never hangs the next.
 """
 
@@ -62,8 +62,11 @@ def restore(c, fleet: list[KeptWorker], timeout: float = 120) -> list[str]:
             c.workers.pop(w.worker_id, None)
             start_kept(c, w)
             restarted.append(w.worker_id)
-    deadline = time.monotonic() + timeout
     ids = {w.worker_id for w in fleet}
+    for info in c.client.workers():  # a check that failed one leaves it quarantined: back in service
+        if info.worker_id in ids and (info.health.cordoned or info.health.verdict == pb.UNHEALTHY):
+            c.client.cordon(info.worker_id, on=False)
+    deadline = time.monotonic() + timeout
     while True:
         states = {x.worker_id: x.state for x in c.client.workers()}
         if all(states.get(i) == pb.IDLE for i in ids):

@@ -142,14 +142,6 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-@dataclass
-class Issued:
-    """A secret sent to a daemon and not yet acknowledged: it binds nothing until then."""
-
-    digest: str
-    live: bool = True  # the stream it was sent on is still open
-
-
 class WorkerIdentities:
     """The per-worker credentials, kept in the job store; issued secrets and operators' approvals
     wait in memory (a coordinator restart forgets them: the daemon registers as before)."""
@@ -161,7 +153,7 @@ class WorkerIdentities:
         self.clock = clock
         self.token_review = token_review  # coordinator/edge/k8s_identity.TokenReviewer, or None
         self._said: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
-        self._issued: dict[str, Issued] = {}  # worker id -> its unacknowledged secret
+        self._issued: dict[str, str] = {}  # worker id -> the digest of its unacknowledged secret
         self._approved: dict[str, float] = {}  # worker id -> when the operator's approval lapses
 
     def log_refusal(self, worker_id: str, reason: str) -> None:
@@ -183,10 +175,12 @@ class WorkerIdentities:
             return ""
         return await self.token_review.vouch(reg)
 
-    def check(self, reg: wpb.Register, cert: CertIdentity | None, vouched: str = "") -> str:
+    def check(self, reg: wpb.Register, cert: CertIdentity | None, vouched: str = "", connected: bool = False) -> str:
         """Return if `reg` may register its id, with the secret to issue ("" when it presented
         the bound one); raise PermissionDenied naming the id otherwise. `vouched`: what else
-        proved this daemon is the worker (a Kubernetes token naming its node), "" if nothing."""
+        proved this daemon is the worker (a Kubernetes token naming its node), "" if nothing;
+        `connected`: the id is connected now (the registry's word, not the stream's: a stream
+        whose daemon died unseen holds nothing once liveness has dropped it)."""
         wid = reg.worker_id
         if cert is not None and cert.role == USER:
             raise PermissionDenied(f"register: worker {wid}: user {cert.name}'s certificate cannot register a worker "
@@ -198,10 +192,10 @@ class WorkerIdentities:
         bound, issued = self.store.worker_credential(wid), self._issued.get(wid)
         if presented and bound and hmac.compare_digest(presented, bound):
             return ""
-        if presented and issued and hmac.compare_digest(presented, issued.digest):
-            self._bind(wid, issued.digest)  # it stored the secret; only its acknowledgement was lost
+        if presented and issued and hmac.compare_digest(presented, issued):
+            self._bind(wid, issued)  # it stored the secret; only its acknowledgement was lost
             return ""
-        if issued and issued.live:  # another daemon holds the id and is storing its secret now
+        if issued and connected:  # the daemon it was issued to holds the id and is storing it now
             raise self._refusal(wid, reg.worker_secret)
         if not bound:
             return secrets.token_urlsafe(32)
@@ -230,22 +224,16 @@ class WorkerIdentities:
 
     def issued(self, worker_id: str, secret: str) -> None:
         """The coordinator accepted the registration and sends `secret` (check's answer)."""
-        self._issued[worker_id] = Issued(digest(secret))
+        self._issued[worker_id] = digest(secret)
 
     def stored(self, worker_id: str, secret_sha256: str) -> bool:
         """The daemon acknowledged storing its secret: bind it if it is the one issued (True)."""
         issued = self._issued.get(worker_id)
-        if issued is None or not hmac.compare_digest(secret_sha256, issued.digest):
+        if issued is None or not hmac.compare_digest(secret_sha256, issued):
             log.warning("worker %s acknowledged a secret it was not issued: nothing bound", worker_id)
             return False
-        self._bind(worker_id, issued.digest)
+        self._bind(worker_id, issued)
         return True
-
-    def stream_ended(self, worker_id: str, secret: str) -> None:
-        """The stream `secret` was sent on closed: unacknowledged, it no longer holds the id."""
-        issued = self._issued.get(worker_id)
-        if issued is not None and issued.digest == digest(secret):
-            issued.live = False
 
     def _bind(self, worker_id: str, secret_digest: str) -> None:
         self.store.set_worker_credential(worker_id, secret_digest)

@@ -151,7 +151,9 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             admission.check_registration(reg)  # before its address is resolved or its id looked up
             await identity.check_address(reg, context.peer())
             vouched = await self.identities.kubernetes(reg)
-            secret = self.identities.check(reg, identity.peer_identity(context), vouched)
+            known = self.c.workers.get(reg.worker_id)
+            secret = self.identities.check(reg, identity.peer_identity(context), vouched,
+                                           connected=bool(known and known.connected))
             reg.worker_secret = reg.k8s_token = ""  # they go no further than these checks
             conn = self.c.register(reg)
         except RingleaderError as exc:
@@ -175,8 +177,6 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             for task in (reader, writer):
                 task.cancel()
             await asyncio.gather(reader, writer, return_exceptions=True)
-            if secret:
-                self.identities.stream_ended(reg.worker_id, secret)
             self.c.disconnect(conn, why)
 
     async def _read(self, conn, context) -> None:

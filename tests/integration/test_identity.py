@@ -73,10 +73,11 @@ async def refused(target: str, worker_id: str, **kw) -> grpc.aio.AioRpcError:
     return err.value
 
 
-def coordinator(tmp_path, forget: tuple[str, ...] = ()) -> RunningCoordinator:
+def coordinator(tmp_path, forget: tuple[str, ...] = (), timings: Timings = Timings(heartbeat_timeout_s=120)
+                ) -> RunningCoordinator:
     return RunningCoordinator(CoordinatorConfig(
         grpc_address="127.0.0.1:0", http_address="", db=str(tmp_path / "jobs.db"),
-        timings=Timings(heartbeat_timeout_s=120),
+        timings=timings,
         security=ServerSecurity(USERS_TOKEN, WORKERS_TOKEN, forget_workers=forget)))
 
 
@@ -215,7 +216,9 @@ def test_a_daemon_killed_at_any_step_of_its_first_registration_keeps_its_id(tmp_
     state.mkdir()
 
     async def scenario():
-        async with coordinator(tmp_path) as coord:
+        # The default heartbeat timeout, as in production: a daemon's stream the coordinator did
+        # not see close is dropped after it, and the id's restarted daemon retries until then.
+        async with coordinator(tmp_path, timings=Timings()) as coord:
             killed = [start_registrant(coord.grpc_target, wid, state, kill_at=step) for wid in ids]
             for p in killed:
                 while p.poll() is None:

@@ -70,7 +70,7 @@ class Clock:
 
 
 def first(ids: WorkerIdentities, wid: str = "w0") -> str:
-    """A first registration accepted: its secret issued, not yet acknowledged."""
+    """A first registration accepted: its secret issued, not yet acknowledged (its daemon connected)."""
     secret = ids.check(reg(wid), None)
     ids.issued(wid, secret)
     return secret
@@ -81,8 +81,8 @@ def test_an_issued_secret_binds_only_once_acknowledged():
     ids = WorkerIdentities(store)
     secret = first(ids)
     assert store.worker_credential("w0") == ""
-    with pytest.raises(PermissionDenied):  # while its stream is open, the id is that daemon's
-        ids.check(reg(), None)
+    with pytest.raises(PermissionDenied):  # while it is connected, the id is that daemon's
+        ids.check(reg(), None, connected=True)
     assert not ids.stored("w0", digest("another"))  # an acknowledgement of what was not issued
     assert store.worker_credential("w0") == ""
     assert ids.stored("w0", digest(secret))
@@ -94,12 +94,10 @@ def test_an_issued_secret_binds_only_once_acknowledged():
 def test_a_daemon_killed_before_storing_reclaims_and_one_killed_after_presents_it():
     store = MemoryJobStore()
     ids = WorkerIdentities(store)
-    lost = first(ids)
-    ids.stream_ended("w0", lost)  # killed before it stored the secret: nothing was bound
+    lost = first(ids)  # then killed before it stored the secret: nothing was bound
     again = ids.check(reg(), None)
     assert again and again != lost
-    ids.issued("w0", again)
-    ids.stream_ended("w0", again)  # killed after storing it, before acknowledging
+    ids.issued("w0", again)  # killed after storing it, before acknowledging
     assert ids.check(reg(secret=again), None) == ""  # presenting it proves it stored it
     assert store.worker_credential("w0") == digest(again)
     with pytest.raises(PermissionDenied):
@@ -130,8 +128,7 @@ def test_an_operators_approval_lets_one_daemon_reclaim_within_its_window():
         ids.approve("w0", connected=True)
     assert ids.approve("w0", connected=False) == APPROVAL_S
     new = ids.check(reg(), None)
-    ids.issued("w0", new)
-    ids.stream_ended("w0", new)  # killed before storing it: the approval still stands
+    ids.issued("w0", new)  # killed before storing it: the approval still stands
     newer = ids.check(reg(), None)
     ids.issued("w0", newer)
     assert ids.stored("w0", digest(newer))

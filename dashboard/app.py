@@ -9,13 +9,15 @@ from fastapi.responses import PlainTextResponse, Response
 from coordinator.core.facade import Coordinator
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.auth import Access
-from dashboard import api, baselines_api, bearer, fleet_api, fleet_view, ui
+from coordinator.edge.identity import WorkerIdentities
+from dashboard import api, baselines_api, bearer, fleet_api, fleet_view, identity_api, ui
 from dashboard.bearer import BEARER
 from dashboard.guard import Guard, GuardConfig
 from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
 
 
-def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfig | None = None) -> FastAPI:
+def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfig | None = None,
+               identities: WorkerIdentities | None = None) -> FastAPI:
     # No /docs or /redoc: their pages load scripts from a CDN and run inline code, which the
     # CSP refuses (and which an offline cluster cannot fetch); /openapi.json stays.
     app = FastAPI(title="ringleader", version="1", description="Orchestrate GPU collective jobs.",
@@ -26,7 +28,7 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
     # Every API router declares the users' bearer scheme in OpenAPI (the guard checks it).
     for router in (api.router(core), fleet_api.router(core), fleet_view.router(core),
-                   baselines_api.router(core)):
+                   baselines_api.router(core), identity_api.router(core, identities or WorkerIdentities(core.store))):
         app.include_router(router, dependencies=[Security(BEARER)])
     plain_openapi = app.openapi
     app.openapi = lambda: bearer.optional(plain_openapi())  # type: ignore[method-assign]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (offline; its image has torch, grpcio, protobuf, prometheus-client):
 # unit + GPU tests, the demo, and the benchmark against plain torch.distributed.
-#   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|latency-side|all|multihost]
+#   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|latency-side|all|multihost|suite|suite-a|suite-b]
 #   logs and results under $OUT (default ./gpu-out); BENCH_ARGS go to bench/run.py.
 #   latency (issue 13) = latency-tests (tests/gpu/test_nccl_latency.py: graph mode, calibrated loops,
 #   gather/scatter, symmetric memory, pinned NCCL algos, algo sweep, NCCL env re-read) then
@@ -12,6 +12,11 @@
 # there is one GPU).
 # multihost (not part of all): tests/multihost, gloo and NCCL across hosts made of network
 # namespaces, one GPU is enough (two NCCL workers share it, each with its own NCCL_HOSTID).
+# suite (not part of all): the whole GPU suite (tests/gpu) on 2+ GPUs within one device call (about
+# 9 minutes): each test at most SUITE_TEST_TIMEOUT s (pytest-timeout), the whole run at most
+# SUITE_TIMEOUT s; the fixture puts the fleet back whole before each test (tests/gpu/conftest.py),
+# so one failure never hangs the next. suite-a / suite-b: the same in two calls (NCCL paths and
+# blame; latency and fleet checks), should one call not be enough.
 # Wheels the image lacks travel in .whl/ (see README, "GPU machine").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +62,27 @@ if [ "$what" = fleet ]; then
   [ "$gpus" -ge 2 ] || export RINGLEADER_TEST_SHARED_GPU=${RINGLEADER_TEST_SHARED_GPU:-4}
   timeout 330 python3 -m pytest tests/gpu/test_blame_nccl.py tests/gpu/test_fleet_gpu.py -v -s -W default \
     -p no:cacheprovider 2>&1 | tee "$OUT/fleet-gpu.log"
+fi
+case "$what" in
+  suite) suite_files=(tests/gpu) ;;
+  suite-a) suite_files=(tests/gpu/test_nccl.py tests/gpu/test_blame_nccl.py tests/gpu/test_overlap.py) ;;
+  suite-b) suite_files=(tests/gpu/test_nccl_latency.py tests/gpu/test_fleet_gpu.py) ;;
+  *) suite_files=() ;;
+esac
+if [ ${#suite_files[@]} -gt 0 ]; then
+  { nvidia-smi; nvidia-smi topo -m; python3 -c 'import torch, grpc, google.protobuf as p; print(torch.__version__, torch.cuda.nccl.version(), grpc.__version__, p.__version__)'; } > "$OUT/machine.txt" 2>&1
+  per_test=()
+  if python3 -c 'import pytest_timeout' 2>/dev/null; then
+    per_test=(--timeout "${SUITE_TEST_TIMEOUT:-240}")
+  else
+    echo "warning: pytest-timeout is missing (add its wheel to .whl/): no per-test timeout" | tee "$OUT/suite-warning.txt"
+  fi
+  start=$(date +%s)
+  timeout -k 15 "${SUITE_TIMEOUT:-520}" python3 -m pytest "${suite_files[@]}" -v -rA -W default -p no:cacheprovider \
+    "${per_test[@]}" --durations=25 --junitxml="$OUT/$what.xml" 2>&1 | tee "$OUT/$what.log"
+  echo "exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s (124: the whole run's timeout)" | tee -a "$OUT/$what.log"
+  mkdir -p "$OUT/$what-logs"  # the daemons' and coordinators' logs, for a failure's reason
+  find -L /tmp/pytest-of-*/pytest-current/ -name '*.log' -size -2M -exec cp --parents {} "$OUT/$what-logs" \; 2>/dev/null
 fi
 if [ "$what" = multihost ]; then
   # This machine has no `ip`: pyroute2 (from .whl/) builds the namespaces. A bed that cannot be

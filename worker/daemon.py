@@ -21,7 +21,7 @@ from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker import api
-from worker.credential import WorkerSecret
+from worker.credential import WorkerSecret, read_token
 from worker.link import Backoff, CoordinatorLink
 from worker.netif import route_to
 from worker.ranklogs import RankLogs
@@ -45,10 +45,13 @@ class WorkerConfig:
     security: ClientSecurity = field(default_factory=ClientSecurity)  # the workers' token, TLS
     state_dir: str = ""  # where this worker keeps its credential across restarts (worker/credential.py)
     host_name: str = ""  # the host it registers with; default: socket.gethostname() (in Kubernetes: the node)
+    k8s_token_file: str = ""  # the pod's ServiceAccount token, which vouches for its node's ids (worker/credential.py)
 
 
-def default_worker_id(device: str) -> str:
-    host = socket.gethostname()
+def default_worker_id(device: str, host: str = "") -> str:
+    """`host`: the name it registers with (--host-name; in Kubernetes the node's, so a replaced pod
+    keeps its ids), else the machine's."""
+    host = host or socket.gethostname()
     # One daemon per GPU makes cuda ids stable; CPU daemons may share a host, so add the pid.
     return f"{host}-{device.replace(':', '')}" + ("" if device.startswith("cuda") else f"-{os.getpid()}")
 
@@ -62,7 +65,7 @@ def local_cuda_devices() -> list[str]:
 class WorkerDaemon:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
-        self.worker_id = config.worker_id or default_worker_id(config.device)
+        self.worker_id = config.worker_id or default_worker_id(config.device, config.host_name)
         self.advertise = config.advertise_host or route_to(config.coordinator)
         self.executor: ExecutorHandle | None = None
         self.device: api.DeviceInfo | None = None
@@ -115,7 +118,7 @@ class WorkerDaemon:
         return wpb.Register(
             worker_id=self.worker_id, host=self.config.host_name or socket.gethostname(), address=self.advertise, device=d.to_pb(),
             backend=d.backend, running_job_id=job_id, running_rank=rank, warm_group=self.holds,
-            executor_restarts=self.restarts, version=__version__)
+            executor_restarts=self.restarts, version=__version__, k8s_token=read_token(self.config.k8s_token_file))
 
     def heartbeat_message(self) -> wpb.Heartbeat:
         health, detail = self.executor.health() if self.executor else (pb.EXECUTOR_STARTING, "starting")

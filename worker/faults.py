@@ -14,6 +14,7 @@ host) is not injected here: tests put a real `tc` rate limit on a namespace host
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass, fields
 from typing import Mapping
@@ -35,10 +36,18 @@ class Faults:
     wrong_result: int = 0  # 1: a collective's output gets one element changed after the op
     delay_op_ms: float = 0.0  # sleep before each timed op (a straggler rank)
     hang: int = 0  # 1: block forever before the first op (a rank that never arrives)
+    # 1, 2 or 3: SIGKILL the daemon at that step of a registration that issues it a secret: before
+    # storing it, after storing it but before acknowledging, after acknowledging (worker/link.py)
+    kill_registration: int = 0
 
     @property
     def any(self) -> bool:
         return self != Faults()
+
+    def at_registration(self, step: int) -> None:
+        """Called by the daemon's link at each step of storing an issued secret."""
+        if self.kill_registration == step:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def before_op(self) -> None:
         """Called by the executor before each timed op."""

@@ -20,6 +20,7 @@ from ringleader.grpc_options import KEEPALIVE_OPTIONS
 from ringleader.security import ClientSecurity
 from ringleader.v1 import workers_pb2 as wpb
 from ringleader.v1 import workers_pb2_grpc
+from worker import faults
 from worker.credential import WorkerSecret
 from worker.tlsdiag import tls_refusal
 
@@ -116,7 +117,7 @@ class CoordinatorLink:
             if first is grpc.aio.EOF:
                 return
             if first.registered.worker_secret:  # our id's first registration: keep what proves it
-                self.secret.keep(first.registered.worker_secret)
+                await self._store_secret(call, first.registered.worker_secret)
             self.heartbeat_s = first.registered.heartbeat_interval_s or self.heartbeat_s
             backoff.reset()
             self._refusal = ""
@@ -133,6 +134,16 @@ class CoordinatorLink:
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 call.cancel()
+
+    async def _store_secret(self, call, secret: str) -> None:
+        """Store the issued secret, then acknowledge it: the coordinator binds our id to it only
+        then, so a kill at any step leaves the id ours (coordinator/edge/identity.py)."""
+        fault = faults.load()  # tests only: a kill at each step
+        fault.at_registration(1)
+        self.secret.keep(secret)
+        fault.at_registration(2)
+        await call.write(wpb.WorkerMessage(credential_stored=wpb.CredentialStored(secret_sha256=self.secret.sha256)))
+        fault.at_registration(3)
 
     async def _read(self, call) -> None:
         while (msg := await call.read()) is not grpc.aio.EOF:

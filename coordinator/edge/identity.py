@@ -9,12 +9,20 @@ reason naming the worker id (DESIGN.md point 8).
   Kubernetes DaemonSet's pods) proves only its CA: the token then gives the role, the credential
   below the name.
 - Credential: the workers' token only bootstraps. On an id's first registration the coordinator
-  issues a secret (Registered.worker_secret) and stores its digest bound to the id
-  (JobStore.set_worker_credential: a restart keeps it); every later registration of that id must
-  present it (Register.worker_secret), whether the id is connected, disconnected or from before a
-  restart. An operator resets it with `ringleader coordinator --forget-worker ID` (kubelet's TLS
-  bootstrap and Flower's node keys work the same way: a shared credential is exchanged once for
-  one that names a single node).
+  issues a secret (Registered.worker_secret); the daemon stores it, then acknowledges
+  (WorkerMessage.credential_stored), and only then is its digest bound to the id
+  (JobStore.set_worker_credential: a restart keeps it). An issued but unacknowledged secret binds
+  nothing: a daemon killed before storing it re-claims the id like a new one, one killed after
+  storing it presents it (which proves it stored it). Every later registration of a bound id must
+  present its secret, whether the id is connected, disconnected or from before a restart (kubelet's
+  TLS bootstrap and Flower's node keys work the same way: a shared credential is exchanged once
+  for one that names a single node).
+- Re-claim without the secret (a replaced pod, a lost state dir): a new secret is issued, bound
+  on its acknowledgement, when something the operator already trusts vouches for the daemon: its
+  worker certificate (mTLS: the certificate is the identity), a Kubernetes token naming its node
+  (coordinator/edge/k8s_identity.py), or an operator's approval (`ringleader workers approve ID`,
+  POST /api/v1/workers/{id}/approve), which lasts APPROVAL_S. `ringleader coordinator
+  --forget-worker ID` still resets an id at start.
 - Address: the advertised address must be one the connection comes from (a host name counts if
   it resolves to it); a loopback peer may advertise only loopback. So a rank 0 cannot send its
   peers' executors to a host and port it does not own.
@@ -31,17 +39,22 @@ import ipaddress
 import logging
 import secrets
 import socket
+import time
 from dataclasses import dataclass
 
 from coordinator.store.api import JobStore
-from ringleader.errors import PermissionDenied
+from ringleader import jobspec
+from ringleader.errors import FailedPrecondition, InvalidSpec, PermissionDenied
+from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
 log = logging.getLogger("ringleader.coordinator")
 
 TRUST_DOMAIN = "ringleader"
 WORKER, USER = "worker", "user"  # the roles a certificate can name
-FORGET_HINT = "an operator resets it with `ringleader coordinator --forget-worker {id}`"
+FORGET_HINT = ("an operator lets this daemon re-claim it with `ringleader workers approve {id}` (or resets it "
+               "with `ringleader coordinator --forget-worker {id}`)")
+APPROVAL_S = 600.0  # how long an operator's approval waits for the daemon's re-claim
 
 
 def spiffe_id(role: str, name: str) -> str:
@@ -130,13 +143,18 @@ def digest(secret: str) -> str:
 
 
 class WorkerIdentities:
-    """The per-worker credentials, kept in the job store."""
+    """The per-worker credentials, kept in the job store; issued secrets and operators' approvals
+    wait in memory (a coordinator restart forgets them: the daemon registers as before)."""
 
     SAID_MAX = 1024  # refusals remembered, so a daemon retrying every few seconds is logged once
 
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: JobStore, clock=time.monotonic, token_review=None) -> None:
         self.store = store
+        self.clock = clock
+        self.token_review = token_review  # coordinator/edge/k8s_identity.TokenReviewer, or None
         self._said: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        self._issued: dict[str, str] = {}  # worker id -> the digest of its unacknowledged secret
+        self._approved: dict[str, float] = {}  # worker id -> when the operator's approval lapses
 
     def log_refusal(self, worker_id: str, reason: str) -> None:
         """Log a refused registration at WARNING the first time, then at DEBUG."""
@@ -147,9 +165,22 @@ class WorkerIdentities:
         if len(self._said) > self.SAID_MAX:
             self._said.popitem(last=False)
 
-    def check(self, reg: wpb.Register, cert: CertIdentity | None) -> str:
-        """Return if `reg` may register its id, with the secret to issue ("" for a known id);
-        raise PermissionDenied naming the id otherwise."""
+    async def kubernetes(self, reg: wpb.Register) -> str:
+        """What the pod's Kubernetes token vouches for (check's `vouched`): asked of the API
+        server only where it matters, a bound id registering without its secret."""
+        bound = self.store.worker_credential(reg.worker_id)
+        if self.token_review is None or not reg.k8s_token or not bound:
+            return ""
+        if reg.worker_secret and hmac.compare_digest(digest(reg.worker_secret), bound):
+            return ""
+        return await self.token_review.vouch(reg)
+
+    def check(self, reg: wpb.Register, cert: CertIdentity | None, vouched: str = "", connected: bool = False) -> str:
+        """Return if `reg` may register its id, with the secret to issue ("" when it presented
+        the bound one); raise PermissionDenied naming the id otherwise. `vouched`: what else
+        proved this daemon is the worker (a Kubernetes token naming its node), "" if nothing;
+        `connected`: the id is connected now (the registry's word, not the stream's: a stream
+        whose daemon died unseen holds nothing once liveness has dropped it)."""
         wid = reg.worker_id
         if cert is not None and cert.role == USER:
             raise PermissionDenied(f"register: worker {wid}: user {cert.name}'s certificate cannot register a worker "
@@ -157,18 +188,81 @@ class WorkerIdentities:
         if cert is not None and cert.role == WORKER and cert.name != wid:
             raise PermissionDenied(f"register: worker {wid}: this is worker {cert.name}'s certificate; "
                                    "a worker's certificate registers only its own id")
-        bound = self.store.worker_credential(wid)
+        presented = digest(reg.worker_secret) if reg.worker_secret else ""
+        bound, issued = self.store.worker_credential(wid), self._issued.get(wid)
+        if presented and bound and hmac.compare_digest(presented, bound):
+            return ""
+        if presented and issued and hmac.compare_digest(presented, issued):
+            self._bind(wid, issued)  # it stored the secret; only its acknowledgement was lost
+            return ""
+        if issued and connected:  # the daemon it was issued to holds the id and is storing it now
+            raise self._refusal(wid, reg.worker_secret)
         if not bound:
             return secrets.token_urlsafe(32)
-        if not hmac.compare_digest(digest(reg.worker_secret), bound):
-            said = "a different secret" if reg.worker_secret else "none"
-            raise PermissionDenied(f"register: worker id {wid} is bound to another daemon's credential (this one "
-                                   f"presented {said}); a daemon keeps its secret under --state-dir; "
-                                   + FORGET_HINT.format(id=wid))
+        why = self._voucher(wid, cert, vouched)
+        if not why:
+            raise self._refusal(wid, reg.worker_secret)
+        log.warning("worker %s re-claims its id without its secret, vouched for by %s: a new secret is issued",
+                    wid, why)
+        return secrets.token_urlsafe(32)
+
+    def _voucher(self, wid: str, cert: CertIdentity | None, vouched: str) -> str:
+        if cert is not None and cert.role == WORKER and cert.name == wid:
+            return "its worker certificate"
+        if vouched:
+            return vouched
+        if self._approved.get(wid, 0.0) > self.clock():
+            return "an operator's approval"
         return ""
 
+    @staticmethod
+    def _refusal(wid: str, secret: str) -> PermissionDenied:
+        said = "a different secret" if secret else "none"
+        return PermissionDenied(f"register: worker id {wid} is bound to another daemon's credential (this one "
+                                f"presented {said}); a daemon keeps its secret under --state-dir; "
+                                + FORGET_HINT.format(id=wid))
+
+    def issued(self, worker_id: str, secret: str) -> None:
+        """The coordinator accepted the registration and sends `secret` (check's answer)."""
+        self._issued[worker_id] = digest(secret)
+
+    def stored(self, worker_id: str, secret_sha256: str) -> bool:
+        """The daemon acknowledged storing its secret: bind it if it is the one issued (True)."""
+        issued = self._issued.get(worker_id)
+        if issued is None or not hmac.compare_digest(secret_sha256, issued):
+            log.warning("worker %s acknowledged a secret it was not issued: nothing bound", worker_id)
+            return False
+        self._bind(worker_id, issued)
+        return True
+
+    def _bind(self, worker_id: str, secret_digest: str) -> None:
+        self.store.set_worker_credential(worker_id, secret_digest)
+        self._issued.pop(worker_id, None)
+        self._approved.pop(worker_id, None)  # an approval lets one daemon in, once
+
     def bind(self, worker_id: str, secret: str) -> None:
-        self.store.set_worker_credential(worker_id, digest(secret))
+        self._bind(worker_id, digest(secret))
+
+    def approve(self, worker_id: str, connected: bool) -> float:
+        """Let the next daemon that registers `worker_id` within APPROVAL_S re-claim it without
+        its secret; returns the seconds the approval lasts. Refused while the id is connected:
+        that would hand a live worker's id to whoever registers next."""
+        if connected:
+            raise FailedPrecondition(f"worker {worker_id} is connected: its id needs no approval (approve a "
+                                     "re-claim once the old daemon is gone)")
+        self._approved[worker_id] = self.clock() + APPROVAL_S
+        log.warning("worker %s: an operator approved a re-claim of its id for %.0f s", worker_id, APPROVAL_S)
+        return APPROVAL_S
+
+    def approve_reclaim(self, workers, worker_id: str) -> pb.ApproveWorkerResponse:
+        """ApproveWorker (gRPC) and POST /api/v1/workers/{id}/approve: `workers` is the control
+        core's registry (WorkerRegistry.get), which says whether the id is connected."""
+        if not worker_id:
+            raise InvalidSpec("worker_id", "the worker whose re-claim to approve")
+        jobspec.check_text("worker_id", worker_id)
+        conn = workers.get(worker_id)
+        lasts = self.approve(worker_id, connected=bool(conn and conn.connected))
+        return pb.ApproveWorkerResponse(worker_id=worker_id, expires_in_s=lasts)
 
     def forget(self, worker_id: str) -> None:
         if self.store.forget_worker_credential(worker_id):

@@ -24,17 +24,19 @@ SERVICE_NAMES = (
 async def start_server(coordinator: Coordinator, address: str,
                        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
                        credentials: grpc.ServerCredentials | None = None,
-                       forget_workers: Sequence[str] = ()) -> tuple[grpc.aio.Server, int]:
+                       forget_workers: Sequence[str] = (),
+                       identities: WorkerIdentities | None = None) -> tuple[grpc.aio.Server, int]:
     """Build and start the gRPC server on `address` (port 0 picks one); returns it with its port.
     `interceptors` wrap every RPC, the first outermost (metrics, then coordinator.edge.auth's token
     check), and request bytes that do not parse are answered innermost; `credentials`
     (ringleader.security.ServerSecurity.grpc_credentials) make it TLS; `forget_workers`: ids
-    whose credentials are reset first (ServerSecurity.forget_workers, coordinator/edge/identity.py)."""
+    whose credentials are reset first (ServerSecurity.forget_workers, coordinator/edge/identity.py);
+    `identities`: the workers' credentials, shared with the REST API's approvals (default: new)."""
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, MalformedRequestInterceptor()])
-    identities = WorkerIdentities(coordinator.store)
+    identities = identities or WorkerIdentities(coordinator.store)
     for worker_id in forget_workers:
         identities.forget(worker_id)
-    jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(coordinator), server)
+    jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(coordinator, identities), server)
     workers_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(coordinator, identities), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -67,8 +67,9 @@ def guarded(durable: bool = False):
 
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: Coordinator, identities: WorkerIdentities | None = None) -> None:
         self.c = coordinator
+        self.identities = identities or WorkerIdentities(coordinator.store)
 
     @guarded(durable=True)
     def SubmitJob(self, request, context):
@@ -104,6 +105,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     @guarded(durable=True)
     def UncordonWorker(self, request, context):
         return self.c.fleet.cordon(request.worker_id, False, request.force)
+
+    @guarded()
+    def ApproveWorker(self, request, context):
+        return self.identities.approve_reclaim(self.c.workers, request.worker_id)
 
     @guarded()
     async def RunCheck(self, request, context):
@@ -142,14 +147,17 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
         try:
             admission.check_registration(reg)  # before its address is resolved or its id looked up
             await identity.check_address(reg, context.peer())
-            secret = self.identities.check(reg, identity.peer_identity(context))
-            reg.worker_secret = ""  # it goes no further than this check
+            vouched = await self.identities.kubernetes(reg)
+            known = self.c.workers.get(reg.worker_id)
+            secret = self.identities.check(reg, identity.peer_identity(context), vouched,
+                                           connected=bool(known and known.connected))
+            reg.worker_secret = reg.k8s_token = ""  # they go no further than these checks
             conn = self.c.register(reg)
         except RingleaderError as exc:
             self.identities.log_refusal(reg.worker_id, str(exc))
             await abort_with(context, exc)
-        if secret:  # a first registration: bound now, committed before the worker is told (_write)
-            self.identities.bind(reg.worker_id, secret)
+        if secret:  # bound once the daemon acknowledges storing it (_read)
+            self.identities.issued(reg.worker_id, secret)
         reader = asyncio.create_task(self._read(conn, context))
         writer = asyncio.create_task(self._write(conn, context, secret))
         why = "stream closed by the worker"
@@ -173,11 +181,13 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             msg = await context.read()
             if msg is grpc.aio.EOF:
                 return
+            if msg.WhichOneof("msg") == "credential_stored":  # identity's, not the control core's
+                if self.identities.stored(conn.reg.worker_id, msg.credential_stored.secret_sha256):
+                    await self.c.durable()
+                continue
             self.c.on_message(conn, msg)
 
     async def _write(self, conn, context, secret: str) -> None:
-        if secret:
-            await self.c.durable()
         while True:
             msg = await conn.outbox.get()
             if msg is None:  # the coordinator dropped this worker

@@ -23,7 +23,7 @@ from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
-ACTIONS = ("cordon", "uncordon")
+ACTIONS = ("cordon", "uncordon", "approve")
 
 
 def add_commands(sub, talker, client_options) -> None:
@@ -41,9 +41,10 @@ def add_commands(sub, talker, client_options) -> None:
     w = sub.choices["workers"]
     # Checked in run(), not by argparse: an optional positional with choices trips argparse when
     # ringleader/app/config.py re-parses with every default suppressed.
-    w.add_argument("action", nargs="?", metavar="{cordon,uncordon}", help="cordon: keep the worker out of user jobs; "
-                   "uncordon: put it back")
-    w.add_argument("worker_id", nargs="?", default="", help="the worker to cordon or uncordon")
+    w.add_argument("action", nargs="?", metavar="{cordon,uncordon,approve}", help="cordon: keep the worker out of "
+                   "user jobs; uncordon: put it back; approve: let a daemon that lost its secret (a replaced pod, "
+                   "a lost --state-dir) re-claim the id at its next registration")
+    w.add_argument("worker_id", nargs="?", default="", help="the worker to cordon, uncordon or approve")
     w.add_argument("--force", action="store_true", help="uncordon: put back a worker whose latest verdict failed, "
                    "without the recheck it otherwise gets first")
 
@@ -59,6 +60,12 @@ def run(a: argparse.Namespace) -> int:
                 raise InvalidSpec("action", f"expected {' or '.join(ACTIONS)}, got {a.action[:64]!r}")
             if not a.worker_id:
                 raise InvalidSpec("worker_id", f"`ringleader workers {a.action}` needs a worker id")
+            if a.action == "approve":
+                ok = client.approve(a.worker_id)
+                print(json.dumps(to_json(ok), indent=2) if a.output == "json" else
+                      f"{ok.worker_id}: its next registration within {ok.expires_in_s:.0f} s re-claims the id "
+                      "with a new secret")
+                return 0
             force = a.action == "uncordon" and getattr(a, "force", False)
             info = client.cordon(a.worker_id, on=a.action == "cordon", force=force)
             print(json.dumps(to_json(info), indent=2) if a.output == "json" else cordon_text(info, a.action, force))

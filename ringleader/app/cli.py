@@ -104,6 +104,9 @@ def _add_servers(sub) -> None:
     c.add_argument("--k8s-taint-nodes", action="store_true",
                    help="in Kubernetes: label and taint (NoSchedule) the Node of a failed worker, "
                         "untaint it when healthy (needs deploy/k8s/components/node-taints)")
+    c.add_argument("--k8s-token-review", action="store_true",
+                   help="in Kubernetes: a worker pod's ServiceAccount token naming its node lets a replaced pod "
+                        "re-claim that node's worker ids, checked with TokenReview (deploy/k8s/components/k8s-identity)")
     security_flags.add_server_security(c)
 
     w = _talker(sub, "worker", "run a worker daemon for one device (or one per GPU)")
@@ -112,8 +115,11 @@ def _add_servers(sub) -> None:
     w.add_argument("--worker-id", default="", help="stable id (default HOST-cudaN, or HOST-cpuN: the lowest N free here)")
     w.add_argument("--advertise-host", default="", help="address peers use to reach this host")
     w.add_argument("--host-name", default="", metavar="NAME",
-                   help="the host name this worker registers with (default: the machine's; in "
-                        "Kubernetes the node's name, for --k8s-taint-nodes)")
+                   help="the host name this worker registers with and its GPU daemons' default ids start with (default: the "
+                        "machine's; in Kubernetes the node's name, for --k8s-taint-nodes and --k8s-token-review)")
+    w.add_argument("--k8s-token-file", default="", metavar="PATH",
+                   help="in Kubernetes: the pod's projected ServiceAccount token (audience ringleader), sent at "
+                        "registration so a replaced pod keeps its node's worker ids (coordinator --k8s-token-review)")
     w.add_argument("--metrics-address", type=argtypes.metrics_address, default="", metavar="HOST:PORT",
                    help='serve Prometheus /metrics here, one port for all devices of this process '
                         '(e.g. 0.0.0.0:9401; default "": off)')

@@ -61,6 +61,10 @@ class Client:
         call = self._stub.CordonWorker if on else self._stub.UncordonWorker
         return call(pb.CordonRequest(worker_id=worker_id, force=force), timeout=self.timeout, metadata=self._auth)
 
+    def approve(self, worker_id: str) -> pb.ApproveWorkerResponse:
+        return self._stub.ApproveWorker(pb.ApproveWorkerRequest(worker_id=worker_id), timeout=self.timeout,
+                                        metadata=self._auth)
+
     def run_check(self, request: pb.RunCheckRequest) -> pb.RunCheckResponse:
         """Fleet checks; with request.wait, the call lasts until they finish (or its timeout_s)."""
         timeout = self.timeout + ((request.timeout_s or 300.0) if request.wait else 0.0)

@@ -15,6 +15,8 @@ from pathlib import Path
 import grpc
 
 from coordinator.edge.auth import Access, AuthInterceptor
+from coordinator.edge.identity import WorkerIdentities
+from coordinator.edge.k8s_identity import TokenReviewer
 from coordinator.health.k8s_taint import NodeTainter
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.server import start_server
@@ -48,6 +50,7 @@ class CoordinatorConfig:
     check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
     k8s_taint_nodes: bool = False  # taint the Kubernetes Node of a failed worker (--k8s-taint-nodes)
     quarantine_max_share: float = 0.1  # the circuit breaker's share of a GPU model (--quarantine-max-share)
+    k8s_token_review: bool = False  # worker pods' tokens vouch for their node's ids (--k8s-token-review)
 
 
 def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
@@ -84,6 +87,8 @@ class RunningCoordinator:
                                 health_observers=[self.tainter.observe] if self.tainter else [],
                                 quarantine_max_share=config.quarantine_max_share)
         self.metrics = CoordinatorMetrics(self.core)
+        # The workers' credentials, shared by gRPC (registration, ApproveWorker) and REST (approve).
+        self.identities = WorkerIdentities(self.store, token_review=TokenReviewer() if config.k8s_token_review else None)
         self.sweeper = Sweeper(self.core, self.core.fleet, config.check_every)
         self.server: grpc.aio.Server | None = None
         self.http = None
@@ -111,7 +116,7 @@ class RunningCoordinator:
         self.server, port = await start_server(self.core, self.config.grpc_address,
                                                interceptors=[self.metrics.interceptor, AuthInterceptor(access)],
                                                credentials=sec.grpc_credentials(),
-                                               forget_workers=sec.forget_workers)
+                                               forget_workers=sec.forget_workers, identities=self.identities)
         self.grpc_target = f"{self.config.grpc_address.rsplit(':', 1)[0]}:{port}"
         if self.config.http_address:
             # Imported here: a coordinator without HTTP runs without FastAPI installed.
@@ -123,7 +128,7 @@ class RunningCoordinator:
             # operator chose to be open.
             guard = GuardConfig(access, metrics_auth=sec.metrics_auth,
                                 any_host=access.needs_token("users") or sec.insecure)
-            self.http = HttpServer(create_app(self.core, self.metrics, guard), self.config.http_address,
+            self.http = HttpServer(create_app(self.core, self.metrics, guard, self.identities), self.config.http_address,
                                    tls=(sec.tls.cert, sec.tls.key) if sec.tls.cert else None)
             await self.http.start()
             self.http_url = self.http.url

@@ -2017,6 +2017,48 @@ class ListWorkersResponse(_message.Message):
 Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
 
 @_typing.final
+class ApproveWorkerRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApproveWorkerRequest: _TypeAlias = ApproveWorkerRequest  # noqa: Y015
+
+@_typing.final
+class ApproveWorkerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    EXPIRES_IN_S_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    expires_in_s: _builtins.float
+    """the approval lapses if no daemon re-claims the id by then"""
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+        expires_in_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_in_s", b"expires_in_s", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApproveWorkerResponse: _TypeAlias = ApproveWorkerResponse  # noqa: Y015
+
+@_typing.final
 class CordonRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -99,6 +99,11 @@ class JobServiceStub:
                 request_serializer=ringleader_dot_v1_dot_jobs__pb2.BaselineTable.SerializeToString,
                 response_deserializer=ringleader_dot_v1_dot_jobs__pb2.ImportBaselinesResponse.FromString,
                 _registered_method=True)
+        self.ApproveWorker = channel.unary_unary(
+                '/ringleader.v1.JobService/ApproveWorker',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -188,6 +193,14 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ApproveWorker(self, request, context):
+        """Let a worker re-claim its id without its secret (a replaced pod, a lost state dir): its next
+        registration within the window gets a new secret. FAILED_PRECONDITION while it is connected.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -255,6 +268,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ImportBaselines,
                     request_deserializer=ringleader_dot_v1_dot_jobs__pb2.BaselineTable.FromString,
                     response_serializer=ringleader_dot_v1_dot_jobs__pb2.ImportBaselinesResponse.SerializeToString,
+            ),
+            'ApproveWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveWorker,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -608,6 +626,33 @@ class JobService:
             '/ringleader.v1.JobService/ImportBaselines',
             ringleader_dot_v1_dot_jobs__pb2.BaselineTable.SerializeToString,
             ringleader_dot_v1_dot_jobs__pb2.ImportBaselinesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApproveWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/ApproveWorker',
+            ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerResponse.FromString,
             options,
             channel_credentials,
             insecure,

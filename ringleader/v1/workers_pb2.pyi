@@ -68,6 +68,7 @@ class Register(_message.Message):
     EXECUTOR_RESTARTS_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     WORKER_SECRET_FIELD_NUMBER: _builtins.int
+    K8S_TOKEN_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """stable for the daemon's life; reused on reconnect"""
     host: _builtins.str
@@ -87,6 +88,11 @@ class Register(_message.Message):
     """The secret this id was issued at its first registration (Registered.worker_secret); empty
     on the first. A known id registering without its secret is refused, even while disconnected.
     """
+    k8s_token: _builtins.str
+    """On Kubernetes: the pod's projected ServiceAccount token (audience "ringleader"), which the
+    coordinator checks with the TokenReview API; a token naming this worker's node lets a
+    replaced pod re-claim its id without its secret (coordinator/edge/identity.py).
+    """
     @_builtins.property
     def device(self) -> _jobs_pb2.Device: ...
     def __init__(
@@ -103,10 +109,11 @@ class Register(_message.Message):
         executor_restarts: _builtins.int = ...,
         version: _builtins.str = ...,
         worker_secret: _builtins.str = ...,
+        k8s_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "host", b"host", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "host", b"host", "k8s_token", b"k8s_token", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -341,6 +348,7 @@ class WorkerMessage(_message.Message):
     DONE_FIELD_NUMBER: _builtins.int
     STORE_READY_FIELD_NUMBER: _builtins.int
     GROUP_DROPPED_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_STORED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register(self) -> Global___Register: ...
     @_builtins.property
@@ -355,6 +363,8 @@ class WorkerMessage(_message.Message):
     def store_ready(self) -> Global___StoreReady: ...
     @_builtins.property
     def group_dropped(self) -> Global___GroupDropped: ...
+    @_builtins.property
+    def credential_stored(self) -> Global___CredentialStored: ...
     def __init__(
         self,
         *,
@@ -365,16 +375,42 @@ class WorkerMessage(_message.Message):
         done: Global___JobDone | None = ...,
         store_ready: Global___StoreReady | None = ...,
         group_dropped: Global___GroupDropped | None = ...,
+        credential_stored: Global___CredentialStored | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "group_dropped", b"group_dropped", "heartbeat", b"heartbeat", "msg", b"msg", "progress", b"progress", "register", b"register", "result", b"result", "store_ready", b"store_ready"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["credential_stored", b"credential_stored", "done", b"done", "group_dropped", b"group_dropped", "heartbeat", b"heartbeat", "msg", b"msg", "progress", b"progress", "register", b"register", "result", b"result", "store_ready", b"store_ready"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "group_dropped", b"group_dropped", "heartbeat", b"heartbeat", "msg", b"msg", "progress", b"progress", "register", b"register", "result", b"result", "store_ready", b"store_ready"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_stored", b"credential_stored", "done", b"done", "group_dropped", b"group_dropped", "heartbeat", b"heartbeat", "msg", b"msg", "progress", b"progress", "register", b"register", "result", b"result", "store_ready", b"store_ready"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["register", "heartbeat", "progress", "result", "done", "store_ready", "group_dropped"]  # noqa: Y015
+    _WhichOneofReturnType_msg: _TypeAlias = _typing.Literal["register", "heartbeat", "progress", "result", "done", "store_ready", "group_dropped", "credential_stored"]  # noqa: Y015
     _WhichOneofArgType_msg: _TypeAlias = _typing.Literal["msg", b"msg"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_msg) -> _WhichOneofReturnType_msg | None: ...
 
 Global___WorkerMessage: _TypeAlias = WorkerMessage  # noqa: Y015
+
+@_typing.final
+class CredentialStored(_message.Message):
+    """The daemon has stored the secret its Registered carried (its state file replaced and synced):
+    only then does the coordinator bind the id to it, so a daemon killed at any step of its first
+    registration is never refused its id (coordinator/edge/identity.py).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SECRET_SHA256_FIELD_NUMBER: _builtins.int
+    secret_sha256: _builtins.str
+    """hex SHA-256 of the secret stored, which must be the one issued"""
+    def __init__(
+        self,
+        *,
+        secret_sha256: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["secret_sha256", b"secret_sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CredentialStored: _TypeAlias = CredentialStored  # noqa: Y015
 
 @_typing.final
 class Assignment(_message.Message):

@@ -6,7 +6,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
 from cluster import Cluster  # noqa: E402
-from fleet import FLEET, start_fleet  # noqa: E402
+from fleet import FLEET, make_whole, start_fleet  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -20,7 +20,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="module")
-def gpu_cluster(tmp_path_factory):
+def gpu_module_cluster(tmp_path_factory):
     """A coordinator and one worker daemon per GPU (NCCL), or the shared-GPU fleet (fleet.py)."""
     c = Cluster(tmp_path_factory.mktemp("gpu"))
     try:
@@ -29,3 +29,11 @@ def gpu_cluster(tmp_path_factory):
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def gpu_cluster(gpu_module_cluster):
+    """The module's cluster, put back whole first (a job a failed test left is cancelled, a killed
+    daemon restarted under its id): one test's failure fails that test, never the next."""
+    make_whole(gpu_module_cluster)
+    return gpu_module_cluster

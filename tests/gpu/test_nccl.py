@@ -5,7 +5,7 @@ import subprocess
 import time
 
 import pytest
-from fleet import FLEET
+from fleet import restart
 
 from ringleader import spec as specs
 from ringleader.v1 import jobs_pb2 as pb
@@ -54,9 +54,8 @@ def test_worker_killed_mid_job_fails_naming_rank_and_survivor_recovers(gpu_clust
     assert done.state == pb.FAILED
     assert "rank 1 (worker g1)" in done.reason, done.reason
     c.wait_idle(["g0"], timeout=120)  # its executor, hung in NCCL, was replaced
-    device, env = FLEET[1]
-    c.start_worker("g1", device=device, env=env)
-    c.wait_idle(["g0", "g1"], timeout=300)
+    restart(c, "g1")  # as an operator would: same id, same --state-dir, so it is let back in
+    c.wait_idle(["g0", "g1"], timeout=180)
     nxt = c.wait_job(c.submit(workers=["g0", "g1"], op="all_reduce", sizes=[1 << 20]).id, timeout=300)
     assert nxt.state == pb.SUCCEEDED, nxt.reason
 

@@ -8,14 +8,26 @@ against a protocol-level fake daemon that presents whatever secret and address t
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 
 from coordinator.core.liveness import Timings
+from coordinator.edge.k8s_identity import TokenReviewer
 from ringleader.app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.security import ServerSecurity, bearer
 from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import jobs_pb2_grpc
 from ringleader.v1 import workers_pb2 as wpb
 from ringleader.v1 import workers_pb2_grpc
 
@@ -25,19 +37,33 @@ USERS_TOKEN, WORKERS_TOKEN = "users-token-0123456789", "workers-token-0123456789
 
 
 async def register(target: str, worker_id: str, secret: str = "", address: str = "127.0.0.1",
-                   token: str = WORKERS_TOKEN) -> tuple[grpc.aio.Channel, wpb.Registered]:
-    """Fake (protocol level): a daemon's registration; returns its open channel and the answer."""
+                   token: str = WORKERS_TOKEN, host: str = "fakehost", k8s_token: str = "",
+                   ack: bool = True) -> tuple[grpc.aio.Channel, wpb.Registered]:
+    """Fake (protocol level): a daemon's registration, acknowledging an issued secret as the daemon
+    does once it stored it (unless not `ack`); returns its open channel and the answer."""
     channel = grpc.aio.insecure_channel(target)
     call = workers_pb2_grpc.WorkerServiceStub(channel).Connect(metadata=bearer(token))
     await call.write(wpb.WorkerMessage(register=wpb.Register(
-        worker_id=worker_id, host="fakehost", address=address, backend="gloo", version="fake",
-        device=pb.Device(type="cpu", index=0, name="fake"), worker_secret=secret)))
+        worker_id=worker_id, host=host, address=address, backend="gloo", version="fake",
+        device=pb.Device(type="cpu", index=0, name="fake"), worker_secret=secret, k8s_token=k8s_token)))
     try:
         first = await call.read()
+        if first.registered.worker_secret and ack:
+            sha = hashlib.sha256(first.registered.worker_secret.encode()).hexdigest()
+            await call.write(wpb.WorkerMessage(credential_stored=wpb.CredentialStored(secret_sha256=sha)))
     except BaseException:
         await channel.close()
         raise
     return channel, first.registered
+
+
+async def until_bound(coord: RunningCoordinator, worker_id: str, secret: str) -> None:
+    """The coordinator bound the id to `secret` (it does once the daemon acknowledged storing it)."""
+    for _ in range(500):
+        if coord.store.worker_credential(worker_id) == hashlib.sha256(secret.encode()).hexdigest():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{worker_id} never bound to its secret")
 
 
 async def refused(target: str, worker_id: str, **kw) -> grpc.aio.AioRpcError:
@@ -47,10 +73,11 @@ async def refused(target: str, worker_id: str, **kw) -> grpc.aio.AioRpcError:
     return err.value
 
 
-def coordinator(tmp_path, forget: tuple[str, ...] = ()) -> RunningCoordinator:
+def coordinator(tmp_path, forget: tuple[str, ...] = (), timings: Timings = Timings(heartbeat_timeout_s=120)
+                ) -> RunningCoordinator:
     return RunningCoordinator(CoordinatorConfig(
         grpc_address="127.0.0.1:0", http_address="", db=str(tmp_path / "jobs.db"),
-        timings=Timings(heartbeat_timeout_s=120),
+        timings=timings,
         security=ServerSecurity(USERS_TOKEN, WORKERS_TOKEN, forget_workers=forget)))
 
 
@@ -78,6 +105,7 @@ def test_an_id_is_bound_to_the_secret_issued_at_its_first_registration(tmp_path)
             channel, answer = await register(target, "w0")
             secret = answer.worker_secret
             assert len(secret) >= 32
+            await until_bound(coord, "w0", secret)
             # Connected or not, the id is the secret holder's: the workers' token alone is refused.
             err = await refused(target, "w0")
             assert err.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -141,3 +169,186 @@ def test_malformed_request_bytes_answer_invalid_argument_without_a_traceback(tmp
 
     asyncio.run(scenario())
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+
+
+# ---- a crash during the first registration, and re-claims without the secret (issue 31) ----------
+
+REGISTRANT = Path(__file__).with_name("registrant.py")
+
+
+def start_registrant(target: str, worker_id: str, state: Path, kill_at: int = 0) -> subprocess.Popen:
+    """The daemon's registration code in its own process (tests/integration/registrant.py); with
+    `kill_at`, the daemon's test-only fault SIGKILLs it at that step of storing its secret."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    if kill_at:
+        env.update(RINGLEADER_FAULTS=f"kill_registration={kill_at}", RINGLEADER_FAULTS_ALLOWED="tests")
+    log = open(state / f"{worker_id}.log", "ab")
+    try:
+        return subprocess.Popen([sys.executable, str(REGISTRANT), target, worker_id, str(state), WORKERS_TOKEN],
+                                stdout=log, stderr=log, env=env, start_new_session=True)
+    finally:
+        log.close()
+
+
+async def until_states(coord: RunningCoordinator, ids: list[str], ok, timeout: float = 90) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        states = {w.worker_id: w.state for w in coord.core.list_workers().workers}
+        missing = [i for i in ids if not ok(states.get(i))]
+        if not missing:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"not there after {timeout} s: {missing}"
+        await asyncio.sleep(0.1)
+
+
+async def until_logged(path: Path, said: str, timeout: float = 60) -> None:
+    for _ in range(int(timeout / 0.1)):
+        if said in path.read_text():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{said!r} not in {path}: {path.read_text()[-2000:]}")
+
+
+@pytest.mark.parametrize("step", [1, 2, 3], ids=["before-stored", "stored-not-acked", "acked"])
+def test_a_daemon_killed_at_any_step_of_its_first_registration_keeps_its_id(tmp_path, step):
+    ids = [f"crash{step}-{i:02d}" for i in range(20)]
+    state = tmp_path / "state"
+    state.mkdir()
+
+    async def scenario():
+        # The default heartbeat timeout, as in production: a daemon's stream the coordinator did
+        # not see close is dropped after it, and the id's restarted daemon retries until then.
+        async with coordinator(tmp_path, timings=Timings()) as coord:
+            killed = [start_registrant(coord.grpc_target, wid, state, kill_at=step) for wid in ids]
+            for p in killed:
+                while p.poll() is None:
+                    await asyncio.sleep(0.05)
+                assert p.returncode == -signal.SIGKILL, (p.args, (state / f"{p.args[3]}.log").read_text()[-2000:])
+            stored = {p.stem.removeprefix("worker-") for p in state.glob("worker-*.secret")}
+            assert stored == (set() if step == 1 else set(ids))  # the fault struck where it says
+            await until_states(coord, ids, lambda s: s == pb.DISCONNECTED)
+            again = [start_registrant(coord.grpc_target, wid, state) for wid in ids]
+            try:
+                await until_states(coord, ids, lambda s: s is not None and s != pb.DISCONNECTED)
+                for wid in ids:  # each daemon told it is registered, bound to the secret it keeps
+                    await until_logged(state / f"{wid}.log", f"worker {wid} registered with")
+                    await until_bound(coord, wid, (state / f"worker-{wid}.secret").read_text().strip())
+            finally:
+                for p in again:
+                    p.kill()
+                    p.wait()
+            for wid in ids[:3]:  # and the ids are theirs: the workers' token alone is refused
+                err = await refused(coord.grpc_target, wid)
+                assert "is bound to another daemon's credential" in err.details()
+
+    asyncio.run(scenario())
+
+
+def test_an_operator_approves_a_reclaim_without_a_coordinator_restart(tmp_path):
+    async def scenario():
+        config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                                   db=str(tmp_path / "jobs.db"), timings=Timings(heartbeat_timeout_s=120),
+                                   security=ServerSecurity(USERS_TOKEN, WORKERS_TOKEN))
+        async with RunningCoordinator(config) as coord:
+            target = coord.grpc_target
+            channel, first = await register(target, "w0")
+            await until_bound(coord, "w0", first.worker_secret)
+            async with grpc.aio.insecure_channel(target) as users:
+                approve = jobs_pb2_grpc.JobServiceStub(users).ApproveWorker
+                with pytest.raises(grpc.aio.AioRpcError) as err:  # a live worker's id is never handed over
+                    await approve(pb.ApproveWorkerRequest(worker_id="w0"), metadata=bearer(USERS_TOKEN))
+                assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                assert "worker w0 is connected" in err.value.details()
+                await channel.close()
+                await until_disconnected(coord, "w0")
+                err = await refused(target, "w0")  # its state dir lost: refused, as before
+                assert "`ringleader workers approve w0`" in err.details()
+                answer = await approve(pb.ApproveWorkerRequest(worker_id="w0"), metadata=bearer(USERS_TOKEN))
+                assert answer.worker_id == "w0" and answer.expires_in_s > 0
+            channel, back = await register(target, "w0")  # re-claimed, with a new secret
+            assert back.worker_secret not in ("", first.worker_secret)
+            await until_bound(coord, "w0", back.worker_secret)
+            await channel.close()
+            await until_disconnected(coord, "w0")
+            for stale in ("", first.worker_secret):  # the approval let one daemon in, once
+                await refused(target, "w0", secret=stale)
+            # The same over REST, for a worker gone again.
+            url = f"{coord.http_url}/api/v1/workers/w0/approve"
+            async with httpx.AsyncClient() as http:
+                r = await http.post(url, headers={"Authorization": f"Bearer {USERS_TOKEN}"})
+                assert r.status_code == 200, r.text
+                assert r.json()["worker_id"] == "w0"
+                channel, third = await register(target, "w0")
+                assert third.worker_secret not in ("", back.worker_secret)
+                r = await http.post(url, headers={"Authorization": f"Bearer {USERS_TOKEN}"})
+                assert r.status_code == 409 and "is connected" in r.json()["detail"], r.text
+                await channel.close()
+
+    asyncio.run(scenario())
+
+
+class FakeTokenReview:
+    """Fake (no cluster here): the Kubernetes API server's TokenReview, a real http.server on
+    127.0.0.1 answering for the tokens in `tokens` (token -> node); anything else unauthenticated."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, str] = {}
+        self.reviews = 0
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                assert self.path == "/apis/authentication.k8s.io/v1/tokenreviews", self.path
+                spec = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["spec"]
+                fake.reviews += 1
+                node = fake.tokens.get(spec["token"])
+                status = {"authenticated": False, "error": "invalid bearer token"} if node is None else {
+                    "authenticated": True, "audiences": spec["audiences"],
+                    "user": {"username": "system:serviceaccount:ringleader:ringleader-worker",
+                             "extra": {"authentication.kubernetes.io/node-name": [node]}}}
+                data = json.dumps({"kind": "TokenReview", "status": status}).encode()
+                self.send_response(201)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_a_replaced_pod_reclaims_its_nodes_ids_with_its_kubernetes_token(tmp_path):
+    fake = FakeTokenReview()
+    fake.tokens = {"pod-b-token": "node-a", "pod-c-token": "node-c"}
+    sa_token = tmp_path / "coordinator-token"
+    sa_token.write_text("coordinator-sa-token\n")
+
+    async def scenario():
+        async with coordinator(tmp_path) as coord:
+            coord.identities.token_review = TokenReviewer(fake.url, token_path=str(sa_token), ca_path=None)
+            target = coord.grpc_target
+            channel, first = await register(target, "node-a-cuda0", host="node-a", k8s_token="pod-a-token")
+            await until_bound(coord, "node-a-cuda0", first.worker_secret)
+            assert fake.reviews == 0  # a first registration needs no review
+            await channel.close()
+            await until_disconnected(coord, "node-a-cuda0")
+            # Impostors: no token, an invalid one, another node's, a token for this node with a wrong host.
+            for token, host in (("", "node-a"), ("forged", "node-a"), ("pod-c-token", "node-a"),
+                                ("pod-b-token", "node-c")):
+                err = await refused(target, "node-a-cuda0", host=host, k8s_token=token)
+                assert "is bound to another daemon's credential" in err.details(), token
+            # The replaced pod on node-a: a new token, no secret, its id back, no restart.
+            channel, back = await register(target, "node-a-cuda0", host="node-a", k8s_token="pod-b-token")
+            assert back.worker_secret not in ("", first.worker_secret)
+            await until_bound(coord, "node-a-cuda0", back.worker_secret)
+            await channel.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()

@@ -4,9 +4,10 @@ import logging
 
 import pytest
 
-from coordinator.edge.identity import CertIdentity, WorkerIdentities, digest
+from coordinator.edge.identity import APPROVAL_S, CertIdentity, WorkerIdentities, digest
+from coordinator.edge.k8s_identity import TokenReviewer
 from coordinator.store.memory import MemoryJobStore
-from ringleader.errors import PermissionDenied
+from ringleader.errors import FailedPrecondition, InvalidSpec, PermissionDenied
 from ringleader.v1 import workers_pb2 as wpb
 
 
@@ -53,3 +54,122 @@ def test_a_refusal_repeated_by_a_retrying_daemon_is_logged_once(caplog):
             ids.log_refusal("w0", reason)
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warned == ["registration refused: bound to another", "registration refused: address"]
+
+
+# ---- issued secrets bind only once stored; re-claims vouched for (issue 31) --------------------
+
+SECRET = "s3cret-s3cret-s3cret-s3cret-s3cret"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def first(ids: WorkerIdentities, wid: str = "w0") -> str:
+    """A first registration accepted: its secret issued, not yet acknowledged (its daemon connected)."""
+    secret = ids.check(reg(wid), None)
+    ids.issued(wid, secret)
+    return secret
+
+
+def test_an_issued_secret_binds_only_once_acknowledged():
+    store = MemoryJobStore()
+    ids = WorkerIdentities(store)
+    secret = first(ids)
+    assert store.worker_credential("w0") == ""
+    with pytest.raises(PermissionDenied):  # while it is connected, the id is that daemon's
+        ids.check(reg(), None, connected=True)
+    assert not ids.stored("w0", digest("another"))  # an acknowledgement of what was not issued
+    assert store.worker_credential("w0") == ""
+    assert ids.stored("w0", digest(secret))
+    assert store.worker_credential("w0") == digest(secret)
+    with pytest.raises(PermissionDenied):
+        ids.check(reg(), None)
+
+
+def test_a_daemon_killed_before_storing_reclaims_and_one_killed_after_presents_it():
+    store = MemoryJobStore()
+    ids = WorkerIdentities(store)
+    lost = first(ids)  # then killed before it stored the secret: nothing was bound
+    again = ids.check(reg(), None)
+    assert again and again != lost
+    ids.issued("w0", again)  # killed after storing it, before acknowledging
+    assert ids.check(reg(secret=again), None) == ""  # presenting it proves it stored it
+    assert store.worker_credential("w0") == digest(again)
+    with pytest.raises(PermissionDenied):
+        ids.check(reg(secret=lost), None)
+
+
+@pytest.mark.parametrize("cert,vouched", [(CertIdentity("worker", "w0"), ""), (None, "a Kubernetes token of node n")])
+def test_a_worker_certificate_or_a_kubernetes_token_vouches_for_a_reclaim(cert, vouched):
+    store = MemoryJobStore()
+    ids = WorkerIdentities(store)
+    ids.bind("w0", SECRET)
+    new = ids.check(reg(), cert, vouched)
+    assert new and new != SECRET
+    assert store.worker_credential("w0") == digest(SECRET)  # the old one holds until the new is stored
+    ids.issued("w0", new)
+    assert ids.stored("w0", digest(new))
+    assert store.worker_credential("w0") == digest(new)
+    with pytest.raises(PermissionDenied):  # no one else: not another worker's certificate, nor nothing
+        ids.check(reg(), CertIdentity())
+
+
+def test_an_operators_approval_lets_one_daemon_reclaim_within_its_window():
+    clock = Clock()
+    store = MemoryJobStore()
+    ids = WorkerIdentities(store, clock=clock)
+    ids.bind("w0", SECRET)
+    with pytest.raises(FailedPrecondition, match="worker w0 is connected"):
+        ids.approve("w0", connected=True)
+    assert ids.approve("w0", connected=False) == APPROVAL_S
+    new = ids.check(reg(), None)
+    ids.issued("w0", new)  # killed before storing it: the approval still stands
+    newer = ids.check(reg(), None)
+    ids.issued("w0", newer)
+    assert ids.stored("w0", digest(newer))
+    with pytest.raises(PermissionDenied):  # used once
+        ids.check(reg(), None)
+    ids.approve("w0", connected=False)
+    clock.now += APPROVAL_S + 1
+    with pytest.raises(PermissionDenied, match="`ringleader workers approve w0`"):  # lapsed
+        ids.check(reg(), None)
+
+
+def test_approve_reclaim_names_a_bad_worker_id():
+    ids = WorkerIdentities(MemoryJobStore())
+    with pytest.raises(InvalidSpec, match="worker_id"):
+        ids.approve_reclaim({}, "")
+    with pytest.raises(InvalidSpec, match="worker_id"):
+        ids.approve_reclaim({}, "x" * 10_000)
+    assert ids.approve_reclaim({}, "gone").worker_id == "gone"
+
+
+NODE = "authentication.kubernetes.io/node-name"
+
+
+def status(node: str = "node-a", **over) -> dict:
+    return {"authenticated": True, "audiences": ["ringleader"],
+            "user": {"username": "system:serviceaccount:ringleader:ringleader-worker", "extra": {NODE: [node]}},
+            **over}
+
+
+@pytest.mark.parametrize("answer,said", [
+    (status(), ""),
+    (status(authenticated=False, error="token expired"), "not authenticated (token expired)"),
+    (status(audiences=["kubernetes"]), "do not include 'ringleader'"),
+    ({**status(), "user": {"username": "system:serviceaccount:default:x", "extra": {NODE: ["node-a"]}}},
+     "not the workers'"),
+    ({**status(), "user": {"username": "system:serviceaccount:ringleader:ringleader-worker"}}, "names no node"),
+    (status("node-b"), "it is node node-b's"),
+])
+def test_a_kubernetes_token_vouches_only_for_its_own_nodes_ids(answer, said):
+    reviewer = TokenReviewer("http://127.0.0.1:1", token_path="", ca_path=None)
+    why = reviewer.refuse(wpb.Register(worker_id="node-a-cuda0", host="node-a"), answer)
+    assert (said in why) if said else why == "", why
+    if not said:  # a pod of node-a cannot speak for another node's id, even naming that host
+        assert reviewer.refuse(wpb.Register(worker_id="node-b-cuda0", host="node-a"), answer)

@@ -168,13 +168,14 @@ def with_component(tmp_path: Path, component: str, overlay: str = "single-node")
 
 @needs_kubectl
 @pytest.mark.parametrize("version", K8S_VERSIONS)
-@pytest.mark.parametrize("overlay", OVERLAYS + ("single-node+nvidia-runtime", "single-node+node-taints"))
+@pytest.mark.parametrize("overlay", OVERLAYS + ("single-node+nvidia-runtime", "single-node+node-taints",
+                                                "single-node+k8s-identity"))
 def test_overlay_renders_and_validates_strictly(overlay, version, tmp_path):
     if overlay == "single-node+nvidia-runtime":  # the component, as an overlay would include it
         docs = with_component(tmp_path, "nvidia-runtime")
         assert {d["spec"]["template"]["spec"]["runtimeClassName"] for d in worker_sets(docs)} == {"nvidia"}
-    elif overlay == "single-node+node-taints":
-        docs = with_component(tmp_path, "node-taints")
+    elif overlay in ("single-node+node-taints", "single-node+k8s-identity"):
+        docs = with_component(tmp_path, overlay.split("+")[1])
     else:
         docs = render(overlay)
     rendered = tmp_path / "rendered.yaml"
@@ -565,3 +566,36 @@ def test_node_taints_component_grants_nodes_get_patch_and_turns_the_flag_on(tmp_
     assert config.env_name(flag) in env
     for ds in worker_sets(docs):  # a replaced worker pod comes back on its tainted node, to be rechecked
         assert {"key": "ringleader.io/unhealthy", "operator": "Exists"} in ds["spec"]["template"]["spec"]["tolerations"]
+
+
+@needs_kubectl
+def test_k8s_identity_component_gives_worker_pods_a_node_token_and_the_coordinator_token_review(tmp_path):
+    from coordinator.edge.k8s_identity import AUDIENCE, DEFAULT_ACCOUNT
+    from ringleader.app import config
+    from ringleader.app.cli import build_parser
+
+    docs = with_component(tmp_path, "k8s-identity")
+    sa = one(docs, "ServiceAccount", "ringleader-worker")
+    assert DEFAULT_ACCOUNT == f"system:serviceaccount:{sa['metadata']['namespace']}:{sa['metadata']['name']}"
+    binding = one(docs, "ClusterRoleBinding", "ringleader-token-review")
+    assert binding["roleRef"]["name"] == "system:auth-delegator"  # create tokenreviews, nothing more
+    assert {"kind": "ServiceAccount", "name": "default", "namespace": "ringleader"} in binding["subjects"]
+    flags = {name: x for name, cmd in (("coordinator", "k8s_token_review"), ("worker", "k8s_token_file"))
+             for x in config.subparsers(build_parser())[name]._actions if x.dest == cmd}
+    pod = one(docs, "StatefulSet", "ringleader-coordinator")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env[config.env_name(flags["coordinator"])] == "1"
+    for ds in worker_sets(docs):
+        spec = ds["spec"]["template"]["spec"]
+        assert spec["serviceAccountName"] == sa["metadata"]["name"]
+        assert spec["automountServiceAccountToken"] is False  # the API token is not mounted; this one is
+        (c,) = spec["containers"]
+        path = {e["name"]: e.get("value") for e in c["env"]}[config.env_name(flags["worker"])]
+        mount = next(m for m in c["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+        volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+        (source,) = volume["projected"]["sources"]
+        token = source["serviceAccountToken"]
+        assert token["audience"] == AUDIENCE and path == f"{mount['mountPath']}/{token['path']}"
+        env = {e["name"]: e.get("valueFrom") for e in c["env"]}  # the ids' host is the node the token names
+        assert env["RINGLEADER_HOST_NAME"]["fieldRef"]["fieldPath"] == "spec.nodeName"

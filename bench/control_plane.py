@@ -169,7 +169,12 @@ async def run_config(cfg: Config, tmp: Path) -> dict:
             final = sims.stop()
         finally:
             coord.terminate()
-            coord.wait(60)
+            try:
+                coord.wait(60)
+            except subprocess.TimeoutExpired:  # still busy with what it was sent: the run says so
+                coord.kill()
+                coord.wait()
+                out["coordinator_stop"] = "did not stop within 60 s of SIGTERM: killed"
             coord.stdout.close()
     log = (tmp / "coordinator.log").read_text(errors="replace")
     out["workers_declared_lost"] = len(re.findall(r"left: no heartbeat", log))
@@ -189,6 +194,8 @@ def scenario_problems(cfg: Config, out: dict) -> list[str]:
     problems = []
     if out.get("jobs_failed"):
         problems.append(f"{out['jobs_failed']:.0f} jobs failed")
+    if out.get("coordinator_stop"):
+        problems.append(f"the coordinator {out['coordinator_stop']}")
     if out.get("workers_declared_lost"):
         problems.append(f"{out['workers_declared_lost']} workers declared lost")
     if cfg.scenario == "deep-queue":

@@ -67,6 +67,7 @@ class Control(WorkerProtocol):
         self.quarantined: set[str] = set()  # worker ids kept out of user jobs (SetQuarantine)
         self._out = Out()
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
+        self._placement_due = False  # a pass deferred by handle(place=False)
         self._last_tick: float | None = None
         # (deadline, job id) of queued jobs with a queue_timeout_s, wall clock against created_at
         # (a restart neither resets nor extends a wait): a tick pops only what is due.
@@ -79,14 +80,26 @@ class Control(WorkerProtocol):
 
     # ---- the one entry point ---------------------------------------------------------------
 
-    def handle(self, inp: Input) -> Out:
+    def handle(self, inp: Input, place: bool = True) -> Out:
         """Apply one input; return the messages to send (in order) and the events it recorded.
         Bad input raises (InvalidSpec, NotFound, FailedPrecondition, AlreadyExists) and changes
-        nothing."""
+        nothing. With place=False (the facade's worker messages, many per turn of its loop) the
+        placement pass the input calls for waits for the next input handled with place=True, or
+        `place_due`: one pass per batch instead of one per message."""
         out = self._out = Out()
         self._dirty = False
         self._handlers[type(inp)](inp)
-        if self._dirty:
+        self._placement_due = self._placement_due or self._dirty
+        return self._end(out, place)
+
+    def place_due(self) -> Out:
+        """The placement pass that inputs handled with place=False deferred (none: nothing)."""
+        self._out = Out()
+        return self._end(self._out, True)
+
+    def _end(self, out: Out, place: bool) -> Out:
+        if self._placement_due and place:
+            self._placement_due = False
             self.schedule()
         out.events = self.events.drain()
         return out

@@ -68,6 +68,7 @@ class Coordinator:
         self._ticker: asyncio.Task | None = None
         self._uncommitted = False  # store writes wait for the next _commit
         self._commit_waiters: list[asyncio.Future] = []
+        self._place_scheduled = False  # a deferred placement pass is due this turn (_place_soon)
         # Verdicts and quarantine (coordinator/health/fleet.py); observers hear of quarantine changes.
         self.fleet = FleetHealth(self, store, observers=health_observers)
 
@@ -125,12 +126,33 @@ class Coordinator:
         """One clock tick (`now`: time.monotonic()): liveness verdicts, forgotten workers."""
         self._do(Tick(time.monotonic() if now is None else now))
 
-    def _do(self, inp: Input) -> Out:
+    def _do(self, inp: Input, place: bool = True) -> Out:
         """Apply one input to the control core and put what it sends on the workers' streams."""
-        out = self.control.handle(inp)
+        return self._send(self.control.handle(inp, place))
+
+    @staticmethod
+    def _send(out: Out) -> Out:
         for conn, msg in out.sends:
             conn.outbox.put_nowait(msg)  # None (inputs.CLOSE) ends the stream
         return out
+
+    def _place_soon(self) -> None:
+        """One placement pass at the end of this turn of the loop, for every worker message of
+        the turn: a fleet draining its queue sends thousands a second, and a pass per message
+        took a third of the coordinator's CPU in a profile (bench/results/2026-11-25-churn)."""
+        if self._place_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a caller with no loop (a test driving the facade): no turn to wait for
+            self._place_now()
+            return
+        self._place_scheduled = True
+        loop.call_soon(self._place_now)
+
+    def _place_now(self) -> None:
+        self._place_scheduled = False
+        self._send(self.control.place_due())
 
     # ---- users -----------------------------------------------------------------------------
 
@@ -226,7 +248,8 @@ class Coordinator:
         self._do(Disconnect(conn, why))
 
     def on_message(self, conn: WorkerConn, msg: wpb.WorkerMessage) -> None:
-        self._do(WorkerMsg(conn, msg))
+        self._do(WorkerMsg(conn, msg), place=False)
+        self._place_soon()
 
     def set_quarantine(self, worker_id: str, on: bool) -> None:
         """Keep user jobs off a worker (on), or let them back (off), by id (also one that is not

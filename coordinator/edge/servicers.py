@@ -13,7 +13,7 @@ import grpc
 
 from coordinator.core import admission
 
-from coordinator.health import baselines, localizer
+from coordinator.health import baseline_io, localizer
 
 from coordinator.edge import identity
 from coordinator.edge.identity import WorkerIdentities
@@ -123,11 +123,16 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     @_rpc
     def ExportBaselines(self, request, context):
-        return baselines.export_table(self.c.store)
+        return baseline_io.export_page(self.c.store, request.page_token, request.limit)
 
-    @_durable
-    def ImportBaselines(self, request, context):
-        return pb.ImportBaselinesResponse(imported=baselines.import_table(self.c.store, request))
+    async def ImportBaselines(self, request, context):
+        try:
+            identity.caller_may_use_jobs(context)
+            # Validated off the loop and written in chunks: other calls go on meanwhile.
+            n = await baseline_io.import_table(self.c.store, request, self.c.durable)
+        except RingleaderError as exc:
+            await abort_with(context, exc)
+        return pb.ImportBaselinesResponse(imported=n)
 
 
 class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):

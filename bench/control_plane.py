@@ -13,6 +13,13 @@ priorities, some pinned to a host) that must wait; then for --duration submit at
 that complete on the CPU workers, or with --queue half of them GPU jobs that queue), get a
 random submitted job at the same rate, and list one page of workers twice a second. Calls are
 started on a fixed schedule whatever the answers do (open loop), with a 30 s deadline.
+
+    python bench/control_plane.py --workers 5000 --queue 10000 --churn --coordinator-cpus 0,1
+
+With --churn (bench/churn.py) every worker drains the queue instead, beside a fleet-wide check
+sweep. Every run checks the scenario it claims (scenario_problems: no job failed, no worker
+lost, the queue kept deep and the GPUs held, or the queue drained); one that did not hold is
+printed INVALID with its reasons, and the command exits 1.
 """
 
 from __future__ import annotations

@@ -13,6 +13,13 @@ priorities, some pinned to a host) that must wait; then for --duration submit at
 that complete on the CPU workers, or with --queue half of them GPU jobs that queue), get a
 random submitted job at the same rate, and list one page of workers twice a second. Calls are
 started on a fixed schedule whatever the answers do (open loop), with a 30 s deadline.
+
+    python bench/control_plane.py --workers 5000 --queue 10000 --churn --coordinator-cpus 0,1
+
+With --churn (bench/churn.py) every worker drains the queue instead, beside a fleet-wide check
+sweep. Every run checks the scenario it claims (scenario_problems: no job failed, no worker
+lost, the queue kept deep and the GPUs held, or the queue drained); one that did not hold is
+printed INVALID with its reasons, and the command exits 1.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import loadstats  # noqa: E402
+from bench import churn, loadstats  # noqa: E402
 from bench.simfleet import SimFleet, fleet_specs  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc  # noqa: E402
@@ -55,6 +62,15 @@ class Config:
     heartbeat_window: float = 20.0
     list_rate: float = 2.0
     coordinator_cpus: tuple[int, ...] = ()  # pin the coordinator (the load generator stays off them)
+    churn: bool = False  # the queue is drained by every worker instead of waiting behind held GPUs
+    sweep: bool = True  # with churn: a fleet-wide check sweep (RunCheck gpu_check) joins the drain
+    # The holding jobs' rendezvous and op deadlines (0: the defaults, 30 and 120 s): short in CI,
+    # so a simulated daemon that stops marking its group formed fails the run within seconds.
+    hold_timeout_s: float = 0.0
+
+    @property
+    def scenario(self) -> str:
+        return "churn" if self.churn else "deep-queue" if self.queue else "steady"
 
 
 # ---- the coordinator ------------------------------------------------------------------------------
@@ -112,15 +128,18 @@ async def timed(rec: loadstats.Recorder, coro) -> object:
     return out
 
 
-async def fill(stub, specs, concurrency: int = 32) -> None:
-    todo = list(specs)
+async def fill(stub, specs, concurrency: int = 32) -> list[str]:
+    """Submit `specs`; the ids of the jobs."""
+    todo, ids = list(specs), []
 
     async def worker() -> None:
         while todo:
-            await stub.SubmitJob(pb.SubmitJobRequest(spec=todo.pop(), request_id=uuid.uuid4().hex),
-                                 timeout=DEADLINE_S)
+            job = await stub.SubmitJob(pb.SubmitJobRequest(spec=todo.pop(), request_id=uuid.uuid4().hex),
+                                       timeout=DEADLINE_S)
+            ids.append(job.id)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return ids
 
 
 async def until(check, what: str, timeout: float = 300.0) -> None:
@@ -142,20 +161,59 @@ async def run_config(cfg: Config, tmp: Path) -> dict:
             stub = jobs_pb2_grpc.JobServiceStub(channel)
             await until(lambda: sims.stats().registered >= cfg.workers, f"{cfg.workers} registrations")
             out["heartbeat"] = await heartbeat_window(cfg, sims, watch)
-            if cfg.queue:
-                await hold_gpus_and_queue(cfg, stub, sims, rng)
-            out.update(await measured_window(cfg, stub, watch, sims, rng))
+            if cfg.churn:
+                out.update(await churn.run(cfg, stub, sims, watch, http_url, rng, measured_window))
+            else:
+                if cfg.queue:
+                    await hold_gpus_and_queue(cfg, stub, sims, rng)
+                failed0 = finished(http_url, "failed")
+                out.update(await measured_window(cfg, stub, watch, sims, rng))
+                out["jobs_failed"] = finished(http_url, "failed") - failed0
             out["queue_depth_end"] = loadstats.metric(http_url, "ringleader_queue_depth")
+            out["jobs_running_end"] = loadstats.metric(http_url, 'ringleader_jobs{state="running"}')
     finally:
         try:
             final = sims.stop()
         finally:
             coord.terminate()
-            coord.wait(60)
+            try:
+                coord.wait(60)
+            except subprocess.TimeoutExpired:  # still busy with what it was sent: the run says so
+                coord.kill()
+                coord.wait()
+                out["coordinator_stop"] = "did not stop within 60 s of SIGTERM: killed"
+            coord.stdout.close()
     log = (tmp / "coordinator.log").read_text(errors="replace")
     out["workers_declared_lost"] = len(re.findall(r"left: no heartbeat", log))
     out["streams_ended_by_coordinator"] = final.dropped
+    out["rendezvous_timeouts"] = len(re.findall(r"did not form within", log))
+    out["invalid"] = scenario_problems(cfg, out)
     return out
+
+
+def finished(http_url: str, state: str) -> float:
+    return loadstats.metric(http_url, f'ringleader_jobs_finished_total{{state="{state}"}}') or 0.0
+
+
+def scenario_problems(cfg: Config, out: dict) -> list[str]:
+    """Why the run did not measure the scenario it claims ([] when it did): a figure of another
+    scenario is no figure (STYLE.md, "Benchmarks check their own scenario")."""
+    problems = []
+    if out.get("jobs_failed"):
+        problems.append(f"{out['jobs_failed']:.0f} jobs failed")
+    if out.get("coordinator_stop"):
+        problems.append(f"the coordinator {out['coordinator_stop']}")
+    if out.get("workers_declared_lost"):
+        problems.append(f"{out['workers_declared_lost']} workers declared lost")
+    if cfg.scenario == "deep-queue":
+        gpus = sum(1 for s in fleet_specs(cfg.workers) if s.device[0] == "cuda")
+        if (out.get("queue_depth_end") or 0) < cfg.queue:
+            problems.append(f"the queue did not stay deep: {cfg.queue} -> {out.get('queue_depth_end')}")
+        if (out.get("jobs_running_end") or 0) < gpus:
+            problems.append(f"the GPUs were not held: {out.get('jobs_running_end')} jobs running, {gpus} GPUs")
+    if cfg.scenario == "churn":
+        problems += churn.problems(cfg, out)
+    return problems
 
 
 async def heartbeat_window(cfg: Config, sims: SimFleet, watch: loadstats.ProcessWatch) -> dict:
@@ -169,9 +227,7 @@ async def heartbeat_window(cfg: Config, sims: SimFleet, watch: loadstats.Process
 async def hold_gpus_and_queue(cfg: Config, stub, sims: SimFleet, rng: random.Random) -> None:
     gpus = sum(1 for s in fleet_specs(cfg.workers) if s.device[0] == "cuda")
     base = sims.stats().assignments
-    hold = pb.JobSpec(world_size=1, name="hold", placement=pb.Placement(device_type="cuda"),
-                      collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))
-    await fill(stub, [hold] * gpus)
+    await fill(stub, [churn.hold("cuda", cfg.hold_timeout_s)] * gpus)
     await until(lambda: sims.stats().assignments - base >= gpus, "every GPU worker held")
     await fill(stub, [job_spec(rng, "cuda", True, cfg.workers // 8) for _ in range(cfg.queue)])
 
@@ -183,9 +239,9 @@ async def measured_window(cfg: Config, stub, watch: loadstats.ProcessWatch, sims
     hosts = cfg.workers // 8
 
     async def one_submit() -> None:
-        queued = bool(cfg.queue) and rng.random() < 0.5
-        spec = job_spec(rng, "cuda" if queued else "cpu" if cfg.queue else rng.choice(["", "cpu", "cuda"]),
-                        queued, hosts)
+        queued = cfg.scenario == "deep-queue" and rng.random() < 0.5
+        device = "cuda" if queued else "cpu" if cfg.scenario == "deep-queue" else rng.choice(["", "cpu", "cuda"])
+        spec = job_spec(rng, device, queued, hosts)
         job = await timed(submit, stub.SubmitJob(pb.SubmitJobRequest(spec=spec, request_id=uuid.uuid4().hex),
                                                  timeout=DEADLINE_S))
         if job is not None:
@@ -229,6 +285,10 @@ def main() -> None:
     ap.add_argument("--queue", type=int, default=0)
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--churn", action="store_true", help="every worker drains --queue jobs that run (0.2-1 s "
+                    "each) while a fleet-wide check sweep runs and user calls are measured")
+    ap.add_argument("--no-sweep", action="store_true", help="with --churn: no check sweep")
+    ap.add_argument("--heartbeat-window", type=float, default=20.0)
     ap.add_argument("--matrix", action="store_true", help="every configuration of the README table")
     ap.add_argument("--only", type=int, nargs="*", default=None, help="with --matrix: these rows (0-based)")
     ap.add_argument("--coordinator-cpus", default="", help="pin the coordinator to these CPUs (e.g. 0,1) "
@@ -237,7 +297,7 @@ def main() -> None:
     ap.add_argument("--logs", type=Path, default=None, help="keep each run's coordinator log here")
     a = ap.parse_args()
     configs = [MATRIX[i] for i in (a.only or range(len(MATRIX)))] if a.matrix else \
-        [Config(a.workers, a.queue, a.rate, a.duration)]
+        [Config(a.workers, a.queue, a.rate, a.duration, a.heartbeat_window, churn=a.churn, sweep=not a.no_sweep)]
     cpus = tuple(int(c) for c in a.coordinator_cpus.split(",") if c)
     if cpus:
         os.sched_setaffinity(0, set(os.sched_getaffinity(0)) - set(cpus))  # inherited by the load generator
@@ -253,10 +313,13 @@ def main() -> None:
         run["loadavg_before"], run["loadavg_after"] = load, os.getloadavg()
         results["runs"].append(run)
         print(loadstats.row(run), flush=True)
+        if run["invalid"]:
+            print(f"INVALID run ({cfg.scenario}): " + "; ".join(run["invalid"]), flush=True)
         if a.out:
             a.out.mkdir(parents=True, exist_ok=True)
             (a.out / "results.json").write_text(json.dumps(results, indent=1))
             (a.out / "results.md").write_text(loadstats.table(results))
+    sys.exit(1 if any(r["invalid"] for r in results["runs"]) else 0)
 
 
 if __name__ == "__main__":

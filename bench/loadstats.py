@@ -75,17 +75,18 @@ def pct(sorted_s: list[float], p: float) -> float | None:
 
 
 def metric(http_url: str, name: str) -> float | None:
-    """One unlabelled sample from the coordinator's /metrics."""
+    """One sample from the coordinator's /metrics: `name` as exposed, with its labels if it has
+    any (ringleader_jobs_finished_total{state="failed"})."""
     try:
         text = urllib.request.urlopen(f"{http_url}/metrics", timeout=10).read().decode()
     except OSError:
         return None
-    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
     return float(m.group(1)) if m else None
 
 
 COLUMNS = ("workers", "queued", "submit p50 / p99 ms", "get p50 / p99 ms", "list p50 / p99 ms", "errors",
-           "coord CPU %", "RSS MB", "CPU us / heartbeat", "CPU us / job", "lost")
+           "coord CPU %", "RSS MB", "CPU us / heartbeat", "CPU us / job", "lost", "scenario")
 
 
 def cells(run: dict) -> list[str]:
@@ -93,6 +94,11 @@ def cells(run: dict) -> list[str]:
     heartbeat_cpu_rate = hb["cpu_s"] / cfg["heartbeat_window"]
     # A job's CPU: the measured window's, less what heartbeats cost meanwhile, per submit.
     per_job = (run["cpu_s"] - heartbeat_cpu_rate * run["elapsed_s"]) / max(1, run["submit"]["n"]) * 1e6
+    if "cpu_ms_per_job" in run:  # churn: the window's CPU over the jobs that ran in it
+        per_job = run["cpu_ms_per_job"] * 1e3
+    scenario = cfg.get("churn") and "churn" or cfg["queue"] and "deep-queue" or "steady"
+    if run.get("invalid"):
+        scenario += " INVALID: " + "; ".join(run["invalid"])
     errors = sum(sum(run[k]["errors"].values()) for k in ("submit", "get", "list_workers"))
     depth = run.get("queue_depth_end")
 
@@ -103,7 +109,7 @@ def cells(run: dict) -> list[str]:
     return [f"{cfg['workers']:,}" + (f" ({cfg['duration']:.0f} s)" if cfg["duration"] != 60 else ""), queued,
             lat("submit"), lat("get"), lat("list_workers"), str(errors), f"{run['cpu_percent']:.0f}",
             f"{run['rss_mb_max']:.0f}", f"{hb['cpu_us_per_heartbeat']:.0f}", f"{per_job:.0f}",
-            str(run["workers_declared_lost"])]
+            str(run["workers_declared_lost"]), scenario]
 
 
 def row(run: dict) -> str:

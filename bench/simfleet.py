@@ -2,13 +2,20 @@
 executors, so one process can stand in for thousands of daemons (a fake only of the daemon's
 executor side, which cannot run thousands of times on one machine).
 
-Each simulated daemon does what worker/daemon.py does, after a short delay instead of the work:
-register; heartbeat at the interval the coordinator asks for; on an Assignment, rank 0 of a new
-group reports StoreReady first (the other ranks are assigned only then), then progress, one
-result per size (rank 0) and JobDone carrying the group it now holds (warm_group); DropGroup is
+Each simulated daemon does what worker/daemon.py and its executor (worker/executor.py) do, with
+a short delay instead of the work: register (reconnecting with the job it still runs and the
+group it holds); heartbeat at the interval the coordinator asks for, carrying its executor's op
+counter; on an Assignment of a new group, rank 0 binds the store and reports StoreReady (the
+other ranks are assigned only then) and every rank "initialises" the group; then it runs the
+ops, and the counter grows by one per op (what tells the coordinator the group formed: an op
+past the counter's value at assignment); a collective sweep reports progress and one result
+per size (rank 0), check kinds their outcome, and JobDone carries the group the executor now
+holds (warm_group). A job that never ends (a benchmark holding its worker) keeps running ops, as
+a real long job does, so neither its rendezvous nor its op deadline fails it. DropGroup is
 answered with GroupDropped; Abort with a failed JobDone. A stream the coordinator ends is
 counted in `dropped` (one that fails, in `failed`) and reconnected after a second or two, as a
-daemon would.
+daemon would. tests/integration/test_scale.py runs it against the real coordinator, so it cannot
+drift from the protocol unseen.
 
 Used by bench/control_plane.py (SimFleet: processes of PER_PROCESS daemons, in which a job
 named "hold" runs until aborted and the others for 0.2-1 s) and by tests that need CUDA/NCCL
@@ -18,6 +25,7 @@ workers on a machine without GPUs.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import math
@@ -52,11 +60,13 @@ class SimSpec:
     index: int
     device: tuple[str, str, str, int] = CPU  # type, backend, name, memory
 
-    def register(self, holds: str = "") -> wpb.Register:
+    def register(self, holds: str = "", job: tuple[str, int] | None = None) -> wpb.Register:
         dtype, backend, name, memory = self.device
+        job_id, rank = job or ("", 0)
         return wpb.Register(worker_id=self.worker_id, host=self.host, address="127.0.0.1", backend=backend,
                             device=pb.Device(type=dtype, index=self.index, name=name, memory_bytes=memory),
-                            warm_group=holds, version=__version__, worker_secret=SECRETS.get(self.worker_id, ""))
+                            warm_group=holds, version=__version__, worker_secret=SECRETS.get(self.worker_id, ""),
+                            running_job_id=job_id, running_rank=rank)
 
 
 @dataclass
@@ -88,55 +98,79 @@ class SimWorker:
     stats: Stats
     job_s: Callable[[wpb.Assignment], float] = lambda a: 0.2  # how long a job "runs"; inf: until aborted
     ack_s: float = 0.005  # before StoreReady, as a real rank 0 binds its store
+    init_s: float = 0.01  # forming a new group (init_process_group)
+    op_s: float = 0.5  # a job that runs until aborted: one op this often
     holds: str = ""
     job: tuple[str, int] | None = None
+    connected: bool = False
     _run: asyncio.Task | None = None
-    _out: asyncio.Queue = field(default_factory=asyncio.Queue)
-    _op: int = 0
+    # What the daemon sends, kept across reconnects as worker/link.py keeps its outbox.
+    _out: collections.deque = field(default_factory=collections.deque)
+    _ready: asyncio.Event = field(default_factory=asyncio.Event)
+    _op: int = 0  # the executor's op counter (worker/supervisor.py op_seq)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Stay registered until `stop`, reconnecting (after 1-2 s) when the stream ends."""
-        while not stop.is_set():
-            try:
-                if await self._session(stop):
-                    self.stats.dropped += 1
-            except grpc.aio.AioRpcError as exc:  # as a daemon's link: count, then reconnect
-                if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
-                    self.stats.refused += 1
-                else:
-                    self.stats.failed += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), random.uniform(1.0, 2.0))
+        try:
+            while not stop.is_set():
+                try:
+                    if await self._session(stop):
+                        self.stats.dropped += 1
+                except grpc.aio.AioRpcError as exc:  # as a daemon's link: count, then reconnect
+                    if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                        self.stats.refused += 1
+                    else:
+                        self.stats.failed += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), random.uniform(1.0, 2.0))
+        finally:
+            if self._run:  # the daemon stops: so does its executor
+                self._run.cancel()
 
     async def _session(self, stop: asyncio.Event) -> bool:
         call = self.stub.Connect()
-        await call.write(wpb.WorkerMessage(register=self.spec.register(self.holds)))
-        first = await call.read()
-        if first is grpc.aio.EOF:
-            return True
-        self.stats.registered += 1
-        if first.registered.worker_secret:
-            SECRETS[self.spec.worker_id] = first.registered.worker_secret
-        interval = first.registered.heartbeat_interval_s or 1.0
-        tasks = [asyncio.create_task(t) for t in (self._read(call), self._write(call), self._beat(interval))]
-        stopping = asyncio.create_task(stop.wait())
         try:
-            await asyncio.wait([*tasks, stopping], return_when=asyncio.FIRST_COMPLETED)
-            return not stop.is_set()
-        finally:
-            for t in (*tasks, stopping, self._run):
-                if t:
+            # A job keeps running while the stream is down (the executor is the daemon's child):
+            # the daemon says so when it registers again, as worker/daemon.py does.
+            await call.write(wpb.WorkerMessage(register=self.spec.register(self.holds, self.job)))
+            first = await call.read()
+            if first is grpc.aio.EOF:
+                return True
+            self.stats.registered += 1
+            if first.registered.worker_secret:
+                SECRETS[self.spec.worker_id] = first.registered.worker_secret
+            interval = first.registered.heartbeat_interval_s or 1.0
+            self.connected = True
+            tasks = [asyncio.create_task(t) for t in (self._read(call), self._write(call), self._beat(interval))]
+            stopping = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait([*tasks, stopping], return_when=asyncio.FIRST_COMPLETED)
+                return not stop.is_set()
+            finally:
+                self.connected = False
+                for t in (*tasks, stopping):
                     t.cancel()
-            await asyncio.gather(*tasks, stopping, return_exceptions=True)
+                await asyncio.gather(*tasks, stopping, return_exceptions=True)
+        finally:
             call.cancel()
-            self.job, self._run = None, None
 
     def send(self, **msg) -> None:
-        self._out.put_nowait(wpb.WorkerMessage(**msg))
+        if "heartbeat" in msg and not self.connected:
+            return  # stale heartbeats are worthless after a reconnect (worker/link.py)
+        self._out.append(wpb.WorkerMessage(**msg))
+        self._ready.set()
 
     async def _write(self, call) -> None:
         while True:
-            await call.write(await self._out.get())
+            await self._ready.wait()
+            while self._out:
+                msg = self._out.popleft()
+                try:
+                    await call.write(msg)
+                except BaseException:
+                    self._out.appendleft(msg)  # sent on the next stream, as the daemon's link does
+                    raise
+            self._ready.clear()
 
     async def _beat(self, interval: float) -> None:
         await asyncio.sleep(random.uniform(0, interval))  # daemons do not beat in step
@@ -150,9 +184,7 @@ class SimWorker:
         while (msg := await call.read()) is not grpc.aio.EOF:
             kind = msg.WhichOneof("msg")
             if kind == "assignment":
-                self.stats.assignments += 1
-                self.job = (msg.assignment.job_id, msg.assignment.rank)
-                self._run = asyncio.create_task(self._job(msg.assignment))
+                self._assign(msg.assignment)
             elif kind == "abort":
                 self._abort(msg.abort)
             elif kind == "drop_group" and not self.job:
@@ -160,34 +192,60 @@ class SimWorker:
                     self.holds = ""
                 self.send(group_dropped=wpb.GroupDropped(group_key=msg.drop_group.group_key))
 
+    def _assign(self, a: wpb.Assignment) -> None:
+        if self.job:  # placed wrongly: refuse the new job rather than corrupt the old (worker/daemon.py)
+            self.send(done=wpb.JobDone(job_id=a.job_id, rank=a.rank, ok=False, failure=wpb.RANK_ERROR,
+                                       error=f"worker busy with job {self.job[0]}", warm_group=self.holds))
+            return
+        self.stats.assignments += 1
+        self.job = (a.job_id, a.rank)
+        self._run = asyncio.create_task(self._job(a))
+
     async def _job(self, a: wpb.Assignment) -> None:
-        if a.rank == 0 and not a.store_port and a.group_key != self.holds:
-            await asyncio.sleep(self.ack_s)
-            self.send(store_ready=wpb.StoreReady(job_id=a.job_id, group_key=a.group_key, store_port=STORE_PORT))
+        warm = bool(a.group_key) and a.group_key == self.holds
+        if not warm:  # worker/executor.py _init_group: the old group goes, rank 0 binds the store first
+            self.holds = ""
+            if a.rank == 0:
+                await asyncio.sleep(self.ack_s)
+                self.send(store_ready=wpb.StoreReady(job_id=a.job_id, group_key=a.group_key, store_port=STORE_PORT))
+            await asyncio.sleep(self.init_s)
+        self.holds = a.group_key
         duration = self.job_s(a)
-        # An endless job (a benchmark holding its worker) waits until it is aborted.
-        await (asyncio.sleep(duration) if math.isfinite(duration) else asyncio.get_running_loop().create_future())
-        self._op += 1
-        results = _results(a) if a.rank == 0 else []
-        if results:
-            self.send(progress=wpb.ProgressReport(job_id=a.job_id, rank=0, progress=pb.Progress(
-                done=len(results), total=len(results))))
-            for r in results:
-                self.send(result=wpb.ResultReport(job_id=a.job_id, result=r))
-        warm = a.group_key == self.holds
-        self.holds, self.job, self._run = a.group_key, None, None
+        if not math.isfinite(duration):
+            while True:  # a job that never ends still runs ops: its group formed and it progresses
+                self._op += 1
+                await asyncio.sleep(self.op_s)
+        results = await self._sweep(a, duration)
+        self.job, self._run = None, None
         self.stats.done += 1
-        self.send(done=wpb.JobDone(job_id=a.job_id, rank=a.rank, ok=True, warm_group=self.holds, warm_start=warm,
-                                   results=results))
+        done = wpb.JobDone(job_id=a.job_id, rank=a.rank, ok=True, warm_group=self.holds, warm_start=warm,
+                           results=results if a.rank == 0 else [])
+        if a.rank == 0 and (outcome := _outcome(a)) is not None:
+            getattr(done, outcome[0]).CopyFrom(outcome[1])
+        self.send(done=done)
+
+    async def _sweep(self, a: wpb.Assignment, duration: float) -> list[pb.SizeResult]:
+        """The job's steps over `duration`: ops, progress (every rank), result rows (rank 0)."""
+        rows = _results(a)
+        steps = max(1, len(rows))
+        for i in range(steps):
+            await asyncio.sleep(duration / steps)
+            self._op += max(1, a.spec.collective.iters + a.spec.collective.warmup)
+            self.send(progress=wpb.ProgressReport(job_id=a.job_id, rank=a.rank, progress=pb.Progress(
+                done=i + 1, total=steps, size_bytes=rows[i].size_bytes if rows else 0)))
+            if rows and a.rank == 0:
+                self.send(result=wpb.ResultReport(job_id=a.job_id, result=rows[i]))
+        return rows
 
     def _abort(self, abort: wpb.Abort) -> None:
         if self.job and self.job[0] == abort.job_id:
             rank = self.job[1]
             if self._run:
                 self._run.cancel()
-            self.holds, self.job, self._run = "", None, None  # a daemon replaces its executor
+            # A daemon replaces its executor: the group and the op counter go with it.
+            self.holds, self.job, self._run, self._op = "", None, None, 0
             self.send(done=wpb.JobDone(job_id=abort.job_id, rank=rank, ok=False, error=f"aborted: {abort.reason}",
-                                       failure=wpb.ABORTED))
+                                       failure=wpb.ABORTED, executor_restarts=1))
         else:
             self.send(done=wpb.JobDone(job_id=abort.job_id, ok=False, error="aborted: not running it",
                                        failure=wpb.ABORTED, warm_group=self.holds))
@@ -200,6 +258,20 @@ def _results(a: wpb.Assignment) -> list[pb.SizeResult]:
     return [pb.SizeResult(op=c.op, dtype=c.dtype, reduce_op=c.reduce_op, size_bytes=s, count=s // 4, time_us=50.0,
                           algbw_gbps=s / 50e3, busbw_gbps=s / 50e3, world_size=a.world_size, iters=c.iters)
             for s in c.sizes]
+
+
+def _outcome(a: wpb.Assignment) -> tuple[str, object] | None:
+    """Rank 0's outcome of a check: every rank clean and alike (a simulated fleet has no faults)."""
+    kind, n = a.spec.WhichOneof("kind"), a.world_size
+    if kind == "gpu_check":
+        return kind, pb.GpuCheckResult(workers=[pb.GpuFigures(rank=r, tflops=50.0, copy_gbps=1000.0, tflops_ratio=1.0,
+                                                              copy_ratio=1.0) for r in range(n)])
+    if kind == "sdc_check":
+        return kind, pb.SdcCheckResult(majority_checksum="00", workers=[pb.SdcFigures(rank=r, checksum="00")
+                                                                         for r in range(n)])
+    if kind == "link_matrix":
+        return kind, pb.LinkMatrixResult(size_bytes=a.spec.link_matrix.size_bytes)
+    return None
 
 
 def channels(address: str, n: int) -> list[grpc.aio.Channel]:

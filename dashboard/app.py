@@ -13,6 +13,7 @@ from coordinator.edge.identity import WorkerIdentities
 from dashboard import api, baselines_api, bearer, fleet_api, fleet_view, identity_api, ui
 from dashboard.bearer import BEARER
 from dashboard.guard import Guard, GuardConfig
+from dashboard.body_limit import BodyLimit
 from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
 
 
@@ -22,6 +23,7 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     # CSP refuses (and which an offline cluster cannot fetch); /openapi.json stays.
     app = FastAPI(title="ringleader", version="1", description="Orchestrate GPU collective jobs.",
                   docs_url=None, redoc_url=None)
+    app.add_middleware(BodyLimit)  # inside the guard and the metrics: a refused body is counted
     app.add_middleware(Guard, config=guard or GuardConfig(Access(), any_host=False))
     # Outermost (added last), on the coordinator's registry: /metrics shows REST next to gRPC,
     # refused requests included. One app per registry.

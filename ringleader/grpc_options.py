@@ -9,12 +9,17 @@ KEEPALIVE_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
-# Every message either way is at most 4 MiB, gRPC's default receive limit, so any client can read
-# any answer: lists page by count and by bytes, specs and reports are bounded (jobs.proto).
+# Every answer is at most 4 MiB, gRPC's default receive limit, so any client can read any answer:
+# lists and the baselines export page by count and by bytes, specs and reports are bounded
+# (jobs.proto).
 MAX_MESSAGE_BYTES = 4 << 20
+# A request may be larger, up to the REST API's limit for the one large input (a baselines
+# import of 100,000 entries: dashboard/body_limit.py), so both APIs take the same tables; every
+# other request is refused by its own field bounds once parsed.
+MAX_REQUEST_BYTES = 32 << 20
 SERVER_OPTIONS = KEEPALIVE_OPTIONS + [
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),  # accept the clients' pings
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]

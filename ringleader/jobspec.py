@@ -200,11 +200,19 @@ def sweep_of(msg) -> list[int]:
 
 
 def size_field(v: ValidJob) -> str:
-    """The field a user changes to make the job smaller."""
-    if v.kind == "gradient_average":
-        return "gradient_average.size_bytes"
-    explicit = getattr(v.spec, v.kind).sizes
-    return f"{v.kind}.sizes" if explicit else f"{v.kind}.max_bytes"
+    """The field a user changes to make the job smaller (every kind has one: the check kinds'
+    specs have no `sizes`)."""
+    msg = getattr(v.spec, v.kind)
+    fields = msg.DESCRIPTOR.fields_by_name
+    if "sizes" in fields:
+        return f"{v.kind}.sizes" if msg.sizes else f"{v.kind}.max_bytes"
+    if v.kind == "gpu_check":  # the larger of its matrices (3 n^2) and its copy (2 x copy_bytes)
+        elem = 4 if msg.dtype == "float32" else 2
+        return "gpu_check.matmul_n" if msg.matmul_n and 3 * msg.matmul_n ** 2 * elem > 2 * msg.copy_bytes \
+            else "gpu_check.copy_bytes"
+    if "size_bytes" in fields:
+        return f"{v.kind}.size_bytes"
+    return v.kind  # a fixed size per rank (sdc_check: 4 MiB): the kind itself does not fit
 
 
 def op_name(spec: pb.JobSpec) -> str:

@@ -29,7 +29,7 @@ def check(valid: ValidJob, fleet: Iterable[wpb.Register]) -> None:
     backends = sorted({w.backend for w in eligible})
     if backends and not any(valid.runs_on(b) for b in backends):
         raise valid.refusal(backends[0])
-    sized = [w for w in fleet if w.device.memory_bytes]
+    sized = [w for w in eligible if w.device.memory_bytes]  # a CPU's memory does not make room on a GPU
     if sized and valid.needs_bytes > max(w.device.memory_bytes for w in sized):
         biggest = max(sized, key=lambda w: w.device.memory_bytes)
         raise InvalidSpec(jobspec.size_field(valid), (

@@ -43,6 +43,7 @@ from coordinator.store.api import JobStore
 from coordinator.core.dispatch import WorkerProtocol
 from coordinator.core.health_inputs import HealthProtocol
 from coordinator.core.preflight import Certifying
+from coordinator.core.reentry import Guard
 from coordinator.core.events import EventBus
 from coordinator.core.groups import Groups
 from coordinator.core.inputs import (CLOSE, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Register, Reload,
@@ -58,11 +59,6 @@ from ringleader.v1 import workers_pb2 as wpb
 log = logging.getLogger("ringleader.coordinator")
 
 
-
-class ReentryError(RuntimeError):
-    """`Control.handle` was called from inside `handle`: a bug (a listener calling back in)."""
-
-
 class Control(WorkerProtocol, HealthProtocol):
     def __init__(self, store: JobStore, timings: Timings | None = None,
                  quarantine_max_share: float = DEFAULT_MAX_SHARE) -> None:
@@ -76,10 +72,11 @@ class Control(WorkerProtocol, HealthProtocol):
         self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
         self.health = HealthBook(store, max_share=quarantine_max_share)
         self._out = Out()
-        self._handling: Input | None = None  # the input being applied (re-entry guard)
+        self._guard = Guard()  # re-entry is an error (coordinator/core/reentry.py)
         self.certifying: dict[str, Certifying] = {}  # preflight jobs whose gang is being checked
         self._preflight_of: dict[str, str] = {}  # running preflight check id -> the job it certifies
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
+        self._placement_due = False  # a pass deferred by handle(place=False)
         self._last_tick: float | None = None
         # (deadline, job id) of queued jobs with a queue_timeout_s, wall clock against created_at
         # (a restart neither resets nor extends a wait): a tick pops only what is due.
@@ -92,26 +89,31 @@ class Control(WorkerProtocol, HealthProtocol):
 
     # ---- the one entry point ---------------------------------------------------------------
 
-    def handle(self, inp: Input) -> Out:
+    def handle(self, inp: Input, place: bool = True) -> Out:
         """Apply one input; return the messages to send (in order) and the events it recorded.
         Bad input raises (InvalidSpec, NotFound, FailedPrecondition, AlreadyExists) and changes
-        nothing."""
-        if self._handling is not None:
-            log.error("Control.handle re-entered with %s while applying %s", type(inp).__name__,
-                      type(self._handling).__name__)
-            raise ReentryError(f"Control.handle({type(inp).__name__}) called while applying "
-                               f"{type(self._handling).__name__}")
-        self._handling = inp
-        try:
+        nothing. With place=False (the facade's worker messages, many per turn of its loop) the
+        placement pass the input calls for waits for the next input handled with place=True, or
+        `place_due`: one pass per batch instead of one per message."""
+        with self._guard.entered(type(inp).__name__):
             out = self._out = Out()
             self._dirty = False
             self._handlers[type(inp)](inp)
-            if self._dirty:
-                self.schedule()
-            out.events = self.events.drain()
-            return out
-        finally:
-            self._handling = None
+            self._placement_due = self._placement_due or self._dirty
+            return self._end(out, place)
+
+    def place_due(self) -> Out:
+        """The placement pass that inputs handled with place=False deferred (none: nothing)."""
+        with self._guard.entered("place_due"):
+            self._out = Out()
+            return self._end(self._out, True)
+
+    def _end(self, out: Out, place: bool) -> Out:
+        if self._placement_due and place:
+            self._placement_due = False
+            self.schedule()
+        out.events = self.events.drain()
+        return out
 
     def _apply(self, inp: Input) -> None:
         self._handlers[type(inp)](inp)

@@ -72,6 +72,7 @@ class Coordinator:
         # The health book's readers (coordinator/health/fleet.py); observers hear of quarantine changes.
         self.fleet = FleetHealth(self, observers=health_observers)
         self.alerts: list[str] = []  # what the circuit breaker asked an operator to decide, newest last
+        self._place_scheduled = False  # a deferred placement pass is due this turn (_place_soon)
 
     # ---- process ---------------------------------------------------------------------------
 
@@ -127,9 +128,11 @@ class Coordinator:
         """One clock tick (`now`: time.monotonic()): liveness verdicts, forgotten workers."""
         self._do(Tick(time.monotonic() if now is None else now))
 
-    def _do(self, inp: Input) -> Out:
+    def _do(self, inp: Input, place: bool = True) -> Out:
         """Apply one input to the control core and put what it sends on the workers' streams."""
-        out = self.control.handle(inp)
+        return self._send(self.control.handle(inp, place))
+
+    def _send(self, out: Out) -> Out:
         for conn, msg in out.sends:
             conn.outbox.put_nowait(msg)  # None (inputs.CLOSE) ends the stream
         if out.alerts:
@@ -137,6 +140,24 @@ class Coordinator:
         if out.health:
             self.fleet.notify(out.health)  # after the input: an observer may read the facade
         return out
+
+    def _place_soon(self) -> None:
+        """One placement pass at the end of this turn of the loop, for every worker message of
+        the turn: a fleet draining its queue sends thousands a second, and a pass per message
+        took a third of the coordinator's CPU in a profile (bench/results/2026-11-25-churn)."""
+        if self._place_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a caller with no loop (a test driving the facade): no turn to wait for
+            self._place_now()
+            return
+        self._place_scheduled = True
+        loop.call_soon(self._place_now)
+
+    def _place_now(self) -> None:
+        self._place_scheduled = False
+        self._send(self.control.place_due())
 
     # ---- users -----------------------------------------------------------------------------
 
@@ -228,7 +249,8 @@ class Coordinator:
         self._do(Disconnect(conn, why))
 
     def on_message(self, conn: WorkerConn, msg: wpb.WorkerMessage) -> None:
-        self._do(WorkerMsg(conn, msg))
+        self._do(WorkerMsg(conn, msg), place=False)
+        self._place_soon()
 
     def listed_state(self, conn: WorkerConn) -> int:
         """QUARANTINED for an idle worker its health record keeps out of user jobs."""

@@ -90,6 +90,8 @@ def rendezvous_reason(rj: Running, limit: float) -> str:
     if not rj.store_port:
         return head + f"rank 0 (worker {rj.members[0]}) did not open the group's store"
     missing = range(1, len(rj.members))
+    if not missing:  # a group of one forms alone: its only rank opened the store and went no further
+        return head + f"rank 0 (worker {rj.members[0]}) opened the group's store but did not get past its init"
     verb = " has" if len(missing) == 1 else " have"
     return head + ", ".join(f"rank {r} (worker {rj.members[r]})" for r in missing) + verb + " not joined"
 

@@ -265,7 +265,7 @@ class Scheduler:
         return Decision(job.job_id, _rank_order(chosen), backend, "")
 
     def _reserve(self, need: Need, pools: dict[str, dict[str, int]], claims: Claims) -> int:
-        held = [w for b, hosts in pools.items() for h in hosts for w in self._fleet.idle_on(need, b, h, claims)]
+        held = [w for b, hosts in pools.items() for w in self._fleet.idle_in(need, b, hosts, claims)]
         for w in held:
             claims.take(w)
         return len(held)

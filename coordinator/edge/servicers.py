@@ -14,7 +14,7 @@ import grpc
 
 from coordinator.core import admission
 
-from coordinator.health import baselines, localizer
+from coordinator.health import baseline_io, localizer
 
 from coordinator.edge import identity
 from coordinator.edge.identity import WorkerIdentities
@@ -125,11 +125,13 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     @guarded()
     def ExportBaselines(self, request, context):
-        return baselines.export_table(self.c.store)
+        return baseline_io.export_page(self.c.store, request.page_token, request.limit)
 
-    @guarded(durable=True)
-    def ImportBaselines(self, request, context):
-        return pb.ImportBaselinesResponse(imported=baselines.import_table(self.c.store, request))
+    @guarded()
+    async def ImportBaselines(self, request, context):
+        # Validated off the loop and written in chunks: other calls go on meanwhile.
+        n = await baseline_io.import_table(self.c.store, request, self.c.durable)
+        return pb.ImportBaselinesResponse(imported=n)
 
 
 class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):

@@ -165,33 +165,63 @@ def _feed(e: pb.BaselineEntry, busbw_gbps: float) -> None:
     recompute(e)
 
 
-def validated(e: pb.BaselineEntry) -> pb.BaselineEntry:
+MAX_BUCKET = 1 << 62  # sizes are int64 on the wire: the largest power of two a bucket can be
+MAX_RANKS = 1 << 20
+TEXT_LIMITS = {"gpu_model": 128, "op": 32, "dtype": 32, "mode": 8, "algo": 64}
+
+
+def validated(e: pb.BaselineEntry, where: str = "entries") -> pb.BaselineEntry:
     """An imported entry, checked field by field and with its key and statistics recomputed
-    (an import never trusts a key string or a median it was given)."""
-    for name in ("gpu_model", "op", "dtype", "mode"):
+    (an import never trusts a key string or a median it was given). The one check of both APIs
+    (gRPC ImportBaselines, REST /baselines/import): InvalidSpec names `where`.field."""
+    def bad(name: str, why: str) -> InvalidSpec:
+        return InvalidSpec(f"{where}.{name}", f"baseline {e.key[:200]!r}: {why}")
+
+    if not e.mode:  # REST's default, so both APIs take the same table
+        e = _copy_with(e, mode="eager")
+    for name, limit in TEXT_LIMITS.items():
         value = getattr(e, name)
-        if not value or len(value) > 128 or not value.isprintable() or "|" in value:
-            raise ValueError(f"baseline {e.key!r}: {name}: must be 1-128 printable characters without '|'")
+        if (not value and name != "algo") or len(value) > limit or not value.isprintable() or "|" in value:
+            raise bad(name, f"must be {0 if name == 'algo' else 1}-{limit} printable characters without '|'")
     if e.op not in spec.OPS:
-        raise ValueError(f"baseline {e.key!r}: op: unknown op {e.op!r}")
+        raise bad("op", f"unknown op {e.op!r}")
+    if e.dtype not in spec.DTYPE_SIZES:
+        raise bad("dtype", f"unknown dtype {e.dtype!r}; expected one of {', '.join(spec.DTYPE_SIZES)}")
     if e.mode not in ("eager", "graph"):
-        raise ValueError(f"baseline {e.key!r}: mode: must be eager or graph, not {e.mode!r}")
-    if e.ranks < 1 or e.hosts < 1:
-        raise ValueError(f"baseline {e.key!r}: ranks and hosts must be >= 1")
+        raise bad("mode", f"must be eager or graph, not {e.mode!r}")
+    for name in ("ranks", "hosts"):
+        if not 1 <= getattr(e, name) <= MAX_RANKS:
+            raise bad(name, f"must be between 1 and {MAX_RANKS}")
     if e.link != link_kind(e.hosts):
-        raise ValueError(f"baseline {e.key!r}: link: {e.link!r} does not match hosts={e.hosts}")
-    if e.size_bucket & (e.size_bucket - 1):
-        raise ValueError(f"baseline {e.key!r}: size_bucket: {e.size_bucket} is not a power of two")
+        raise bad("link", f"{e.link!r} does not match hosts={e.hosts}")
+    if e.size_bucket & (e.size_bucket - 1) or e.size_bucket > MAX_BUCKET:
+        raise bad("size_bucket", f"{e.size_bucket} is not a power of two up to 2^62")
+    if not 1 <= len(e.samples) <= WINDOW:
+        raise bad("samples", f"between 1 and {WINDOW} results, got {len(e.samples)}")
     if any(not (x >= 0) or x == float("inf") for x in e.samples):
-        raise ValueError(f"baseline {e.key!r}: samples: must be finite and >= 0")
+        raise bad("samples", "must be finite and >= 0")
+    if not (0 <= e.updated_at < float("inf")):
+        raise bad("updated_at", f"must be a finite time in seconds, got {e.updated_at}")
     out = pb.BaselineEntry()
     out.CopyFrom(e)
-    del out.samples[:-WINDOW]
     del out.recent_low[:]
     out.regressions = 0  # this coordinator's count: a counter starts from zero
     out.key = entry_key(out)
     recompute(out)
     return out
+
+
+def _copy_with(e: pb.BaselineEntry, **fields) -> pb.BaselineEntry:
+    out = pb.BaselineEntry()
+    out.CopyFrom(e)
+    for name, value in fields.items():
+        setattr(out, name, value)
+    return out
+
+
+def validated_table(table: pb.BaselineTable) -> list[pb.BaselineEntry]:
+    """Every entry of an import validated (all or nothing), naming the first bad one's index."""
+    return [validated(e, f"entries.{i}") for i, e in enumerate(table.entries)]
 
 
 def judged(row: pb.SizeResult) -> bool:
@@ -211,18 +241,9 @@ def record(store, row: pb.SizeResult, kf: KeyFields, at: float) -> Regression | 
     return regression
 
 
-def export_table(store) -> pb.BaselineTable:
-    return pb.BaselineTable(entries=store.baselines())
-
-
-def import_table(store, table: pb.BaselineTable) -> int:
-    """Replace the entries of the table's keys (all or nothing: every entry is validated first)."""
-    try:
-        entries = [validated(e) for e in table.entries]
-    except ValueError as exc:
-        raise InvalidSpec("entries", str(exc)) from exc
+def put_imported(store, entries: list[pb.BaselineEntry]) -> None:
+    """Replace the entries of these keys (validated ones); a key's regression count stays."""
     for e in entries:
         old = store.baseline(e.key)
         e.regressions = old.regressions if old is not None else 0  # the metric stays a counter
         store.put_baseline(e)
-    return len(entries)

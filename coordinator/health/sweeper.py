@@ -16,8 +16,9 @@ import time
 from typing import Iterable
 
 from coordinator.health import recheck, verdicts
-from ringleader import checks, kinds
+from ringleader import checks, jobspec, kinds
 from ringleader.errors import InvalidSpec, NotFound
+from ringleader.spec import format_gib
 from ringleader.v1 import jobs_pb2 as pb
 
 log = logging.getLogger("ringleader.coordinator")
@@ -39,6 +40,8 @@ def chosen(workers: Iterable[pb.WorkerInfo], worker_ids: Iterable[str] = (), hos
         missing = [w for w in ids if w not in live]
         if missing:
             raise NotFound(f"worker {missing[0]} is not connected")
+        if len(set(ids)) < len(ids):  # one worker twice would be two ranks of one group
+            raise InvalidSpec("worker_ids", f"{next(w for w in ids if ids.count(w) > 1)[:64]!r} is named twice")
         return [live[w] for w in ids]
     return [w for w in live.values() if not host or w.host == host]
 
@@ -50,6 +53,8 @@ def plan(workers: list[pb.WorkerInfo], kinds: Iterable[str] = (), settings: pb.R
     for k in kinds:
         if k not in checks.KINDS:
             raise InvalidSpec("kinds", f"unknown check {k[:64]!r}; expected any of {', '.join(checks.KINDS)}")
+    if len(set(kinds)) < len(kinds):  # each kind once: a request must not become thousands of jobs
+        raise InvalidSpec("kinds", f"each check at most once, got {len(kinds)} for {len(set(kinds))} kinds")
     by_backend: dict[str, list[str]] = {}
     for w in sorted(workers, key=lambda w: (w.host, w.device.index, w.worker_id)):
         by_backend.setdefault(w.backend, []).append(w.worker_id)
@@ -88,7 +93,10 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
     workers = chosen(fleet.all_workers(), request.worker_ids, request.host)
     if not workers:
         raise InvalidSpec("host" if request.host else "worker_ids", "no connected worker to check")
-    jobs = [core.submit(spec) for spec in plan(workers, request.kinds, request)]
+    specs = plan(workers, request.kinds, request)
+    for spec in specs:
+        fits_devices(spec, workers)  # all or none: nothing is submitted if one cannot run
+    jobs = [core.submit(spec) for spec in specs]
     await core.durable()
     out = pb.RunCheckResponse(jobs=jobs)
     if request.wait:
@@ -100,6 +108,27 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
 
 
 RECHECK_POLL_S = 15.0
+
+
+# A CPU's matrix product of n = 2048 takes about a second per iteration; one of 32768 (accepted
+# before this bound) held its workers for hours, until cancelled.
+CPU_MAX_MATMUL_N = 2048
+
+
+def fits_devices(spec: pb.JobSpec, workers: list[pb.WorkerInfo]) -> None:
+    """Raise InvalidSpec naming the field if a check cannot run on the devices it names: its
+    buffers larger than the smallest device's memory, or a matrix too large for a CPU."""
+    named = set(spec.placement.worker_ids)
+    devices = [w.device for w in workers if w.worker_id in named]
+    if spec.HasField("gpu_check") and spec.gpu_check.matmul_n > CPU_MAX_MATMUL_N and \
+            any(d.type == "cpu" for d in devices):
+        raise InvalidSpec("gpu_check.matmul_n", f"at most {CPU_MAX_MATMUL_N} on CPU workers, got "
+                          f"{spec.gpu_check.matmul_n}")
+    valid = jobspec.normalize(spec)
+    sized = [d for d in devices if d.memory_bytes]
+    if sized and valid.needs_bytes > (least := min(sized, key=lambda d: d.memory_bytes)).memory_bytes:
+        raise InvalidSpec(jobspec.size_field(valid), f"needs {format_gib(valid.needs_bytes)} per device, "
+                          f"{least.name or least.type} has {format_gib(least.memory_bytes)}")
 
 
 class Sweeper:

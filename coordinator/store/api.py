@@ -49,7 +49,8 @@ class JobStore(abc.ABC):
       `set_worker_credential` binds one (replacing any); `forget_worker_credential` unbinds it
       and says whether one was bound. They concern workers, not jobs: no job need exist.
     - `put_baseline` stores a baseline entry (coordinator/health/baselines.py), replacing the one of the
-      same key; `baseline(key)` returns it (None if none); `baselines()` returns all, by key.
+      same key; `baseline(key)` returns it (None if none); `baselines()` returns all, by key
+      (`baselines(after, limit)`: a page of them, after a key).
     - What was written before `close` is there after reopening the same path (SQL store).
     - Durability: a write is durable when its method returns, unless `defer_commits(pending)` was
       called: then writes are grouped, visible at once to this store's reads but durable only
@@ -117,7 +118,8 @@ class JobStore(abc.ABC):
     def baseline(self, key: str) -> pb.BaselineEntry | None: ...
 
     @abc.abstractmethod
-    def baselines(self) -> list[pb.BaselineEntry]: ...
+    def baselines(self, after: str = "", limit: int = 0) -> list[pb.BaselineEntry]:
+        """By key: those after the key `after` ("": from the first), at most `limit` (0: all)."""
 
     def defer_commits(self, pending: Callable[[], None]) -> None:  # noqa: B027 - see the contract
         pass

@@ -137,5 +137,6 @@ class MemoryJobStore(JobStore):
         e = self._baselines.get(key)
         return _copy(e) if e is not None else None
 
-    def baselines(self) -> list[pb.BaselineEntry]:
-        return [_copy(self._baselines[k]) for k in sorted(self._baselines)]
+    def baselines(self, after: str = "", limit: int = 0) -> list[pb.BaselineEntry]:
+        keys = [k for k in sorted(self._baselines) if k > after]
+        return [_copy(self._baselines[k]) for k in (keys[:limit] if limit else keys)]

@@ -17,9 +17,10 @@ class SqliteBaselines:
             row = c.execute("SELECT blob FROM baselines WHERE key = ?", (key,)).fetchone()
         return pb.BaselineEntry.FromString(row[0]) if row else None
 
-    def baselines(self) -> list[pb.BaselineEntry]:
+    def baselines(self, after: str = "", limit: int = 0) -> list[pb.BaselineEntry]:
         with self._tx() as c:  # type: ignore[attr-defined]
-            rows = c.execute("SELECT blob FROM baselines ORDER BY key").fetchall()
+            rows = c.execute("SELECT blob FROM baselines WHERE key > ? ORDER BY key LIMIT ?",
+                             (after, limit or -1)).fetchall()
         return [pb.BaselineEntry.FromString(r[0]) for r in rows]
 
 

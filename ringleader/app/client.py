@@ -79,7 +79,14 @@ class Client:
         return self._stub.Localize(request, timeout=timeout_s, metadata=self._auth)
 
     def export_baselines(self) -> pb.BaselineTable:
-        return self._stub.ExportBaselines(pb.ExportBaselinesRequest(), timeout=self.timeout, metadata=self._auth)
+        """The whole table, asked for page by page (each answer stays under the message limit)."""
+        table, token = pb.BaselineTable(), ""
+        while True:
+            page = self._stub.ExportBaselines(pb.ExportBaselinesRequest(page_token=token), timeout=self.timeout,
+                                              metadata=self._auth)
+            table.entries.extend(page.entries)
+            if not (token := page.next_page_token):
+                return table
 
     def import_baselines(self, table: pb.BaselineTable) -> pb.ImportBaselinesResponse:
         return self._stub.ImportBaselines(table, timeout=self.timeout, metadata=self._auth)

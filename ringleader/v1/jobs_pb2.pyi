@@ -2256,16 +2256,20 @@ class BaselineTable(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ENTRIES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Export answers a page (by key, at most 2 MiB): ask again with this as page_token ("" on the last)."""
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___BaselineEntry]: ...
     def __init__(
         self,
         *,
         entries: _abc.Iterable[Global___BaselineEntry] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2275,12 +2279,21 @@ Global___BaselineTable: _TypeAlias = BaselineTable  # noqa: Y015
 class ExportBaselinesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    page_token: _builtins.str
+    """the key the previous page ended with ("": from the first)"""
+    limit: _builtins.int
+    """entries per page (0: 2,000; at most 10,000; a page also stops at 2 MiB)"""
     def __init__(
         self,
+        *,
+        page_token: _builtins.str = ...,
+        limit: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -218,9 +218,12 @@ async def test_field_and_message_bounds_over_grpc(tmp_path):
                 await rc.stub.SubmitJob(pb.SubmitJobRequest(spec=spec))
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert err.value.details().startswith(f"{field}:")
-        with pytest.raises(grpc.aio.AioRpcError) as err:
+        with pytest.raises(grpc.aio.AioRpcError) as err:  # under the 32 MiB request limit: its field refuses it
             await rc.stub.SubmitJob(pb.SubmitJobRequest(spec=collective(2, name="x" * (5 << 20))))
-        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # over the 4 MiB message limit
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("name:")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await rc.stub.SubmitJob(pb.SubmitJobRequest(spec=collective(2, name="x" * (33 << 20))))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # over the 32 MiB request limit
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await rc.stub.GetJob(pb.GetJobRequest(job_id="j" * 300))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("job_id:")

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from coordinator.health import baselines as bl
 from coordinator.edge.baseline_metrics import BaselineRegressionsCollector
 from coordinator.store.memory import MemoryJobStore
+from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
 KF = bl.KeyFields(gpu_model="H200", ranks=8, hosts=8)
@@ -107,15 +108,15 @@ def test_validated_recomputes_key_and_stats_and_names_bad_fields():
     bad = pb.BaselineEntry()
     bad.CopyFrom(e)
     bad.link = "local"
-    with pytest.raises(ValueError, match="link"):
+    with pytest.raises(InvalidSpec, match="link"):
         bl.validated(bad)
     bad.CopyFrom(e)
     bad.op = "a|b"
-    with pytest.raises(ValueError, match="op"):
+    with pytest.raises(InvalidSpec, match="op"):
         bl.validated(bad)
     bad.CopyFrom(e)
     bad.samples.append(float("nan"))
-    with pytest.raises(ValueError, match="samples"):
+    with pytest.raises(InvalidSpec, match="samples"):
         bl.validated(bad)
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.core import liveness
-from coordinator.core.control import Control, ReentryError
+from coordinator.core.control import Control
+from coordinator.core.reentry import ReentryError
 from coordinator.core.inputs import CLOSE, Cancel, Disconnect, Out, Register, Reload, Cordon, Submit, Tick, WorkerMsg
 from coordinator.core.liveness import Timings
 from coordinator.store.memory import MemoryJobStore
@@ -211,6 +212,15 @@ def test_a_group_that_does_not_form_within_rendezvous_timeout_names_the_ranks_no
     assert got.state == pb.FAILED
     assert got.reason == ("the process group did not form within 5 s (rendezvous_timeout_s): "
                           "rank 1 (worker w1), rank 2 (worker w2) have not joined"), got.reason
+
+
+def test_a_group_of_one_that_does_not_form_names_its_rank_never_an_empty_list():
+    f = Fleet(1, heartbeat_timeout_s=100)
+    job_id = started(f, n=1, rendezvous_timeout_s=5)
+    f.ctl.handle(Tick(time.monotonic() + 5.5))
+    got = f.job(job_id)
+    assert got.state == pb.FAILED
+    assert got.reason.endswith("rank 0 (worker w0) opened the group's store but did not get past its init"), got.reason
 
 
 def test_rendezvous_defaults_to_30_s_and_rank_0_without_a_store_is_named():

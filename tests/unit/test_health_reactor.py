@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.core.control import ReentryError
+from coordinator.core.reentry import ReentryError
 from coordinator.core.facade import Coordinator, Timings
 from coordinator.store.memory import MemoryJobStore
 from ringleader import checks

@@ -289,3 +289,21 @@ def test_size_field_and_op_name_per_kind():
     assert jobspec.op_name(pb.JobSpec(collective=coll(op="gather"))) == "gather"
     assert jobspec.op_name(pb.JobSpec(train=pb.TrainSpec())) == "train"
     assert jobspec.op_name(pb.JobSpec()) == ""
+
+
+def test_size_field_of_the_check_kinds_names_a_field_they_have():
+    # The check kinds' specs have no `sizes`: asking used to raise AttributeError (an HTTP 500).
+    assert jobspec.size_field(ok(gpu_check=pb.GpuCheckSpec(copy_bytes=1 << 30))) == "gpu_check.copy_bytes"
+    assert jobspec.size_field(ok(gpu_check=pb.GpuCheckSpec(matmul_n=32768))) == "gpu_check.matmul_n"
+    assert jobspec.size_field(ok(link_matrix=pb.LinkMatrixSpec())) == "link_matrix.size_bytes"
+    assert jobspec.size_field(ok(sdc_check=pb.SdcCheckSpec())) == "sdc_check"
+
+
+def test_a_gpu_check_whose_copy_cannot_fit_the_fleet_is_refused_naming_the_field():
+    from coordinator.core import admission
+    from ringleader.v1 import workers_pb2 as wpb
+
+    small = wpb.Register(backend="nccl", device=pb.Device(type="cuda", name="small GPU", memory_bytes=4 << 30))
+    with pytest.raises(InvalidSpec) as err:
+        admission.check(ok(gpu_check=pb.GpuCheckSpec(copy_bytes=8 << 30)), [small])
+    assert err.value.field == "gpu_check.copy_bytes" and "small GPU" in err.value.message, err.value

@@ -108,7 +108,8 @@ class Lease:
         while not self._stop.is_set() and self.state != DEPOSED:
             try:
                 if conn is None or conn.closed:
-                    conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=max(1, int(period)))
+                    conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=max(1, int(period)),
+                                           application_name=f"ringleader-lease {self.holder}"[:63])
                     conn.execute(self.TABLE_SQL)
                 self._step(conn)
             except psycopg.Error as exc:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from ringleader import __version__
+from ringleader.leader import addresses
 from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -63,7 +64,7 @@ class WorkerDaemon:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.worker_id = config.worker_id or default_worker_id(config.device)
-        self.advertise = config.advertise_host or route_to(config.coordinator)
+        self.advertise = config.advertise_host or route_to(addresses(config.coordinator)[0])
         self.executor: ExecutorHandle | None = None
         self.device: api.DeviceInfo | None = None
         self.job: tuple[str, int] | None = None  # (job_id, rank) the executor is running

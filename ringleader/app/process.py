@@ -19,7 +19,9 @@ from coordinator.health.k8s_taint import NodeTainter
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.server import start_server
 from coordinator.core.facade import Coordinator, Timings
-from coordinator.store.factory import open_store
+from coordinator.store.factory import is_postgres, open_store
+from coordinator.store.lease import Lease
+from coordinator.edge.lease_metrics import LeaseCollector
 from coordinator.health.sweeper import Sweeper
 from ringleader import defaults
 from ringleader.errors import InvalidSpec
@@ -47,6 +49,8 @@ class CoordinatorConfig:
     insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
     check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
     k8s_taint_nodes: bool = False  # taint the Kubernetes Node of a failed worker (--k8s-taint-nodes)
+    lease_ttl: float = 5.0  # on PostgreSQL: seconds a leader's lease lasts unrenewed (--lease-ttl)
+    advertise_address: str = ""  # on PostgreSQL: the address standbys name as the leader's (--advertise-address)
 
 
 def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
@@ -74,14 +78,18 @@ def check_exposure(config: CoordinatorConfig) -> str:
 class RunningCoordinator:
     """A started coordinator (gRPC server + domain); `async with` it or call start/stop."""
 
-    def __init__(self, config: CoordinatorConfig) -> None:
+    def __init__(self, config: CoordinatorConfig, lease: Lease | None = None) -> None:
         self.config = config
         self.store = open_store(config.db or default_db_path())
+        if lease is not None:  # several coordinators on PostgreSQL: writes only while leading
+            self.store.fence_with(lease)  # type: ignore[attr-defined]
         # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/health/k8s_taint.py).
         self.tainter = NodeTainter() if config.k8s_taint_nodes else None
         self.core = Coordinator(self.store, config.timings or Timings(worker_ttl_s=config.worker_ttl),
                                 health_observers=[self.tainter.observe] if self.tainter else [])
         self.metrics = CoordinatorMetrics(self.core)
+        if lease is not None:
+            self.metrics.registry.register(LeaseCollector(lease))
         self.sweeper = Sweeper(self.core, self.core.fleet, config.check_every)
         self.server: grpc.aio.Server | None = None
         self.http = None
@@ -157,7 +165,12 @@ class RunningCoordinator:
 
 
 async def serve(config: CoordinatorConfig) -> None:
-    running = await RunningCoordinator(config).start()
+    lease = None
+    if is_postgres(config.db):  # one of several coordinators: lead first (ringleader/app/standby.py)
+        from ringleader.app.standby import stand_by
+
+        lease = await stand_by(config)
+    running = await RunningCoordinator(config, lease).start()
     # What a started coordinator holds (imported modules, the app, the servers) lives as long as
     # the process: keep it out of the cyclic collector's passes, and run the young generation's
     # less often. On two busy cores with 2,000 workers, full passes held the event loop for

@@ -105,6 +105,7 @@ SAMPLES = {
     "verbose": ("yes", True),
     "worker_ttl": ("90", 90.0),
     "check_every": ("300", 300.0),
+    "lease_ttl": ("15", 15.0),
 }
 
 

@@ -247,7 +247,7 @@ def failover_round(dsn: str, tmp: Path, ttl: float = 3.0) -> dict:
         return {"lead_s": round(lead_s, 3), "workers_back_s": round(workers_back_s, 3),
                 "acked_before_kill": acked_before, "acked": len(burst.acked), "stored": stored,
                 "submit_retries": burst.retries, "running_job_at_takeover": pb.JobState.Name(at_takeover.state),
-                "running_job": pb.JobState.Name(done.state), "running_job_s": round(time.monotonic() - killed, 1),
+                "running_job": pb.JobState.Name(done.state), "running_job_ended_after_kill_s": round(time.monotonic() - killed, 1),
                 "running_job_reason": done.reason}
     finally:
         stop([*workers, a.proc, b.proc])

@@ -105,7 +105,7 @@ class _Connection:
 class PostgresJobStore(SqliteJobStore):
     def __init__(self, dsn: str) -> None:  # noqa: super().__init__ is SQLite's file set-up
         self._path = dsn
-        self._conn = _Connection(psycopg.connect(dsn, autocommit=True))  # type: ignore[assignment]
+        self._conn = _Connection(psycopg.connect(dsn, autocommit=True, application_name="ringleader-store"))  # type: ignore[assignment]
         self._lock = threading.Lock()
         self._pending: Callable[[], None] | None = None
         self._checkpoints = None  # PostgreSQL checkpoints itself

@@ -80,6 +80,7 @@ async def stand_by(config) -> Lease:
             app = create_standby_app(lambda: lease.leader, lambda: (generate_latest(registry), CONTENT_TYPE_LATEST))
             http = HttpServer(app, config.http_address, tls=(sec.tls.cert, sec.tls.key) if sec.tls.cert else None)
             await http.start()
+            import dashboard.app  # noqa: F401 - the leader's app, imported now: a takeover need not wait for it
         print(f"ringleader coordinator: standby on gRPC port {port} as {lease.holder}, waiting for the leader lease",
               flush=True)
         lease.start()

@@ -1,7 +1,8 @@
 """The job store's contract and the rules every implementation shares. Read this first.
 
-Implementations: coordinator/store/memory.py (tests, `--db :memory:`) and
-coordinator/store/sqlite.py (the default); coordinator/store/factory.py picks one.
+Implementations: coordinator/store/memory.py (tests, `--db :memory:`),
+coordinator/store/sqlite.py (the default) and coordinator/store/postgres.py (`--db postgresql://...`,
+several coordinators, one leading: coordinator/store/lease.py); coordinator/store/factory.py picks one.
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ class WorkerDaemon:
         self.link.stop()
 
     def register_message(self) -> wpb.Register:
-        job_id, rank = self.job or ("", 0)
+        job_id, rank = self.job or self.link.unreported_done() or ("", 0)
         d = self.device
         return wpb.Register(
             worker_id=self.worker_id, host=self.config.host_name or socket.gethostname(), address=self.advertise, device=d.to_pb(),

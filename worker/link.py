@@ -75,6 +75,15 @@ class CoordinatorLink:
         self._outbox.append(msg)
         self._outbox_ready.set()
 
+    def unreported_done(self) -> tuple[str, int] | None:
+        """(job id, rank) of a JobDone still waiting in the outbox: a job that ended while no
+        coordinator listened (a restart, a failover). The daemon registers with it as its running
+        job, so the coordinator re-attaches the job and takes this Done, rather than run it again."""
+        for msg in self._outbox:
+            if msg.WhichOneof("msg") == "done":
+                return msg.done.job_id, msg.done.rank
+        return None
+
     def stop(self) -> None:
         self._stopping = True
         if self._session:

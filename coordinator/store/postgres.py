@@ -8,6 +8,10 @@ SQLite's spelling differs (`?` parameters, `INSERT OR REPLACE`, `WHERE 1`, the D
 `to_postgres` rewrites the statement once (cached), so a query added to the SQLite store works
 here too, and the contract suite (tests/unit/test_store_contract.py) runs both.
 
+Nothing waits for the server's disk on the coordinator's loop: with deferred commits, a group's
+COMMIT runs on a thread of its own and `commit()` returns a Future (coordinator/store/api.py).
+Reads and writes are still answered on the caller's thread: one round trip each on a local socket.
+
 Fencing: with a lease set (`fence_with`), every transaction that wrote checks, just before its
 COMMIT, that this coordinator's lease token is still the current, unexpired one, holding the
 lease row FOR SHARE so no standby can take the lease over between the check and the commit. A
@@ -20,6 +24,7 @@ import functools
 import logging
 import re
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
 import psycopg
@@ -109,6 +114,7 @@ class PostgresJobStore(SqliteJobStore):
         self._lock = threading.Lock()
         self._pending: Callable[[], None] | None = None
         self._checkpoints = None  # PostgreSQL checkpoints itself
+        self._committer: ThreadPoolExecutor | None = None  # set by defer_commits
         try:
             self._migrate()
         except BaseException:
@@ -137,19 +143,35 @@ class PostgresJobStore(SqliteJobStore):
     def defer_commits(self, pending: Callable[[], None]) -> None:
         with self._lock:
             self._pending = pending
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="postgres-commit")
 
-    def commit(self) -> None:
-        with self._lock:
-            if not self._conn.in_transaction:
-                return
-            try:
-                self._conn.execute("COMMIT")
-            except psycopg.Error:
-                if self._conn.in_transaction:  # never leave a failed group open
-                    self._conn.execute("ROLLBACK")
-                raise
+    def commit(self) -> Future | None:
+        """Deferred commits: the group's COMMIT (fence included) waits for the server's disk on the
+        committer thread, and the returned Future is done once the group is durable. The lock is
+        held until then: a store call made meanwhile waits for that COMMIT instead of joining a
+        group that is already closing. Otherwise: commit now, return None."""
+        self._lock.acquire()
+        if not self._conn.in_transaction:
+            self._lock.release()
+            return None
+        if self._committer is None:
+            self._commit_and_release()
+            return None
+        return self._committer.submit(self._commit_and_release)
+
+    def _commit_and_release(self) -> None:
+        try:
+            self._conn.execute("COMMIT")
+        except psycopg.Error:
+            if self._conn.in_transaction:  # never leave a failed group open
+                self._conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._lock.release()  # taken by commit(), maybe on another thread
 
     def close(self) -> None:
+        if self._committer is not None:
+            self._committer.shutdown(wait=True)  # the last group's COMMIT first
         with self._lock:
             raw = self._conn.raw
             try:

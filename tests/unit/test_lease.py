@@ -56,7 +56,7 @@ def test_open_store_picks_postgres_by_url_and_keeps_writes_across_reopen(dsn):
     assert isinstance(store, PostgresJobStore)
     store.defer_commits(lambda: None)
     store.create(job("a"))
-    store.commit()
+    store.commit().result()
     store.close()
     again = open_store(dsn)  # migrations run again: a no-op on the current schema
     try:
@@ -101,7 +101,7 @@ def test_a_deposed_leader_cannot_write_and_says_so(dsn, caplog):
         wait_for(lambda: b.leading, 10, "b takes over")
         store.create(job("after"))
         with pytest.raises(Deposed):
-            store.commit()
+            store.commit().result()  # deferred: the COMMIT (and its fence) runs on another thread
         assert a.state == DEPOSED and changes == [LEADING, DEPOSED]
         assert "deposed as leader" in caplog.text
         reader = open_store(dsn)
@@ -158,3 +158,23 @@ def test_two_leases_racing_never_both_lead(dsn):
     finally:
         for lease in leases:
             lease.stop()
+
+
+def test_deferred_commit_is_durable_when_its_future_is_done_and_the_next_write_opens_a_new_group(dsn):
+    groups = []
+    store = open_store(dsn)
+    store.defer_commits(lambda: groups.append(1))
+    other = open_store(dsn)  # another coordinator's view: committed rows only
+    try:
+        store.create(job("a"))
+        assert other.list() == [] and len(groups) == 1  # grouped: not committed yet
+        later = store.commit()
+        store.create(job("b"))  # waits for the COMMIT in flight, then opens the next group
+        assert later.done() and later.result() is None
+        assert [j.id for j in other.list()] == ["a"] and len(groups) == 2
+        store.commit().result()
+        assert [j.id for j in other.list()] == ["b", "a"]
+        assert store.commit() is None  # nothing open: nothing to wait for
+    finally:
+        store.close()
+        other.close()

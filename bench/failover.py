@@ -190,7 +190,7 @@ def running_transitions(dsn: str, job_id: str) -> int:
 def long_job_spec() -> pb.JobSpec:
     """The job that runs through the failover: 2 ranks on w0 and w1, many all_reduce iterations."""
     return pb.JobSpec(world_size=2, placement=pb.Placement(worker_ids=["w0", "w1"]),
-                      collective=pb.CollectiveSpec(op="all_reduce", sizes=[1 << 20], iters=3000, warmup=1))
+                      collective=pb.CollectiveSpec(op="all_reduce", sizes=[1 << 12, 1 << 20], iters=3000, warmup=1))
 
 
 def wait_job(target: str, job_id: str, states, timeout: float) -> pb.Job:
@@ -229,7 +229,10 @@ def failover_round(dsn: str, tmp: Path, ttl: float = 3.0) -> dict:
         workers_ready(target, ids, 120)
         with Client(target) as client:
             running = client.submit(long_job_spec())
-        wait_job(target, running.id, (pb.RUNNING,), 60)
+        deadline = time.monotonic() + 120
+        while wait_job(target, running.id, (pb.RUNNING,), 60).progress.done < 1:  # formed: both ranks run it
+            assert time.monotonic() < deadline, "the running job never got going"
+            time.sleep(0.05)
         burst = Burst(target).start()
         while len(burst.acked) < 100:  # the burst is in flight
             assert time.monotonic() < burst.deadline, "burst stalled before the kill"

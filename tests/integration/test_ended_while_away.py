@@ -25,10 +25,13 @@ def test_a_job_that_ended_while_the_coordinator_was_down_is_not_run_again(fresh_
     c = fresh_cluster
     port = free_port()
     c.start(["e0", "e1"], port=port)
-    job = c.submit(world_size=2, workers=["e0", "e1"], op="all_reduce", sizes=[1 << 16], iters=300)
-    c.wait_job(job.id, states=(pb.RUNNING,))
+    job = c.submit(world_size=2, workers=["e0", "e1"], op="all_reduce", sizes=[1 << 10, 1 << 12], iters=400)
+    deadline = time.monotonic() + 60
+    while c.client.get(job.id).progress.done < 1:  # formed and past its first size: both ranks run it
+        assert time.monotonic() < deadline, "the job never got going"
+        time.sleep(0.02)
     c.stop_coordinator(signal.SIGKILL)
-    time.sleep(8)  # the job ends meanwhile (a few seconds of all_reduce); its Done waits in the outboxes
+    time.sleep(8)  # the job ends meanwhile (its second size); its Done waits in the daemons' outboxes
     c.start_coordinator(port=port)
     done = c.wait_job(job.id, timeout=120)
     assert done.state == pb.SUCCEEDED, done.reason

@@ -59,7 +59,7 @@ class Lease:
         if ttl_s < 1.0:
             raise ValueError(f"lease ttl {ttl_s} s: at least 1 s")
         self.dsn, self.holder, self.ttl_s, self.name = dsn, holder, ttl_s, name
-        self.on_change = on_change or (lambda lease: None)
+        self._on_change = on_change or (lambda lease: None)
         self.state = STANDBY
         self.token = 0
         self.since = 0.0  # wall time (database clock) this coordinator became leader
@@ -98,7 +98,7 @@ class Lease:
                 return
             self.state, self.why = DEPOSED, why
         log.error("deposed as leader (lease token %d): %s; this coordinator must not write any more", self.token, why)
-        self.on_change(self)
+        self._on_change(self)
 
     def _run(self) -> None:
         import psycopg  # only coordinators on PostgreSQL need it
@@ -140,7 +140,7 @@ class Lease:
             self.failovers += self.token > 1
             self.state, self.leader = LEADING, self.holder
         log.info("leading (lease token %d, ttl %.1f s)", self.token, self.ttl_s)
-        self.on_change(self)
+        self._on_change(self)
 
     def _watch(self) -> None:
         while not self._stop.wait(0.1) and self.state != DEPOSED:

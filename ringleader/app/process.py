@@ -19,7 +19,7 @@ from coordinator.health.k8s_taint import NodeTainter
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.server import start_server
 from coordinator.core.facade import Coordinator, Timings
-from coordinator.store.factory import is_postgres, open_store
+from coordinator.store.factory import is_postgres, open_store, redacted
 from coordinator.store.lease import Lease
 from coordinator.edge.lease_metrics import LeaseCollector
 from coordinator.health.sweeper import Sweeper
@@ -134,7 +134,7 @@ class RunningCoordinator:
             await self.http.start()
             self.http_url = self.http.url
         log.info("coordinator gRPC on %s%s (db %s)", self.grpc_target, " (TLS)" if sec.tls.cert else "",
-                 self.config.db or default_db_path())
+                 redacted(self.config.db or default_db_path()))
         if exposed(self.config) and not sec.tls.cert:
             log.warning("serving off loopback without TLS (--tls-cert/--tls-key): tokens and results "
                         "cross the network in clear text")

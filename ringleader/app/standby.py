@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from coordinator.edge.lease_metrics import LeaseCollector
 from coordinator.edge.standby import start_standby_server
+from coordinator.store.factory import require_psycopg
 from coordinator.store.lease import DEPOSED, LEADING, Lease
 from ringleader.errors import InvalidSpec
 
@@ -54,6 +55,7 @@ def exit_deposed(lease: Lease) -> None:
 
 async def stand_by(config) -> Lease:
     """Serve as a standby until this process leads; return its lease (LEADING)."""
+    require_psycopg(config.db)
     if config.lease_ttl < 1.0:  # renewals every third of it, over a network: shorter flaps
         raise InvalidSpec("--lease-ttl", f"{config.lease_ttl} s is too short a lease: at least 1 s")
     loop = asyncio.get_running_loop()

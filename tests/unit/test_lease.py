@@ -178,3 +178,12 @@ def test_deferred_commit_is_durable_when_its_future_is_done_and_the_next_write_o
     finally:
         store.close()
         other.close()
+
+
+def test_a_postgres_url_is_logged_without_its_password():
+    from coordinator.store.factory import redacted
+
+    assert redacted("postgresql://ring:s3cr%40t@db:5432/x?sslmode=require") == "postgresql://ring:***@db:5432/x?sslmode=require"
+    assert redacted("postgres://u:p@h/d") == "postgres://u:***@h/d"
+    assert redacted("postgresql://u@/postgres?host=/tmp") == "postgresql://u@/postgres?host=/tmp"  # none to hide
+    assert redacted("/var/lib/ringleader/jobs.db") == "/var/lib/ringleader/jobs.db"

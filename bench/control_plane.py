@@ -67,6 +67,7 @@ class Config:
     # The holding jobs' rendezvous and op deadlines (0: the defaults, 30 and 120 s): short in CI,
     # so a simulated daemon that stops marking its group formed fails the run within seconds.
     hold_timeout_s: float = 0.0
+    db: str = "sqlite"  # the coordinator's store: sqlite (a file) or postgres (the bench's own server)
 
     @property
     def scenario(self) -> str:
@@ -76,15 +77,18 @@ class Config:
 # ---- the coordinator ------------------------------------------------------------------------------
 
 
-def start_coordinator(tmp: Path, cpus: set[int] | None = None) -> tuple[subprocess.Popen, str, str]:
-    """Start `ringleader coordinator` (on `cpus` only, if given); returns it, its gRPC address and URL."""
+def start_coordinator(tmp: Path, cpus: set[int] | None = None, db: str = "") -> tuple[subprocess.Popen, str, str]:
+    """Start `ringleader coordinator` (on `cpus` only, if given; `db`: its --db, default an SQLite
+    file in `tmp`); returns it, its gRPC address and URL."""
     log = open(tmp / "coordinator.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "ringleader", "coordinator", "--grpc-address", "127.0.0.1:0",
-                             "--http-address", "127.0.0.1:0", "--db", str(tmp / "jobs.db")],
+                             "--http-address", "127.0.0.1:0", "--db", db or str(tmp / "jobs.db")],
                             stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT,
                             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     log.close()
     line = proc.stdout.readline().strip()  # "ringleader coordinator: gRPC HOST:PORT, HTTP URL"
+    if line.startswith("ringleader coordinator: standby"):  # on PostgreSQL: the lease first (alone: at once)
+        line = proc.stdout.readline().strip()
     if not line.startswith("ringleader coordinator: gRPC "):
         proc.kill()
         raise RuntimeError(f"coordinator did not start: {line!r}; see {tmp / 'coordinator.log'}")
@@ -150,9 +154,9 @@ async def until(check, what: str, timeout: float = 300.0) -> None:
         await asyncio.sleep(0.5)
 
 
-async def run_config(cfg: Config, tmp: Path) -> dict:
+async def run_config(cfg: Config, tmp: Path, db: str = "") -> dict:
     rng = random.Random(cfg.workers * 7 + cfg.queue)
-    coord, address, http_url = start_coordinator(tmp, set(cfg.coordinator_cpus))
+    coord, address, http_url = start_coordinator(tmp, set(cfg.coordinator_cpus), db)
     watch = loadstats.ProcessWatch(coord.pid)
     sims = SimFleet(address, cfg.workers)
     out: dict = {"config": dataclasses.asdict(cfg)}
@@ -279,6 +283,18 @@ def machine() -> dict:
             "grpcio": grpc.__version__, "kernel": platform.release()}
 
 
+def postgres_server():
+    """A PostgreSQL server of this run's own, stopped at exit (tests/pgserver.py)."""
+    import atexit
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from pgserver import PostgresServer
+
+    server = PostgresServer().start()
+    atexit.register(server.stop)
+    return server
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=2000)
@@ -295,6 +311,9 @@ def main() -> None:
                     "and keep the load generator off them")
     ap.add_argument("--out", type=Path, default=None, help="write results.json and results.md here")
     ap.add_argument("--logs", type=Path, default=None, help="keep each run's coordinator log here")
+    ap.add_argument("--db", choices=["sqlite", "postgres", "both"], default="sqlite",
+                    help="the coordinator's store; postgres: a server of the bench's own (tests/pgserver.py); "
+                         "both: each configuration on SQLite, then on PostgreSQL, in the same run")
     a = ap.parse_args()
     configs = [MATRIX[i] for i in (a.only or range(len(MATRIX)))] if a.matrix else \
         [Config(a.workers, a.queue, a.rate, a.duration, a.heartbeat_window, churn=a.churn, sweep=not a.no_sweep)]
@@ -302,17 +321,20 @@ def main() -> None:
     if cpus:
         os.sched_setaffinity(0, set(os.sched_getaffinity(0)) - set(cpus))  # inherited by the load generator
         configs = [dataclasses.replace(c, coordinator_cpus=cpus) for c in configs]
+    stores = ["sqlite", "postgres"] if a.db == "both" else [a.db]
+    configs = [dataclasses.replace(c, db=db) for c in configs for db in stores]
     results = {"machine": machine(), "runs": []}
-    for cfg in configs:
+    pg = postgres_server() if a.db != "sqlite" else None
+    for i, cfg in enumerate(configs):
         load = os.getloadavg()
         with tempfile.TemporaryDirectory(prefix="rl-cp-") as tmp:
-            run = asyncio.run(run_config(cfg, Path(tmp)))
+            run = asyncio.run(run_config(cfg, Path(tmp), pg.new_schema(f"run{i}") if cfg.db == "postgres" else ""))
             if a.logs:
                 a.logs.mkdir(parents=True, exist_ok=True)
                 shutil.copy(Path(tmp) / "coordinator.log", a.logs / f"coordinator-{cfg.workers}-{cfg.queue}.log")
         run["loadavg_before"], run["loadavg_after"] = load, os.getloadavg()
         results["runs"].append(run)
-        print(loadstats.row(run), flush=True)
+        print(f"db={cfg.db} | {loadstats.row(run)}", flush=True)
         if run["invalid"]:
             print(f"INVALID run ({cfg.scenario}): " + "; ".join(run["invalid"]), flush=True)
         if a.out:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from ringleader import __version__
+from ringleader.leader import addresses
 from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -66,7 +67,7 @@ class WorkerDaemon:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         self.worker_id = config.worker_id or default_worker_id(config.device, config.host_name)
-        self.advertise = config.advertise_host or route_to(config.coordinator)
+        self.advertise = config.advertise_host or route_to(addresses(config.coordinator)[0])
         self.executor: ExecutorHandle | None = None
         self.device: api.DeviceInfo | None = None
         self.job: tuple[str, int] | None = None  # (job_id, rank) the executor is running
@@ -113,7 +114,7 @@ class WorkerDaemon:
         self.link.stop()
 
     def register_message(self) -> wpb.Register:
-        job_id, rank = self.job or ("", 0)
+        job_id, rank = self.job or self.link.unreported_done() or ("", 0)
         d = self.device
         return wpb.Register(
             worker_id=self.worker_id, host=self.config.host_name or socket.gethostname(), address=self.advertise, device=d.to_pb(),

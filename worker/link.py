@@ -17,6 +17,7 @@ from typing import Awaitable, Callable
 import grpc
 
 from ringleader.grpc_options import KEEPALIVE_OPTIONS
+from ringleader.leader import Rotation
 from ringleader.security import ClientSecurity
 from ringleader.v1 import workers_pb2 as wpb
 from ringleader.v1 import workers_pb2_grpc
@@ -50,7 +51,9 @@ class CoordinatorLink:
                  heartbeat: Callable[[], wpb.Heartbeat],
                  on_message: Callable[[wpb.CoordinatorMessage], Awaitable[None]], max_backoff_s: float,
                  security: ClientSecurity | None = None, secret: WorkerSecret | None = None) -> None:
-        self.address, self.worker_id = address, worker_id
+        # Several coordinators ("a:1,b:1", one leading): follow the leader (ringleader/leader.py).
+        self.rotation = Rotation(address)
+        self.worker_id = worker_id
         self.security = security or ClientSecurity()  # the workers' token and TLS
         self.secret = secret or WorkerSecret(worker_id)
         self.register, self.heartbeat, self.on_message = register, heartbeat, on_message
@@ -63,11 +66,24 @@ class CoordinatorLink:
         self._stopping = False
         self._refusal = ""  # the coordinator's last refusal of our credentials, logged once
 
+    @property
+    def address(self) -> str:
+        return self.rotation.current
+
     def send(self, msg: wpb.WorkerMessage) -> None:
         if msg.WhichOneof("msg") == "heartbeat" and not self.connected.is_set():
             return  # stale heartbeats are worthless after a reconnect
         self._outbox.append(msg)
         self._outbox_ready.set()
+
+    def unreported_done(self) -> tuple[str, int] | None:
+        """(job id, rank) of a JobDone still waiting in the outbox: a job that ended while no
+        coordinator listened (a restart, a failover). The daemon registers with it as its running
+        job, so the coordinator re-attaches the job and takes this Done, rather than run it again."""
+        for msg in self._outbox:
+            if msg.WhichOneof("msg") == "done":
+                return msg.done.job_id, msg.done.rank
+        return None
 
     def stop(self) -> None:
         self._stopping = True
@@ -98,7 +114,9 @@ class CoordinatorLink:
                             "coordinator %s unreachable: %s", self.address, refusal)
                     self._refusal = refusal
                 else:
-                    log.info("coordinator %s unreachable (%s)", self.address, exc.code().name)
+                    log.info("coordinator %s unreachable (%s)", self.address, exc.details() or exc.code().name)
+                if len(self.rotation.addresses) > 1:  # the leader may be another one now
+                    self.rotation.failed(exc.details() or "")
             except Exception:  # a bug of ours: log it, reconnect, keep serving
                 log.exception("worker session failed; reconnecting")
             self.connected.clear()

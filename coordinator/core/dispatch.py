@@ -79,10 +79,13 @@ class WorkerProtocol:
                     return
                 rj.formed = True
                 self._store_row(rj, msg.result.result)
-            elif kind == "store_ready" and conn.rank == 0 and not rj.store_port:
+            elif kind == "store_ready" and conn.rank == 0 and not rj.store_port and not rj.reattach_deadline:
+                # Not while re-attaching after a restart: the ranks were assigned before it, and
+                # some may not be back yet (their connection is gone).
                 rj.store_port = msg.store_ready.store_port
                 for rank in range(1, len(rj.members)):
-                    self._assign(rj, rank)
+                    if rank not in rj.assigned:
+                        self._assign(rj, rank)
 
     def _member_job(self, conn: WorkerConn, kind: str, job_id: str) -> Running | None:
         """The running job a report is about, if `conn` is its member at the rank it was given."""

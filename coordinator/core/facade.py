@@ -105,16 +105,22 @@ class Coordinator:
     def _commit(self) -> None:
         waiters, self._commit_waiters, self._uncommitted = self._commit_waiters, [], False
         try:
-            self.store.commit()
-        except Exception as exc:  # a full or failing disk: whoever waits must not say "stored"
-            log.exception("job store commit failed")
-            for w in waiters:
-                if not w.done():
-                    w.set_exception(exc)
+            later = self.store.commit()
+        except Exception as exc:
+            self._settle(waiters, exc)
             return
+        if later is not None:  # committing off the loop (the PostgreSQL store): settle when durable
+            asyncio.wrap_future(later).add_done_callback(lambda f: self._settle(waiters, f.exception()))
+        else:
+            self._settle(waiters, None)
+
+    @staticmethod
+    def _settle(waiters: list[asyncio.Future], exc: BaseException | None) -> None:
+        if exc is not None:  # a full or failing disk, a lost lease: whoever waits must not say "stored"
+            log.error("job store commit failed: %s", exc, exc_info=exc)
         for w in waiters:
             if not w.done():
-                w.set_result(None)
+                w.set_exception(exc) if exc is not None else w.set_result(None)
 
     async def _tick_forever(self) -> None:
         while True:

@@ -1,7 +1,8 @@
 """The job store's contract and the rules every implementation shares. Read this first.
 
-Implementations: coordinator/store/memory.py (tests, `--db :memory:`) and
-coordinator/store/sqlite.py (the default); coordinator/store/factory.py picks one.
+Implementations: coordinator/store/memory.py (tests, `--db :memory:`),
+coordinator/store/sqlite.py (the default) and coordinator/store/postgres.py (`--db postgresql://...`,
+several coordinators, one leading: coordinator/store/lease.py); coordinator/store/factory.py picks one.
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ class JobStore(abc.ABC):
       once `commit()` returns, and `pending()` is called on the first write after each commit,
       so that the owner schedules the next commit (the coordinator: once per turn of its event
       loop, and SubmitJob answers only after it). An implementation with nothing to make durable
-      ignores both.
+      ignores both. `commit()` may instead return a concurrent.futures.Future, done (or failed)
+      once the group is durable, so the caller need not wait (the PostgreSQL store: its COMMIT
+      waits for the server's disk on another thread); store calls made meanwhile wait for it.
     """
 
     @abc.abstractmethod

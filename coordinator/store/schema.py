@@ -1,4 +1,5 @@
-"""The SQLite store's schema, as the migrations that build it (coordinator/store/sqlite.py).
+"""The SQL stores' schema, as the migrations that build it (coordinator/store/sqlite.py; the
+PostgreSQL store runs the same statements, its dialect's spelling: coordinator/store/postgres.py).
 
 Messages are stored as serialized protobuf blobs; only the columns that queries filter or order
 on are broken out, so a proto change needs no schema change.

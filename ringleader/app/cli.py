@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "environment variable: RINGLEADER_ + the flag's name (README.md).")
     p.add_argument("--version", action="version", version=f"ringleader {__version__}")
     p.add_argument("--coordinator", default=defaults.COORDINATOR_ADDRESS, metavar="HOST:PORT",
-                   help="the coordinator's gRPC address, for the worker and the client commands")
+                   help="the coordinator's gRPC address, for the worker and the client commands "
+                        "(several coordinators on one PostgreSQL: a comma list, the leader is followed)")
     p.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_servers(sub)
@@ -92,8 +93,14 @@ def _add_servers(sub) -> None:
                    help="where the gRPC API listens (port 0: a free one)")
     c.add_argument("--http-address", default=defaults.HTTP_ADDRESS, metavar="HOST:PORT",
                    help='where the REST API, web UI and /metrics listen ("" disables them)')
-    c.add_argument("--db", default="", metavar="PATH",
-                   help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing)")
+    c.add_argument("--db", default="", metavar="PATH|URL",
+                   help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing), or "
+                        "postgresql://... : several coordinators share it, one leads, the others stand by")
+    c.add_argument("--lease-ttl", type=argtypes.seconds, default=5.0, metavar="SECONDS",
+                   help="on PostgreSQL: a leader that cannot renew its lease for this long is replaced (default 5)")
+    c.add_argument("--advertise-address", default="", metavar="HOST:PORT",
+                   help="on PostgreSQL: the gRPC address standbys send clients to while this one leads "
+                        "(default: --grpc-address, a wildcard host replaced by this machine's name)")
     c.add_argument("--worker-ttl", type=argtypes.seconds, default=600.0, metavar="SECONDS",
                    help="how long a disconnected worker stays listed (default 600)")
     c.add_argument("--check-every", type=argtypes.seconds, default=0.0, metavar="SECONDS",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ringleader import defaults
+from ringleader.leader import pick_leader
 from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
@@ -12,10 +13,11 @@ class Client:
     """`security`: the users' token and TLS settings (none: plain gRPC, no token)."""
 
     def __init__(self, address: str, timeout_s: float = 10.0, security: ClientSecurity | None = None) -> None:
-        self.address = address
         self.timeout = timeout_s
         security = security or ClientSecurity()
-        self._channel = security.channel(address)
+        # Several coordinators ("a:1,b:1", one leading): talk to the leader (ringleader/leader.py).
+        self.address = pick_leader(address, security.channel)
+        self._channel = security.channel(self.address)
         self._stub = jobs_pb2_grpc.JobServiceStub(self._channel)
         self._auth = security.metadata
 

@@ -21,7 +21,9 @@ from coordinator.health.k8s_taint import NodeTainter
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.server import start_server
 from coordinator.core.facade import Coordinator, Timings
-from coordinator.store.factory import open_store
+from coordinator.store.factory import is_postgres, open_store, redacted
+from coordinator.store.lease import Lease
+from coordinator.edge.lease_metrics import LeaseCollector
 from coordinator.health.sweeper import Sweeper
 from ringleader import defaults
 from ringleader.errors import InvalidSpec
@@ -51,6 +53,8 @@ class CoordinatorConfig:
     k8s_taint_nodes: bool = False  # taint the Kubernetes Node of a failed worker (--k8s-taint-nodes)
     quarantine_max_share: float = 0.1  # the circuit breaker's share of a GPU model (--quarantine-max-share)
     k8s_token_review: bool = False  # worker pods' tokens vouch for their node's ids (--k8s-token-review)
+    lease_ttl: float = 5.0  # on PostgreSQL: seconds a leader's lease lasts unrenewed (--lease-ttl)
+    advertise_address: str = ""  # on PostgreSQL: the address standbys name as the leader's (--advertise-address)
 
 
 def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
@@ -78,9 +82,11 @@ def check_exposure(config: CoordinatorConfig) -> str:
 class RunningCoordinator:
     """A started coordinator (gRPC server + domain); `async with` it or call start/stop."""
 
-    def __init__(self, config: CoordinatorConfig) -> None:
+    def __init__(self, config: CoordinatorConfig, lease: Lease | None = None) -> None:
         self.config = config
         self.store = open_store(config.db or default_db_path())
+        if lease is not None:  # several coordinators on PostgreSQL: writes only while leading
+            self.store.fence_with(lease)  # type: ignore[attr-defined]
         # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/health/k8s_taint.py).
         self.tainter = NodeTainter() if config.k8s_taint_nodes else None
         self.core = Coordinator(self.store, config.timings or Timings(worker_ttl_s=config.worker_ttl),
@@ -89,6 +95,8 @@ class RunningCoordinator:
         self.metrics = CoordinatorMetrics(self.core)
         # The workers' credentials, shared by gRPC (registration, ApproveWorker) and REST (approve).
         self.identities = WorkerIdentities(self.store, token_review=TokenReviewer() if config.k8s_token_review else None)
+        if lease is not None:
+            self.metrics.registry.register(LeaseCollector(lease))
         self.sweeper = Sweeper(self.core, self.core.fleet, config.check_every)
         self.server: grpc.aio.Server | None = None
         self.http = None
@@ -133,7 +141,7 @@ class RunningCoordinator:
             await self.http.start()
             self.http_url = self.http.url
         log.info("coordinator gRPC on %s%s (db %s)", self.grpc_target, " (TLS)" if sec.tls.cert else "",
-                 self.config.db or default_db_path())
+                 redacted(self.config.db or default_db_path()))
         if exposed(self.config) and not sec.tls.cert:
             log.warning("serving off loopback without TLS (--tls-cert/--tls-key): tokens and results "
                         "cross the network in clear text")
@@ -164,7 +172,12 @@ class RunningCoordinator:
 
 
 async def serve(config: CoordinatorConfig) -> None:
-    running = await RunningCoordinator(config).start()
+    lease = None
+    if is_postgres(config.db):  # one of several coordinators: lead first (ringleader/app/standby.py)
+        from ringleader.app.standby import stand_by
+
+        lease = await stand_by(config)
+    running = await RunningCoordinator(config, lease).start()
     # What a started coordinator holds (imported modules, the app, the servers) lives as long as
     # the process: keep it out of the cyclic collector's passes, and run the young generation's
     # less often. On two busy cores with 2,000 workers, full passes held the event loop for

@@ -106,6 +106,7 @@ SAMPLES = {
     "worker_ttl": ("90", 90.0),
     "check_every": ("300", 300.0),
     "quarantine_max_share": ("0.25", 0.25),
+    "lease_ttl": ("15", 15.0),
 }
 
 

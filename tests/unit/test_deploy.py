@@ -309,7 +309,8 @@ def test_torch_is_only_the_workers_extra():
 def test_coordinator_image_pins_the_dependencies_and_no_torch():
     df = dockerfile("Dockerfile.coordinator")
     assert re.search(r"^FROM python:3\.11-slim\s*$", df, re.M)
-    _check_pins(_pins(df), _pyproject()["dependencies"])
+    # The plain dependencies and the postgres extra (deploy/k8s/overlays/ha: --db postgresql://...).
+    _check_pins(_pins(df), _pyproject()["dependencies"] + _pyproject()["optional-dependencies"]["postgres"])
     assert "pip install --no-cache-dir --no-deps ." in df and "torch" not in _pins(df)
     a = parse_cli(exec_form(df, "ENTRYPOINT") + exec_form(df, "CMD"))
     assert a.command == "coordinator"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import threading
 import time
@@ -17,17 +18,26 @@ from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlite-deferred"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-deferred", "postgres", "postgres-deferred"])
 def store(request, tmp_path):
-    s: JobStore = MemoryJobStore() if request.param == "memory" else SqliteJobStore(
-        tmp_path / "db" / "jobs.sqlite"  # parent dir does not exist yet: the store creates it
-    )
-    if request.param == "sqlite-deferred":
+    if request.param.startswith("postgres"):
+        # The session's PostgreSQL (tests/conftest.py), a schema of this test's own.
+        s: JobStore = open_store(request.getfixturevalue("postgres").new_schema(pg_name(request)))
+    elif request.param == "memory":
+        s = MemoryJobStore()
+    else:
+        s = SqliteJobStore(tmp_path / "db" / "jobs.sqlite")  # parent dir does not exist yet: the store creates it
+    if request.param.endswith("-deferred"):
         # The coordinator's mode: every test's writes stay in one open group (never committed
         # before close), so the whole contract holds for writes not yet committed.
         s.defer_commits(lambda: None)
     yield s
     s.close()
+
+
+def pg_name(request) -> str:
+    """A schema name for this test (PostgreSQL names: at most 63 bytes)."""
+    return "t" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
 
 
 def make_job(job_id: str, op: str = "all_reduce", state: int = pb.QUEUED, t: float = 1.0) -> pb.Job:

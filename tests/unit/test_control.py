@@ -288,10 +288,10 @@ def test_quarantine_holds_for_the_worker_id_across_reconnects_and_before_it_regi
 
 def test_re_entering_handle_raises_and_changes_nothing():
     f = Fleet(2)
-    f.ctl._handling = Tick(0.0)  # as while another input is being applied
+    f.ctl._guard.applying = "Tick"  # as while another input is being applied
     with pytest.raises(ReentryError, match="Submit.*while applying Tick"):
         f.submit(2)
-    f.ctl._handling = None
+    f.ctl._guard.applying = None
     assert len(f.ctl.book.queued) == 0 and f.state("w0") == pb.IDLE
     job_id = f.submit(2).job.id  # the guard is released after each input, also one that raised
     assert f.job(job_id).state == pb.RUNNING

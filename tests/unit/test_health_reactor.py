@@ -107,11 +107,11 @@ def test_re_entering_the_reactor_raises_and_the_outer_input_still_places(core):
     assert core.get(second).state == pb.RUNNING  # the outer input's placement pass ran
     assert not core.fleet.book.quarantined("w1")  # the inner call changed nothing
     with pytest.raises(ReentryError):
-        core.control._handling = object()  # as inside handle
+        core.control._guard.applying = "Tick"  # as inside handle
         try:
             core.cordon("w0", True)
         finally:
-            core.control._handling = None
+            core.control._guard.applying = None
 
 
 def test_cordon_is_an_input_and_quarantine_has_one_home(core):

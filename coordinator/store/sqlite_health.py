@@ -19,8 +19,9 @@ class SqliteBaselines:
 
     def baselines(self, after: str = "", limit: int = 0) -> list[pb.BaselineEntry]:
         with self._tx() as c:  # type: ignore[attr-defined]
-            rows = c.execute("SELECT blob FROM baselines WHERE key > ? ORDER BY key LIMIT ?",
-                             (after, limit or -1)).fetchall()
+            # No LIMIT for "all": PostgreSQL (which shares this SQL) refuses SQLite's LIMIT -1.
+            sql = "SELECT blob FROM baselines WHERE key > ? ORDER BY key" + (" LIMIT ?" if limit else "")
+            rows = c.execute(sql, (after, limit) if limit else (after,)).fetchall()
         return [pb.BaselineEntry.FromString(r[0]) for r in rows]
 
 

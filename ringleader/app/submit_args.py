@@ -57,16 +57,17 @@ def add_submit(s: argparse.ArgumentParser, completer) -> None:
                 "-o is the output format (nccl-tests' -o is --reduce-op here), nccl-tests' -G is --graph.")
     s.add_argument("--kind", default="collective", choices=[k.cli_name for k in kinds.TABLE],
                    help="; ".join(f"{k.cli_name}: {k.help}" for k in kinds.TABLE))
-    s.add_argument("--world-size", type=int, default=None, metavar="N", help="number of ranks (required)")
+    s.add_argument("--world-size", type=argtypes.count, default=None, metavar="N", help="number of ranks (required)")
     _add_sweep(s, completer)
     for flag in MOVED:
         s.add_argument(flag, action=_Moved)
-    s.add_argument("--priority", type=int, default=0)
-    s.add_argument("--name", default="")
+    s.add_argument("--priority", type=int, default=0,
+                   help="higher runs first among queued jobs (default 0; a queued job gains one level a minute)")
+    s.add_argument("--name", default="", help="a label shown in listings and the web UI")
     s.add_argument("--host", default="", help="only workers on this host")
     s.add_argument("--gpu-model", default="", help='only GPUs whose name contains this, e.g. "H200"')
     s.add_argument("--workers", default="", help="exactly these worker ids, comma-separated")
-    s.add_argument("--device-type", default="", choices=["", "cuda", "cpu"])
+    s.add_argument("--device-type", default="", choices=["", "cuda", "cpu"], help="only workers of this device type")
     s.add_argument("--op-timeout", type=float, default=0.0,
                    help=f"seconds without progress before failing (default {specs.DEFAULT_OP_TIMEOUT_S:g})")
     s.add_argument("--queue", action="store_true",
@@ -93,7 +94,7 @@ def _add_sweep(s: argparse.ArgumentParser, completer) -> None:
                              + f" (default {dflt['dtype']})"), specs.DTYPE_SIZES)
     s.add_argument("--iters", "-n", type=argtypes.iters, help="timed iterations, or auto: per size, enough for a 20 ms "
                    f"loop (collective and algo-sweep default: auto; others: {dflt['iters']})")
-    s.add_argument("--warmup", "-w", type=int, help=f"warm-up iterations (default {dflt['warmup']})")
+    s.add_argument("--warmup", "-w", type=argtypes.non_negative, help=f"warm-up iterations (default {dflt['warmup']})")
 
 
 def world_size(a: argparse.Namespace) -> int:

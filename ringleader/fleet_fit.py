@@ -1,9 +1,10 @@
 """Whether the connected fleet can hold a job at all: `submit` refuses one it cannot (a typo in
 --world-size or --host would otherwise queue forever, silently) unless the user asks to queue it.
 
-Asked on the client side, from the worker list every user may read, so the coordinator's
-admission stays what it is (a job that fits later is a valid job) and `--queue` needs no wire
-field. The words match the scheduler's waiting reason ("needs 8 workers, 2 connected").
+Asked at the edge, from the worker list every user may read (the CLI before submitting, the REST
+API before accepting unless the body says `"queue": true`), so the coordinator's admission stays
+what it is (a job that fits later is a valid job) and the gRPC spec needs no field. The words
+match the scheduler's waiting reason ("needs 8 workers, 2 connected").
 """
 
 from __future__ import annotations

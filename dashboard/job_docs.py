@@ -21,8 +21,8 @@ from coordinator.core.facade import Coordinator
 from dashboard.schemas import RESULT_FIELDS
 from ringleader import jobspec
 from ringleader.defaults import PAGE_MAX
-from ringleader.errors import InvalidSpec
-from ringleader.fleet_fit import CONNECTED, shortfall
+from ringleader import fleet_fit
+from ringleader.fleet_fit import CONNECTED
 from ringleader.jsonview import to_json
 from ringleader.leanjson import lean_job
 from ringleader import spec as specs
@@ -48,7 +48,7 @@ def summary(job: pb.Job) -> dict:
 
 
 def check_fits(core: Coordinator, spec: pb.JobSpec) -> None:
-    """Raise InvalidSpec (world_size) when the connected workers cannot run the job at all."""
+    """Raise InvalidSpec when the connected workers cannot run the job (ringleader/fleet_fit.py)."""
     workers: list[pb.WorkerInfo] = []
     token = ""
     while True:
@@ -57,9 +57,8 @@ def check_fits(core: Coordinator, spec: pb.JobSpec) -> None:
         token = page.next_page_token
         if not token:
             break
-    if why := shortfall(jobspec.normalize(spec), workers):
-        raise InvalidSpec("world_size", f"the connected workers cannot run this job: {why}; set \"queue\": true to "
-                                        "queue it until they can (queue_timeout_s to bound the wait)")
+    fleet_fit.check(jobspec.normalize(spec), workers, 'set "queue": true to queue it until they can '
+                                                      "(queue_timeout_s to bound the wait)")
 
 
 def results_csv(results) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ringleader.errors import InvalidSpec
 from ringleader.jobspec import ValidJob
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -42,3 +43,14 @@ def shortfall(job: ValidJob, workers: list[pb.WorkerInfo]) -> str:
         listed = ", ".join(f"{k} {b}" for b, k in sorted(eligible.items()))
         return f"needs {n} workers of one backend, {listed} connected{_constraints(spec.placement)}"
     return f"needs {n} workers, {sum(eligible.values())} connected{_constraints(spec.placement)}"
+
+
+def check(job: ValidJob, workers: list[pb.WorkerInfo], queue_hint: str) -> None:
+    """Raise InvalidSpec when the connected workers cannot run the job: naming the spec's field
+    when none of their backends can run it at all (as the coordinator's admission does: int avg
+    on gloo is a reduce_op error, not a shortage), else world_size, with how to queue it anyway."""
+    backends = sorted({w.backend for w in workers if w.state in CONNECTED and _admits(job.spec.placement, w)})
+    if backends and not any(job.runs_on(b) for b in backends):
+        raise job.refusal(backends[0])
+    if why := shortfall(job, workers):
+        raise InvalidSpec("world_size", f"the connected workers cannot run this job: {why}; {queue_hint}")

@@ -141,6 +141,8 @@ def _add_clients(sub) -> None:
     _completer(j.add_argument("--op", default="", help="only jobs of this op (or job kind)"), kinds.listed_names())
     j.add_argument("--limit", type=argtypes.count, default=defaults.PAGE_DEFAULT,
                    help=f"at most this many jobs (default {defaults.PAGE_DEFAULT})")
+    j.add_argument("--probes", action="store_true",
+                   help="also the jobs that work for another (localize's probes, listed under the job they localize)")
     _client_options(j, '{"jobs": [Job without results, ...], "next_before": ID or null}')
     for name, helptext in (("job", "show one job with its results"), ("watch", "follow a job until it ends"),
                            ("cancel", "cancel a queued or running job")):

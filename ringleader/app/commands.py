@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ringleader import jobspec, kinds
+from ringleader import fleet_fit, jobspec, kinds
 from ringleader.app import listing, table
 from ringleader.app.client import Client
-from ringleader.fleet_fit import shortfall
 from ringleader.app.follow import follow, follow_logs
 from ringleader.app.render import dump
 from ringleader.app.security_flags import client_security
@@ -53,9 +52,9 @@ def cmd_submit(a, client: Client) -> int:
     valid = jobspec.normalize(spec)  # the same checks as the coordinator, before any network call
     if idle := idle_ranks(valid):
         print(f"ringleader submit: warning: {idle}", file=sys.stderr)
-    if not a.queue and (why := shortfall(valid, client.workers())):
-        raise InvalidSpec("world_size", f"the connected workers cannot run this job: {why}; "
-                          "add --queue to queue it until they can (--queue-timeout to bound the wait)")
+    if not a.queue:
+        fleet_fit.check(valid, client.workers(), "add --queue to queue it until they can (--queue-timeout to bound "
+                                                 "the wait)")
     job = client.submit(spec)
     if not a.wait:
         if a.output in ("json", "yaml"):
@@ -86,6 +85,7 @@ def _finish(client: Client, job_id: str, output: str, progress) -> int:
 
 def cmd_jobs(a, client: Client) -> int:
     page = client.list(states=[pb.JobState.Value(s) for s in a.state], op=a.op, limit=a.limit)
+    listing.group_probes(page.jobs, keep=a.probes)
     if a.output in ("json", "yaml"):
         print(dump(table.jobs_doc(page), a.output))
     else:

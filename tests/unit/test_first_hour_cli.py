@@ -355,3 +355,34 @@ def test_check_json_is_lean_like_job_json():
     assert doc["jobs"][0] == table.job_doc(job)["job"] | {"results": []}
     assert "p2p" not in doc["jobs"][0] and doc["jobs"][0]["created_at"] == "1970-01-02T00:00:00.000Z"
     assert doc["named_hosts"] == ["h3"]
+
+
+def test_localize_probes_are_hidden_from_jobs_unless_asked_then_listed_under_their_job():
+    def job(jid, parent=""):
+        return pb.Job(id=jid, created_at=1000.0, spec=pb.JobSpec(world_size=2, parent_id=parent,
+                                                                  collective=pb.CollectiveSpec(op="all_reduce")))
+
+    page = pb.ListJobsResponse(jobs=[job("p2", "slow"), job("other"), job("p1", "slow"), job("slow"), job("x", "gone")])
+    hidden = pb.ListJobsResponse()
+    hidden.CopyFrom(page)
+    listing.group_probes(hidden.jobs, keep=False)
+    assert [j.id for j in hidden.jobs] == ["other", "slow"]
+    listing.group_probes(page.jobs, keep=True)
+    assert [j.id for j in page.jobs] == ["other", "slow", "p2", "p1", "x"]
+    rows = listing.jobs_table(page.jobs, now=1000.0).splitlines()
+    assert rows[3].startswith("└ p2 ") and rows[2].startswith("slow ")
+    assert build_parser().parse_args(["jobs", "--probes"]).probes
+
+
+def test_a_job_no_connected_backend_can_run_names_its_field_not_the_world_size():
+    """As the coordinator's admission does, so the CLI and REST name the same field."""
+    two = [_worker("a"), _worker("b")]
+    avg = jobspec.normalize(submit("--op", "all_reduce", "--world-size", "2", "-d", "int32", "--reduce-op", "avg"))
+    with pytest.raises(InvalidSpec) as err:
+        fleet_fit.check(avg, two, "add --queue")
+    assert err.value.field == "collective.reduce_op"
+    big = jobspec.normalize(submit("--op", "all_reduce", "--world-size", "3"))
+    with pytest.raises(InvalidSpec, match=r"^world_size: the connected workers cannot run this job: "
+                                          r"needs 3 workers, 2 connected; add --queue$"):
+        fleet_fit.check(big, two, "add --queue")
+    fleet_fit.check(jobspec.normalize(submit("--op", "all_reduce", "--world-size", "2")), two, "add --queue")

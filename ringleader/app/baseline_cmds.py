@@ -40,9 +40,10 @@ def add_parsers(sub, talker, client_options) -> None:
     b = talker(sub, "baselines", "export or import the baseline table (JSON)")
     b.add_argument("action", choices=["export", "import"], help="export the table to FILE, or import it from FILE")
     b.add_argument("file", help='a JSON file ("-": stdout for export, stdin for import)')
-    # JSON by default: `export -` feeds `import -`; a table only when asked for.
-    client_options(b, 'export to "-": the table\'s entries; import: {"imported": N}', outputs=("table", "json"),
-                   default="json")
+    # No default: `export -` prints JSON (what `import -` reads) unless -o table; import says a line
+    # unless -o json.
+    client_options(b, 'export to "-": JSON unless table; import: a line, or {"imported": N}',
+                   outputs=("table", "json"), default=None)
 
 
 def run(a: argparse.Namespace) -> int:

@@ -58,7 +58,8 @@ def _talker(sub, name: str, helptext: str) -> argparse.ArgumentParser:
 
 def _output_options(x: argparse.ArgumentParser, what: str, outputs: tuple[str, ...] = OUTPUTS,
                     default: str = "table") -> None:
-    """-o: only the formats the command prints (a command without extra columns offers no wide)."""
+    """-o: only the formats the command prints (a command without extra columns offers no wide);
+    default None: the command picks per action (baselines)."""
     said = {"table": "table", "wide": "wide (more columns)", "json": "json", "yaml": "yaml"}
     names = [said[o] + (" (default)" if o == default else "") for o in outputs]
     x.add_argument("-o", "--output", type=argtypes.output, choices=outputs, default=default,

@@ -26,6 +26,7 @@ import argparse
 from ringleader import kinds
 from ringleader import spec as specs
 from ringleader.app import argtypes
+from ringleader.jobspec import MAX_WORLD_SIZE
 
 # short flag -> why it is refused and what to use instead
 MOVED = {
@@ -57,7 +58,7 @@ def add_submit(s: argparse.ArgumentParser, completer) -> None:
                 "-o is the output format (nccl-tests' -o is --reduce-op here), nccl-tests' -G is --graph.")
     s.add_argument("--kind", default="collective", choices=[k.cli_name for k in kinds.TABLE],
                    help="; ".join(f"{k.cli_name}: {k.help}" for k in kinds.TABLE))
-    s.add_argument("--world-size", type=argtypes.count, default=None, metavar="N", help="number of ranks (required)")
+    s.add_argument("--world-size", type=int, default=None, metavar="N", help="number of ranks (required)")
     _add_sweep(s, completer)
     for flag in MOVED:
         s.add_argument(flag, action=_Moved)
@@ -104,4 +105,8 @@ def world_size(a: argparse.Namespace) -> int:
 
         hint = " (-n is the iteration count, as in nccl-tests)" if a.iters is not None else ""
         raise InvalidSpec("--world-size", f"required: the number of ranks{hint}")
+    if not 1 <= a.world_size <= MAX_WORLD_SIZE:  # checked here: the message's field would not hold -1
+        from ringleader.errors import InvalidSpec
+
+        raise InvalidSpec("world_size", f"must be between 1 and {MAX_WORLD_SIZE}, got {a.world_size}")
     return a.world_size

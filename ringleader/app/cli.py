@@ -33,11 +33,11 @@ SHELLS = ("bash", "zsh", "fish")
 
 
 class Parser(argparse.ArgumentParser):
-    """Bad usage is one line (`ringleader submit: error: -g: ...`) and exit 2: the whole usage
-    first buried the message under 20 lines; --help has it."""
+    """Bad usage is one line (`ringleader submit: error: -g: ...`, argparse's own last line) and
+    exit 2: the whole usage first buried the message under 20 lines; --help has it."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 class CliError(Exception):

@@ -1,6 +1,8 @@
 # Everything a fresh machine needs, from the project's own files.
 #   make demo   - set up, then run `ringleader demo` (coordinator + local workers + one sweep)
-#   make test   - set up, check the generated stubs, run the test suite
+#   make test   - set up, check the generated stubs, run the tests a change needs (about 6 minutes
+#                 on two quiet cores): all but the long fuzzing (marker slow) and the multihost beds
+#   make test-all - the same, then those too: what CI runs (.ci/run, as root)
 #   make images - build the coordinator and worker images (docker with BuildKit)
 PYTHON ?= python3
 VENV ?= .venv
@@ -19,7 +21,11 @@ VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' ringleader/__init__
 REGISTRY ?= ghcr.io/ringleader
 IMAGES := coordinator worker
 
-.PHONY: setup demo test protos images push-images
+# The tests `make test` leaves to `make test-all`: the REST API's long fuzzing, and the beds of
+# hosts made of network namespaces (root only; skipped elsewhere).
+QUICK_TESTS ?= -m "not slow and not multihost"
+
+.PHONY: setup demo test test-all tools protos images push-images
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -31,9 +37,21 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/ringleader demo
 
-test: setup
+test: setup tools
+	$(PY) scripts/genproto.py --check
+	$(PY) -m pytest $(QUICK_TESTS)
+
+test-all: setup tools
 	$(PY) scripts/genproto.py --check
 	$(PY) -m pytest
+
+# System tools some tests drive; without them those tests are skipped (pytest's summary lists
+# them). Says which, and how to get them: .ci/run installs them all when run as root.
+tools:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || echo "make: chromium or chromedriver missing: tests/browser (the web UI) will be skipped; install them: apt-get install chromium chromium-driver"
+	@command -v promtool >/dev/null || echo "make: promtool missing: the /metrics lint and the alerting rules checks (tests/integration/test_metrics.py, tests/unit/test_deploy.py) will be skipped; install it: apt-get install prometheus"
+	@command -v kubectl >/dev/null || echo "make: kubectl missing: the Kubernetes manifest renders (tests/unit/test_k8s.py) will be skipped; .ci/run installs a pinned one as root"
+	@[ "$$(id -u)" = 0 ] || echo "make: not root: tests/multihost (network namespaces) will be skipped by make test-all"
 
 protos: setup
 	$(PY) scripts/genproto.py

@@ -10,8 +10,6 @@ ringleader.errors' catalog, InvalidSpec as FastAPI's 422 shape naming the field 
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import platform
 from typing import Annotated, Any, AsyncIterator, Iterator, Literal
 
@@ -26,8 +24,9 @@ import grpc
 
 from coordinator.core.registry import MAX_TOKEN
 from coordinator.core.facade import Coordinator
+from dashboard.job_docs import View, check_fits, job_doc, results_csv, summary
 from dashboard.schemas import (
-    RESULT_FIELDS, CancelIn, Error, Job, JobEvent, JobId, JobList, JobLogs, JobStateName, KindList, LiveEvent,
+    CancelIn, Error, Job, JobEvent, JobId, JobList, JobLogs, JobStateName, KindList, LeanJob, LiveEvent,
     ResultFormat, ResultList, VersionInfo, WorkerList, WorkerStateName, job_spec_model, json_safe, sse_response,
 )
 from dashboard.sse import LIVE_QUEUE, LiveFanout, aiter_list, last_event_id, sse_frame, with_keepalive
@@ -40,6 +39,7 @@ from ringleader.v1 import jobs_pb2 as pb
 KEEPALIVE_S = 15.0  # a comment line after this much silence keeps proxies from closing a stream
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
+AnyJob = LeanJob | Job  # ?view=lean (default) or full
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Error, "description": "No job with this id"}}
 # Starlette answers 400 itself when a body cannot even be read as text (JSON that does not parse: 422).
 UNPARSEABLE: dict[int | str, dict[str, Any]] = {400: {"model": Error, "description": "The body cannot be decoded"}}
@@ -97,8 +97,9 @@ def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
 
 
 def _job_routes(r: APIRouter, core: Coordinator) -> None:
-    @r.post("/jobs", tags=["jobs"], operation_id="submitJob", status_code=201, response_model=Job,
+    @r.post("/jobs", tags=["jobs"], operation_id="submitJob", status_code=201, response_model=AnyJob,
             summary="Submit a job",
+            description="Refused (422, world_size) when the connected workers cannot run it, unless `queue` is true.",
             responses={201: {"description": "The accepted job (QUEUED, or RUNNING if it was placed at once)"},
                        **UNPARSEABLE,
                        409: {"model": Error, "description": "`request_id` was used before, with another spec"}})
@@ -109,11 +110,14 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
             description="idempotency key chosen by the client (printable ASCII, e.g. a UUID): a retry with the same "
                         "key returns the job the first request created (also across coordinator restarts); "
                         "with another spec: 409")] = None,
+        view: View = "lean",
     ) -> Response:
         with domain_errors(conflicts=("request_id",)):  # a taken key conflicts with its first request
-            job = core.submit(spec.to_pb(), request_id or "")
+            if not spec.queue:
+                check_fits(core, spec.to_pb())
+            job = core.submit(spec.to_pb(), request_id or "")  # a preflight is checked at placement
         await core.durable()  # acknowledged only once stored
-        return JSON(to_json(job), status_code=201, headers={"Location": f"{r.prefix}/jobs/{job.id}"})
+        return JSON(job_doc(job, view), status_code=201, headers={"Location": f"{r.prefix}/jobs/{job.id}"})
 
     @r.get("/jobs", tags=["jobs"], operation_id="listJobs", response_model=JobList, summary="List jobs",
            description="Newest first, without results. Page with `before` = the previous page's `next_before`.",
@@ -125,28 +129,31 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
             description="only jobs of this op (a collective sweep's) or this job kind (GET /api/v1/kinds)")] = None,
         limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_DEFAULT,
         before: Annotated[str | None, Query(max_length=128, description="only jobs submitted before this job id")] = None,
+        view: View = "lean",
     ) -> Response:
         wanted = [pb.JobState.Value(s) for s in state]
         try:
             page = core.list_jobs(states=wanted, op=op or "", limit=limit, before_id=before or "")
         except NotFound as exc:  # the page it continues is gone: like a path naming no job
             raise HTTPException(404, f"before: {exc}") from None
-        return JSON({"jobs": [summary(j) for j in page.jobs], "next_before": page.next_before or None})
+        return JSON({"jobs": [job_doc(j, view, results=False) for j in page.jobs],
+                     "next_before": page.next_before or None})
 
-    @r.get("/jobs/{job_id}", tags=["jobs"], operation_id="getJob", response_model=Job,
+    @r.get("/jobs/{job_id}", tags=["jobs"], operation_id="getJob", response_model=AnyJob,
            summary="Get a job with its results", responses=NOT_FOUND)
-    async def get_job(job_id: JobId) -> Response:
+    async def get_job(job_id: JobId, view: View = "lean") -> Response:
         with domain_errors():
-            return JSON(to_json(core.get(job_id)))
+            return JSON(job_doc(core.get(job_id), view))
 
-    @r.post("/jobs/{job_id}/cancel", tags=["jobs"], operation_id="cancelJob", response_model=Job,
+    @r.post("/jobs/{job_id}/cancel", tags=["jobs"], operation_id="cancelJob", response_model=AnyJob,
             summary="Cancel a queued or running job",
             responses={**NOT_FOUND, **UNPARSEABLE, 409: {"model": Error, "description": "The job has already finished"}})
-    async def cancel_job(job_id: JobId, body: Annotated[CancelIn | None, Body()] = None) -> Response:
+    async def cancel_job(job_id: JobId, body: Annotated[CancelIn | None, Body()] = None,
+                         view: View = "lean") -> Response:
         with domain_errors():
             job = core.cancel(job_id, body.reason if body else "")
         await core.durable()
-        return JSON(to_json(job))
+        return JSON(job_doc(job, view))
 
 
 def _result_routes(r: APIRouter, core: Coordinator) -> None:
@@ -269,27 +276,6 @@ def domain_errors(conflicts: tuple[str, ...] = ()) -> Iterator[None]:
 def validation_error(loc: tuple[str, ...], msg: str) -> RequestValidationError:
     """The 422 FastAPI sends for invalid requests, for an error only the domain can see."""
     return RequestValidationError([{"type": "value_error", "loc": loc, "msg": msg}])
-
-
-def summary(job: pb.Job) -> dict:
-    body = to_json(job)
-    body.pop("results", None)
-    return body
-
-
-def results_csv(results) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(RESULT_FIELDS)
-    for res in results:
-        writer.writerow([csv_value(getattr(res, f)) for f in RESULT_FIELDS])
-    return out.getvalue()
-
-
-def csv_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return repr(v) if isinstance(v, float) else str(v)
 
 
 async def job_frames(core: Coordinator, job_id: str, after: int | None) -> AsyncIterator[str]:

@@ -32,8 +32,6 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     for router in (api.router(core), fleet_api.router(core), fleet_view.router(core),
                    baselines_api.router(core), identity_api.router(core, identities or WorkerIdentities(core.store))):
         app.include_router(router, dependencies=[Security(BEARER)])
-    plain_openapi = app.openapi
-    app.openapi = lambda: bearer.optional(plain_openapi())  # type: ignore[method-assign]
     ui.mount(app)
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["health"])
@@ -49,4 +47,8 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
         body, content_type = metrics.render()
         return Response(body, media_type=content_type)
 
+    # Built here, once, with every route in place: built on the first GET /openapi.json it kept
+    # that request waiting 2 s, on the coordinator's loop.
+    schema = bearer.optional(app.openapi())
+    app.openapi = lambda: schema  # type: ignore[method-assign]
     return app

@@ -82,7 +82,7 @@ RunCheckIn = run_check_model()
 
 class FleetHealth(_Strict):
     counts: dict[str, int] = Field(description="workers per verdict (HEALTHY, SUSPECT, UNHEALTHY, "
-                                   "VERDICT_UNSPECIFIED: never checked), CORDONED and BREAKER_HELD")
+                                   "UNCHECKED: never checked, as the CLI says), CORDONED and BREAKER_HELD")
     quarantined: list[str]
     breaker_held: list[str] = Field(description="failed workers the circuit breaker left in service "
                                     "(--quarantine-max-share): an operator decides")
@@ -111,9 +111,10 @@ def router(core: Coordinator) -> APIRouter:
            summary="The fleet's health: counts per verdict, the quarantined, who needs attention")
     async def fleet_health() -> Response:
         book = core.fleet.book
-        counts = book.counts()
         workers = core.fleet.all_workers()
-        counts["VERDICT_UNSPECIFIED"] = sum(1 for w in workers if not w.health.verdict)
+        # Verdict names, and UNCHECKED for none yet (the proto's zero value is no verdict's name).
+        counts = {k: v for k, v in book.counts().items() if k != "VERDICT_UNSPECIFIED"}
+        counts["UNCHECKED"] = sum(1 for w in workers if not w.health.verdict)
         # Failed first, then suspect, then cordoned: what is wrong is listed first.
         order = {pb.UNHEALTHY: 0, pb.SUSPECT: 1}
         attention = sorted((w for w in workers if w.health.verdict in order or w.health.cordoned),

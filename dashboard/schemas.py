@@ -20,6 +20,7 @@ from dashboard.spec_in import (  # noqa: F401
     OpName, P2PSpecIn, PlacementIn, TrainSpecIn, job_spec_model, proto_input_model,
 )
 from ringleader import jobspec
+from ringleader.leanjson import AUTO_ITERS_KINDS, OUTCOMES, TIME_FIELDS
 from ringleader.v1 import jobs_pb2 as pb
 
 JOB_STATES = tuple(name for name in pb.JobState.keys() if name != "JOB_STATE_UNSPECIFIED")
@@ -79,8 +80,51 @@ def proto_model(desc: Descriptor, name: str = "", exclude: tuple[str, ...] = ())
     return model
 
 
+# The spec messages whose iters 0 the lean view says as "auto".
+_AUTO_ITERS = {pb.JobSpec.DESCRIPTOR.fields_by_name[k].message_type.name for k in AUTO_ITERS_KINDS}
+
+
+def _has_times(desc: Descriptor, seen: frozenset = frozenset()) -> bool:
+    """Whether the lean view rewrites something in this message, at any depth."""
+    if desc.full_name in seen:
+        return False
+    return desc.name in _AUTO_ITERS or desc is pb.Job.DESCRIPTOR or any(
+        f.name in TIME_FIELDS or (f.message_type is not None and _has_times(f.message_type, seen | {desc.full_name}))
+        for f in desc.fields)
+
+
+def lean_model(desc: Descriptor, name: str = "", exclude: tuple[str, ...] = ()) -> type[BaseModel]:
+    """The model of ringleader.leanjson's document of a message: times as RFC 3339 strings, absent
+    until set; a job's outcome members optional (only its own kind's is there); a spec's iters a
+    count or "auto". Messages with none of these are proto_model's."""
+    name = name or "Lean" + desc.name
+    if name in _models:
+        return _models[name]
+    fields: dict[str, Any] = {}
+    for f in desc.fields:
+        if f.name in exclude:
+            continue
+        if f.message_type is not None:
+            sub = f.message_type
+            t: Any = lean_model(sub) if _has_times(sub) else proto_model(sub)
+            t = list[t] if f.is_repeated else t
+            optional = f.containing_oneof is not None or (desc is pb.Job.DESCRIPTOR and f.name in OUTCOMES)
+            fields[f.name] = (t | None, None) if optional else (t, ...)
+        elif f.name in TIME_FIELDS and not f.is_repeated:
+            fields[f.name] = (str | None, Field(None, json_schema_extra={"format": "date-time"}))
+        elif f.name == "iters" and desc.name in _AUTO_ITERS:
+            fields[f.name] = (int | Literal["auto"], ...)
+        else:
+            fields[f.name] = proto_model(desc).model_fields[f.name].annotation, ...
+    model = create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
+    _models[name] = model
+    return model
+
+
 Job = proto_model(pb.Job.DESCRIPTOR)
 JobSummary = proto_model(pb.Job.DESCRIPTOR, name="JobSummary", exclude=("results",))
+LeanJob = lean_model(pb.Job.DESCRIPTOR)
+LeanJobSummary = lean_model(pb.Job.DESCRIPTOR, name="LeanJobSummary", exclude=("results",))
 SizeResult = proto_model(pb.SizeResult.DESCRIPTOR)
 WorkerInfo = proto_model(pb.WorkerInfo.DESCRIPTOR)
 JobLogs = proto_model(pb.JobLogs.DESCRIPTOR)
@@ -91,7 +135,7 @@ RESULT_FIELDS = tuple(f.name for f in pb.SizeResult.DESCRIPTOR.fields)  # the CS
 
 
 class JobList(BaseModel):
-    jobs: list[JobSummary]  # type: ignore[valid-type]
+    jobs: list[LeanJobSummary | JobSummary]  # type: ignore[valid-type]  # ?view=lean (default) or full
     next_before: str | None = Field(
         description="pass as `before` for the next (older) page; null on the last page")
 

@@ -178,6 +178,10 @@ class JobSpecBase(BaseModel):
     queue_timeout_s: JsonFloat = Field(0.0, ge=0, le=jobspec.MAX_OP_TIMEOUT_S, allow_inf_nan=False,
                                    description="a queued job not placed within this is cancelled; 0: wait forever")
     preflight: StrictBool = Field(False, description="certify the gang just before the job starts")
+    parent_id: Text(jobspec.MAX_TEXT, "the job this one works for (localize's probe jobs: the job they localize)") = ""
+    # Not a JobSpec field: how the REST API treats a job the fleet cannot hold now (the CLI's --queue).
+    queue: StrictBool = Field(False, description="accept the job even if the connected workers cannot run it now "
+                                                 "(it waits for them); false: refuse it (422, world_size)")
 
     @model_validator(mode="after")
     def _one_kind(self) -> "JobSpecBase":
@@ -188,7 +192,7 @@ class JobSpecBase(BaseModel):
 
     def to_pb(self) -> pb.JobSpec:
         # Absent optional fields (warmup, the other kinds) stay unset in the message.
-        return json_format.ParseDict(self.model_dump(exclude_none=True), pb.JobSpec())
+        return json_format.ParseDict(self.model_dump(exclude_none=True, exclude={"queue"}), pb.JobSpec())
 
 
 @functools.cache

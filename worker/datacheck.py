@@ -4,19 +4,35 @@ Every rank fills its input with small integers that depend on (source rank, elem
 the expected output of each op is computed from a formula, never by running another collective,
 so a broken collective cannot agree with itself. Values are chosen so that every intermediate
 and final result is an exactly representable integer in the dtype (no int8 overflow, nothing
-above 256 in bfloat16), whatever the reduction order. Work is done in chunks so an 8 GiB buffer
-never needs an 8G-element int64 temporary.
+above 256 in bfloat16), whatever the reduction order.
+
+The values repeat every PERIOD elements (the hash reads the index modulo a prime), so a fill or a
+check computes the formula over one period at most and then only copies or compares it, tiled,
+in the buffer's own dtype. Computing the formula for every element (about 20 int64 passes per
+fill and as many per check) cost 10-20x the timed ops of a CPU sweep per size; a tiled copy or
+compare costs about one op. Work is done in blocks of at most CHUNK elements, so an 8 GiB buffer
+never needs an 8 GiB temporary.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
 from ringleader import spec
 
-# Elements per chunk: ~40 bytes of int64/float64 temporaries each, so ~640 MiB at most.
+# Elements per block: a check's temporaries (a bool mask; float avg: two float64 copies) stay
+# below 40 bytes an element, ~640 MiB at most; the period's own formula, ~40 bytes an element
+# of one period, much less.
 CHUNK = 1 << 24
 SCRATCH_BYTES_PER_ELEM = 40
+# A prime, so that no power-of-two chunk offset of a misplaced block is a whole number of periods
+# (a block moved by one would still read as wrong). Below torch's grain size (32768 elements), so
+# the formula's ~30 small ops over one period run on one thread: with two OpenMP threads on a
+# busy CPU, each small op waited for both to be scheduled (0.1-1 s per fill at load 20, 10 ms on
+# one thread). 32749 distinct positions are far more than an op could confuse.
+PERIOD = 32_749
 # Written into outputs before the check op; outside the range of every copy value (0..96) and
 # exact in every dtype, so an op that writes nothing is caught.
 SENTINEL = 113
@@ -30,12 +46,12 @@ _EXACT_LIMIT = {
 
 
 def _hash(idx: torch.Tensor, seed: int) -> torch.Tensor:
-    """A pseudo-random int64 in [0, 2^31) per element index and seed.
+    """A pseudo-random int64 in [0, 2^31) per element index (modulo PERIOD) and seed.
 
     Two rounds of a Lehmer multiply and xor-shift; every product stays below 2^63, so CPU and
     CUDA agree without relying on integer wrap-around.
     """
-    h = (idx + seed * 1_000_003) * 48_271 % 2_147_483_647
+    h = (idx % PERIOD + seed * 1_000_003) * 48_271 % 2_147_483_647
     h ^= h >> 15
     h = h * 69_621 % 2_147_483_647
     return h ^ (h >> 13)
@@ -94,38 +110,70 @@ def kind_of(op: str, reduce_op: str) -> str:
     return reduce_op if op in spec.REDUCING_OPS else "copy"
 
 
+Values = Callable[[torch.Tensor], torch.Tensor]  # int64 values at int64 element indices
+
+
+def _period(values: Values, start: int, length: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """values(idx) for the first min(length, PERIOD) indices from `start`, in `dtype`: what every
+    later period of the range repeats (the values are exact integers in every dtype)."""
+    idx = torch.arange(start, start + min(length, PERIOD), device=device, dtype=torch.int64)
+    return values(idx).to(dtype)
+
+
+def _tiles(flat: torch.Tensor, period: torch.Tensor):
+    """(part of `flat`, the period values it must hold) pairs covering `flat`: blocks of whole
+    periods as (rows, period) views, at most CHUNK elements each, then the partial last period."""
+    p, total = period.numel(), flat.numel()
+    if p == 0:
+        return
+    full, rows = total // p, max(1, CHUNK // p)
+    for r in range(0, full, rows):
+        k = min(rows, full - r)
+        yield flat[r * p:(r + k) * p].view(k, p), period.expand(k, p)
+    if total % p:
+        yield flat[full * p:], period[:total - full * p]
+
+
 def fill(buf: torch.Tensor, *, kind: str, dtype: str, src: int, n: int, seed: int) -> None:
-    """buf[j] = source_values(src, j) for every element, chunk by chunk on buf's device."""
+    """buf[j] = source_values(src, j) for every element, on buf's device."""
     flat = buf.view(-1)
-    for start in range(0, flat.numel(), CHUNK):
-        stop = min(start + CHUNK, flat.numel())
-        idx = torch.arange(start, stop, device=buf.device, dtype=torch.int64)
-        flat[start:stop].copy_(source_values(kind, dtype, src, idx, n, seed))
+    period = _period(lambda idx: source_values(kind, dtype, src, idx, n, seed), 0, flat.numel(), buf.dtype,
+                     buf.device)
+    for part, values in _tiles(flat, period):
+        part.copy_(values)
 
 
-def expected_values(op: str, reduce_op: str, dtype: str, *, rank: int, world_size: int, root: int,
-                    count: int, seed: int, j: torch.Tensor) -> torch.Tensor:
-    """Expected int64 values of this rank's output at output indices `j`.
+def expected_segments(op: str, reduce_op: str, dtype: str, *, rank: int, world_size: int, root: int,
+                      count: int, seed: int) -> list[tuple[int, int, Values, int]]:
+    """This rank's expected output as segments (output start, length, values, index start):
+    output element out_start + k holds values(index_start + k).
 
     count is the elements of the op's largest buffer; chunked ops split it into n chunks of c.
     """
     n = world_size
     c = count // n
     kind = kind_of(op, reduce_op)
+
+    def src(s: int) -> Values:
+        return lambda idx: source_values(kind, dtype, s, idx, n, seed)
+
+    def reduced(idx: torch.Tensor) -> torch.Tensor:
+        return reduced_values(kind, dtype, idx, n, seed)
+
     if op in ("all_reduce", "reduce"):
-        return reduced_values(kind, dtype, j, n, seed)
+        return [(0, count, reduced, 0)]
     if op == "reduce_scatter":
-        return reduced_values(kind, dtype, rank * c + j, n, seed)
+        return [(0, c, reduced, rank * c)]
     if op == "broadcast":
-        return source_values(kind, dtype, root, j, n, seed)
+        return [(0, count, src(root), 0)]
     if op in ("all_gather", "gather"):  # chunk s is rank s's whole input
-        return source_values(kind, dtype, j // c, j % c, n, seed)
+        return [(s * c, c, src(s), 0) for s in range(n)]
     if op == "alltoall":  # chunk s is chunk `rank` of rank s's input
-        return source_values(kind, dtype, j // c, rank * c + j % c, n, seed)
+        return [(s * c, c, src(s), rank * c) for s in range(n)]
     if op == "scatter":
-        return source_values(kind, dtype, root, rank * c + j, n, seed)
+        return [(0, c, src(root), rank * c)]
     if op == "sendrecv":
-        return source_values(kind, dtype, (rank - 1) % n, j, n, seed)
+        return [(0, count, src((rank - 1) % n), 0)]
     raise ValueError(f"op: no data check for {op!r}")
 
 
@@ -140,23 +188,23 @@ def torch_is_float(dtype: str) -> bool:
     return dtype.startswith(("float", "bfloat"))
 
 
+def _wrong_in(got: torch.Tensor, exp: torch.Tensor, rtol: float) -> torch.Tensor:
+    if rtol == 0:
+        return torch.count_nonzero(got != exp)  # exact values: NaN differs from everything
+    got, exp = got.double(), exp.double()
+    return torch.count_nonzero(~((got - exp).abs() <= rtol * exp.abs()))  # "not within": NaN counts
+
+
 def count_wrong(out: torch.Tensor, *, op: str, dtype: str, reduce_op: str, rank: int,
                 world_size: int, root: int, count: int, seed: int) -> int:
     """Elements of this rank's output `out` that differ from the expected result."""
     flat = out.reshape(-1)
     rtol = _tolerance(op, reduce_op, dtype)
     wrong = torch.zeros((), dtype=torch.int64, device=out.device)
-    for start in range(0, flat.numel(), CHUNK):
-        stop = min(start + CHUNK, flat.numel())
-        j = torch.arange(start, stop, device=out.device, dtype=torch.int64)
-        exp = expected_values(op, reduce_op, dtype, rank=rank, world_size=world_size, root=root,
-                              count=count, seed=seed, j=j)
-        got = flat[start:stop]
-        if torch_is_float(dtype):
-            got, exp = got.double(), exp.double()
-            # written as "not within" so that NaN counts as wrong
-            bad = ~((got - exp).abs() <= rtol * exp.abs())
-        else:
-            bad = got.long() != exp
-        wrong += bad.sum()
+    for start, length, values, index in expected_segments(op, reduce_op, dtype, rank=rank, world_size=world_size,
+                                                          root=root, count=count, seed=seed):
+        seg = flat[start:start + length]
+        period = _period(values, index, seg.numel(), out.dtype, out.device)
+        for got, exp in _tiles(seg, period):
+            wrong += _wrong_in(got, exp, rtol)
     return int(wrong.item())

@@ -87,7 +87,7 @@ async def localize(core, request: pb.LocalizeRequest) -> pb.LocalizeResult:
 
 def _submit(core, job_id: str, round_: int, g: Group, shape: pb.CollectiveSpec) -> str:
     spec = pb.JobSpec(world_size=len(g.members), priority=MAX_PRIORITY, collective=shape,
-                      name=f"localize {job_id} round {round_}"[:256])
+                      name=f"localize {job_id} round {round_}"[:256], parent_id=job_id)
     spec.placement.worker_ids.extend(g.members)
     return core.submit(spec).id
 

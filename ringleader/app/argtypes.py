@@ -19,13 +19,27 @@ def sizes(text: str) -> list[int]:
 
 
 def iters(text: str) -> int:
-    """A count, or "auto" (0: chosen per size by the worker)."""
+    """A count (at least 1), or "auto" (0 on the wire: chosen per size by the worker). A literal 0
+    is refused: it would silently mean auto."""
     if text.strip().lower() == "auto":
         return specs.AUTO_ITERS
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of iterations, at least 1, or auto, got {text!r}")
+    return int(text)
+
+
+def count(text: str) -> int:
+    """A whole number, at least 1 (ranks of a job, iterations, a listing's length)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number, at least 1, got {text!r}")
+    return int(text)
+
+
+def non_negative(text: str) -> int:
+    """A whole number, 0 or more (warm-up iterations)."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number, 0 or more, got {text!r}")
+    return int(text)
 
 
 def ranks(text: str) -> int:

@@ -8,12 +8,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from google.protobuf import json_format
 
 from ringleader.app import argtypes
 from ringleader.app.client import Client
+from ringleader.app.render import dump, times
+from ringleader.app.table import size_label
 from ringleader.app.security_flags import client_security
 from ringleader.errors import InvalidSpec
 from ringleader.jsonview import to_json
@@ -25,18 +28,22 @@ COMMANDS = ("localize", "baselines")
 def add_parsers(sub, talker, client_options) -> None:
     """Called by cli.py with its helpers for commands that talk to a coordinator."""
     x = talker(sub, "localize", "find the worker, link or host that makes a job's gang slow (group testing)")
-    x.add_argument("job_id")
+    x.add_argument("job_id", help="a finished collective job whose gang was slow")
     x.add_argument("--known-good", default="", metavar="ID,...",
                    help="workers to pad test groups with (default: idle workers outside the gang)")
     x.add_argument("--max-rounds", type=int, default=0, help="give up after this many rounds (default log2(n) + 4)")
     x.add_argument("--size", type=argtypes.size, default=0, help="test size (default: the job's largest)")
     x.add_argument("--tolerance", type=float, default=0.0,
                    help="a group below this fraction of a clean group's busbw is slow (default 0.8)")
-    client_options(x, "LocalizeResult: culprits, culprit_hosts, rounds, history, verdict")
+    client_options(x, "LocalizeResult: culprits, culprit_hosts, rounds, history, verdict",
+                   outputs=("table", "json", "yaml"))
     b = talker(sub, "baselines", "export or import the baseline table (JSON)")
-    b.add_argument("action", choices=["export", "import"])
+    b.add_argument("action", choices=["export", "import"], help="export the table to FILE, or import it from FILE")
     b.add_argument("file", help='a JSON file ("-": stdout for export, stdin for import)')
-    client_options(b, "export: the table; import: {\"imported\": N}")
+    # No default: `export -` prints JSON (what `import -` reads) unless -o table; import says a line
+    # unless -o json.
+    client_options(b, 'export to "-": JSON unless table; import: a line, or {"imported": N}',
+                   outputs=("table", "json"), default=None)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -44,14 +51,27 @@ def run(a: argparse.Namespace) -> int:
         if a.command == "localize":
             return _localize(a, client)
         if a.action == "export":
-            text = json_format.MessageToJson(client.export_baselines(), preserving_proto_field_name=True)
-            _write(a.file, text + "\n")
+            exported = client.export_baselines()
+            text = json_format.MessageToJson(exported, preserving_proto_field_name=True)
+            # A file always gets JSON (what import reads); stdout what -o asks for.
+            _write(a.file, baselines_table(exported) if a.file == "-" and a.output == "table" else text + "\n")
             if a.file != "-":
                 print(f"exported to {a.file}", file=sys.stderr)
             return 0
         answer = client.import_baselines(read_table(sys.stdin.read() if a.file == "-" else _read(a.file)))
-        print(json_format.MessageToJson(answer) if a.output == "json" else f"imported {answer.imported} baseline(s)")
+        print(json.dumps(to_json(answer)) if a.output == "json" else f"imported {answer.imported} baseline(s)")
         return 0
+
+
+def baselines_table(t: pb.BaselineTable) -> str:
+    """`baselines export - -o table`: one line per comparable key, its median busbw and noise."""
+    lines = [f"{'GPU':<16} {'OP':<14} {'DTYPE':<9} {'SIZE':>7} {'RANKS':>5} {'HOSTS':>5} {'LINK':<5} {'MODE':<5} "
+             f"{'MEDIAN GB/S':>11} {'MAD':>8} {'RUNS':>4}"]
+    for e in t.entries:
+        lines.append(f"{e.gpu_model[:16]:<16} {e.op:<14} {e.dtype:<9} {size_label(e.size_bucket):>7} {e.ranks:>5} "
+                     f"{e.hosts:>5} {e.link:<5} {e.mode:<5} {e.median_busbw_gbps:>11.2f} {e.mad_busbw_gbps:>8.2f} "
+                     f"{len(e.samples):>4}")
+    return "\n".join(lines) + "\n" if t.entries else "No baselines found.\n"
 
 
 def read_table(text: str) -> pb.BaselineTable:
@@ -81,10 +101,8 @@ def _localize(a: argparse.Namespace, client: Client) -> int:
     known = [w for w in a.known_good.split(",") if w]
     result = client.localize(pb.LocalizeRequest(job_id=a.job_id, known_good=known, max_rounds=a.max_rounds,
                                                 size_bytes=a.size, tolerance=a.tolerance))
-    if a.output == "json":
-        import json
-
-        print(json.dumps(to_json(result), indent=1))
+    if a.output in ("json", "yaml"):
+        print(dump(times(to_json(result)), a.output))
         return 0
     for r in result.history:
         print(f"round {r.round} (clean groups reach {r.reference_gbps:.3g} GB/s)")

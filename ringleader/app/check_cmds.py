@@ -12,18 +12,19 @@ the verdict (and says so).
 from __future__ import annotations
 
 import argparse
-import json
 
 from ringleader import checks
 from ringleader.app import argtypes
 from ringleader.app.client import Client
 from ringleader.app.kindargs import given
+from ringleader.app.render import dump, job_body, times
 from ringleader.app.security_flags import client_security
 from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
 ACTIONS = ("cordon", "uncordon", "approve")
+DOCS = ("table", "json", "yaml")  # what check and cordon print: no wide form
 
 
 def add_commands(sub, talker, client_options) -> None:
@@ -37,7 +38,7 @@ def add_commands(sub, talker, client_options) -> None:
     c.add_argument("--size", type=argtypes.size, default=None, help="link_matrix: ping-pong size (default 512K)")
     c.add_argument("--iters", type=int, default=None, help="timed iterations of each check (link_matrix, gpu_check)")
     c.add_argument("--timeout", type=argtypes.seconds, default=300.0, help="give up waiting after this long")
-    client_options(c, '{"jobs": [Job, ...], "named_hosts": [...], "workers": [WorkerInfo, ...]}')
+    client_options(c, '{"jobs": [Job, ...], "named_hosts": [...], "workers": [WorkerInfo, ...]}', outputs=DOCS)
     w = sub.choices["workers"]
     # Checked in run(), not by argparse: an optional positional with choices trips argparse when
     # ringleader/app/config.py re-parses with every default suppressed.
@@ -62,16 +63,16 @@ def run(a: argparse.Namespace) -> int:
                 raise InvalidSpec("worker_id", f"`ringleader workers {a.action}` needs a worker id")
             if a.action == "approve":
                 ok = client.approve(a.worker_id)
-                print(json.dumps(to_json(ok), indent=2) if a.output == "json" else
+                print(dump(times(to_json(ok)), a.output) if a.output in DOCS[1:] else
                       f"{ok.worker_id}: its next registration within {ok.expires_in_s:.0f} s re-claims the id "
                       "with a new secret")
                 return 0
             force = a.action == "uncordon" and getattr(a, "force", False)
             info = client.cordon(a.worker_id, on=a.action == "cordon", force=force)
-            print(json.dumps(to_json(info), indent=2) if a.output == "json" else cordon_text(info, a.action, force))
+            print(dump(times(to_json(info)), a.output) if a.output in DOCS[1:] else cordon_text(info, a.action, force))
             return 0
         answer = client.run_check(request_from_args(a))
-    print(json.dumps(to_json(answer), indent=2) if a.output == "json" else check_text(answer))
+    print(dump(check_doc(answer), a.output) if a.output in DOCS[1:] else check_text(answer))
     return EXIT_FAILED if failed_here(answer) else 0
 
 
@@ -98,6 +99,13 @@ def request_from_args(a: argparse.Namespace) -> pb.RunCheckRequest:
     if a.iters is not None:
         r.gpu_check.iters = a.iters
     return r
+
+
+def check_doc(r: pb.RunCheckResponse) -> dict:
+    """-o json|yaml: the check jobs as `ringleader job -o json` shows a job (its own kind's
+    outcome only, RFC 3339 times), the hosts named, the workers checked."""
+    return {"jobs": [job_body(j, to_json(j)) for j in r.jobs], "named_hosts": list(r.named_hosts),
+            "workers": [times(to_json(w)) for w in r.workers]}
 
 
 def health_line(w: pb.WorkerInfo) -> str:

@@ -32,6 +32,14 @@ from ringleader.v1 import jobs_pb2 as pb
 SHELLS = ("bash", "zsh", "fish")
 
 
+class Parser(argparse.ArgumentParser):
+    """Bad usage is one line (`ringleader submit: error: -g: ...`, argparse's own last line) and
+    exit 2: the whole usage first buried the message under 20 lines; --help has it."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
 class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
         super().__init__(message)
@@ -48,15 +56,21 @@ def _talker(sub, name: str, helptext: str) -> argparse.ArgumentParser:
     return x
 
 
-def _output_options(x: argparse.ArgumentParser, what: str) -> None:
-    x.add_argument("-o", "--output", type=argtypes.output, choices=OUTPUTS, default="table",
-                   help=f"table (default), wide (more columns), json or yaml: {what} (README.md, CLI)")
+def _output_options(x: argparse.ArgumentParser, what: str, outputs: tuple[str, ...] = OUTPUTS,
+                    default: str = "table") -> None:
+    """-o: only the formats the command prints (a command without extra columns offers no wide);
+    default None: the command picks per action (baselines)."""
+    said = {"table": "table", "wide": "wide (more columns)", "json": "json", "yaml": "yaml"}
+    names = [said[o] + (" (default)" if o == default else "") for o in outputs]
+    x.add_argument("-o", "--output", type=argtypes.output, choices=outputs, default=default,
+                   help=f"{', '.join(names[:-1])} or {names[-1]}: {what} (README.md, CLI)")
     x.add_argument("--json", dest="output", action="store_const", const="json", help="the same as -o json")
 
 
-def _client_options(x: argparse.ArgumentParser, what: str) -> None:
+def _client_options(x: argparse.ArgumentParser, what: str, outputs: tuple[str, ...] = OUTPUTS,
+                    default: str = "table") -> None:
     """What every client command takes: the output format, and the users' token and TLS."""
-    _output_options(x, what)
+    _output_options(x, what, outputs, default)
     security_flags.add_client_security(x)
 
 
@@ -65,7 +79,7 @@ def _completer(action: argparse.Action, choices) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ringleader", description="Orchestrate GPU collective jobs.",
+    p = Parser(prog="ringleader", description="Orchestrate GPU collective jobs.",
                                 epilog="Every flag of the coordinator and the worker can also be set by an "
                                        "environment variable: RINGLEADER_ + the flag's name (README.md).")
     p.add_argument("--version", action="version", version=f"ringleader {__version__}")
@@ -83,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--shared-ranks", type=argtypes.ranks, default=None, metavar="N",
                    help="with one GPU: N ranks share it over NCCL's socket transport (default 4)")
     x = sub.add_parser("completion", help="print the shell completion script (eval it in your shell's rc file)")
-    x.add_argument("shell", choices=SHELLS)
+    x.add_argument("shell", choices=SHELLS, help="the shell to complete in")
     return p
 
 
@@ -139,17 +153,22 @@ def _add_clients(sub) -> None:
     _client_options(s, "the job (and, with --wait, its results) as `ringleader job -o json` prints it")
     j = _talker(sub, "jobs", "list jobs, newest first")
     j.add_argument("--state", action="append", default=[],
-                   choices=[n for n in pb.JobState.keys() if n != "JOB_STATE_UNSPECIFIED"])
+                   choices=[n for n in pb.JobState.keys() if n != "JOB_STATE_UNSPECIFIED"],
+                   help="only jobs in this state (repeat for several)")
     _completer(j.add_argument("--op", default="", help="only jobs of this op (or job kind)"), kinds.listed_names())
-    j.add_argument("--limit", type=int, default=defaults.PAGE_DEFAULT)
+    j.add_argument("--limit", type=argtypes.count, default=defaults.PAGE_DEFAULT,
+                   help=f"at most this many jobs (default {defaults.PAGE_DEFAULT})")
+    j.add_argument("--probes", action="store_true",
+                   help="also the jobs that work for another (localize's probes, listed under the job they localize)")
     _client_options(j, '{"jobs": [Job without results, ...], "next_before": ID or null}')
     for name, helptext in (("job", "show one job with its results"), ("watch", "follow a job until it ends"),
                            ("cancel", "cancel a queued or running job")):
         x = _talker(sub, name, helptext)
-        x.add_argument("job_id").completer = completion.job_ids  # type: ignore[attr-defined]
+        x.add_argument("job_id", help="the job's id (`ringleader jobs` lists them)").completer = \
+            completion.job_ids  # type: ignore[attr-defined]
         _client_options(x, '{"job": Job without results, "results": [SizeResult, ...]}')
     x = _talker(sub, "logs", "each rank's executor stderr captured during a job")
-    x.add_argument("job_id").completer = completion.job_ids  # type: ignore[attr-defined]
+    x.add_argument("job_id", help="the job's id").completer = completion.job_ids  # type: ignore[attr-defined]
     x.add_argument("-f", "--follow", action="store_true",
                    help="wait for the job to end (its progress on stderr), then print the logs")
     x.add_argument("--rank", type=int, default=None, help="only this rank")
@@ -243,7 +262,8 @@ def run_workers(settings: config.Settings) -> int:
     if settings.device == "all":
         devices = local_cuda_devices()
         if not devices:
-            raise CliError("--device all: no CUDA device is visible", EXIT_USAGE)
+            raise CliError("--device all: no CUDA device is visible; on a CPU host use --device cpu "
+                           "(one per worker daemon: start two for a 2-rank job)", EXIT_USAGE)
     if settings.worker_id and len(devices) > 1:
         raise CliError("--worker-id: give it only with a single device", EXIT_USAGE)
     security = security_flags.worker_security(settings)

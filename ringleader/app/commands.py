@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ringleader import jobspec, kinds
+from ringleader import fleet_fit, jobspec, kinds
 from ringleader.app import listing, table
 from ringleader.app.client import Client
-from ringleader.app.fleet_fit import shortfall
 from ringleader.app.follow import follow, follow_logs
 from ringleader.app.render import dump
 from ringleader.app.security_flags import client_security
@@ -51,9 +50,11 @@ def show_job(job: pb.Job, output: str) -> None:
 def cmd_submit(a, client: Client) -> int:
     spec = spec_from_args(a)
     valid = jobspec.normalize(spec)  # the same checks as the coordinator, before any network call
-    if not a.queue and (why := shortfall(valid, client.workers())):
-        raise InvalidSpec("world_size", f"the connected workers cannot run this job: {why}; "
-                          "add --queue to queue it until they can (--queue-timeout to bound the wait)")
+    if idle := idle_ranks(valid):
+        print(f"ringleader submit: warning: {idle}", file=sys.stderr)
+    if not a.queue:
+        fleet_fit.check(valid, client.workers(), "add --queue to queue it until they can (--queue-timeout to bound "
+                                                 "the wait)")
     job = client.submit(spec)
     if not a.wait:
         if a.output in ("json", "yaml"):
@@ -62,6 +63,17 @@ def cmd_submit(a, client: Client) -> int:
             print(job.id)
         return 0
     return _finish(client, job.id, a.output, progress=sys.stderr)
+
+
+def idle_ranks(valid: jobspec.ValidJob) -> str:
+    """Why some ranks of a job would do nothing ("" when all work): a p2p job without --pairwise
+    measures its first pair only."""
+    used = {r for pair in valid.pairs for r in pair}
+    n = valid.world_size
+    if valid.spec.HasField("p2p") and used and len(used) < n:
+        return (f"p2p without --pairwise measures ranks {' and '.join(map(str, sorted(used)))} only; "
+                f"{n - len(used)} of {n} ranks stay idle: add --pairwise for every pair, or --world-size {len(used)}")
+    return ""
 
 
 def _finish(client: Client, job_id: str, output: str, progress) -> int:
@@ -73,6 +85,7 @@ def _finish(client: Client, job_id: str, output: str, progress) -> int:
 
 def cmd_jobs(a, client: Client) -> int:
     page = client.list(states=[pb.JobState.Value(s) for s in a.state], op=a.op, limit=a.limit)
+    listing.group_probes(page.jobs, keep=a.probes)
     if a.output in ("json", "yaml"):
         print(dump(table.jobs_doc(page), a.output))
     else:

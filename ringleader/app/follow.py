@@ -20,6 +20,10 @@ from ringleader.app.client import Client
 from ringleader.v1 import jobs_pb2 as pb
 
 POLL_S = 2.0
+# A job is stored QUEUED ("waiting for workers") before the scheduler looks at it, so the stream
+# always opens with that state; said only if the job is still queued this much later, so that a
+# job placed at once on idle workers does not begin with a wait it never had.
+QUEUED_GRACE_S = 1.0
 _END = object()
 
 
@@ -37,6 +41,7 @@ class _Printer:
         self.job_id, self.out = job_id, out
         self.shown = -1.0  # progress fraction last printed
         self.reason = ""  # the queued job's reason last printed
+        self.pending: tuple[float, str] | None = None  # a QUEUED line held back (QUEUED_GRACE_S)
 
     def say(self, text: str) -> None:
         print(f"[{self.job_id}] {text}", file=self.out, flush=True)
@@ -44,17 +49,37 @@ class _Printer:
     def event(self, ev: pb.JobEvent) -> None:
         kind = ev.WhichOneof("event")
         if kind == "progress" and ev.progress.total:
-            fraction = ev.progress.done / ev.progress.total
-            if fraction >= self.shown + 0.1 or fraction == 1:  # about ten lines per job, not one per step
+            p = ev.progress
+            fraction = p.done / p.total
+            if p.size_bytes and p.done < p.total:  # a sweep: every size as it starts
+                width = len(str(p.total))
+                self.say(f"{p.done + 1:>{width}}/{p.total}  {table.size_label(p.size_bytes):>8}  running")
+            elif fraction >= self.shown + 0.1 or fraction == 1:  # about ten lines per job, not one per step
                 self.shown = fraction
-                self.say(f"{ev.progress.done}/{ev.progress.total}")
+                self.say(f"{p.done}/{p.total}")
         elif kind == "state":
             self.reason = ev.state.reason
-            self.say(f"{table.state_name(ev.state.state)}: {ev.state.reason}")
+            self.pending = None
+            line = f"{table.state_name(ev.state.state)}: {ev.state.reason}"
+            if ev.state.state == pb.QUEUED:
+                self.pending = (time.monotonic() + QUEUED_GRACE_S, line)
+            else:
+                self.say(line)
         elif kind == "result":
             r = ev.result
-            self.say(f"{table.size_label(r.size_bytes):>7}  {r.time_us:10.2f} us  busbw {r.busbw_gbps:8.2f} GB/s  "
+            self.say(f"{table.size_label(r.size_bytes):>8}  {r.time_us:12.2f} us  busbw {r.busbw_gbps:8.2f} GB/s  "
                      f"wrong {r.wrong}")
+
+    def held(self) -> float:
+        """Print a held-back QUEUED line once its grace is over; the seconds until then (or POLL_S)."""
+        if self.pending is None:
+            return POLL_S
+        due, line = self.pending
+        if time.monotonic() < due:
+            return max(0.01, due - time.monotonic())
+        self.pending = None
+        self.say(line)
+        return POLL_S
 
     def queued(self, job: pb.Job) -> None:
         if job.state == pb.QUEUED and job.reason and job.reason != self.reason:
@@ -71,9 +96,10 @@ def follow(client: Client, job_id: str, out=sys.stderr) -> pb.Job:
     try:
         while True:
             try:
-                ev = events.get(timeout=POLL_S)
+                ev = events.get(timeout=printer.held())
             except queue.Empty:
-                printer.queued(client.get(job_id))
+                if printer.held() == POLL_S:  # nothing held back any more: ask for the live reason
+                    printer.queued(client.get(job_id))
                 continue
             if ev is _END:
                 return client.get(job_id)

@@ -41,8 +41,10 @@ def collective_flags(g) -> None:
     _completer(g.add_argument("--op", default="", help="collective jobs: " + ", ".join(specs.OPS)), specs.OPS)
     _completer(g.add_argument("--reduce-op", default="", help=", ".join(specs.REDUCE_OPS)
                               + f" (default {specs.DEFAULTS['reduce_op']})"), specs.REDUCE_OPS)
-    g.add_argument("--in-place", action="store_true")
-    g.add_argument("--root", "-r", type=int, default=0)
+    g.add_argument("--in-place", action="store_true",
+                   help="output in the input buffer (all_gather, reduce_scatter, gather, scatter; "
+                        "all_reduce, reduce and broadcast always run in one buffer)")
+    g.add_argument("--root", "-r", type=int, default=0, help="the root rank of rooted ops (default 0)")
 
 
 def collective_spec(a: argparse.Namespace) -> pb.CollectiveSpec:

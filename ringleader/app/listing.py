@@ -25,6 +25,25 @@ def _rows(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join("   ".join([*(c.ljust(w) for c, w in zip(r, widths)), r[-1]]).rstrip() for r in [header, *rows])
 
 
+def group_probes(jobs, keep: bool) -> None:
+    """Jobs that work for another (spec.parent_id: localize's probes) out of the listing `jobs`
+    (a repeated field, changed in place); with `keep`, each right after the job it works for
+    (probes whose job is on another page stay where they were, at the end)."""
+    probes: dict[str, list[pb.Job]] = {}
+    order = []
+    for job in jobs:
+        if job.spec.parent_id:
+            probes.setdefault(job.spec.parent_id, []).append(job)
+        else:
+            order.append(job)
+    if keep:
+        order = [x for job in order for x in [job, *probes.pop(job.id, [])]]
+        order += [p for rest in probes.values() for p in rest]
+    copies = [pb.Job.FromString(j.SerializeToString()) for j in order]
+    del jobs[:]
+    jobs.extend(copies)
+
+
 def jobs_table(jobs, wide: bool = False, now: float | None = None) -> str:
     if not jobs:
         return "No jobs found."
@@ -35,7 +54,8 @@ def jobs_table(jobs, wide: bool = False, now: float | None = None) -> str:
     rows = []
     for job in jobs:
         dtype = job.spec.collective.dtype if job.spec.HasField("collective") else "-"
-        row = [job.id, pb.JobState.Name(job.state), op_name(job.spec), dtype or "-", str(job.spec.world_size),
+        shown = f"└ {job.id}" if job.spec.parent_id else job.id  # a probe, under the job it works for
+        row = [shown, pb.JobState.Name(job.state), op_name(job.spec), dtype or "-", str(job.spec.world_size),
                age(now - job.created_at)]
         if wide:
             row += [job.backend or "-", job.spec.name or "-", rfc3339(job.created_at),

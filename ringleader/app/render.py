@@ -1,51 +1,12 @@
-"""The documents the CLI prints with `-o json` / `-o yaml`: the messages' JSON (ringleader/jsonview)
-made for tools that parse it.
-
-- times are RFC 3339 strings in UTC ("2026-11-24T06:30:00.125Z"), and a time not reached yet (a
-  running job's finished_at) is absent rather than 0;
-- a job carries the outcome of its own kind only, not empty objects of the other kinds.
-
-The REST API keeps epoch seconds (its schema and the web UI read numbers).
+"""The documents the CLI prints with `-o json` / `-o yaml`: the lean documents of
+ringleader/leanjson.py (RFC 3339 times, a job's own kind's outcome only), the REST API's too.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 
-from ringleader.v1 import jobs_pb2 as pb
-
-TIME_FIELDS = frozenset({"created_at", "started_at", "finished_at", "last_heartbeat", "connected_at",
-                         "recheck_at", "at"})
-# A Job's outcome fields, one per kind (or a check); only the one that is set is shown.
-OUTCOMES = frozenset(f.name for f in pb.Job.DESCRIPTOR.fields
-                     if f.message_type is not None and f.name not in ("spec", "progress", "workers", "results"))
-
-
-def rfc3339(seconds: float) -> str:
-    t = dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
-    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def times(value):
-    """`value` with every time field as RFC 3339 (unset times removed), at any depth."""
-    if isinstance(value, list):
-        return [times(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    out = {}
-    for k, v in value.items():
-        if k in TIME_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool):
-            if v > 0:
-                out[k] = rfc3339(v)
-        else:
-            out[k] = times(v)
-    return out
-
-
-def job_body(job: pb.Job, body: dict) -> dict:
-    """`body` (to_json of `job`) without the outcome objects of kinds the job is not."""
-    return times({k: v for k, v in body.items() if k not in OUTCOMES or job.HasField(k)})
+from ringleader.leanjson import OUTCOMES, TIME_FIELDS, job_body, rfc3339, times  # noqa: F401 - used by the CLI
 
 
 def dump(doc, output: str) -> str:

@@ -26,6 +26,7 @@ import argparse
 from ringleader import kinds
 from ringleader import spec as specs
 from ringleader.app import argtypes
+from ringleader.jobspec import MAX_WORLD_SIZE
 
 # short flag -> why it is refused and what to use instead
 MOVED = {
@@ -61,12 +62,13 @@ def add_submit(s: argparse.ArgumentParser, completer) -> None:
     _add_sweep(s, completer)
     for flag in MOVED:
         s.add_argument(flag, action=_Moved)
-    s.add_argument("--priority", type=int, default=0)
-    s.add_argument("--name", default="")
+    s.add_argument("--priority", type=int, default=0,
+                   help="higher runs first among queued jobs (default 0; a queued job gains one level a minute)")
+    s.add_argument("--name", default="", help="a label shown in listings and the web UI")
     s.add_argument("--host", default="", help="only workers on this host")
     s.add_argument("--gpu-model", default="", help='only GPUs whose name contains this, e.g. "H200"')
     s.add_argument("--workers", default="", help="exactly these worker ids, comma-separated")
-    s.add_argument("--device-type", default="", choices=["", "cuda", "cpu"])
+    s.add_argument("--device-type", default="", choices=["", "cuda", "cpu"], help="only workers of this device type")
     s.add_argument("--op-timeout", type=float, default=0.0,
                    help=f"seconds without progress before failing (default {specs.DEFAULT_OP_TIMEOUT_S:g})")
     s.add_argument("--queue", action="store_true",
@@ -93,7 +95,7 @@ def _add_sweep(s: argparse.ArgumentParser, completer) -> None:
                              + f" (default {dflt['dtype']})"), specs.DTYPE_SIZES)
     s.add_argument("--iters", "-n", type=argtypes.iters, help="timed iterations, or auto: per size, enough for a 20 ms "
                    f"loop (collective and algo-sweep default: auto; others: {dflt['iters']})")
-    s.add_argument("--warmup", "-w", type=int, help=f"warm-up iterations (default {dflt['warmup']})")
+    s.add_argument("--warmup", "-w", type=argtypes.non_negative, help=f"warm-up iterations (default {dflt['warmup']})")
 
 
 def world_size(a: argparse.Namespace) -> int:
@@ -103,4 +105,8 @@ def world_size(a: argparse.Namespace) -> int:
 
         hint = " (-n is the iteration count, as in nccl-tests)" if a.iters is not None else ""
         raise InvalidSpec("--world-size", f"required: the number of ranks{hint}")
+    if not 1 <= a.world_size <= MAX_WORLD_SIZE:  # checked here: the message's field would not hold -1
+        from ringleader.errors import InvalidSpec
+
+        raise InvalidSpec("world_size", f"must be between 1 and {MAX_WORLD_SIZE}, got {a.world_size}")
     return a.world_size

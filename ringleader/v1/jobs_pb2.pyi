@@ -464,6 +464,7 @@ class JobSpec(_message.Message):
     RENDEZVOUS_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     QUEUE_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     PREFLIGHT_FIELD_NUMBER: _builtins.int
+    PARENT_ID_FIELD_NUMBER: _builtins.int
     COLLECTIVE_FIELD_NUMBER: _builtins.int
     P2P_FIELD_NUMBER: _builtins.int
     GRADIENT_AVERAGE_FIELD_NUMBER: _builtins.int
@@ -485,6 +486,10 @@ class JobSpec(_message.Message):
     """A queued job not placed within this many seconds is cancelled with the reason (0: wait forever)."""
     preflight: _builtins.bool
     """Certify the gang just before the job starts (fleet health checks); a failed gang is replaced."""
+    parent_id: _builtins.str
+    """The job this one works for ("": none): localize's probe jobs name the job they localize, and
+    `ringleader jobs` lists them under it only when asked (--probes).
+    """
     @_builtins.property
     def placement(self) -> Global___Placement: ...
     @_builtins.property
@@ -516,6 +521,7 @@ class JobSpec(_message.Message):
         rendezvous_timeout_s: _builtins.float = ...,
         queue_timeout_s: _builtins.float = ...,
         preflight: _builtins.bool = ...,
+        parent_id: _builtins.str = ...,
         collective: Global___CollectiveSpec | None = ...,
         p2p: Global___P2PSpec | None = ...,
         gradient_average: Global___GradientAverageSpec | None = ...,
@@ -527,7 +533,7 @@ class JobSpec(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "collective", b"collective", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "kind", b"kind", "link_matrix", b"link_matrix", "p2p", b"p2p", "placement", b"placement", "sdc_check", b"sdc_check", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "collective", b"collective", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "kind", b"kind", "link_matrix", b"link_matrix", "name", b"name", "op_timeout_s", b"op_timeout_s", "p2p", b"p2p", "placement", b"placement", "preflight", b"preflight", "priority", b"priority", "queue_timeout_s", b"queue_timeout_s", "rendezvous_timeout_s", b"rendezvous_timeout_s", "sdc_check", b"sdc_check", "train", b"train", "world_size", b"world_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "collective", b"collective", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "kind", b"kind", "link_matrix", b"link_matrix", "name", b"name", "op_timeout_s", b"op_timeout_s", "p2p", b"p2p", "parent_id", b"parent_id", "placement", b"placement", "preflight", b"preflight", "priority", b"priority", "queue_timeout_s", b"queue_timeout_s", "rendezvous_timeout_s", b"rendezvous_timeout_s", "sdc_check", b"sdc_check", "train", b"train", "world_size", b"world_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["collective", "p2p", "gradient_average", "train", "algo_sweep", "link_matrix", "gpu_check", "sdc_check"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015

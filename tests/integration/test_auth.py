@@ -274,7 +274,7 @@ def open_api(tmp_path_factory):
 
 def test_open_coordinator_refuses_cross_origin_requests_before_the_handler(open_api):
     c, http = open_api
-    job = http.post("/api/v1/jobs", json={"world_size": 1, "placement": {"host": "nowhere"},
+    job = http.post("/api/v1/jobs", json={"world_size": 1, "placement": {"host": "nowhere"}, "queue": True,
                                           "collective": {"op": "all_reduce"}}).json()
     cancel = f"/api/v1/jobs/{job['id']}/cancel"
     for headers in ({"origin": "http://evil.example"}, {"origin": "null"}, {"sec-fetch-site": "cross-site"},

@@ -37,7 +37,7 @@ def test_bad_entries_are_422_naming_the_field(api, bad, field):
 
 def test_localize_unknown_job_is_404_and_a_queued_one_409(api):
     assert api.post("/api/v1/jobs/nope/localize").status_code == 404
-    job = api.post("/api/v1/jobs", json={"world_size": 2, "placement": {"host": "nowhere"},
+    job = api.post("/api/v1/jobs", json={"world_size": 2, "placement": {"host": "nowhere"}, "queue": True,
                                          "collective": {"op": "all_reduce", "sizes": [1024]}}).json()
     r = api.post(f"/api/v1/jobs/{job['id']}/localize")
     assert r.status_code == 409 and "collective job that ran" in r.json()["detail"], r.text

@@ -236,3 +236,76 @@ def test_a_worker_with_the_daemonsets_shared_certificate_joins(tmp_path):
         assert [w["worker_id"] for w in json.loads(p.stdout)["workers"] if w["state"] == "IDLE"] == ["k0"], p.stderr
     finally:
         c.close()
+
+
+# ---- issue 30: one behaviour on every interface (the CLI and REST, the same cluster) ----------
+
+
+def _rest_refusal(c: Cluster, body: dict) -> tuple[list, str]:
+    r = httpx.post(f"{c.http_url}/api/v1/jobs", json=body, timeout=30)
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["detail"]
+    return error["loc"], error["msg"]
+
+
+@pytest.mark.parametrize("argv,body,why", [
+    (["--world-size", "20"], {"world_size": 20}, "needs 20 workers, 2 connected"),
+    (["--world-size", "2", "--host", "elsewhere"], {"world_size": 2, "placement": {"host": "elsewhere"}},
+     "needs 2 workers, 0 connected matching host=elsewhere"),
+])
+def test_cli_and_rest_refuse_the_same_job_for_the_same_reason_unless_queued(two, argv, body, why):
+    p = cli(two, "submit", "--op", "all_reduce", *argv)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith(f"ringleader: error: world_size: the connected workers cannot run this job: {why}; ")
+    body = {**body, "collective": {"op": "all_reduce"}}
+    loc, msg = _rest_refusal(two, body)
+    assert loc == ["body", "world_size"]
+    assert msg.startswith(f"the connected workers cannot run this job: {why}; ") and '"queue": true' in msg  # loc names the field
+    queued = httpx.post(f"{two.http_url}/api/v1/jobs", json={**body, "queue": True}, timeout=30)
+    assert queued.status_code == 201 and queued.json()["state"] == "QUEUED", queued.text
+    assert why in queued.json()["reason"] or queued.json()["reason"] == "waiting for workers"
+    two.client.cancel(queued.json()["id"])
+
+
+def test_cli_json_and_the_rest_document_of_a_job_are_the_same(two, done_job):
+    shown = json.loads(cli(two, "job", done_job.id, "-o", "json").stdout)
+    rest = httpx.get(f"{two.http_url}/api/v1/jobs/{done_job.id}", timeout=30).json()
+    assert {**shown["job"], "results": shown["results"]} == rest
+    assert RFC3339.match(rest["created_at"]) and RFC3339.match(rest["finished_at"])
+    assert not {"p2p", "train", "gradient_average", "algo_sweep", "link_matrix", "gpu_check", "sdc_check"} & set(rest)
+    assert rest["spec"]["collective"]["iters"] == 3
+    listed = httpx.get(f"{two.http_url}/api/v1/jobs", timeout=30).json()["jobs"]
+    assert next(j for j in listed if j["id"] == done_job.id) == shown["job"]
+    # The web UI's view: the whole message, times in unix seconds.
+    full = httpx.get(f"{two.http_url}/api/v1/jobs/{done_job.id}", params={"view": "full"}, timeout=30).json()
+    assert isinstance(full["created_at"], float) and {"p2p", "train", "sdc_check"} <= set(full)
+    assert full["results"] == rest["results"]
+
+
+def test_auto_iters_read_auto_on_both_interfaces(two):
+    body = {"world_size": 2, "queue": True, "placement": {"host": "elsewhere"}, "collective": {"op": "all_reduce"}}
+    job = httpx.post(f"{two.http_url}/api/v1/jobs", json=body, timeout=30).json()
+    try:
+        assert job["spec"]["collective"]["iters"] == "auto"
+        assert "iters: auto" in cli(two, "job", job["id"], "-o", "yaml").stdout
+    finally:
+        two.client.cancel(job["id"])
+
+
+def test_a_broadcast_csv_has_no_reduce_op_and_fleet_health_names_every_count(two):
+    job = two.wait_job(two.submit(op="broadcast", sizes=[1024], iters=2, warmup=1).id)
+    assert job.state == pb.SUCCEEDED, job.reason
+    csv_text = httpx.get(f"{two.http_url}/api/v1/jobs/{job.id}/results", params={"format": "csv"}, timeout=30).text
+    header, row = csv_text.splitlines()
+    assert dict(zip(header.split(","), row.split(",")))["reduce_op"] == ""
+    counts = httpx.get(f"{two.http_url}/api/v1/fleet/health", timeout=30).json()["counts"]
+    assert "VERDICT_UNSPECIFIED" not in counts and counts["UNCHECKED"] >= 0
+
+
+def test_the_openapi_document_is_built_at_start(two):
+    """Built with the app (dashboard/app.py): the first request is served like any other, and
+    documents the lean job and the `queue` field."""
+    first = httpx.get(f"{two.http_url}/openapi.json", timeout=30)
+    doc = first.json()
+    assert "LeanJob" in doc["components"]["schemas"] and "queue" in doc["components"]["schemas"]["JobSpecIn"]["properties"]
+    assert httpx.get(f"{two.http_url}/openapi.json", timeout=30).json() == doc

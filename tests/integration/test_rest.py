@@ -127,7 +127,7 @@ def test_submit_follow_to_success_results_json_and_csv(api):
 
 def test_list_filters_and_pages(api):
     # world_size 3 on a fleet of 2: these wait, so their states are known.
-    ids = [submit(api, {**spec("scatter", world_size=3), "name": f"page{i}"})["id"] for i in range(5)]
+    ids = [submit(api, {**spec("scatter", world_size=3), "name": f"page{i}", "queue": True})["id"] for i in range(5)]
     newest_first = ids[::-1]
     seen, before = [], None
     while True:
@@ -164,7 +164,7 @@ def test_not_found_and_conflict(api):
         assert r.status_code == 404 and "nosuchjob" in r.json()["detail"], (path, r.text)
     assert api.post("/api/v1/jobs/nosuchjob/cancel").status_code == 404
 
-    job = submit(api, spec("broadcast", world_size=3))
+    job = submit(api, {**spec("broadcast", world_size=3), "queue": True})
     r = api.post(f"/api/v1/jobs/{job['id']}/cancel")
     assert r.status_code == 200 and r.json()["state"] == "CANCELLED"
     r = api.post(f"/api/v1/jobs/{job['id']}/cancel")
@@ -195,14 +195,14 @@ def test_not_found_and_conflict(api):
 ])
 def test_invalid_spec_is_422_naming_the_field(api, body, loc):
     if loc is None:
-        job = submit(api, {**body, "placement": {"host": NOWHERE}})
+        job = submit(api, {**body, "placement": {"host": NOWHERE}, "queue": True})
         api.post(f"/api/v1/jobs/{job['id']}/cancel")
         return
     assert loc in errors_at(api.post("/api/v1/jobs", json=body))
 
 
 def test_a_reused_request_id_with_another_spec_is_a_conflict(api):
-    body = {**spec(), "placement": {"host": NOWHERE}}
+    body = {**spec(), "placement": {"host": NOWHERE}, "queue": True}
     first = submit_with(api, body, "reuse-1")
     assert submit_with(api, body, "reuse-1")["id"] == first["id"]  # a retry: the same job
     other = api.post("/api/v1/jobs", params={"request_id": "reuse-1"}, json={**body, "name": "another"})
@@ -247,7 +247,7 @@ def test_invalid_query_is_422_naming_the_parameter(api):
     assert foreign.status_code == 404 and foreign.json()["detail"].startswith("page_token:")
     assert ["query", "request_id"] in errors_at(api.post("/api/v1/jobs", params={"request_id": "tab\there"},
                                                          json=spec()))
-    job = submit(api, {**spec(), "placement": {"host": NOWHERE}})
+    job = submit(api, {**spec(), "placement": {"host": NOWHERE}, "queue": True})
     api.post(f"/api/v1/jobs/{job['id']}/cancel")
     assert ["query", "format"] in errors_at(api.get(f"/api/v1/jobs/{job['id']}/results", params={"format": "xml"}))
 
@@ -373,10 +373,11 @@ def test_health_and_openapi(api):
 
 
 def test_request_models_mirror_the_proto():
-    # JobSpecIn: the common fields in proto order, then one member per kind of the table.
+    # JobSpecIn: the common fields in proto order, `queue` (the REST API's --queue, no JobSpec
+    # field: to_pb leaves it out), then one member per kind of the table.
     kind_fields = [f.name for f in pb.JobSpec.DESCRIPTOR.oneofs_by_name["kind"].fields]
     common = [f.name for f in pb.JobSpec.DESCRIPTOR.fields if f.name not in kind_fields]
-    assert list(schemas.JobSpecIn.model_fields) == common + list(kinds.names())
+    assert list(schemas.JobSpecIn.model_fields) == common + ["queue"] + list(kinds.names())
     assert set(kinds.names()) <= set(kind_fields)
     pairs = [(schemas.PlacementIn, pb.Placement),
              (schemas.CollectiveSpecIn, pb.CollectiveSpec), (schemas.P2PSpecIn, pb.P2PSpec),
@@ -414,6 +415,7 @@ def fuzzed_operations(cl):
 
 # Schemathesis' own pytest integration (from_fixture + parametrize) does not run on pytest 9,
 # so each operation's strategy runs under Hypothesis here.
+@pytest.mark.slow  # minutes: make test-all (CI)
 @pytest.mark.parametrize("mode", list(schemathesis.GenerationMode))
 def test_fuzz_rest_api(fuzzed_operations, mode):
     positive = mode == schemathesis.GenerationMode.POSITIVE
@@ -430,6 +432,7 @@ def test_fuzz_rest_api(fuzzed_operations, mode):
                 placement = case.body.setdefault("placement", {})
                 if isinstance(placement, dict):
                     placement["host"] = NOWHERE
+                    case.body["queue"] = True  # accepted though no worker is there
             response = case.call_and_validate(checks=checks)
             statuses.setdefault(operation.label, set()).add(response.status_code)
 
@@ -444,6 +447,7 @@ def test_fuzz_rest_api(fuzzed_operations, mode):
         assert 201 in statuses["POST /api/v1/jobs"], statuses
 
 
+@pytest.mark.slow  # 331 s under load: make test-all (CI)
 @pytest.mark.timeout(900)
 def test_schemathesis_checks_all_find_no_failure(tmp_path):
     """The contract as schemathesis' own CLI checks it (`--checks all`, schemathesis.toml at the

@@ -191,7 +191,7 @@ async def test_request_id_makes_submit_idempotent_across_restarts(tmp_path):
         after = await rc.stub.SubmitJob(pb.SubmitJobRequest(spec=spec, request_id="retry-1"))
         assert after.id == first.id
         async with httpx.AsyncClient(base_url=rc.http_url) as http:
-            body = {"world_size": 2, "collective": {"op": "all_reduce", "sizes": [1024], "iters": 1}}
+            body = {"world_size": 2, "queue": True, "collective": {"op": "all_reduce", "sizes": [1024], "iters": 1}}
             one = await http.post("/api/v1/jobs", params={"request_id": "rest-1"}, json=body)
             two = await http.post("/api/v1/jobs", params={"request_id": "rest-1"}, json=body)
             assert one.status_code == two.status_code == 201 and one.json()["id"] == two.json()["id"]

@@ -17,7 +17,8 @@ import pytest
 
 from ringleader import jobspec
 from ringleader import spec as specs
-from ringleader.app import fleet_fit, hints, listing, render, table
+from ringleader import fleet_fit
+from ringleader.app import hints, listing, render, table
 from ringleader.app.cli import build_parser, main
 from ringleader.app.commands import spec_from_args
 from ringleader.app.worker_ids import cpu_worker_id
@@ -240,3 +241,148 @@ def test_demo_refuses_a_single_shared_rank(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["demo", "--shared-ranks", "1"])
     assert exit_.value.code == 2 and "at least 2" in capsys.readouterr().err
+
+
+# ---- issue 30: bad values are one line, every -o choice honoured, every flag explained ---------
+
+
+@pytest.mark.parametrize("argv,names", [
+    (["--world-size", "-1"], "world_size: must be between 1 and"), (["--world-size", "2", "-n", "0"], "--iters"),
+    (["--world-size", "2", "-w", "-1"], "--warmup"), (["--world-size", "2", "-b", "1X"], "--min-bytes"),
+    (["--world-size", "2", "-g", "2"], "--world-size"),
+])
+def test_a_bad_value_is_one_line_and_exit_2_not_a_usage_or_a_traceback(capsys, argv, names):
+    err = refused(capsys, "--op", "all_reduce", *argv)
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(("ringleader submit: error: ", "ringleader: error: ")) and names in err
+    assert "usage:" not in err and "Traceback" not in err
+
+
+def _parsers(p: argparse.ArgumentParser):
+    yield p
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def test_every_flag_in_help_has_a_line_of_help():
+    missing = [f"{p.prog} {'/'.join(a.option_strings) or a.dest}" for p in _parsers(build_parser())
+               for a in p._actions if a.help != argparse.SUPPRESS and not (a.help or "").strip()
+               and not isinstance(a, argparse._SubParsersAction)]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("command", [["check"], ["localize", "JOB"], ["baselines", "export", "-"]])
+def test_wide_is_not_offered_where_nothing_is_wider(capsys, command):
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "-o", "wide"])
+    assert exit_.value.code == 2 and "invalid choice: 'wide'" in capsys.readouterr().err
+
+
+def test_baselines_print_as_a_table_when_asked():
+    from ringleader.app.baseline_cmds import baselines_table
+
+    assert baselines_table(pb.BaselineTable()) == "No baselines found.\n"
+    entry = pb.BaselineEntry(gpu_model="H200", op="all_reduce", dtype="float32", size_bucket=1 << 20, ranks=8,
+                             hosts=1, link="local", mode="eager", samples=[1.0, 2.0, 3.0], median_busbw_gbps=2.0,
+                             mad_busbw_gbps=0.5)
+    header, row = baselines_table(pb.BaselineTable(entries=[entry])).splitlines()
+    assert header.split()[:3] == ["GPU", "OP", "DTYPE"]
+    assert row.split() == ["H200", "all_reduce", "float32", "1MiB", "8", "1", "local", "eager", "2.00", "0.50", "3"]
+
+
+def test_auto_iters_read_auto_in_documents():
+    import yaml
+
+    job = pb.Job(id="j", spec=pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="all_reduce", iters=0)))
+    assert "iters: auto" in render.dump(table.job_doc(job), "yaml")
+    job.spec.collective.iters = 7
+    assert yaml.safe_load(render.dump(table.job_doc(job), "yaml"))["job"]["spec"]["collective"]["iters"] == 7
+
+
+def test_p2p_without_pairwise_on_three_ranks_is_warned_about():
+    from ringleader.app.commands import idle_ranks
+
+    three = jobspec.normalize(submit("--kind", "p2p", "--world-size", "3"))
+    assert idle_ranks(three) == ("p2p without --pairwise measures ranks 0 and 1 only; 1 of 3 ranks stay idle: "
+                                 "add --pairwise for every pair, or --world-size 2")
+    assert idle_ranks(jobspec.normalize(submit("--kind", "p2p", "--world-size", "3", "--pairwise"))) == ""
+    assert idle_ranks(jobspec.normalize(submit("--kind", "p2p", "--world-size", "2"))) == ""
+
+
+def _state(state: int, reason: str) -> pb.JobEvent:
+    return pb.JobEvent(job_id="j", state=pb.StateChange(state=state, reason=reason))
+
+
+def test_wait_does_not_begin_with_a_queue_the_job_never_waited_in(monkeypatch):
+    import io
+    import time
+
+    from ringleader.app import follow
+
+    monkeypatch.setattr(follow, "QUEUED_GRACE_S", 0.05)
+    out = io.StringIO()
+    printer = follow._Printer("j", out)
+    printer.event(_state(pb.QUEUED, "waiting for workers"))
+    printer.event(_state(pb.RUNNING, "placed"))
+    assert out.getvalue() == "[j] RUNNING: placed\n"
+    printer.event(_state(pb.QUEUED, "needs 4 workers, 2 idle"))  # a job that really waits is told so
+    time.sleep(0.06)
+    printer.held()
+    assert out.getvalue().splitlines()[-1] == "[j] QUEUED: needs 4 workers, 2 idle"
+
+
+def test_sweep_progress_names_every_size_as_it_starts():
+    import io
+
+    from ringleader.app import follow
+
+    out = io.StringIO()
+    printer = follow._Printer("j", out)
+    for done, size in enumerate((8, 1 << 20, 64 << 20)):
+        printer.event(pb.JobEvent(job_id="j", progress=pb.Progress(done=done, total=12, size_bytes=size)))
+    assert out.getvalue().splitlines() == ["[j]  1/12       8 B  running", "[j]  2/12      1MiB  running",
+                                           "[j]  3/12     64MiB  running"]
+
+
+def test_check_json_is_lean_like_job_json():
+    from ringleader.app.check_cmds import check_doc
+
+    job = pb.Job(id="c1", created_at=86400.0, link_matrix=pb.LinkMatrixResult(size_bytes=512 << 10),
+                 spec=pb.JobSpec(world_size=2, link_matrix=pb.LinkMatrixSpec()))
+    doc = check_doc(pb.RunCheckResponse(jobs=[job], named_hosts=["h3"]))
+    assert doc["jobs"][0] == table.job_doc(job)["job"] | {"results": []}
+    assert "p2p" not in doc["jobs"][0] and doc["jobs"][0]["created_at"] == "1970-01-02T00:00:00.000Z"
+    assert doc["named_hosts"] == ["h3"]
+
+
+def test_localize_probes_are_hidden_from_jobs_unless_asked_then_listed_under_their_job():
+    def job(jid, parent=""):
+        return pb.Job(id=jid, created_at=1000.0, spec=pb.JobSpec(world_size=2, parent_id=parent,
+                                                                  collective=pb.CollectiveSpec(op="all_reduce")))
+
+    page = pb.ListJobsResponse(jobs=[job("p2", "slow"), job("other"), job("p1", "slow"), job("slow"), job("x", "gone")])
+    hidden = pb.ListJobsResponse()
+    hidden.CopyFrom(page)
+    listing.group_probes(hidden.jobs, keep=False)
+    assert [j.id for j in hidden.jobs] == ["other", "slow"]
+    listing.group_probes(page.jobs, keep=True)
+    assert [j.id for j in page.jobs] == ["other", "slow", "p2", "p1", "x"]
+    rows = listing.jobs_table(page.jobs, now=1000.0).splitlines()
+    assert rows[3].startswith("└ p2 ") and rows[2].startswith("slow ")
+    assert build_parser().parse_args(["jobs", "--probes"]).probes
+
+
+def test_a_job_no_connected_backend_can_run_names_its_field_not_the_world_size():
+    """As the coordinator's admission does, so the CLI and REST name the same field."""
+    two = [_worker("a"), _worker("b")]
+    avg = jobspec.normalize(submit("--op", "all_reduce", "--world-size", "2", "-d", "int32", "--reduce-op", "avg"))
+    with pytest.raises(InvalidSpec) as err:
+        fleet_fit.check(avg, two, "add --queue")
+    assert err.value.field == "collective.reduce_op"
+    big = jobspec.normalize(submit("--op", "all_reduce", "--world-size", "3"))
+    with pytest.raises(InvalidSpec, match=r"^world_size: the connected workers cannot run this job: "
+                                          r"needs 3 workers, 2 connected; add --queue$"):
+        fleet_fit.check(big, two, "add --queue")
+    fleet_fit.check(jobspec.normalize(submit("--op", "all_reduce", "--world-size", "2")), two, "add --queue")

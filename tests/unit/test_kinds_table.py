@@ -168,7 +168,7 @@ def test_a_new_kind_is_one_entry_and_one_module(extra_kind):
 
     async def submit_and_list():
         async with _rest(Coordinator(MemoryJobStore())) as c:
-            made = await c.post("/api/v1/jobs", json={"world_size": 2, TEST_KIND: {"seed": 1}})
+            made = await c.post("/api/v1/jobs", json={"world_size": 2, "queue": True, TEST_KIND: {"seed": 1}})
             wrong = await c.post("/api/v1/jobs", json={"world_size": 2, TEST_KIND: {"seed": True}})
             listed = await c.get("/api/v1/jobs", params={"op": TEST_KIND})
             return made, wrong, listed.json()

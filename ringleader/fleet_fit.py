@@ -1,15 +1,17 @@
 """Whether the connected fleet can hold a job at all: `submit` refuses one it cannot (a typo in
 --world-size or --host would otherwise queue forever, silently) unless the user asks to queue it.
 
-Asked on the client side, from the worker list every user may read, so the coordinator's
-admission stays what it is (a job that fits later is a valid job) and `--queue` needs no wire
-field. The words match the scheduler's waiting reason ("needs 8 workers, 2 connected").
+Asked at the edge, from the worker list every user may read (the CLI before submitting, the REST
+API before accepting unless the body says `"queue": true`), so the coordinator's admission stays
+what it is (a job that fits later is a valid job) and the gRPC spec needs no field. The words
+match the scheduler's waiting reason ("needs 8 workers, 2 connected").
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+from ringleader.errors import InvalidSpec
 from ringleader.jobspec import ValidJob
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -48,3 +50,14 @@ def shortfall(job: ValidJob, workers: list[pb.WorkerInfo]) -> str:
         listed = ", ".join(f"{k} {b}" for b, k in sorted(eligible.items()))
         return f"needs {n} workers of one backend, {listed} connected{_constraints(spec.placement)}"
     return f"needs {n} workers, {sum(eligible.values())} connected{_constraints(spec.placement)}"
+
+
+def check(job: ValidJob, workers: list[pb.WorkerInfo], queue_hint: str) -> None:
+    """Raise InvalidSpec when the connected workers cannot run the job: naming the spec's field
+    when none of their backends can run it at all (as the coordinator's admission does: int avg
+    on gloo is a reduce_op error, not a shortage), else world_size, with how to queue it anyway."""
+    backends = sorted({w.backend for w in workers if w.state in CONNECTED and _admits(job.spec.placement, w)})
+    if backends and not any(job.runs_on(b) for b in backends):
+        raise job.refusal(backends[0])
+    if why := shortfall(job, workers):
+        raise InvalidSpec("world_size", f"the connected workers cannot run this job: {why}; {queue_hint}")

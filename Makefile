@@ -25,7 +25,7 @@ IMAGES := coordinator worker
 # hosts made of network namespaces (root only; skipped elsewhere).
 QUICK_TESTS ?= -m "not slow and not multihost"
 
-.PHONY: setup demo test test-all tools protos images push-images
+.PHONY: setup demo test test-slow test-all tools protos images push-images
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -41,9 +41,11 @@ test: setup tools
 	$(PY) scripts/genproto.py --check
 	$(PY) -m pytest $(QUICK_TESTS)
 
-test-all: setup tools
-	$(PY) scripts/genproto.py --check
-	$(PY) -m pytest
+# The long fuzzing and the multihost beds: what `make test` leaves out. CI runs both targets.
+test-slow: setup tools
+	$(PY) -m pytest -m "slow or multihost"
+
+test-all: test test-slow
 
 # System tools some tests drive; without them those tests are skipped (pytest's summary lists
 # them). Says which, and how to get them: .ci/run installs them all when run as root.

@@ -214,7 +214,7 @@ def test_a_preflight_job_cancelled_while_its_gang_is_checked_frees_the_gang(core
 
 def test_submit_counts_the_quarantined_apart_and_accepts_a_job_naming_one():
     from ringleader import jobspec
-    from ringleader.app.fleet_fit import shortfall
+    from ringleader.fleet_fit import shortfall
 
     def info(wid, state):
         return pb.WorkerInfo(worker_id=wid, state=state, backend="gloo", device=pb.Device(type="cpu", name="cpu"))

@@ -135,7 +135,8 @@ class HealthBook:
     def cordon(self, worker_id: str, on: bool, force: bool = False) -> list[Change]:
         """Quarantine by hand, or lift it. Uncordoning a worker whose latest verdict failed makes
         its recheck due now and keeps it out until the recheck passes; with `force` the operator
-        overrides the verdict: it becomes suspect, back in service, with a recheck due now."""
+        overrides the verdict: it becomes suspect, back in service, and no recheck is due (the
+        next sweep or check judges it again)."""
         old = self.get(worker_id)
         new = _copy(old)
         new.cordoned = on
@@ -143,8 +144,8 @@ class HealthBook:
             new.check, new.figure, new.at = "cordon", "quarantined by hand", self.clock()
         if not on and old.verdict == pb.UNHEALTHY:
             new.recheck_at = self.clock()
-            if force or old.breaker_held:
-                new.verdict, new.breaker_held = pb.SUSPECT, False
+            if force or old.breaker_held:  # the operator's decision stands until a check says otherwise
+                new.verdict, new.breaker_held, new.recheck_at = pb.SUSPECT, False, 0.0
                 new.expected = f"put back by hand (--force) over a failed {old.check}; before: {old.expected}"
         return self._put(worker_id, old, new)
 

@@ -1,18 +1,17 @@
 """What a recheck runs (pure): only the check a worker failed, on that worker and the fewest
 healthy peers the check needs to judge it, never a sweep of every kind over the whole fleet (one
-false verdict must not seed the next).
+false verdict must not seed the next), and never beside another due worker.
 
 The peers: idle workers of the same backend and GPU model whose verdict is HEALTHY and that are
 not quarantined, PEERS of them (the GPU and corruption checks compare a worker with the median or
 the majority of its same-model peers: with two peers a slow or wrong one stands out; a link check
-needs two links per worker to blame one). Several due workers of one kind and backend share one
-check job. A worker whose verdict came from a cordon has no check to repeat; one with too few
+needs two links per worker to blame one). Each due worker gets its own check job, with peers no
+other recheck of the round uses. A worker whose verdict came from a cordon has no check to repeat; one with too few
 healthy peers idle now (AT_LEAST) waits for the next round.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Callable, Iterable
 
 from ringleader import checks
@@ -30,21 +29,20 @@ def plan(workers: Iterable[pb.WorkerInfo], due: Iterable[str], short: Callable) 
     the settings a check runs with."""
     listed = {w.worker_id: w for w in workers}
     idle = (pb.IDLE, pb.QUARANTINED)
-    groups: dict[tuple[str, str, str], list[str]] = defaultdict(list)  # (kind, backend, model) -> due ids
-    for worker_id in due:
-        w = listed.get(worker_id)
-        if w is None or w.state not in idle or w.health.check not in checks.KINDS:
-            continue  # away, busy, or cordoned by hand (no check to repeat)
-        groups[(w.health.check, w.backend, w.device.name)].append(worker_id)
     specs = []
     taken: set[str] = set()
-    for (kind, backend, model), ids in groups.items():
-        peers = [w.worker_id for w in listed.values()
-                 if w.state == pb.IDLE and w.backend == backend and w.device.name == model
-                 and w.health.verdict == pb.HEALTHY and w.worker_id not in taken][:PEERS]
+    for worker_id in due:
+        w = listed.get(worker_id)
+        if w is None or w.state not in idle or w.health.check not in checks.KINDS or worker_id in taken:
+            continue  # away, busy, cordoned by hand (no check to repeat), or a peer already
+        kind = w.health.check
+        # Its own job: with other suspects in it, the median it is judged by may be a suspect's.
+        peers = [p.worker_id for p in listed.values()
+                 if p.state == pb.IDLE and p.backend == w.backend and p.device.name == w.device.name
+                 and p.health.verdict == pb.HEALTHY and p.worker_id not in taken][:PEERS]
         if len(peers) < AT_LEAST.get(kind, 1):
             continue  # too few healthy peers idle now: the next round tries again
-        members = sorted(ids + peers, key=lambda wid: (listed[wid].host, listed[wid].device.index, wid))
+        members = sorted([worker_id, *peers], key=lambda wid: (listed[wid].host, listed[wid].device.index, wid))
         taken.update(members)
         spec = pb.JobSpec(world_size=len(members), priority=checks.CHECK_PRIORITY, name=f"recheck {kind}",
                           placement=pb.Placement(worker_ids=members))

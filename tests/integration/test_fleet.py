@@ -156,14 +156,20 @@ def test_a_failed_worker_gets_no_user_job_until_put_back(fleet):
                           capture_output=True, text=True, timeout=60)
     assert kept.returncode == 0 and "a recheck is due now" in kept.stdout, kept.stderr
     assert _health(fleet)[BAD].verdict == pb.UNHEALTHY and _out_of_user_jobs(fleet, BAD)
+    before = _health(fleet)[BAD].at
+    deadline = time.monotonic() + 90  # the recheck runs within a sweeper round (15 s) and fails it again
+    while not (_health(fleet)[BAD].at > before and _state(fleet, BAD) == pb.QUARANTINED) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _health(fleet)[BAD].verdict == pb.UNHEALTHY and _state(fleet, BAD) == pb.QUARANTINED
     put_back = fleet.client.cordon(BAD, on=False, force=True)
     assert put_back.health.verdict == pb.SUSPECT and put_back.state == pb.IDLE
     assert BAD in {w.worker_id for w in _run(fleet, 4).workers}
 
 
 def test_preflight_certifies_the_gang_and_keeps_a_failing_worker_out(fleet):
-    # BAD was put back (SUSPECT, a recheck due at once); the placement pass picks a gang, the
-    # preflight checks it first and finds BAD failing again: another worker replaces it.
+    # Run alone (a fresh fleet), BAD is unchecked: the placement pass picks a gang with it, the
+    # preflight finds it failing and another worker replaces it. After the tests before it, BAD
+    # was put back by hand (SUSPECT): the scheduler prefers the HEALTHY workers.
     client = Client(fleet.address, timeout_s=150)  # the answer waits for the checks
     one = pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1)
     # Up to 300 s: on a heavily loaded machine a clean worker may get a false gpu_check verdict
@@ -171,10 +177,6 @@ def test_preflight_certifies_the_gang_and_keeps_a_failing_worker_out(fleet):
     done = fleet.wait_job(client.submit(pb.JobSpec(world_size=3, preflight=True, collective=one)).id, timeout=300)
     assert done.state == pb.SUCCEEDED, done.reason
     assert BAD not in {w.worker_id for w in done.workers}
-    deadline = time.monotonic() + 60
-    while _health(fleet)[BAD].verdict != pb.UNHEALTHY and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _health(fleet)[BAD].verdict == pb.UNHEALTHY and _out_of_user_jobs(fleet, BAD)
     # Its gang's checks ran at placement, before it started, and the last gang passed both kinds.
     ran = [j for j in fleet.client.list(limit=50).jobs if j.spec.name.endswith(f"of {done.id}")]
     assert all(j.spec.priority == -1000 and j.finished_at <= done.started_at for j in ran)
@@ -187,3 +189,4 @@ def test_preflight_certifies_the_gang_and_keeps_a_failing_worker_out(fleet):
     refused = fleet.wait_job(client.submit(named).id, timeout=300)
     client.close()
     assert refused.state == pb.FAILED and refused.reason.startswith(f"preflight: worker {BAD} failed"), refused.reason
+    assert _health(fleet)[BAD].verdict == pb.UNHEALTHY and _out_of_user_jobs(fleet, BAD)

@@ -59,11 +59,16 @@ def test_a_recheck_runs_only_the_failed_check_on_the_worker_and_two_healthy_peer
 
     fleet = [_h("a0", pb.HEALTHY), _h("a1", pb.UNHEALTHY), _h("a2", pb.HEALTHY), _h("a3", pb.HEALTHY),
              _h("a4", pb.HEALTHY, state=pb.BUSY), _h("a5", pb.SUSPECT), _h("b6", pb.HEALTHY, model="A100"),
-             _h("c7", pb.UNHEALTHY, check="sdc_check", state=pb.QUARANTINED), _h("c8", pb.UNHEALTHY, check="cordon")]
-    specs = recheck.plan(fleet, ["a1", "c7", "c8"], sweeper.short)
-    # a1: its gpu_check with two idle HEALTHY peers of its model; c7's sdc_check finds no two
-    # healthy peers left idle (a0, a2 are taken, a3 alone), so it waits; c8 was cordoned: nothing to rerun.
-    assert [(s.WhichOneof("kind"), list(s.placement.worker_ids)) for s in specs] == [("gpu_check", ["a0", "a1", "a2"])]
+             _h("c7", pb.UNHEALTHY, check="sdc_check", state=pb.QUARANTINED), _h("c8", pb.UNHEALTHY, check="cordon"),
+             _h("a9", pb.UNHEALTHY, state=pb.QUARANTINED)]
+    specs = recheck.plan(fleet, ["a1", "c7", "c8", "a9"], sweeper.short)
+    # a1: its gpu_check with two idle HEALTHY peers of its model, in a job of its own; c7's
+    # sdc_check finds no two healthy peers left idle (a0, a2 are taken, a3 alone), so it waits for
+    # the next round; a9 gets a job of its own with the peer left rather than share a1's; c8 was
+    # cordoned: nothing to rerun.
+    assert [(s.WhichOneof("kind"), list(s.placement.worker_ids)) for s in specs] == [
+        ("gpu_check", ["a0", "a1", "a2"]), ("gpu_check", ["a3", "a9"])]
     assert specs[0].priority == checks.CHECK_PRIORITY and specs[0].gpu_check == sweeper.short("gpu_check")
-    later = recheck.plan(fleet, ["c7"], sweeper.short)
-    assert [list(s.placement.worker_ids) for s in later] == [["a0", "a2", "c7"]] and later[0].HasField("sdc_check")
+    later = recheck.plan(fleet, ["c7", "a9"], sweeper.short)
+    assert [list(s.placement.worker_ids) for s in later] == [["a0", "a2", "c7"], ["a3", "a9"]]
+    assert later[0].HasField("sdc_check") and later[1].HasField("gpu_check")

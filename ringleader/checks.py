@@ -17,7 +17,9 @@ KINDS = ("link_matrix", "gpu_check", "sdc_check")
 # The lowest priority: what the coordinator plans by itself yields to every user job.
 CHECK_PRIORITY = -1000
 
-LINK_DEFAULTS = dict(size_bytes=1 << 20, iters=20, warmup=3)
+# size_bytes 0: the runner chooses by link kind (worker/checks/link_sizes.py), at most LINK_AUTO_MAX_BYTES.
+LINK_DEFAULTS = dict(size_bytes=0, iters=20, warmup=3)
+LINK_AUTO_MAX_BYTES = 256 << 20
 LINK_MAX_BYTES = 1 << 30
 LINK_MAX_ITERS = 10_000
 # n ranks meet in about n rounds; every link is one row of the result, so n(n-1)/2 rows.
@@ -59,7 +61,6 @@ def check_link_matrix(out: pb.JobSpec) -> None:
     s, n = out.link_matrix, out.world_size
     if not 2 <= n <= LINK_MAX_RANKS:
         raise InvalidSpec("world_size", f"a link matrix needs between 2 and {LINK_MAX_RANKS} workers, got {n}")
-    s.size_bytes = s.size_bytes or LINK_DEFAULTS["size_bytes"]
     if s.size_bytes > LINK_MAX_BYTES:
         raise InvalidSpec("link_matrix.size_bytes", f"at most {LINK_MAX_BYTES} (1 GiB), got {s.size_bytes}")
     s.iters = _iters("link_matrix.iters", s.iters, LINK_DEFAULTS["iters"], LINK_MAX_ITERS)
@@ -73,7 +74,8 @@ def view_link_matrix(out: pb.JobSpec) -> ValidJob:
     s, n = out.link_matrix, out.world_size
     pairs = [p for r in roundrobin.rounds(n) for p in r]
     # A send and a receive buffer; progress counts rounds.
-    return valid(out, sizes=(s.size_bytes,), pairs=pairs, needs_bytes=2 * s.size_bytes,
+    size = s.size_bytes or LINK_AUTO_MAX_BYTES
+    return valid(out, sizes=(size,), pairs=pairs, needs_bytes=2 * size,
                  total=roundrobin.round_count(n))
 
 

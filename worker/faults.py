@@ -35,6 +35,10 @@ class Faults:
     wrong_result: int = 0  # 1: a collective's output gets one element changed after the op
     delay_op_ms: float = 0.0  # sleep before each timed op (a straggler rank)
     hang: int = 0  # 1: block forever before the first op (a rank that never arrives)
+    # Rogue modes: a worker running modified code (or a device that corrupts what it sends).
+    corrupt_share: int = 0  # 1: the corruption check's exact collectives get this rank's share off by one
+    write_peer_row: float = 0.0  # the link check: add this many us to every link of the others, in its report
+    inflate_figures: float = 1.0  # the GPU and link checks: report figures this many times better
 
     @property
     def any(self) -> bool:

@@ -23,11 +23,12 @@ from ringleader.v1 import jobs_pb2 as pb
 
 log = logging.getLogger("ringleader.coordinator")
 
-# What a check asks for when the request leaves a kind's settings unset: short rounds (a
-# 512 KiB ping-pong still measures bandwidth on every link worth flagging; a rate-limited one
-# at 200 Mbit/s takes 21 ms a way, so a whole matrix of 8 hosts stays within seconds; 4 round
-# trips, of which the fastest counts, so that a busy host's scheduling delays do not).
-SHORT = {"link_matrix": pb.LinkMatrixSpec(size_bytes=512 << 10, iters=4, warmup=1),
+# What a check asks for when the request leaves a kind's settings unset: short rounds (the
+# link's size chosen by its kind, worker/checks/link_sizes.py: 512 KiB between CPU workers, a
+# rate-limited one at 200 Mbit/s takes 21 ms a way, so a whole matrix of 8 hosts stays within
+# seconds; 256 MiB over NVLink; 4 round trips, of which the fastest counts, so that a busy
+# host's scheduling delays do not).
+SHORT = {"link_matrix": pb.LinkMatrixSpec(size_bytes=0, iters=4, warmup=1),
          "gpu_check": pb.GpuCheckSpec(iters=20), "sdc_check": pb.SdcCheckSpec(rounds=2)}
 DEFAULT_WAIT_S = 300.0
 MAX_WAIT_S = 3600.0

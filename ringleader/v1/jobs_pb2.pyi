@@ -1233,6 +1233,10 @@ class LinkRow(_message.Message):
     BASELINE_RATIO_FIELD_NUMBER: _builtins.int
     FLAGGED_FIELD_NUMBER: _builtins.int
     WRONG_FIELD_NUMBER: _builtins.int
+    GBPS_A_FIELD_NUMBER: _builtins.int
+    GBPS_B_FIELD_NUMBER: _builtins.int
+    ENDS_DISAGREE_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
     a: _builtins.int
     b: _builtins.int
     round: _builtins.int
@@ -1245,6 +1249,15 @@ class LinkRow(_message.Message):
     """to its baseline, 0 when none exists"""
     flagged: _builtins.bool
     wrong: _builtins.int
+    gbps_a: _builtins.float
+    """Each end's own figure (a rank reports only the links it is an end of): the initiator's and
+    the echo's fastest round trip as GB/s. `gbps` is the slower of the two.
+    """
+    gbps_b: _builtins.float
+    ends_disagree: _builtins.bool
+    """the two ends' figures differ beyond noise: its reporters are suspect, not the link"""
+    size_bytes: _builtins.int
+    """the size this link was measured at (chosen by link kind)"""
     def __init__(
         self,
         *,
@@ -1257,10 +1270,14 @@ class LinkRow(_message.Message):
         baseline_ratio: _builtins.float = ...,
         flagged: _builtins.bool = ...,
         wrong: _builtins.int = ...,
+        gbps_a: _builtins.float = ...,
+        gbps_b: _builtins.float = ...,
+        ends_disagree: _builtins.bool = ...,
+        size_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "baseline_ratio", b"baseline_ratio", "flagged", b"flagged", "gbps", b"gbps", "latency_us", b"latency_us", "ratio", b"ratio", "round", b"round", "wrong", b"wrong"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "baseline_ratio", b"baseline_ratio", "ends_disagree", b"ends_disagree", "flagged", b"flagged", "gbps", b"gbps", "gbps_a", b"gbps_a", "gbps_b", b"gbps_b", "latency_us", b"latency_us", "ratio", b"ratio", "round", b"round", "size_bytes", b"size_bytes", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1276,10 +1293,20 @@ class LinkMatrixResult(_message.Message):
     MATRIX_FIELD_NUMBER: _builtins.int
     MEDIAN_SAME_HOST_GBPS_FIELD_NUMBER: _builtins.int
     MEDIAN_CROSS_HOST_GBPS_FIELD_NUMBER: _builtins.int
+    SIZE_REASON_FIELD_NUMBER: _builtins.int
+    FLAG_SAME_HOST_GBPS_FIELD_NUMBER: _builtins.int
+    FLAG_CROSS_HOST_GBPS_FIELD_NUMBER: _builtins.int
     size_bytes: _builtins.int
     rounds: _builtins.int
     median_same_host_gbps: _builtins.float
     median_cross_host_gbps: _builtins.float
+    size_reason: _builtins.str
+    """why this size: the link kind it was chosen for, or "given" """
+    flag_same_host_gbps: _builtins.float
+    """A link below these is flagged: median - max(4 x 1.4826 MAD, 0.3 x median) of comparable
+    links (each rank's median), at least 0.25 x median (worker/checks/flags.py).
+    """
+    flag_cross_host_gbps: _builtins.float
     @_builtins.property
     def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkRow]: ...
     @_builtins.property
@@ -1295,10 +1322,13 @@ class LinkMatrixResult(_message.Message):
         matrix: _abc.Iterable[Global___P2PMatrixRow] | None = ...,
         median_same_host_gbps: _builtins.float = ...,
         median_cross_host_gbps: _builtins.float = ...,
+        size_reason: _builtins.str = ...,
+        flag_same_host_gbps: _builtins.float = ...,
+        flag_cross_host_gbps: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links", "matrix", b"matrix", "median_cross_host_gbps", b"median_cross_host_gbps", "median_same_host_gbps", b"median_same_host_gbps", "rounds", b"rounds", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flag_cross_host_gbps", b"flag_cross_host_gbps", "flag_same_host_gbps", b"flag_same_host_gbps", "links", b"links", "matrix", b"matrix", "median_cross_host_gbps", b"median_cross_host_gbps", "median_same_host_gbps", b"median_same_host_gbps", "rounds", b"rounds", "size_bytes", b"size_bytes", "size_reason", b"size_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1318,6 +1348,12 @@ class GpuFigures(_message.Message):
     TFLOPS_RATIO_FIELD_NUMBER: _builtins.int
     COPY_RATIO_FIELD_NUMBER: _builtins.int
     FLAGGED_FIELD_NUMBER: _builtins.int
+    WITNESSED_S_FIELD_NUMBER: _builtins.int
+    CLAIMED_S_FIELD_NUMBER: _builtins.int
+    REFUSED_FIELD_NUMBER: _builtins.int
+    WRONG_FIELD_NUMBER: _builtins.int
+    FLAG_TFLOPS_FIELD_NUMBER: _builtins.int
+    FLAG_COPY_GBPS_FIELD_NUMBER: _builtins.int
     rank: _builtins.int
     worker_id: _builtins.str
     device: _builtins.str
@@ -1328,6 +1364,17 @@ class GpuFigures(_message.Message):
     """to the median of the same model"""
     copy_ratio: _builtins.float
     flagged: _builtins.bool
+    witnessed_s: _builtins.float
+    """The rank's turn as every rank's clock saw it (median over ranks), and the time its figures
+    claim: a claim far below what the others saw is refused (the figures are not trusted).
+    """
+    claimed_s: _builtins.float
+    refused: _builtins.bool
+    wrong: _builtins.int
+    """products whose result differed from the first one's"""
+    flag_tflops: _builtins.float
+    """below these it is flagged (noise-aware, as the link check's)"""
+    flag_copy_gbps: _builtins.float
     def __init__(
         self,
         *,
@@ -1339,10 +1386,16 @@ class GpuFigures(_message.Message):
         tflops_ratio: _builtins.float = ...,
         copy_ratio: _builtins.float = ...,
         flagged: _builtins.bool = ...,
+        witnessed_s: _builtins.float = ...,
+        claimed_s: _builtins.float = ...,
+        refused: _builtins.bool = ...,
+        wrong: _builtins.int = ...,
+        flag_tflops: _builtins.float = ...,
+        flag_copy_gbps: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_gbps", b"copy_gbps", "copy_ratio", b"copy_ratio", "device", b"device", "flagged", b"flagged", "rank", b"rank", "tflops", b"tflops", "tflops_ratio", b"tflops_ratio", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claimed_s", b"claimed_s", "copy_gbps", b"copy_gbps", "copy_ratio", b"copy_ratio", "device", b"device", "flag_copy_gbps", b"flag_copy_gbps", "flag_tflops", b"flag_tflops", "flagged", b"flagged", "rank", b"rank", "refused", b"refused", "tflops", b"tflops", "tflops_ratio", b"tflops_ratio", "witnessed_s", b"witnessed_s", "worker_id", b"worker_id", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1387,14 +1440,25 @@ class SdcFigures(_message.Message):
     CHECKSUM_FIELD_NUMBER: _builtins.int
     COLLECTIVE_WRONG_FIELD_NUMBER: _builtins.int
     FLAGGED_FIELD_NUMBER: _builtins.int
+    WRONG_FROM_FIELD_NUMBER: _builtins.int
+    NAMED_BY_FIELD_NUMBER: _builtins.int
+    REDUCE_WRONG_FIELD_NUMBER: _builtins.int
     rank: _builtins.int
     worker_id: _builtins.str
     device: _builtins.str
     checksum: _builtins.str
     """hex digest of the deterministic computation's bytes"""
     collective_wrong: _builtins.int
-    """elements wrong in the exact collectives"""
+    """elements wrong in the exact collectives, as this rank received them"""
     flagged: _builtins.bool
+    named_by: _builtins.int
+    reduce_wrong: _builtins.int
+    @_builtins.property
+    def wrong_from(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Elements this rank received wrong from each sender (all_gather slices, indexed by rank), the
+        receivers that named this rank as a sender of wrong data, and its all_reduce's wrong elements.
+        """
+
     def __init__(
         self,
         *,
@@ -1404,10 +1468,13 @@ class SdcFigures(_message.Message):
         checksum: _builtins.str = ...,
         collective_wrong: _builtins.int = ...,
         flagged: _builtins.bool = ...,
+        wrong_from: _abc.Iterable[_builtins.int] | None = ...,
+        named_by: _builtins.int = ...,
+        reduce_wrong: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum", b"checksum", "collective_wrong", b"collective_wrong", "device", b"device", "flagged", b"flagged", "rank", b"rank", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum", b"checksum", "collective_wrong", b"collective_wrong", "device", b"device", "flagged", b"flagged", "named_by", b"named_by", "rank", b"rank", "reduce_wrong", b"reduce_wrong", "worker_id", b"worker_id", "wrong_from", b"wrong_from"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -18,7 +18,7 @@ import types
 import pytest
 
 from ports import free_port
-from ringleader import checks, jobspec
+from ringleader import jobspec
 from ringleader.v1 import jobs_pb2 as pb
 
 N = 4

@@ -1,0 +1,227 @@
+"""GPU telemetry through NVML: what DCGM's first level and NVSentinel watch, sampled continuously
+and cheaply on every GPU worker, sent with each heartbeat (Heartbeat.telemetry) and exported as
+Prometheus metrics (worker/metrics.py). The rules that turn readings into verdicts are the
+coordinator's (coordinator/health/telemetry_rules.py): a worker reports, it does not judge.
+
+Two threads per GPU: one samples every SAMPLE_S (ECC, retired pages and remapped rows, throttle
+reasons, SM clock, temperature and power against their limits, PCIe generation and width, NVLink
+state and error counters, processes on the device); one waits on NVML's XID event set, so an
+XID is seen as it happens, not at the next sample. A reading NVML does not support on this GPU is
+left unset. `nvml` is the pynvml module, or in tests the fault injector's FAKE NVML
+(worker/fake_nvml.py), which has the same functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from ringleader.v1 import workers_pb2 as wpb
+
+log = logging.getLogger("ringleader.worker")
+
+SAMPLE_S = 0.5  # with a 1 s heartbeat, a fault is at the coordinator within 1.5 s
+XID_WINDOW_S = 300.0  # XIDs are reported this long after they happen
+_NVLINK_MAX = 18
+# NVML's NVLink error counters: DL replay, DL recovery, DL CRC flit.
+_NVLINK_COUNTERS = (0, 1, 2)
+
+
+class Telemetry:
+    def __init__(self, nvml, handle, own_pid: int | None = None, fake: bool = False) -> None:
+        self.nvml, self.handle, self.fake = nvml, handle, fake
+        self.own_pid = own_pid or os.getpid()
+        self._latest: wpb.GpuTelemetry | None = None
+        self._xids: list[wpb.XidEvent] = []
+        self._nvlink_base: int | None = None  # counters are since boot: report what grew since we started
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def start(self) -> "Telemetry":
+        threading.Thread(target=self._sampling, name="gpu-telemetry", daemon=True).start()
+        threading.Thread(target=self._xid_waiting, name="gpu-xid-events", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def latest(self) -> wpb.GpuTelemetry | None:
+        with self._lock:
+            return self._latest
+
+    def _sampling(self) -> None:
+        while not self._stop.is_set():
+            reading = self.sample()
+            with self._lock:
+                self._latest = reading
+            self._stop.wait(SAMPLE_S)
+
+    def _xid_waiting(self) -> None:
+        n = self.nvml
+        try:
+            events = n.nvmlEventSetCreate()
+            n.nvmlDeviceRegisterEvents(self.handle, n.nvmlEventTypeXidCriticalError, events)
+        except Exception as exc:  # NVMLError_NotSupported (some MIG or vGPU setups)
+            log.info("no XID events from NVML: %s", exc)
+            return
+        while not self._stop.is_set():
+            try:
+                data = n.nvmlEventSetWait(events, 500)
+            except Exception:  # NVMLError_Timeout: nothing happened
+                continue
+            self.xid(int(data.eventData))
+
+    def xid(self, code: int) -> None:
+        """An XID seen now: in every reading for XID_WINDOW_S, and in the very next heartbeat."""
+        with self._lock:
+            self._xids.append(wpb.XidEvent(code=code, at=time.time()))
+            if self._latest is not None:  # a new message: the last one may be on its way out
+                latest = wpb.GpuTelemetry()
+                latest.CopyFrom(self._latest)
+                latest.xids.append(self._xids[-1])
+                self._latest = latest
+
+    def sample(self) -> wpb.GpuTelemetry:
+        t = wpb.GpuTelemetry(at=time.time(), fake=self.fake)
+        now = t.at
+        with self._lock:
+            self._xids = [x for x in self._xids if now - x.at < XID_WINDOW_S]
+            t.xids.extend(self._xids)
+        try:
+            self.nvml.nvmlDeviceGetTemperature(self.handle, self.nvml.NVML_TEMPERATURE_GPU)
+        except Exception as exc:  # the GPU fell off the bus, the driver is gone: say so, and nothing else
+            t.error = f"NVML: {exc}"[:200]
+            return t
+        for read in (_ecc, _pages, _clocks, _thermal, _pcie, _utilization):
+            try:
+                read(self.nvml, self.handle, t)
+            except Exception as exc:  # NVMLError_NotSupported and kin: this reading stays unset
+                log.debug("NVML %s: %s", read.__name__, exc)
+        self._nvlink(t)
+        self._foreign(t)
+        return t
+
+    def _nvlink(self, t: wpb.GpuTelemetry) -> None:
+        n, errors = self.nvml, 0
+        for link in range(_NVLINK_MAX):
+            try:
+                up = n.nvmlDeviceGetNvLinkState(self.handle, link)
+            except Exception:  # no such link
+                continue
+            t.nvlink_links += 1
+            t.nvlink_down += 0 if up else 1
+            for counter in _NVLINK_COUNTERS:
+                try:
+                    errors += int(n.nvmlDeviceGetNvLinkErrorCounter(self.handle, link, counter))
+                except Exception:
+                    pass
+        if self._nvlink_base is None:
+            self._nvlink_base = errors
+        t.nvlink_errors = max(0, errors - self._nvlink_base)
+
+    def _foreign(self, t: wpb.GpuTelemetry) -> None:
+        try:
+            procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
+        except Exception:
+            return
+        if not procs:
+            return
+        own = own_pids(self.own_pid)
+        for p in procs:
+            if int(p.pid) not in own:
+                t.foreign.add(pid=int(p.pid), used_bytes=int(getattr(p, "usedGpuMemory", 0) or 0))
+
+
+def _ecc(n, h, t) -> None:
+    get = n.nvmlDeviceGetTotalEccErrors
+    t.ecc_volatile_sbe = get(h, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC)
+    t.ecc_volatile_dbe = get(h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC)
+    t.ecc_aggregate_sbe = get(h, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_AGGREGATE_ECC)
+    t.ecc_aggregate_dbe = get(h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_AGGREGATE_ECC)
+
+
+def _pages(n, h, t) -> None:
+    try:
+        _, _, pending, failed = n.nvmlDeviceGetRemappedRows(h)  # Ampere and later
+        t.remapped_rows_pending, t.remapped_rows_failed = bool(pending), bool(failed)
+    except Exception:
+        t.retired_pages_pending = bool(n.nvmlDeviceGetRetiredPagesPendingStatus(h))  # before Ampere
+
+
+def _clocks(n, h, t) -> None:
+    t.throttle_reasons = int(n.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+    t.sm_clock_mhz = int(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM))
+    t.max_sm_clock_mhz = int(n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM))
+
+
+def _thermal(n, h, t) -> None:
+    t.temperature_c = float(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU))
+    t.power_w = n.nvmlDeviceGetPowerUsage(h) / 1000.0
+    t.power_limit_w = n.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0
+    t.slowdown_temperature_c = float(n.nvmlDeviceGetTemperatureThreshold(h, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
+
+
+def _pcie(n, h, t) -> None:
+    t.pcie_gen, t.pcie_max_gen = int(n.nvmlDeviceGetCurrPcieLinkGeneration(h)), int(n.nvmlDeviceGetMaxPcieLinkGeneration(h))
+    t.pcie_width, t.pcie_max_width = int(n.nvmlDeviceGetCurrPcieLinkWidth(h)), int(n.nvmlDeviceGetMaxPcieLinkWidth(h))
+
+
+def _utilization(n, h, t) -> None:
+    t.utilization_pct = int(n.nvmlDeviceGetUtilizationRates(h).gpu)
+
+
+def own_pids(root: int) -> set[int]:
+    """`root` and its descendants (the daemon and its executor), from /proc. (NVML reports host
+    pids: in a container without the host's pid namespace every process would look foreign, so
+    the worker DaemonSet runs with hostPID.)"""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        out.add(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def open_for(device) -> Telemetry | None:
+    """The running sampler of a daemon's device (worker/api.py DeviceInfo): the fault injector's
+    FAKE NVML when a test asked for it, else NVML for a GPU; None for a CPU worker or no NVML."""
+    from worker import faults
+
+    path = faults.fake_nvml_path()
+    if path:
+        from worker import fake_nvml
+
+        return Telemetry(fake_nvml.FakeNvml(path), 0, fake=True).start()
+    if device is None or device.type != "cuda":
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = _handle(pynvml, device)
+    except Exception as exc:  # no driver, no module: the worker runs without telemetry
+        log.warning("no GPU telemetry (%s: %s)", type(exc).__name__, exc)
+        return None
+    return Telemetry(pynvml, handle).start()
+
+
+def _handle(nvml, device):
+    """By UUID (CUDA_VISIBLE_DEVICES renumbers devices for CUDA but not for NVML), else by index."""
+    uuid = device.uuid or ""
+    for candidate in filter(None, (uuid, f"GPU-{uuid}" if uuid and not uuid.startswith(("GPU-", "MIG-")) else "")):
+        try:
+            return nvml.nvmlDeviceGetHandleByUUID(candidate)
+        except Exception:
+            continue
+    return nvml.nvmlDeviceGetHandleByIndex(device.index)

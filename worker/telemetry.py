@@ -225,3 +225,51 @@ def _handle(nvml, device):
         except Exception:
             continue
     return nvml.nvmlDeviceGetHandleByIndex(device.index)
+
+
+# ---- Prometheus (worker/metrics.py asks for these on each scrape) --------------------------------
+
+# name, help, what it reads (a reading's value; seconds, watts, celsius, hertz as Prometheus names them)
+_GAUGES = (
+    ("ringleader_worker_gpu_xid_recent", "XID events in the last 5 minutes", lambda t: len(t.xids)),
+    ("ringleader_worker_gpu_ecc_volatile_sbe", "Corrected ECC errors since the driver loaded", lambda t: t.ecc_volatile_sbe),
+    ("ringleader_worker_gpu_ecc_volatile_dbe", "Uncorrected ECC errors since the driver loaded", lambda t: t.ecc_volatile_dbe),
+    ("ringleader_worker_gpu_ecc_aggregate_sbe", "Corrected ECC errors over the GPU's life", lambda t: t.ecc_aggregate_sbe),
+    ("ringleader_worker_gpu_ecc_aggregate_dbe", "Uncorrected ECC errors over the GPU's life", lambda t: t.ecc_aggregate_dbe),
+    ("ringleader_worker_gpu_memory_repair_pending", "1 while a row remapping or page retirement waits for a reset",
+     lambda t: int(t.remapped_rows_pending or t.retired_pages_pending)),
+    ("ringleader_worker_gpu_row_remap_failed", "1 when a row remapping failed", lambda t: int(t.remapped_rows_failed)),
+    ("ringleader_worker_gpu_clocks_event_reasons", "NVML's clocks event (throttle) reasons, a bit mask",
+     lambda t: t.throttle_reasons),
+    ("ringleader_worker_gpu_sm_clock_hertz", "SM clock", lambda t: t.sm_clock_mhz * 1e6),
+    ("ringleader_worker_gpu_sm_clock_max_hertz", "SM clock maximum", lambda t: t.max_sm_clock_mhz * 1e6),
+    ("ringleader_worker_gpu_temperature_celsius", "GPU temperature", lambda t: t.temperature_c),
+    ("ringleader_worker_gpu_slowdown_temperature_celsius", "Temperature the GPU slows down at",
+     lambda t: t.slowdown_temperature_c),
+    ("ringleader_worker_gpu_power_watts", "Power draw", lambda t: t.power_w),
+    ("ringleader_worker_gpu_power_limit_watts", "Enforced power limit", lambda t: t.power_limit_w),
+    ("ringleader_worker_gpu_pcie_link_generation", "PCIe link generation now", lambda t: t.pcie_gen),
+    ("ringleader_worker_gpu_pcie_link_generation_max", "PCIe link generation maximum", lambda t: t.pcie_max_gen),
+    ("ringleader_worker_gpu_pcie_link_width", "PCIe link width now (lanes)", lambda t: t.pcie_width),
+    ("ringleader_worker_gpu_pcie_link_width_max", "PCIe link width maximum (lanes)", lambda t: t.pcie_max_width),
+    ("ringleader_worker_gpu_nvlink_links_down", "NVLink links not active", lambda t: t.nvlink_down),
+    ("ringleader_worker_gpu_nvlink_errors", "NVLink CRC, replay and recovery errors since the worker started",
+     lambda t: t.nvlink_errors),
+    ("ringleader_worker_gpu_foreign_processes", "Processes on the GPU that are not the worker's", lambda t: len(t.foreign)),
+    ("ringleader_worker_gpu_foreign_memory_bytes", "GPU memory held by processes that are not the worker's",
+     lambda t: sum(p.used_bytes for p in t.foreign)),
+)
+
+
+def metric_families(readings: list[tuple[list[str], wpb.GpuTelemetry]], labels: list[str]) -> list:
+    """Gauges of each daemon's last reading ((label values, reading) pairs; labels: the device's)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    out = []
+    for name, text, read in _GAUGES:
+        family = GaugeMetricFamily(name, text, labels=labels)
+        for ids, t in readings:
+            if not t.error:
+                family.add_metric(ids, float(read(t)))
+        out.append(family)
+    return out

@@ -227,6 +227,8 @@ class Coordinator:
 
     def on_message(self, conn: WorkerConn, msg: wpb.WorkerMessage) -> None:
         self._do(WorkerMsg(conn, msg))
+        if msg.WhichOneof("msg") == "heartbeat" and msg.heartbeat.HasField("telemetry"):  # after: no re-entry
+            self.fleet.telemetry(conn.worker_id, msg.heartbeat.telemetry)
 
     def set_quarantine(self, worker_id: str, on: bool) -> None:
         """Keep user jobs off a worker (on), or let them back (off), by id (also one that is not

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from typing import Callable, Iterable
 
-from coordinator.health import verdicts
+from coordinator.health import telemetry_rules, verdicts
 from coordinator.store.api import JobStore
 from coordinator.core.events import is_terminal
 from ringleader import checks
@@ -134,6 +134,7 @@ class FleetHealth:
         # no worker is connected yet, and they were told before the restart).
         self._apply([(worker_id, True) for worker_id in self.book.quarantined_ids()])
         self.observers = tuple(observers)
+        self._telemetry_rules: dict[str, tuple] = {}  # worker -> the rules that fired on its last reading
 
     def _on_event(self, event: pb.JobEvent, job: pb.Job) -> None:
         if not is_terminal(event) or job.spec.WhichOneof("kind") not in checks.KINDS:
@@ -142,6 +143,17 @@ class FleetHealth:
         if job.state == pb.SUCCEEDED and not job.HasField(kind):
             job = self.core.get(job.id)  # the event's copy was trimmed: read the stored one
         self._apply(self.book.record(verdicts.of_job(job)))
+
+    def telemetry(self, worker_id: str, readings) -> None:
+        """A worker's GPU telemetry (a heartbeat's): its verdict recorded when the rules that fire
+        change (not on every heartbeat), so an idle GPU that develops a fault is suspect at once."""
+        found = telemetry_rules.verdicts(worker_id, readings)
+        fired = tuple((f.rule, f.verdict) for f in found)
+        before = self._telemetry_rules.get(worker_id)
+        self._telemetry_rules[worker_id] = fired
+        if fired == before or (before is None and not fired and self.book.get(worker_id).check != "telemetry"):
+            return
+        self._apply(self.book.record({worker_id: telemetry_rules.health(found, self.book.clock())}))
 
     def cordon(self, worker_id: str, on: bool) -> pb.WorkerInfo:
         """Quarantine a connected or remembered worker by hand, or lift it (NotFound if unknown)."""

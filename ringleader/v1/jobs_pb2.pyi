@@ -2321,6 +2321,7 @@ class LocalizeRequest(_message.Message):
     MAX_ROUNDS_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     TOLERANCE_FIELD_NUMBER: _builtins.int
+    REPEATS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """a finished collective job whose gang is to be searched"""
     max_rounds: _builtins.int
@@ -2329,6 +2330,8 @@ class LocalizeRequest(_message.Message):
     """test size (default: the job's largest size)"""
     tolerance: _builtins.float
     """a group below this fraction of a clean one is slow (default 0.8)"""
+    repeats: _builtins.int
+    """each group measured this many times, its best counts (default 2)"""
     @_builtins.property
     def known_good(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """workers to pad test groups with (default: idle healthy workers)"""
@@ -2341,14 +2344,40 @@ class LocalizeRequest(_message.Message):
         max_rounds: _builtins.int = ...,
         size_bytes: _builtins.int = ...,
         tolerance: _builtins.float = ...,
+        repeats: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "known_good", b"known_good", "max_rounds", b"max_rounds", "size_bytes", b"size_bytes", "tolerance", b"tolerance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "known_good", b"known_good", "max_rounds", b"max_rounds", "repeats", b"repeats", "size_bytes", b"size_bytes", "tolerance", b"tolerance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LocalizeRequest: _TypeAlias = LocalizeRequest  # noqa: Y015
+
+@_typing.final
+class LocalizeSet(_message.Message):
+    """A set of workers localization could not resolve, and why (never dropped silently)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_IDS_FIELD_NUMBER: _builtins.int
+    WHY_FIELD_NUMBER: _builtins.int
+    why: _builtins.str
+    @_builtins.property
+    def worker_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        worker_ids: _abc.Iterable[_builtins.str] | None = ...,
+        why: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["why", b"why", "worker_ids", b"worker_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalizeSet: _TypeAlias = LocalizeSet  # noqa: Y015
 
 @_typing.final
 class LocalizeGroup(_message.Message):
@@ -2423,6 +2452,7 @@ class LocalizeResult(_message.Message):
     ROUNDS_FIELD_NUMBER: _builtins.int
     HISTORY_FIELD_NUMBER: _builtins.int
     VERDICT_FIELD_NUMBER: _builtins.int
+    UNRESOLVED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     rounds: _builtins.int
     verdict: _builtins.str
@@ -2435,6 +2465,8 @@ class LocalizeResult(_message.Message):
     def culprit_hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def history(self) -> _containers.RepeatedCompositeFieldContainer[Global___LocalizeRound]: ...
+    @_builtins.property
+    def unresolved(self) -> _containers.RepeatedCompositeFieldContainer[Global___LocalizeSet]: ...
     def __init__(
         self,
         *,
@@ -2444,10 +2476,11 @@ class LocalizeResult(_message.Message):
         rounds: _builtins.int = ...,
         history: _abc.Iterable[Global___LocalizeRound] | None = ...,
         verdict: _builtins.str = ...,
+        unresolved: _abc.Iterable[Global___LocalizeSet] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["culprit_hosts", b"culprit_hosts", "culprits", b"culprits", "history", b"history", "job_id", b"job_id", "rounds", b"rounds", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["culprit_hosts", b"culprit_hosts", "culprits", b"culprits", "history", b"history", "job_id", b"job_id", "rounds", b"rounds", "unresolved", b"unresolved", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

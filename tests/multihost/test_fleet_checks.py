@@ -62,7 +62,7 @@ def _figures(answer: dict, took: float) -> dict:
     links = job["link_matrix"]["links"]
     verdicts = {w["worker_id"]: w["health"]["verdict"] for w in answer["workers"]}
     return {"seconds": round(took, 2), "job_seconds": round(job["finished_at"] - job["started_at"], 2),
-            "checks": {next(k for k in ("link_matrix", "gpu_check", "sdc_check") if k in j): j["state"]
+            "checks": {next(k for k in ("link_matrix", "gpu_check", "sdc_check") if k in j["spec"]): j["state"]
                        for j in answer["jobs"]},
             "verdicts": {w: v for w, v in verdicts.items() if v != "HEALTHY"},
             "size_bytes": int(job["link_matrix"].get("size_bytes", 0)),
@@ -84,6 +84,7 @@ def fleet(tmp_path_factory):
             json.dump(REPORT, f, indent=2)
 
 
+@pytest.mark.timeout(3600)  # RINGLEADER_FLEET_CLEAN_RUNS runs of seconds each
 def test_clean_runs_name_nobody(fleet):
     bed, c = fleet
     runs = int(os.environ.get("RINGLEADER_FLEET_CLEAN_RUNS", "2"))
@@ -115,6 +116,7 @@ def test_a_rate_limited_host_is_named_and_no_other(fleet):
     assert health[SLOW_WORKER].verdict == pb.UNHEALTHY and "7 of 7" in health[SLOW_WORKER].figure
 
 
+@pytest.mark.timeout(3600)
 def test_default_check_names_nobody(fleet):
     bed, c = fleet
     for _ in range(int(os.environ.get("RINGLEADER_FLEET_DEFAULT_RUNS", "1"))):
@@ -124,6 +126,7 @@ def test_default_check_names_nobody(fleet):
         assert figures["not_healthy"] == [] and code == 0, figures
 
 
+@pytest.mark.timeout(3600)
 def test_a_2x_slower_link_is_named_and_no_other(fleet):
     bed, c = fleet
     clean = sorted(r["median_cross_host_gbps"] for r in REPORT["clean"] + REPORT["default_clean"])

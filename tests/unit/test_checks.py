@@ -119,6 +119,7 @@ def test_link_flags_are_a_multiple_of_the_noise_of_comparable_links():
     # ...while under a wide spread (a loaded bed) the band widens, never below 0.25 of the median.
     assert flags.bound([0.3, 0.5, 1.0, 1.0, 1.5, 1.7]) == pytest.approx(0.25)
     assert flags.bound([0.9, 1.0, 1.0, 1.1]) == pytest.approx(0.7) and flags.bound([]) == 0.0
+    assert flags.bound([1.0, 0.5]) == pytest.approx(0.525)  # two: the floor alone, so the slower half is flagged
 
 
 def test_a_link_whose_ends_disagree_is_not_judged_on_its_figure():

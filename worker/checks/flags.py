@@ -6,7 +6,7 @@ to results over time, here applied across the peers of one check).
 
 1.4826 x MAD estimates a normal sigma from the comparable figures themselves, so a noisy bed (CPU
 workers sharing two cores) widens the band and a quiet fleet of GPUs narrows it; the floor keeps
-near-identical figures from flagging a 5 % dip. The bound never goes below CEILING x median, so a
+near-identical figures from flagging a 5 % dip (and is all there is with two figures). The bound never goes below CEILING x median, so a
 figure at a small share of its peers is flagged however noisy they are.
 """
 
@@ -28,7 +28,9 @@ def bound(values: list[float]) -> float:
     if not values:
         return 0.0
     med = float(statistics.median(values))
-    mad = float(statistics.median(abs(v - med) for v in values))
+    # Two figures have no noise to speak of: their MAD is half their difference, so an outlier
+    # would always sit inside its own band. Below three, the floor alone.
+    mad = float(statistics.median(abs(v - med) for v in values)) if len(values) >= 3 else 0.0
     return max(med - max(K_MAD * MAD_SIGMA * mad, FLOOR * med), CEILING * med)
 
 

@@ -9,7 +9,7 @@ copy GB/s = 2 B / time / 1e9 (the convention of nvbandwidth's device-local copy 
 What a job would get: the clock around a whole loop of `iters` products (the device drained
 before and after), not each product's own device time, so a second process sharing the GPU
 halves the figure; the best of ROUNDS loops counts (a busy host's burst slows some loops, a
-slowed device every one). Every loop's last product must equal the first bit for bit (same
+slowed device every one), each loop in another pass over the turns. Every loop's last product must equal the first bit for bit (same
 inputs, same kernel), else it counts as wrong. On a CPU worker the same check runs on one CPU
 core, so it is tested without a GPU. Ranks that share a device or a machine's CPUs take turns.
 
@@ -42,19 +42,18 @@ def resolved(spec: pb.GpuCheckSpec, device_type: str) -> tuple[int, str, int]:
     return spec.matmul_n or d["matmul_n"], spec.dtype or d["dtype"], spec.copy_bytes or d["copy_bytes"]
 
 
-def _best_loop_s(run, iters: int, device, check=lambda: 0) -> tuple[float, int]:
-    """(fastest of ROUNDS loops of `iters` calls, by the clock with the device drained; loops
-    whose `check` failed)."""
-    best, wrong = float("inf"), 0
-    for _ in range(ROUNDS):
-        _drain(device)
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            run()
-        _drain(device)
-        best = min(best, time.perf_counter() - t0)
-        wrong += check()
-    return best, wrong
+def _loop_s(run, iters: int, device) -> float:
+    """One loop of `iters` calls, by the clock with the device drained before and after."""
+    _drain(device)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        run()
+    _drain(device)
+    return time.perf_counter() - t0
+
+
+def _best_loop_s(run, iters: int, device) -> float:
+    return min(_loop_s(run, iters, device) for _ in range(ROUNDS))
 
 
 def _drain(device) -> None:
@@ -100,22 +99,15 @@ def _copy(nbytes: int, device, repeat: int = 1):
     return copy
 
 
-def _timed(product, check, copy, n: int, nbytes: int, iters: int, device) -> tuple[float, float, int]:
-    """(TFLOP/s, copy GB/s counted as read + write, loops with a product unlike the first)."""
-    seconds, wrong = _best_loop_s(product, iters, device, check)
-    copy_s, _ = _best_loop_s(copy, iters, device)
-    return 2 * n ** 3 * iters / seconds / 1e12, 2 * nbytes * iters / copy_s / 1e9, wrong
-
-
 def matmul_tflops(n: int, dtype: str, iters: int, device, repeat: int = 1) -> float:
     """TFLOP/s of an n x n product (2 n^3 flops), by the clock around whole loops."""
     product, _ = _matmul(n, dtype, device, repeat)
-    return 2 * n ** 3 * iters / _best_loop_s(product, iters, device)[0] / 1e12
+    return 2 * n ** 3 * iters / _best_loop_s(product, iters, device) / 1e12
 
 
 def copy_gbps(nbytes: int, iters: int, device, repeat: int = 1) -> float:
     """GB/s of a device-to-device copy of `nbytes`, counted as read + write (2 x nbytes)."""
-    return 2 * nbytes * iters / _best_loop_s(_copy(nbytes, device, repeat), iters, device)[0] / 1e9
+    return 2 * nbytes * iters / _best_loop_s(_copy(nbytes, device, repeat), iters, device) / 1e9
 
 
 @contextlib.contextmanager
@@ -148,13 +140,15 @@ def run_gpu_check(job: ValidJob, ctx: RunContext) -> Outcome:
 
 
 def _take_turns(ctx: RunContext, turn: int, turns: int, n: int, dtype: str, nbytes: int, iters: int):
-    """(this rank's figures, every turn's seconds by this rank's clock). In each turn the ranks
-    whose turn it is set up and warm up, then every rank's clock times their loops alone
-    (barrier to barrier), so that set-up (a first cuBLAS call) is not in it."""
+    """(this rank's figures, every turn's seconds by this rank's clock, summed over the passes).
+    Ranks set up and warm up in turn; then ROUNDS passes, in each of which every turn's ranks run
+    one loop of products and one of copies while every rank's clock times them alone (barrier to
+    barrier). A rank's loops are spread over the passes, so that a burst of other work on the
+    machine slows one of them, not all of one rank's; its best loop counts."""
     from worker.distutil import sync
 
     fault = faults.load()
-    mine, seen = (0.0, 0.0, 0), []
+    seen = [0.0] * turns
     for t in range(turns):
         sync(ctx.device)
         if t == turn:
@@ -162,15 +156,19 @@ def _take_turns(ctx: RunContext, turn: int, turns: int, n: int, dtype: str, nbyt
             ctx.progress(t, turns, n)
             product, check = _matmul(n, dtype, ctx.device, repeat=max(1, round(fault.slow_compute)))
             copy = _copy(nbytes, ctx.device, repeat=max(1, round(fault.slow_copy)))
-        sync(ctx.device)
-        t0 = time.perf_counter()
-        if t == turn:
-            tflops, gbps, wrong = _timed(product, check, copy, n, nbytes, iters, ctx.device)
-            mine = (tflops * fault.inflate_figures, gbps * fault.inflate_figures, wrong)
-            del product, check, copy  # the device's memory back before the next turn
-        sync(ctx.device)
-        seen.append(time.perf_counter() - t0)
-    return mine, seen
+    best_p, best_c, wrong = float("inf"), float("inf"), 0
+    for _ in range(ROUNDS):
+        for t in range(turns):
+            sync(ctx.device)
+            t0 = time.perf_counter()
+            if t == turn:
+                best_p = min(best_p, _loop_s(product, iters, ctx.device))
+                wrong += check()
+                best_c = min(best_c, _loop_s(copy, iters, ctx.device))
+            sync(ctx.device)
+            seen[t] += time.perf_counter() - t0
+    tflops, gbps = 2 * n ** 3 * iters / best_p / 1e12, 2 * nbytes * iters / best_c / 1e9
+    return (tflops * fault.inflate_figures, gbps * fault.inflate_figures, wrong), seen
 
 
 def claimed_s(tflops: float, gbps: float, n: int, nbytes: int, iters: int) -> float:

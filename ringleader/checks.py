@@ -34,16 +34,7 @@ GPU_MIN_N, GPU_MAX_N = 64, 32768
 GPU_MAX_COPY_BYTES = 16 << 30
 GPU_DEFAULT_ITERS, GPU_MAX_ITERS = 10, 1000
 
-# A link below this share of the median of comparable links (same host, or across hosts) is
-# flagged, measured again, and a host is named when most of its links stay flagged. Measured on
-# 8 namespace hosts of the 2-core machine under a load of 18-32 (seven test suites at once): a
-# link rate-limited to 200 Mbit/s measures 0.03-0.16 of the median (the median falls with the
-# load, the limited link does not); the lowest clean link of a run, 0.09-0.28, and never most
-# links of one host (bench/results/2026-11-24-fleet/). A single flagged link names nobody.
-LINK_FLAG_RATIO = 0.25
-# A worker whose matrix product or memory copy is below this share of the median of its peers
-# of the same model is flagged (a throttled or failing GPU; a noisy CPU stays above 0.7).
-GPU_FLAG_RATIO = 0.5
+# Flags are noise-aware, not one fixed share of the median: worker/checks/flags.py.
 
 SDC_DEFAULT_ROUNDS, SDC_MAX_ROUNDS = 4, 64
 SDC_MAX_RANKS = 1024  # its exact sums of small integers stay exact in float32 up to here

@@ -65,6 +65,8 @@ def _figures(answer: dict, took: float) -> dict:
             "checks": {next(k for k in ("link_matrix", "gpu_check", "sdc_check") if k in j["spec"]): j["state"]
                        for j in answer["jobs"]},
             "verdicts": {w: v for w, v in verdicts.items() if v != "HEALTHY"},
+            "evidence": {w["worker_id"]: f'{w["health"].get("check")}: {w["health"].get("figure", "")}'[:200]
+                         for w in answer["workers"] if w["health"]["verdict"] != "HEALTHY"},
             "size_bytes": int(job["link_matrix"].get("size_bytes", 0)),
             "flag_cross_host_gbps": round(job["link_matrix"].get("flag_cross_host_gbps", 0.0), 3),
             "named_hosts": answer.get("named_hosts", []),

@@ -106,22 +106,26 @@ class Planner:
             self._sets, self._confirm = [], []
             return None
         # A set to confirm is tested whole (one "half"); a set to split, in two halves.
-        splits = [(s, self._halves(s), False) for s in self._sets] + [(s, [s], True) for s in self._confirm]
+        splits = [(s, [s], True) for s in self._confirm] + [(s, self._halves(s), False) for s in self._sets]
         width = max(self.min_width, max(len(h) for _, halves, _ in splits for h in halves))
         spare = list(self._good)
-        self._tests = []
+        self._tests, waiting = [], []
         for s, halves, confirming in splits:
             groups = []
             for h in halves:
                 pad, spare = self._pad(h, width, spare)
                 groups.append(Group(members=h + pad, suspects=h))
             if min(len(g.members) for g in groups) < 2:  # one worker alone measures no link
-                self._give_up(s, "no known-good worker left to pad its test with")
+                waiting.append((s, confirming))  # next round: this round's cleared workers pad it
                 spare = [w for g in groups for w in g.members if w not in s] + spare
                 continue
             self._tests.append(_Test(s, halves, groups, confirming))
-        self._sets, self._confirm = [], []
+        self._sets = [s for s, confirming in waiting if not confirming]
+        self._confirm = [s for s, confirming in waiting if confirming]
         if not self._tests:
+            for s, _ in waiting:
+                self._give_up(s, "no known-good worker left to pad its test with")
+            self._sets, self._confirm = [], []
             return None
         self._control = None
         if len(spare) >= width:  # measured beside the tests, under the same load: the reference

@@ -159,3 +159,17 @@ def test_driver_test_shape_from_the_job():
         test_shape(pb.Job(id="j", spec=job.spec, workers=job.workers[:1]))
     with pytest.raises(FailedPrecondition, match="collective job that ran"):
         test_shape(pb.Job(id="j", spec=pb.JobSpec(train=pb.TrainSpec()), workers=job.workers))
+
+
+def test_a_set_waits_for_cleared_workers_to_pad_it_rather_than_being_dropped():
+    hosts = fleet(6)
+    gang, spare = ["w0", "w1", "w2", "w3"], ["w4", "w5"]
+    seen: list[int] = []
+
+    def measure(groups):  # w2 is slow; in the first round w0's half also reads slow once (noise)
+        seen.append(1)
+        return {g: 50.0 if "w2" in g.members or (len(seen) == 1 and "w0" in g.members) else 100.0 for g in groups}
+    v = run(Planner(gang, hosts, known_good=spare), measure)
+    # Round 2 has padding for one set only (two spares, four singletons): the other waits a round.
+    assert v.culprits == ["w2"], (v, v.why)
+    assert not any("pad" in why for why in v.why)

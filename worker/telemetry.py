@@ -36,6 +36,7 @@ class Telemetry:
         self._latest: wpb.GpuTelemetry | None = None
         self._xids: list[wpb.XidEvent] = []
         self._nvlink_base: int | None = None  # counters are since boot: report what grew since we started
+        self._nvlink_up: set[int] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -104,21 +105,25 @@ class Telemetry:
         return t
 
     def _nvlink(self, t: wpb.GpuTelemetry) -> None:
-        n, errors = self.nvml, 0
+        """Links are the ones up at the worker's first sample (a machine may wire fewer than the
+        GPU has, or lend a slice of an NVSwitch system): down is one of them gone down since."""
+        n, errors, up_now = self.nvml, 0, set()
         for link in range(_NVLINK_MAX):
             try:
                 up = n.nvmlDeviceGetNvLinkState(self.handle, link)
             except Exception:  # no such link
                 continue
-            t.nvlink_links += 1
-            t.nvlink_down += 0 if up else 1
+            if up:
+                up_now.add(link)
             for counter in _NVLINK_COUNTERS:
                 try:
                     errors += int(n.nvmlDeviceGetNvLinkErrorCounter(self.handle, link, counter))
                 except Exception:
                     pass
         if self._nvlink_base is None:
-            self._nvlink_base = errors
+            self._nvlink_base, self._nvlink_up = errors, up_now
+        t.nvlink_links = len(self._nvlink_up)
+        t.nvlink_down = len(self._nvlink_up - up_now)
         t.nvlink_errors = max(0, errors - self._nvlink_base)
 
     def _foreign(self, t: wpb.GpuTelemetry) -> None:
@@ -252,7 +257,8 @@ _GAUGES = (
     ("ringleader_worker_gpu_pcie_link_generation_max", "PCIe link generation maximum", lambda t: t.pcie_max_gen),
     ("ringleader_worker_gpu_pcie_link_width", "PCIe link width now (lanes)", lambda t: t.pcie_width),
     ("ringleader_worker_gpu_pcie_link_width_max", "PCIe link width maximum (lanes)", lambda t: t.pcie_max_width),
-    ("ringleader_worker_gpu_nvlink_links_down", "NVLink links not active", lambda t: t.nvlink_down),
+    ("ringleader_worker_gpu_nvlink_links_down", "NVLink links down of those up when the worker started",
+     lambda t: t.nvlink_down),
     ("ringleader_worker_gpu_nvlink_errors", "NVLink CRC, replay and recovery errors since the worker started",
      lambda t: t.nvlink_errors),
     ("ringleader_worker_gpu_foreign_processes", "Processes on the GPU that are not the worker's", lambda t: len(t.foreign)),

@@ -265,9 +265,9 @@ class GpuTelemetry(_message.Message):
     pcie_width: _builtins.int
     pcie_max_width: _builtins.int
     nvlink_links: _builtins.int
-    """links that exist"""
+    """links up when the worker started"""
     nvlink_down: _builtins.int
-    """of those, not active"""
+    """of those, down now"""
     nvlink_errors: _builtins.int
     """CRC, replay and recovery errors since the worker started"""
     utilization_pct: _builtins.int

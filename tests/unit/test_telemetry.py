@@ -42,7 +42,9 @@ def test_a_healthy_idle_gpu_fires_no_rule(tmp_path):
     ("remap_failed=1", "row_remap_failed", pb.UNHEALTHY, "a row remapping failed"),
 ])
 def test_each_fault_fires_the_rule_that_names_it(tmp_path, fault, rule, verdict, evidence):
-    s, _ = _sampler(tmp_path, fault)
+    s, path = _sampler(tmp_path)
+    assert _fired(s.sample()) == {}  # healthy at the worker's start (NVLink: the links up then count)
+    path.write_text(fault)
     t = s.sample()
     assert _fired(t) == {rule: verdict}
     h = rules.health(rules.verdicts("w0", t), 5.0)

@@ -63,7 +63,10 @@ def _localize(bed, c, gang: list[str], slow_hosts: list[str]) -> dict:
         for h in slow_hosts:
             _tc(bed, h, False)
     return dict(culprits=sorted(r.culprits), hosts=sorted(r.culprit_hosts), rounds=r.rounds, seconds=round(took, 1),
-                unresolved=[dict(workers=list(s.worker_ids), why=s.why) for s in r.unresolved], verdict=r.verdict)
+                unresolved=[dict(workers=list(s.worker_ids), why=s.why) for s in r.unresolved], verdict=r.verdict,
+                history=[dict(reference=round(h.reference_gbps, 4), groups=[
+                    dict(members=list(g.worker_ids), suspects=list(g.suspects), gbps=round(g.busbw_gbps, 4),
+                         slow=g.slow) for g in h.groups]) for h in r.history])
 
 
 @pytest.mark.timeout(3600)

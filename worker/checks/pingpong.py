@@ -1,10 +1,11 @@
 """The link check's ping-pong, timed at both ends (worker/workloads/p2p.py's transfers and byte
 checks): the initiator times each round trip from its send to the return; the echo times the
 interval between successive returns, which is the same round trip seen from the other end. Each
-end reports its own fastest round trip, halved (one-way, osu_latency's convention), the whole
-timed phase (the same `iters` round trips at both ends, so the two totals agree closely even on
-a busy host, while the fastest ones may not), and the bytes it found wrong on one more round
-trip of fresh data. Blocking transfers."""
+end reports its own fastest round trip, halved (one-way, osu_latency's convention), its total
+for the timed round trips (the initiator: the sum of its round trips; the echo: from the
+warm-up's last return to the last timed one; the same round trips, so the two totals agree
+within 2x plus 0.5 ms where the fastest ones may not), and the bytes it found wrong on one more
+round trip of fresh data. Blocking transfers."""
 
 from __future__ import annotations
 

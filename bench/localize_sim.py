@@ -1,7 +1,7 @@
 """Localization and link-matrix planning at fleet scale, against a pure model of a fleet: rounds
 needed, coordinator CPU per round, and how often the wrong culprit is named with noisy figures.
 
-    python bench/localize_sim.py [--trials 100] [--out bench/results/2026-11-24-localize-sim]
+    python bench/localize_sim.py [--trials 100] [--out bench/results/2026-11-25-localize-sim]
 
 The model: N workers, 8 per host, every one of them a suspect (no known-good worker to start
 from, no baseline: the hardest start). A group's figure is its slowest member's speed (a
@@ -73,7 +73,10 @@ def trial(n: int, kind: str, factor: float, noise: float, rng: random.Random) ->
     v = planner.verdict()
     right = v.culprits == [slow_worker] if kind == "gpu" else (
         v.hosts == [slow_host] and sorted(v.culprits) == sorted(w for w, h in host_of.items() if h == slow_host))
-    return {"rounds": v.rounds, "right": right, "named": v.culprits[:3], "cpu_ms_per_round": 1e3 * statistics.mean(cpu)}
+    truth = {slow_worker} if kind == "gpu" else {w for w, h in host_of.items() if h == slow_host}
+    return {"rounds": v.rounds, "right": right, "named": v.culprits[:3], "cpu_ms_per_round": 1e3 * statistics.mean(cpu),
+            "clean_named": bool(set(v.culprits) - truth),  # the failure that quarantines a good worker
+            "said_unsure": not right and bool(v.unresolved)}
 
 
 def round_robin_cost(n: int, rounds: int = 4) -> float:
@@ -96,6 +99,8 @@ def scenario(n: int, kind: str, factor: float, noise: float, trials: int, seed: 
         "workers": n, "culprit": kind, "factor": factor, "noise": noise, "trials": trials,
         "goal_rounds": goal, "within_goal_and_right": sum(r["right"] and r["rounds"] <= goal for r in runs),
         "wrong": sum(not r["right"] for r in runs), "rounds_median": statistics.median(rounds),
+        "clean_worker_named": sum(r["clean_named"] for r in runs),
+        "not_right_but_said_unsure": sum(r["said_unsure"] for r in runs),
         "rounds_max": max(rounds), "cpu_ms_per_round_median": statistics.median(r["cpu_ms_per_round"] for r in runs),
         "wrong_examples": [r["named"] for r in runs if not r["right"]][:3],
     }
@@ -126,11 +131,13 @@ def main() -> None:
 
 def markdown(report: dict) -> str:
     lines = [f"# Localization at fleet scale ({report['date']}, {report['machine']})", "",
-             "| workers | culprit | speed | noise | goal rounds | right within goal | wrong | rounds median / max | "
-             "CPU ms / round |", "|---|---|---|---|---|---|---|---|---|"]
+             "| workers | culprit | speed | noise | goal rounds | right within goal | wrong | of which a clean worker "
+             "named | of which unsure (unresolved reported) | rounds median / max | CPU ms / round |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["scenarios"]:
         lines.append(f"| {r['workers']} | {r['culprit']} | {r['factor']} | {r['noise']} | {r['goal_rounds']} | "
-                     f"{r['within_goal_and_right']}/{r['trials']} | {r['wrong']} | {r['rounds_median']} / "
+                     f"{r['within_goal_and_right']}/{r['trials']} | {r['wrong']} | {r['clean_worker_named']} | "
+                     f"{r['not_right_but_said_unsure']} | {r['rounds_median']} / "
                      f"{r['rounds_max']} | {r['cpu_ms_per_round_median']:.2f} |")
     lines += ["", "Link-matrix round-robin schedule, CPU per round: " +
               ", ".join(f"{n} workers {ms:.2f} ms" for n, ms in report["round_robin_ms_per_round"].items()), ""]

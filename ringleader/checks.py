@@ -20,7 +20,9 @@ PREFLIGHT_KINDS = tuple(k.name for k in kinds.checks() if k.preflight)
 # The lowest priority: what the coordinator plans by itself yields to every user job.
 CHECK_PRIORITY = -1000
 
-LINK_DEFAULTS = dict(size_bytes=1 << 20, iters=20, warmup=3)
+# size_bytes 0: the runner chooses by link kind (worker/checks/link_sizes.py), at most LINK_AUTO_MAX_BYTES.
+LINK_DEFAULTS = dict(size_bytes=0, iters=20, warmup=3)
+LINK_AUTO_MAX_BYTES = 256 << 20
 LINK_MAX_BYTES = 1 << 30
 LINK_MAX_ITERS = 10_000
 # n ranks meet in about n rounds; every link is one row of the result, so n(n-1)/2 rows.
@@ -35,16 +37,7 @@ GPU_MIN_N, GPU_MAX_N = 64, 32768
 GPU_MAX_COPY_BYTES = 16 << 30
 GPU_DEFAULT_ITERS, GPU_MAX_ITERS = 10, 1000
 
-# A link below this share of the median of comparable links (same host, or across hosts) is
-# flagged, measured again, and a host is named when most of its links stay flagged. Measured on
-# 8 namespace hosts of the 2-core machine under a load of 18-32 (seven test suites at once): a
-# link rate-limited to 200 Mbit/s measures 0.03-0.16 of the median (the median falls with the
-# load, the limited link does not); the lowest clean link of a run, 0.09-0.28, and never most
-# links of one host (bench/results/2026-11-24-fleet/). A single flagged link names nobody.
-LINK_FLAG_RATIO = 0.25
-# A worker whose matrix product or memory copy is below this share of the median of its peers
-# of the same model is flagged (a throttled or failing GPU; a noisy CPU stays above 0.7).
-GPU_FLAG_RATIO = 0.5
+# Flags are noise-aware, not one fixed share of the median: worker/checks/flags.py.
 
 SDC_DEFAULT_ROUNDS, SDC_MAX_ROUNDS = 4, 64
 SDC_MAX_RANKS = 1024  # its exact sums of small integers stay exact in float32 up to here
@@ -62,7 +55,6 @@ def check_link_matrix(out: pb.JobSpec) -> None:
     s, n = out.link_matrix, out.world_size
     if not 2 <= n <= LINK_MAX_RANKS:
         raise InvalidSpec("world_size", f"a link matrix needs between 2 and {LINK_MAX_RANKS} workers, got {n}")
-    s.size_bytes = s.size_bytes or LINK_DEFAULTS["size_bytes"]
     if s.size_bytes > LINK_MAX_BYTES:
         raise InvalidSpec("link_matrix.size_bytes", f"at most {LINK_MAX_BYTES} (1 GiB), got {s.size_bytes}")
     s.iters = _iters("link_matrix.iters", s.iters, LINK_DEFAULTS["iters"], LINK_MAX_ITERS)
@@ -76,7 +68,8 @@ def view_link_matrix(out: pb.JobSpec) -> ValidJob:
     s, n = out.link_matrix, out.world_size
     pairs = [p for r in roundrobin.rounds(n) for p in r]
     # A send and a receive buffer; progress counts rounds.
-    return valid(out, sizes=(s.size_bytes,), pairs=pairs, needs_bytes=2 * s.size_bytes,
+    size = s.size_bytes or LINK_AUTO_MAX_BYTES
+    return valid(out, sizes=(size,), pairs=pairs, needs_bytes=2 * size,
                  total=roundrobin.round_count(n))
 
 
@@ -118,11 +111,12 @@ def is_check(spec: pb.JobSpec) -> bool:
 
 
 # What a check asks for when a sweep or a recheck leaves its settings unset (the `short` column):
-# short rounds (a 512 KiB ping-pong still measures bandwidth on every link worth flagging; a
-# rate-limited one at 200 Mbit/s takes 21 ms a way, so a whole matrix of 8 hosts stays within
-# seconds; 4 round trips, of which the fastest counts, so that a busy host's scheduling delays do not).
+# short rounds (the link's size chosen by its kind, worker/checks/link_sizes.py: 512 KiB between
+# CPU workers, where a rate-limited link at 200 Mbit/s takes 21 ms a way, so a whole matrix of 8
+# hosts stays within seconds; 256 MiB over NVLink, to saturate it; 4 round trips, of which the
+# fastest counts, so that a busy host's scheduling delays do not).
 def short_link_matrix() -> pb.LinkMatrixSpec:
-    return pb.LinkMatrixSpec(size_bytes=512 << 10, iters=4, warmup=1)
+    return pb.LinkMatrixSpec(size_bytes=0, iters=4, warmup=1)
 
 
 def short_gpu_check() -> pb.GpuCheckSpec:

@@ -21,7 +21,7 @@ from ringleader.leader import addresses
 from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
-from worker import api
+from worker import api, telemetry
 from worker.credential import WorkerSecret, read_token
 from worker.link import Backoff, CoordinatorLink
 from worker.netif import route_to
@@ -87,6 +87,7 @@ class WorkerDaemon:
         self._stopping = asyncio.Event()
         self.logs = RankLogs()  # where executors capture each rank's stderr
         self._replacing: asyncio.Task | None = None  # held: the loop keeps only weak references
+        self.telemetry: telemetry.Telemetry | None = None  # NVML readings, sent with each heartbeat
 
     @property
     def connected(self) -> asyncio.Event:
@@ -97,8 +98,11 @@ class WorkerDaemon:
         self.logs.open()
         try:
             await self._start_executor()
+            self.telemetry = telemetry.open_for(self.device)
             await self.link.run(self._stopping)
         finally:
+            if self.telemetry:
+                self.telemetry.stop()
             if self.executor:
                 await self.executor.stop()
             self.logs.close()
@@ -124,7 +128,8 @@ class WorkerDaemon:
     def heartbeat_message(self) -> wpb.Heartbeat:
         health, detail = self.executor.health() if self.executor else (pb.EXECUTOR_STARTING, "starting")
         return wpb.Heartbeat(job_id=self.job[0] if self.job else "", op_seq=self.executor_ops(),
-                             executor=health, executor_detail=detail)
+                             executor=health, executor_detail=detail,
+                             telemetry=self.telemetry.latest() if self.telemetry else None)
 
     # ---- what the coordinator says ---------------------------------------------------------
 

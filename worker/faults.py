@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields
 from typing import Mapping
 
 ENV = "RINGLEADER_FAULTS"
+# A file of NVML faults for the fault injector's FAKE NVML (worker/fake_nvml.py), tests only.
+FAKE_NVML_ENV = "RINGLEADER_FAKE_NVML"
 CONSENT_ENV = "RINGLEADER_FAULTS_ALLOWED"
 CONSENT = "tests"
 
@@ -39,6 +41,10 @@ class Faults:
     # 1, 2 or 3: SIGKILL the daemon at that step of a registration that issues it a secret: before
     # storing it, after storing it but before acknowledging, after acknowledging (worker/link.py)
     kill_registration: int = 0
+    # Rogue modes: a worker running modified code (or a device that corrupts what it sends).
+    corrupt_share: int = 0  # 1: the corruption check's exact collectives get this rank's share off by one
+    write_peer_row: float = 0.0  # the link check: add this many us to every link of the others, in its report
+    inflate_figures: float = 1.0  # the GPU and link checks: report figures this many times better
 
     @property
     def any(self) -> bool:
@@ -77,9 +83,10 @@ def parse(text: str) -> Faults:
 
 def check_allowed(env: Mapping[str, str] = os.environ) -> None:
     """Refuse to start a worker whose environment asks for faults without the tests' consent."""
-    if env.get(ENV) and env.get(CONSENT_ENV) != CONSENT:
-        raise FaultsRefused(f"{ENV} is set but fault injection is for tests only "
-                            f"({CONSENT_ENV}={CONSENT} is missing): refusing to start")
+    for name in (ENV, FAKE_NVML_ENV):
+        if env.get(name) and env.get(CONSENT_ENV) != CONSENT:
+            raise FaultsRefused(f"{name} is set but fault injection is for tests only "
+                                f"({CONSENT_ENV}={CONSENT} is missing): refusing to start")
 
 
 def load(env: Mapping[str, str] = os.environ) -> Faults:
@@ -88,3 +95,11 @@ def load(env: Mapping[str, str] = os.environ) -> Faults:
         return NONE
     check_allowed(env)
     return parse(env[ENV])
+
+
+def fake_nvml_path(env: Mapping[str, str] = os.environ) -> str:
+    """The FAKE NVML's fault file a test asked for, with consent ("" when none)."""
+    if not env.get(FAKE_NVML_ENV):
+        return ""
+    check_allowed(env)
+    return env[FAKE_NVML_ENV]

@@ -18,6 +18,9 @@ Metrics (labels: device, gpu, UUID unless said otherwise):
     ringleader_worker_gpu_utilization_ratio               0..1, NVML's utilisation over its last sample period
     ringleader_worker_host_memory_total_bytes             host memory, no device label (CPU workers)
     ringleader_worker_host_memory_used_bytes              total - available
+    ringleader_worker_gpu_*                                GPU telemetry (worker/telemetry.py: XIDs, ECC,
+                                                          clocks and their event reasons, temperature, power,
+                                                          PCIe, NVLink, foreign processes)
 
 `gpu` and `UUID` are the labels NVIDIA's dcgm-exporter gives its series: NVML's index of the GPU
 (on the host, whatever CUDA_VISIBLE_DEVICES renumbered) and its UUID ("GPU-..."), so a query can
@@ -47,7 +50,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ringleader import __version__
-from worker import health
+from worker import health, telemetry
 
 log = logging.getLogger("ringleader.worker")
 
@@ -190,6 +193,10 @@ class WorkerCollector(Collector):
             else:
                 any_cpu = True
         families = [build, info, connected, busy, restarts, jobs, ops, mem_total, mem_used, util]
+        # GPU telemetry (worker/telemetry.py): the daemons' last NVML readings.
+        readings = [([d.config.device, *self._gpu_ids(d.config.device, dataclasses.asdict(d.device) if d.device else {})],
+                     t) for d in list(self.daemons) if getattr(d, "telemetry", None) and (t := d.telemetry.latest())]
+        families += telemetry.metric_families(readings, dev_labels)
         if any_cpu:
             mem = host_memory()
             if mem:

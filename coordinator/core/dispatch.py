@@ -103,6 +103,8 @@ class WorkerProtocol:
             conn.unwell_since = 0.0
         conn.executor_health, conn.executor_detail = health, clip(hb.executor_detail)
         conn.op_seq = hb.op_seq
+        if hb.HasField("telemetry"):
+            self._telemetry(conn.worker_id, hb.telemetry)  # coordinator/core/health_inputs.py
         rj = self.book.running.get(hb.job_id)
         if rj and conn.job_id == rj.id and rj.seqs.get(conn.rank) != hb.op_seq:
             rj.seqs[conn.rank] = hb.op_seq

@@ -16,13 +16,14 @@ from coordinator.core import preflight
 from coordinator.core.inputs import Cordon, Out
 from coordinator.core.jobs import Running
 from coordinator.core.scheduler import Decision
-from coordinator.health import verdicts
+from coordinator.health import telemetry_rules, verdicts
 from coordinator.health.sweeper import short
 from coordinator.health.book import Change, HealthBook
 from ringleader.errors import NotFound
 from ringleader import checks, jobspec
 from ringleader.jobspec import check_text
 from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
 
 log = logging.getLogger("ringleader.coordinator")
 
@@ -58,6 +59,22 @@ class HealthProtocol:
                      f"left in service for an operator to decide (`ringleader workers cordon ID`)")
             log.error("%s", alert)
             self._out.alerts.append(alert)
+
+    def _telemetry(self, worker_id: str, readings: wpb.GpuTelemetry) -> None:
+        """A heartbeat's GPU telemetry, judged by the rule table (coordinator/health/telemetry_rules.py)
+        in the same input: a verdict is recorded when the rules that fire change (not on every
+        heartbeat), so an idle GPU that develops a fault is suspect at once."""
+        found = telemetry_rules.verdicts(worker_id, readings)
+        fired = tuple((f.rule, f.verdict) for f in found)
+        before = self.health.telemetry_fired.get(worker_id)
+        self.health.telemetry_fired[worker_id] = fired
+        if fired == before or (before is None and not fired and self.health.get(worker_id).check != "telemetry"):
+            return
+        model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
+        self._health_changed(self.health.record({worker_id: telemetry_rules.health(found, self.health.clock())},
+                                                model_of))
+        if (conn := self.workers.get(worker_id)) is not None and conn.connected:
+            self._index(conn)  # a verdict changes which workers the scheduler prefers
 
     def _health_changed(self, changes: list[Change]) -> None:
         for worker_id, on in changes:

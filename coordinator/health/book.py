@@ -51,6 +51,8 @@ class HealthBook:
         self._passed: dict[str, dict[str, float]] = {}
         # The current recheck wait of each failed worker (after a restart: recheck_at - at).
         self._waits: dict[str, float] = {}
+        # The telemetry rules that fired on each worker's last reading (a verdict only on a change).
+        self.telemetry_fired: dict[str, tuple] = {}
 
     def get(self, worker_id: str) -> pb.WorkerHealth:
         """A copy of the worker's health (VERDICT_UNSPECIFIED when never checked)."""

@@ -4,16 +4,21 @@ clock; coordinator/health/localizer.py runs it on a live fleet, bench/localize_s
 The planner keeps suspect sets, each believed to hold at least one culprit (at first: the slow
 gang). A round splits every set in two halves (by host first, so a host's workers stay together
 until its set is one host) and tests each half as one group, all groups of a round at once (they
-are disjoint), each padded with known-good workers to the round's width so that the groups of a
-round are comparable. A group is slow when its figure (busbw) is below `tolerance` times the
-round's reference: the best of the round's figures and of the given `reference` (a baseline),
-with a control group of known-good workers in every round where spare ones exist. A fast half is exonerated (its workers become known good, and pad later groups); a slow
-half is the next round's set, or a culprit when it is one worker. Neither half slow: the set is
-retested once (noise), then given up as not reproducible; both slow: two culprits, both followed,
-except on one host: both halves of one host slow name the host (all its workers: its link).
+are disjoint), each padded with known-good workers (exonerated ones included, as they are
+cleared) to the round's width so that the groups of a round are comparable. A group is slow when
+its figure (busbw) is below `tolerance` times the round's reference: a control group of
+known-good workers measured in the same round where spare ones exist, else the given `reference`
+(a baseline), and only when neither exists the best of the round's figures. A fast half is
+exonerated; a slow half is the next round's set. Neither half slow: the set is retested once
+(noise), then given up as not reproducible; both slow: two culprits, both followed, except on one
+host: both halves of one host slow point at the host (all its workers: its link).
 
-One culprit among n is named in ceil(log2 n) rounds, two in about as many (their sets are tested
-in the same rounds).
+Nobody is named on one figure: a worker (or a host) found slow is tested again, on its own with
+other padding, in the next round, and named only if it is slow again; otherwise its set is
+reported unresolved. Every set the search gives up on is reported (`unresolved`, with why).
+
+One culprit among n is named in ceil(log2 n) + 1 rounds, two in about as many (their sets are
+tested in the same rounds).
 """
 
 from __future__ import annotations
@@ -39,14 +44,18 @@ class Verdict:
     culprits: list[str]
     hosts: list[str]  # hosts of the culprits
     rounds: int
-    unresolved: list[Members] = field(default_factory=list)  # sets that stopped reproducing
+    unresolved: list[Members] = field(default_factory=list)  # sets the search gave up on
+    why: list[str] = field(default_factory=list)  # for each unresolved set
 
     def describe(self, host_of: Mapping[str, str]) -> str:
+        dropped = ""
+        if self.unresolved:
+            dropped = f"; {len(self.unresolved)} set(s) could not be resolved: " + "; ".join(
+                f"{{{', '.join(s)}}} ({why})" for s, why in zip(self.unresolved, self.why))
         if not self.culprits:
-            why = f"; {len(self.unresolved)} slow set(s) did not reproduce" if self.unresolved else ""
-            return f"no culprit found in {self.rounds} rounds{why}"
+            return f"no culprit found in {self.rounds} rounds{dropped}"
         named = ", ".join(f"{w} (host {host_of.get(w, '?')})" for w in self.culprits)
-        return f"culprit(s) {named} named in {self.rounds} rounds"
+        return f"culprit(s) {named} named in {self.rounds} rounds{dropped}"
 
 
 @dataclass
@@ -54,6 +63,7 @@ class _Test:
     suspects: Members  # the set under test
     halves: list[Members]
     groups: list[Group]
+    confirming: bool = False  # a set found slow once, tested again before it is named
 
 
 class Planner:
@@ -77,38 +87,49 @@ class Planner:
         self._good: list[str] = [w for w in dict.fromkeys(known_good) if w not in set(members)]
         self._good_set = set(self._good)
         self._retried: set[Members] = set()
+        self._confirm: list[Members] = []  # found slow once: tested again before they are named
         self._tests: list[_Test] = []
         self._control: Group | None = None
         self.rounds = 0
         self.culprits: list[str] = []
         self.unresolved: list[Members] = []
+        self.why: list[str] = []
+
+    def _give_up(self, s: Members, why: str) -> None:
+        self.unresolved.append(s)
+        self.why.append(why)
 
     def next_round(self) -> list[Group] | None:
-        if not self._sets or self.rounds >= self.max_rounds:
-            self.unresolved += self._sets if self.rounds >= self.max_rounds else []
-            self._sets = []
+        if (not self._sets and not self._confirm) or self.rounds >= self.max_rounds:
+            for s in (self._sets + self._confirm) if self.rounds >= self.max_rounds else []:
+                self._give_up(s, f"still under test after {self.max_rounds} rounds")
+            self._sets, self._confirm = [], []
             return None
-        splits = [(s, self._halves(s)) for s in self._sets]
-        width = max(self.min_width, max(len(h) for _, halves in splits for h in halves))
+        # A set to confirm is tested whole (one "half"); a set to split, in two halves.
+        splits = [(s, [s], True) for s in self._confirm] + [(s, self._halves(s), False) for s in self._sets]
+        width = max(self.min_width, max(len(h) for _, halves, _ in splits for h in halves))
         spare = list(self._good)
-        self._tests = []
-        for s, halves in splits:
+        self._tests, waiting = [], []
+        for s, halves, confirming in splits:
             groups = []
             for h in halves:
                 pad, spare = self._pad(h, width, spare)
                 groups.append(Group(members=h + pad, suspects=h))
             if min(len(g.members) for g in groups) < 2:  # one worker alone measures no link
-                self.unresolved.append(s)
+                waiting.append((s, confirming))  # next round: this round's cleared workers pad it
                 spare = [w for g in groups for w in g.members if w not in s] + spare
                 continue
-            self._tests.append(_Test(s, halves, groups))
+            self._tests.append(_Test(s, halves, groups, confirming))
+        self._sets = [s for s, confirming in waiting if not confirming]
+        self._confirm = [s for s, confirming in waiting if confirming]
         if not self._tests:
-            self._sets = []
+            for s, _ in waiting:
+                self._give_up(s, "no known-good worker left to pad its test with")
+            self._sets, self._confirm = [], []
             return None
         self._control = None
-        if not self.reference and len(spare) >= width:
+        if len(spare) >= width:  # measured beside the tests, under the same load: the reference
             self._control = Group(members=tuple(spare[:width]), suspects=())
-        self._sets = []
         self.rounds += 1
         return [g for t in self._tests for g in t.groups] + ([self._control] if self._control else [])
 
@@ -126,10 +147,15 @@ class Planner:
         return tuple(pick), [w for w in spare if w not in chosen]
 
     def reference_for(self, figures: Mapping[Group, float]) -> float:
-        """What a clean group of this round reaches: the best of its groups (measured side by side,
-        under the same load) or the given reference. Earlier rounds' figures are not used: a
-        shared machine's clean figures drift several-fold between rounds (seen on CPU loopback)."""
-        return max([*figures.values(), self.reference])
+        """What a clean group of this round reaches: its control group's figure (known-good
+        workers, measured side by side under the same load), else the given reference (a
+        baseline), else the best of the round's figures. Not the round's own best where a control
+        or a baseline exists: on a noisy machine one lucky group would make clean ones look slow.
+        Earlier rounds' figures are not used: a shared machine's clean figures drift several-fold
+        between rounds (seen on CPU loopback)."""
+        if self._control is not None and figures.get(self._control, 0.0) > 0:
+            return figures[self._control]
+        return self.reference or max(figures.values())
 
     def record(self, figures: Mapping[Group, float]) -> float:
         """Take the last round's figures; returns the reference they were judged against."""
@@ -144,22 +170,28 @@ class Planner:
         return ref
 
     def _judge(self, t: _Test, slow: list[bool]) -> None:
+        if t.confirming:
+            if slow[0]:
+                self.culprits += t.suspects
+            else:
+                self._give_up(t.suspects, "slow once, not again when tested on its own")
+            return
         if not any(slow):
             if t.suspects in self._retried:
-                self.unresolved.append(t.suspects)
+                self._give_up(t.suspects, "no half slow, twice: did not reproduce")
             else:
                 self._retried.add(t.suspects)
                 self._sets.append(t.suspects)
             return
         if len(slow) == 2 and all(slow) and len({self.host_of[w] for w in t.suspects}) == 1:
-            self.culprits += t.suspects  # every part of one host is slow: the host (its link)
+            self._confirm.append(t.suspects)  # every part of one host is slow: the host (its link)
             return
         for half, is_slow in zip(t.halves, slow):
             if not is_slow:
                 self._good += [w for w in half if w not in self._good_set]
                 self._good_set.update(half)
             elif len(half) == 1:
-                self.culprits.append(half[0])
+                self._confirm.append(half)
             else:
                 self._sets.append(half)
 
@@ -182,7 +214,7 @@ class Planner:
     def verdict(self) -> Verdict:
         culprits = list(dict.fromkeys(self.culprits))
         return Verdict(culprits=culprits, hosts=sorted({self.host_of[w] for w in culprits}),
-                       rounds=self.rounds, unresolved=list(self.unresolved))
+                       rounds=self.rounds, unresolved=list(self.unresolved), why=list(self.why))
 
 
 def run(planner: Planner, measure) -> Verdict:

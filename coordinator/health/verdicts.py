@@ -3,14 +3,18 @@
 The runners (worker/checks/) flag what they measured against the median of comparable peers;
 here those flags become verdicts on workers, with their evidence (figure and expectation):
 
-- link_matrix: a worker most of whose links are flagged is failed, and so is every worker of a
+- link_matrix: a worker whose peers dispute most of its links' figures is suspect. A worker most of whose links are flagged is failed, and so is every worker of a
   host most of whose cross-host links are flagged (a slow NIC or cable shows on every link of
   the host, while each of its peers has only one slow link: theirs to it). A link that corrupted
   bytes, and that no failed worker explains, makes both its ends suspect; a link that is only
   slow stays flagged in the result but names nobody. The others are healthy.
-- gpu_check: a flagged worker (below its same-model peers) is failed.
-- sdc_check: a checksum other than the majority of its model's, or a wrong element in the exact
-  collectives, is failed; with no majority, the disagreeing workers are suspect.
+- gpu_check: a flagged worker (below its same-model peers' noise-aware bound, or a product unlike
+  the first) is failed; a worker whose figures its turn cannot explain (peers' clocks) is suspect.
+- sdc_check: a checksum other than the majority of its model's is failed, and so is the sender of
+  wrong data in the exact collectives that a strict majority of its receivers name (a receiver
+  of wrong data is not the culprit). With no checksum majority, the disagreeing workers are
+  suspect; a worker named by a minority, or that saw wrong data no failed sender explains, is
+  suspect (one accuser's word quarantines nobody).
 """
 
 from __future__ import annotations
@@ -66,6 +70,12 @@ def _links(r: pb.LinkMatrixResult, ranks: dict[int, pb.WorkerRef]) -> Found:
         if x.wrong and x.a not in out and x.b not in out:
             for rank in (x.a, x.b):
                 out.setdefault(rank, (SUSPECT, *_link_evidence(r, [x], f"link {x.a}-{x.b}")))
+    for rank, links in mine.items():  # the reporter whose figures its peers dispute, not the link
+        disputed = [x for x in links if x.ends_disagree]
+        if len(links) >= 2 and 2 * len(disputed) > len(links):
+            out.setdefault(rank, (SUSPECT, f"its figures disagree with the other end's on {len(disputed)} of "
+                                  f"{len(links)} links", "both ends of a link time the same round trips "
+                                  "(within 2x); a rank whose peers dispute most of its links reports untrue figures"))
     for rank in mine:
         out.setdefault(rank, (HEALTHY, *_link_evidence(r, mine[rank], "links")))
     return out
@@ -82,9 +92,10 @@ def _link_evidence(r: pb.LinkMatrixResult, links: list[pb.LinkRow], what: str) -
     figure = (f"{len(flagged)} of {len(links)} {what} flagged; slowest {worst.gbps:.3g} GB/s "
               f"({worst.ratio:.2f} of its median)" + (f", {sum(x.wrong for x in links)} bytes wrong"
                                                        if any(x.wrong for x in links) else ""))
-    expected = (f"each link >= {checks.LINK_FLAG_RATIO} x the median of comparable links "
-                f"(same host {r.median_same_host_gbps:.3g} GB/s, across hosts {r.median_cross_host_gbps:.3g} GB/s) "
-                f"at {r.size_bytes} bytes, no byte wrong")
+    expected = (f"each link above the noise-aware bound of comparable links (same host: median "
+                f"{r.median_same_host_gbps:.3g} GB/s, bound {r.flag_same_host_gbps:.3g}; across hosts: median "
+                f"{r.median_cross_host_gbps:.3g} GB/s, bound {r.flag_cross_host_gbps:.3g}; median - max(4 x 1.4826 "
+                f"MAD, 0.3 x median)) at {r.size_bytes} bytes ({r.size_reason or 'given'}), no byte wrong")
     return figure, expected
 
 
@@ -95,26 +106,54 @@ def _gpus(r: pb.GpuCheckResult, ranks: dict[int, pb.WorkerRef]) -> Found:
         med_t = w.tflops / w.tflops_ratio if w.tflops_ratio else 0.0
         med_c = w.copy_gbps / w.copy_ratio if w.copy_ratio else 0.0
         figure = f"{w.tflops:.4g} TFLOP/s ({r.dtype} n={r.matmul_n}), copy {w.copy_gbps:.4g} GB/s (read+write)"
-        expected = (f">= {checks.GPU_FLAG_RATIO} x the median of {peers} {w.device} peers: "
-                    f"{med_t:.4g} TFLOP/s, copy {med_c:.4g} GB/s")
-        out[w.rank] = (FAILED if w.flagged else HEALTHY, figure, expected)
+        if w.wrong:
+            figure += f", {w.wrong} loops with a product unlike the first"
+        if w.refused:
+            figure += (f"; its figures claimed {w.claimed_s:.3g} s of loops, its turn took {w.witnessed_s:.3g} s "
+                       "by its peers' clocks (refused)")
+        expected = (f"the median of {peers} {w.device} peers: {med_t:.4g} TFLOP/s, copy {med_c:.4g} GB/s; "
+                    f"flagged below {w.flag_tflops:.4g} TFLOP/s or {w.flag_copy_gbps:.4g} GB/s (median - max(4 x "
+                    "1.4826 MAD, 0.3 x median)); products equal bit for bit; figures its turn can explain")
+        out[w.rank] = (FAILED if w.flagged else SUSPECT if w.refused else HEALTHY, figure, expected)
     return out
 
 
 def _sdc(r: pb.SdcCheckResult, ranks: dict[int, pb.WorkerRef]) -> Found:
     out: Found = {}
+    n = len(r.workers)
+    failed = {w.rank for w in r.workers if n >= 3 and 2 * w.named_by > n - 1}  # senders a majority named
     for w in r.workers:
         same = [x.checksum for x in r.workers if x.device == w.device]
         majority = max(set(same), key=same.count)
         no_majority = 2 * same.count(majority) <= len(same)
         figure = f"checksum {w.checksum[:16]}, {w.collective_wrong} elements wrong in exact collectives"
+        if w.named_by:
+            figure += f"; named as the sender of wrong data by {w.named_by} of {len(r.workers) - 1} receivers"
         if w.flagged:
             verdict = FAILED
-        elif no_majority and len(set(same)) > 1:
+        elif (no_majority and len(set(same)) > 1) or _tied(w, len(r.workers)) or _unexplained(w, failed):
             verdict = SUSPECT
         else:
             verdict = HEALTHY
         expected = (f"the majority checksum of {len(same)} {w.device} peers ("
-                    + ("none: no majority" if no_majority else majority[:16]) + "), 0 elements wrong")
+                    + ("none: no majority" if no_majority else majority[:16]) + "), 0 elements wrong; "
+                    "blame for wrong data goes to the sender a majority of receivers name")
         out[w.rank] = (verdict, figure, expected)
     return out
+
+
+def _tied(w: pb.SdcFigures, n: int) -> bool:
+    """Named by exactly half of its receivers (with two ranks, by the only one): the accused and
+    the accusers cannot be told apart, so all are suspect. Named by fewer, the majority vouches."""
+    return bool(w.named_by) and 2 * w.named_by >= n - 1
+
+
+def _unexplained(w: pb.SdcFigures, failed: set[int]) -> bool:
+    """Wrong data this rank received that no sender its receivers' majority named explains: it
+    accuses alone (its own receive path, or a lie), so it is suspect; the accused is not blamed
+    on its word."""
+    accused = {s for s, k in enumerate(w.wrong_from) if k}
+    if accused - failed:
+        return True
+    # A wrong sum with no failed sender; or a result from before per-sender counts.
+    return bool(w.reduce_wrong and not failed) or (w.collective_wrong and not w.wrong_from and not failed)

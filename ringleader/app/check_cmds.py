@@ -95,7 +95,7 @@ def request_from_args(a: argparse.Namespace) -> pb.RunCheckRequest:
     r = pb.RunCheckRequest(worker_ids=[w for w in a.workers.split(",") if w], host=a.host, wait=True,
                            timeout_s=a.timeout, kinds=[k.strip() for k in a.kind.split(",") if k.strip()])
     if a.size is not None or a.iters is not None:
-        r.link_matrix.CopyFrom(pb.LinkMatrixSpec(size_bytes=a.size or 512 << 10, iters=a.iters or 4, warmup=1))
+        r.link_matrix.CopyFrom(pb.LinkMatrixSpec(size_bytes=a.size or 0, iters=a.iters or 4, warmup=1))
     if a.iters is not None:
         r.gpu_check.iters = a.iters
     return r
@@ -148,7 +148,7 @@ def sdc_check_spec(a: argparse.Namespace) -> pb.SdcCheckSpec:
 
 
 def link_matrix_table(r: pb.LinkMatrixResult) -> str:
-    lines = [f"link matrix at {r.size_bytes} bytes, {r.rounds} rounds; median same host "
+    lines = [f"link matrix at {r.size_bytes} bytes ({r.size_reason or 'given'}), {r.rounds} rounds; median same host "
              f"{r.median_same_host_gbps:.3f} GB/s, across hosts {r.median_cross_host_gbps:.3f} GB/s",
              f"{'A':>4} {'B':>4} {'ROUND':>5} {'LAT_US':>10} {'GB/S':>9} {'RATIO':>6}  FLAG"]
     for x in sorted(r.links, key=lambda x: x.ratio):

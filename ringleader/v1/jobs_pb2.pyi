@@ -1245,6 +1245,10 @@ class LinkRow(_message.Message):
     BASELINE_RATIO_FIELD_NUMBER: _builtins.int
     FLAGGED_FIELD_NUMBER: _builtins.int
     WRONG_FIELD_NUMBER: _builtins.int
+    GBPS_A_FIELD_NUMBER: _builtins.int
+    GBPS_B_FIELD_NUMBER: _builtins.int
+    ENDS_DISAGREE_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
     a: _builtins.int
     b: _builtins.int
     round: _builtins.int
@@ -1257,6 +1261,15 @@ class LinkRow(_message.Message):
     """to its baseline, 0 when none exists"""
     flagged: _builtins.bool
     wrong: _builtins.int
+    gbps_a: _builtins.float
+    """Each end's own figure (a rank reports only the links it is an end of): the initiator's and
+    the echo's fastest round trip as GB/s. `gbps` is the slower of the two.
+    """
+    gbps_b: _builtins.float
+    ends_disagree: _builtins.bool
+    """the two ends' figures differ beyond noise: its reporters are suspect, not the link"""
+    size_bytes: _builtins.int
+    """the size this link was measured at (chosen by link kind)"""
     def __init__(
         self,
         *,
@@ -1269,10 +1282,14 @@ class LinkRow(_message.Message):
         baseline_ratio: _builtins.float = ...,
         flagged: _builtins.bool = ...,
         wrong: _builtins.int = ...,
+        gbps_a: _builtins.float = ...,
+        gbps_b: _builtins.float = ...,
+        ends_disagree: _builtins.bool = ...,
+        size_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "baseline_ratio", b"baseline_ratio", "flagged", b"flagged", "gbps", b"gbps", "latency_us", b"latency_us", "ratio", b"ratio", "round", b"round", "wrong", b"wrong"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "baseline_ratio", b"baseline_ratio", "ends_disagree", b"ends_disagree", "flagged", b"flagged", "gbps", b"gbps", "gbps_a", b"gbps_a", "gbps_b", b"gbps_b", "latency_us", b"latency_us", "ratio", b"ratio", "round", b"round", "size_bytes", b"size_bytes", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1288,10 +1305,20 @@ class LinkMatrixResult(_message.Message):
     MATRIX_FIELD_NUMBER: _builtins.int
     MEDIAN_SAME_HOST_GBPS_FIELD_NUMBER: _builtins.int
     MEDIAN_CROSS_HOST_GBPS_FIELD_NUMBER: _builtins.int
+    SIZE_REASON_FIELD_NUMBER: _builtins.int
+    FLAG_SAME_HOST_GBPS_FIELD_NUMBER: _builtins.int
+    FLAG_CROSS_HOST_GBPS_FIELD_NUMBER: _builtins.int
     size_bytes: _builtins.int
     rounds: _builtins.int
     median_same_host_gbps: _builtins.float
     median_cross_host_gbps: _builtins.float
+    size_reason: _builtins.str
+    """why this size: the link kind it was chosen for, or "given" """
+    flag_same_host_gbps: _builtins.float
+    """A link below these is flagged: median - max(4 x 1.4826 MAD, 0.3 x median) of comparable
+    links (each rank's median), at least 0.25 x median (worker/checks/flags.py).
+    """
+    flag_cross_host_gbps: _builtins.float
     @_builtins.property
     def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___LinkRow]: ...
     @_builtins.property
@@ -1307,10 +1334,13 @@ class LinkMatrixResult(_message.Message):
         matrix: _abc.Iterable[Global___P2PMatrixRow] | None = ...,
         median_same_host_gbps: _builtins.float = ...,
         median_cross_host_gbps: _builtins.float = ...,
+        size_reason: _builtins.str = ...,
+        flag_same_host_gbps: _builtins.float = ...,
+        flag_cross_host_gbps: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links", "matrix", b"matrix", "median_cross_host_gbps", b"median_cross_host_gbps", "median_same_host_gbps", b"median_same_host_gbps", "rounds", b"rounds", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flag_cross_host_gbps", b"flag_cross_host_gbps", "flag_same_host_gbps", b"flag_same_host_gbps", "links", b"links", "matrix", b"matrix", "median_cross_host_gbps", b"median_cross_host_gbps", "median_same_host_gbps", b"median_same_host_gbps", "rounds", b"rounds", "size_bytes", b"size_bytes", "size_reason", b"size_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1330,6 +1360,12 @@ class GpuFigures(_message.Message):
     TFLOPS_RATIO_FIELD_NUMBER: _builtins.int
     COPY_RATIO_FIELD_NUMBER: _builtins.int
     FLAGGED_FIELD_NUMBER: _builtins.int
+    WITNESSED_S_FIELD_NUMBER: _builtins.int
+    CLAIMED_S_FIELD_NUMBER: _builtins.int
+    REFUSED_FIELD_NUMBER: _builtins.int
+    WRONG_FIELD_NUMBER: _builtins.int
+    FLAG_TFLOPS_FIELD_NUMBER: _builtins.int
+    FLAG_COPY_GBPS_FIELD_NUMBER: _builtins.int
     rank: _builtins.int
     worker_id: _builtins.str
     device: _builtins.str
@@ -1340,6 +1376,17 @@ class GpuFigures(_message.Message):
     """to the median of the same model"""
     copy_ratio: _builtins.float
     flagged: _builtins.bool
+    witnessed_s: _builtins.float
+    """The rank's turn as every rank's clock saw it (median over ranks), and the time its figures
+    claim: a claim far below what the others saw is refused (the figures are not trusted).
+    """
+    claimed_s: _builtins.float
+    refused: _builtins.bool
+    wrong: _builtins.int
+    """products whose result differed from the first one's"""
+    flag_tflops: _builtins.float
+    """below these it is flagged (noise-aware, as the link check's)"""
+    flag_copy_gbps: _builtins.float
     def __init__(
         self,
         *,
@@ -1351,10 +1398,16 @@ class GpuFigures(_message.Message):
         tflops_ratio: _builtins.float = ...,
         copy_ratio: _builtins.float = ...,
         flagged: _builtins.bool = ...,
+        witnessed_s: _builtins.float = ...,
+        claimed_s: _builtins.float = ...,
+        refused: _builtins.bool = ...,
+        wrong: _builtins.int = ...,
+        flag_tflops: _builtins.float = ...,
+        flag_copy_gbps: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_gbps", b"copy_gbps", "copy_ratio", b"copy_ratio", "device", b"device", "flagged", b"flagged", "rank", b"rank", "tflops", b"tflops", "tflops_ratio", b"tflops_ratio", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claimed_s", b"claimed_s", "copy_gbps", b"copy_gbps", "copy_ratio", b"copy_ratio", "device", b"device", "flag_copy_gbps", b"flag_copy_gbps", "flag_tflops", b"flag_tflops", "flagged", b"flagged", "rank", b"rank", "refused", b"refused", "tflops", b"tflops", "tflops_ratio", b"tflops_ratio", "witnessed_s", b"witnessed_s", "worker_id", b"worker_id", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1399,14 +1452,25 @@ class SdcFigures(_message.Message):
     CHECKSUM_FIELD_NUMBER: _builtins.int
     COLLECTIVE_WRONG_FIELD_NUMBER: _builtins.int
     FLAGGED_FIELD_NUMBER: _builtins.int
+    WRONG_FROM_FIELD_NUMBER: _builtins.int
+    NAMED_BY_FIELD_NUMBER: _builtins.int
+    REDUCE_WRONG_FIELD_NUMBER: _builtins.int
     rank: _builtins.int
     worker_id: _builtins.str
     device: _builtins.str
     checksum: _builtins.str
     """hex digest of the deterministic computation's bytes"""
     collective_wrong: _builtins.int
-    """elements wrong in the exact collectives"""
+    """elements wrong in the exact collectives, as this rank received them"""
     flagged: _builtins.bool
+    named_by: _builtins.int
+    reduce_wrong: _builtins.int
+    @_builtins.property
+    def wrong_from(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Elements this rank received wrong from each sender (all_gather slices, indexed by rank), the
+        receivers that named this rank as a sender of wrong data, and its all_reduce's wrong elements.
+        """
+
     def __init__(
         self,
         *,
@@ -1416,10 +1480,13 @@ class SdcFigures(_message.Message):
         checksum: _builtins.str = ...,
         collective_wrong: _builtins.int = ...,
         flagged: _builtins.bool = ...,
+        wrong_from: _abc.Iterable[_builtins.int] | None = ...,
+        named_by: _builtins.int = ...,
+        reduce_wrong: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum", b"checksum", "collective_wrong", b"collective_wrong", "device", b"device", "flagged", b"flagged", "rank", b"rank", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum", b"checksum", "collective_wrong", b"collective_wrong", "device", b"device", "flagged", b"flagged", "named_by", b"named_by", "rank", b"rank", "reduce_wrong", b"reduce_wrong", "worker_id", b"worker_id", "wrong_from", b"wrong_from"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2333,6 +2400,7 @@ class LocalizeRequest(_message.Message):
     MAX_ROUNDS_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     TOLERANCE_FIELD_NUMBER: _builtins.int
+    REPEATS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """a finished collective job whose gang is to be searched"""
     max_rounds: _builtins.int
@@ -2341,6 +2409,8 @@ class LocalizeRequest(_message.Message):
     """test size (default: the job's largest size)"""
     tolerance: _builtins.float
     """a group below this fraction of a clean one is slow (default 0.8)"""
+    repeats: _builtins.int
+    """each group measured this many times, its best counts (default 2)"""
     @_builtins.property
     def known_good(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """workers to pad test groups with (default: idle healthy workers)"""
@@ -2353,14 +2423,40 @@ class LocalizeRequest(_message.Message):
         max_rounds: _builtins.int = ...,
         size_bytes: _builtins.int = ...,
         tolerance: _builtins.float = ...,
+        repeats: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "known_good", b"known_good", "max_rounds", b"max_rounds", "size_bytes", b"size_bytes", "tolerance", b"tolerance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "known_good", b"known_good", "max_rounds", b"max_rounds", "repeats", b"repeats", "size_bytes", b"size_bytes", "tolerance", b"tolerance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LocalizeRequest: _TypeAlias = LocalizeRequest  # noqa: Y015
+
+@_typing.final
+class LocalizeSet(_message.Message):
+    """A set of workers localization could not resolve, and why (never dropped silently)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_IDS_FIELD_NUMBER: _builtins.int
+    WHY_FIELD_NUMBER: _builtins.int
+    why: _builtins.str
+    @_builtins.property
+    def worker_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        worker_ids: _abc.Iterable[_builtins.str] | None = ...,
+        why: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["why", b"why", "worker_ids", b"worker_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalizeSet: _TypeAlias = LocalizeSet  # noqa: Y015
 
 @_typing.final
 class LocalizeGroup(_message.Message):
@@ -2435,6 +2531,7 @@ class LocalizeResult(_message.Message):
     ROUNDS_FIELD_NUMBER: _builtins.int
     HISTORY_FIELD_NUMBER: _builtins.int
     VERDICT_FIELD_NUMBER: _builtins.int
+    UNRESOLVED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     rounds: _builtins.int
     verdict: _builtins.str
@@ -2447,6 +2544,8 @@ class LocalizeResult(_message.Message):
     def culprit_hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def history(self) -> _containers.RepeatedCompositeFieldContainer[Global___LocalizeRound]: ...
+    @_builtins.property
+    def unresolved(self) -> _containers.RepeatedCompositeFieldContainer[Global___LocalizeSet]: ...
     def __init__(
         self,
         *,
@@ -2456,10 +2555,11 @@ class LocalizeResult(_message.Message):
         rounds: _builtins.int = ...,
         history: _abc.Iterable[Global___LocalizeRound] | None = ...,
         verdict: _builtins.str = ...,
+        unresolved: _abc.Iterable[Global___LocalizeSet] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["culprit_hosts", b"culprit_hosts", "culprits", b"culprits", "history", b"history", "job_id", b"job_id", "rounds", b"rounds", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["culprit_hosts", b"culprit_hosts", "culprits", b"culprits", "history", b"history", "job_id", b"job_id", "rounds", b"rounds", "unresolved", b"unresolved", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

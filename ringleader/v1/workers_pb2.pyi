@@ -127,6 +127,7 @@ class Heartbeat(_message.Message):
     OP_SEQ_FIELD_NUMBER: _builtins.int
     EXECUTOR_FIELD_NUMBER: _builtins.int
     EXECUTOR_DETAIL_FIELD_NUMBER: _builtins.int
+    TELEMETRY_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     op_seq: _builtins.int
     """sequence number of the op the executor is in"""
@@ -134,6 +135,10 @@ class Heartbeat(_message.Message):
     """seen from outside the executor: a stopped or silent one is named"""
     executor_detail: _builtins.str
     """e.g. "process stopped", "no sign of life for 4.0 s" """
+    @_builtins.property
+    def telemetry(self) -> Global___GpuTelemetry:
+        """the GPU's last NVML sample (worker/telemetry.py); unset on a CPU worker"""
+
     def __init__(
         self,
         *,
@@ -141,14 +146,185 @@ class Heartbeat(_message.Message):
         op_seq: _builtins.int = ...,
         executor: _jobs_pb2.ExecutorHealth.ValueType = ...,
         executor_detail: _builtins.str = ...,
+        telemetry: Global___GpuTelemetry | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["telemetry", b"telemetry"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "executor_detail", b"executor_detail", "job_id", b"job_id", "op_seq", b"op_seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "executor_detail", b"executor_detail", "job_id", b"job_id", "op_seq", b"op_seq", "telemetry", b"telemetry"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Heartbeat: _TypeAlias = Heartbeat  # noqa: Y015
+
+@_typing.final
+class XidEvent(_message.Message):
+    """An XID the driver reported (NVML's critical-error event), with when the worker saw it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    code: _builtins.int
+    at: _builtins.float
+    """unix seconds"""
+    def __init__(
+        self,
+        *,
+        code: _builtins.int = ...,
+        at: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "code", b"code"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___XidEvent: _TypeAlias = XidEvent  # noqa: Y015
+
+@_typing.final
+class ForeignProcess(_message.Message):
+    """A process on the GPU that is not the worker's own (its daemon and executor)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PID_FIELD_NUMBER: _builtins.int
+    USED_BYTES_FIELD_NUMBER: _builtins.int
+    pid: _builtins.int
+    used_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        pid: _builtins.int = ...,
+        used_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pid", b"pid", "used_bytes", b"used_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForeignProcess: _TypeAlias = ForeignProcess  # noqa: Y015
+
+@_typing.final
+class GpuTelemetry(_message.Message):
+    """What NVML says of one GPU, sampled about once a second (worker/telemetry.py). The rules that
+    turn it into verdicts: coordinator/health/telemetry_rules.py.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    XIDS_FIELD_NUMBER: _builtins.int
+    ECC_VOLATILE_SBE_FIELD_NUMBER: _builtins.int
+    ECC_VOLATILE_DBE_FIELD_NUMBER: _builtins.int
+    ECC_AGGREGATE_SBE_FIELD_NUMBER: _builtins.int
+    ECC_AGGREGATE_DBE_FIELD_NUMBER: _builtins.int
+    RETIRED_PAGES_PENDING_FIELD_NUMBER: _builtins.int
+    REMAPPED_ROWS_PENDING_FIELD_NUMBER: _builtins.int
+    REMAPPED_ROWS_FAILED_FIELD_NUMBER: _builtins.int
+    THROTTLE_REASONS_FIELD_NUMBER: _builtins.int
+    SM_CLOCK_MHZ_FIELD_NUMBER: _builtins.int
+    MAX_SM_CLOCK_MHZ_FIELD_NUMBER: _builtins.int
+    TEMPERATURE_C_FIELD_NUMBER: _builtins.int
+    SLOWDOWN_TEMPERATURE_C_FIELD_NUMBER: _builtins.int
+    POWER_W_FIELD_NUMBER: _builtins.int
+    POWER_LIMIT_W_FIELD_NUMBER: _builtins.int
+    PCIE_GEN_FIELD_NUMBER: _builtins.int
+    PCIE_MAX_GEN_FIELD_NUMBER: _builtins.int
+    PCIE_WIDTH_FIELD_NUMBER: _builtins.int
+    PCIE_MAX_WIDTH_FIELD_NUMBER: _builtins.int
+    NVLINK_LINKS_FIELD_NUMBER: _builtins.int
+    NVLINK_DOWN_FIELD_NUMBER: _builtins.int
+    NVLINK_ERRORS_FIELD_NUMBER: _builtins.int
+    FOREIGN_FIELD_NUMBER: _builtins.int
+    UTILIZATION_PCT_FIELD_NUMBER: _builtins.int
+    FAKE_FIELD_NUMBER: _builtins.int
+    at: _builtins.float
+    """unix seconds of the sample"""
+    error: _builtins.str
+    """NVML could not be read (then the rest is unset)"""
+    ecc_volatile_sbe: _builtins.int
+    """corrected (single bit) since the driver loaded"""
+    ecc_volatile_dbe: _builtins.int
+    """uncorrected (double bit) since the driver loaded"""
+    ecc_aggregate_sbe: _builtins.int
+    """over the GPU's life"""
+    ecc_aggregate_dbe: _builtins.int
+    retired_pages_pending: _builtins.bool
+    """a page retirement waits for a reset"""
+    remapped_rows_pending: _builtins.bool
+    """a row remapping waits for a reset"""
+    remapped_rows_failed: _builtins.bool
+    """a row remapping failed"""
+    throttle_reasons: _builtins.int
+    """NVML's clocks event reasons (bit mask)"""
+    sm_clock_mhz: _builtins.int
+    max_sm_clock_mhz: _builtins.int
+    temperature_c: _builtins.float
+    slowdown_temperature_c: _builtins.float
+    """the GPU slows itself down from here"""
+    power_w: _builtins.float
+    power_limit_w: _builtins.float
+    """enforced limit"""
+    pcie_gen: _builtins.int
+    pcie_max_gen: _builtins.int
+    pcie_width: _builtins.int
+    pcie_max_width: _builtins.int
+    nvlink_links: _builtins.int
+    """links up when the worker started"""
+    nvlink_down: _builtins.int
+    """of those, down now"""
+    nvlink_errors: _builtins.int
+    """CRC, replay and recovery errors since the worker started"""
+    utilization_pct: _builtins.int
+    """GPU busy share of the last sample period"""
+    fake: _builtins.bool
+    """from the fault injector's FAKE NVML (tests only)"""
+    @_builtins.property
+    def xids(self) -> _containers.RepeatedCompositeFieldContainer[Global___XidEvent]:
+        """XIDs of the last XID_WINDOW_S (300 s)"""
+
+    @_builtins.property
+    def foreign(self) -> _containers.RepeatedCompositeFieldContainer[Global___ForeignProcess]: ...
+    def __init__(
+        self,
+        *,
+        at: _builtins.float = ...,
+        error: _builtins.str = ...,
+        xids: _abc.Iterable[Global___XidEvent] | None = ...,
+        ecc_volatile_sbe: _builtins.int = ...,
+        ecc_volatile_dbe: _builtins.int = ...,
+        ecc_aggregate_sbe: _builtins.int = ...,
+        ecc_aggregate_dbe: _builtins.int = ...,
+        retired_pages_pending: _builtins.bool = ...,
+        remapped_rows_pending: _builtins.bool = ...,
+        remapped_rows_failed: _builtins.bool = ...,
+        throttle_reasons: _builtins.int = ...,
+        sm_clock_mhz: _builtins.int = ...,
+        max_sm_clock_mhz: _builtins.int = ...,
+        temperature_c: _builtins.float = ...,
+        slowdown_temperature_c: _builtins.float = ...,
+        power_w: _builtins.float = ...,
+        power_limit_w: _builtins.float = ...,
+        pcie_gen: _builtins.int = ...,
+        pcie_max_gen: _builtins.int = ...,
+        pcie_width: _builtins.int = ...,
+        pcie_max_width: _builtins.int = ...,
+        nvlink_links: _builtins.int = ...,
+        nvlink_down: _builtins.int = ...,
+        nvlink_errors: _builtins.int = ...,
+        foreign: _abc.Iterable[Global___ForeignProcess] | None = ...,
+        utilization_pct: _builtins.int = ...,
+        fake: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "ecc_aggregate_dbe", b"ecc_aggregate_dbe", "ecc_aggregate_sbe", b"ecc_aggregate_sbe", "ecc_volatile_dbe", b"ecc_volatile_dbe", "ecc_volatile_sbe", b"ecc_volatile_sbe", "error", b"error", "fake", b"fake", "foreign", b"foreign", "max_sm_clock_mhz", b"max_sm_clock_mhz", "nvlink_down", b"nvlink_down", "nvlink_errors", b"nvlink_errors", "nvlink_links", b"nvlink_links", "pcie_gen", b"pcie_gen", "pcie_max_gen", b"pcie_max_gen", "pcie_max_width", b"pcie_max_width", "pcie_width", b"pcie_width", "power_limit_w", b"power_limit_w", "power_w", b"power_w", "remapped_rows_failed", b"remapped_rows_failed", "remapped_rows_pending", b"remapped_rows_pending", "retired_pages_pending", b"retired_pages_pending", "slowdown_temperature_c", b"slowdown_temperature_c", "sm_clock_mhz", b"sm_clock_mhz", "temperature_c", b"temperature_c", "throttle_reasons", b"throttle_reasons", "utilization_pct", b"utilization_pct", "xids", b"xids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GpuTelemetry: _TypeAlias = GpuTelemetry  # noqa: Y015
 
 @_typing.final
 class StoreReady(_message.Message):

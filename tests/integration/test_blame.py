@@ -165,3 +165,82 @@ def test_a_member_reporting_as_another_rank_fails_its_job_naming_it_and_stays_bu
             await liar.close()
 
     asyncio.run(scenario())
+
+
+# ---- rogue workers in the fleet checks: blame lands on the source, never on its victims ----------
+
+HONEST = ["b0", "b1", "b2"]
+ROGUES = {  # the fault injector's rogue modes (worker/faults.py), one worker each
+    "r-share": "corrupt_share=1",  # sends a corrupted share in the corruption check's collectives
+    "r-row": "write_peer_row=1000000",  # writes 1 s one way into every other link's row of the link check
+    "r-inflate": "slow_compute=8,inflate_figures=8",  # 8x slower, reports 8x its figures
+}
+
+
+@pytest.fixture(scope="module")
+def rogues(tmp_path_factory):
+    from cluster import Cluster
+
+    c = Cluster(tmp_path_factory.mktemp("rogues"))
+    try:
+        c.start_coordinator()
+        for wid in HONEST:
+            c.start_worker(wid)
+        for wid, fault in ROGUES.items():
+            c.start_worker(wid, env={"RINGLEADER_FAULTS": fault, "RINGLEADER_FAULTS_ALLOWED": "tests"})
+        c.wait_idle(HONEST + list(ROGUES))
+        yield c
+    finally:
+        c.close()
+
+
+def _check(c, rogue: str, kind: str) -> tuple[pb.Job, dict[str, pb.WorkerHealth]]:
+    answer = c.client.run_check(pb.RunCheckRequest(worker_ids=HONEST + [rogue], kinds=[kind], wait=True,
+                                                   timeout_s=180))
+    (job,) = answer.jobs
+    assert job.state == pb.SUCCEEDED, job.reason
+    rank = {w.worker_id: w.rank for w in job.workers}
+    assert rank[rogue] != 0  # rank 0 assembles the outcome (see the report: it is trusted)
+    health = {w.worker_id: w.health for w in answer.workers}
+    for wid in HONEST:  # no honest worker is quarantined, whatever the rogue did
+        assert health[wid].verdict != pb.UNHEALTHY, (wid, health[wid])
+    return job, health
+
+
+def test_a_sender_corrupting_its_share_is_named_by_its_receivers_and_they_are_not(rogues):
+    job, health = _check(rogues, "r-share", "sdc_check")
+    rank = {w.worker_id: w.rank for w in job.workers}
+    figures = {w.rank: w for w in job.sdc_check.workers}
+    assert figures[rank["r-share"]].named_by == 3 and figures[rank["r-share"]].flagged
+    assert health["r-share"].verdict == pb.UNHEALTHY and "3 of 3 receivers" in health["r-share"].figure
+    for wid in HONEST:
+        # Every honest receiver saw the rogue's slice wrong (and its sum), and is healthy.
+        assert figures[rank[wid]].wrong_from[rank["r-share"]] > 0 and not figures[rank[wid]].flagged
+        assert health[wid].verdict == pb.HEALTHY, health[wid]
+
+
+def test_a_rank_writing_its_peers_link_rows_is_not_read(rogues):
+    job, health = _check(rogues, "r-row", "link_matrix")
+    links = job.link_matrix.links
+    # (One link of four CPU ranks sharing a busy machine may read slow and be flagged: it names nobody.)
+    assert len(links) == 6 and not any(x.ends_disagree for x in links)
+    assert max(x.latency_us for x in links) < 1e5  # the 1 s it wrote for the others' links is not there
+    assert all(h.verdict == pb.HEALTHY for h in health.values()), health
+
+
+def test_a_worker_inflating_its_link_figures_is_disputed_by_every_peer(rogues):
+    job, health = _check(rogues, "r-inflate", "link_matrix")
+    rank = {w.worker_id: w.rank for w in job.workers}
+    mine = [x for x in job.link_matrix.links if rank["r-inflate"] in (x.a, x.b)]
+    assert len(mine) == 3 and all(x.ends_disagree and not x.flagged for x in mine)
+    assert health["r-inflate"].verdict == pb.SUSPECT and "disagree" in health["r-inflate"].figure
+    assert all(health[w].verdict == pb.HEALTHY for w in HONEST), health
+
+
+def test_a_slowed_worker_inflating_its_gpu_figures_is_refused_and_judged_on_its_turn(rogues):
+    job, health = _check(rogues, "r-inflate", "gpu_check")
+    rank = {w.worker_id: w.rank for w in job.workers}
+    rogue = job.gpu_check.workers[rank["r-inflate"]]
+    assert rogue.refused and rogue.witnessed_s > 4 * rogue.claimed_s, rogue
+    assert health["r-inflate"].verdict in (pb.UNHEALTHY, pb.SUSPECT) and "refused" in health["r-inflate"].figure
+    assert all(health[w].verdict == pb.HEALTHY for w in HONEST), health

@@ -4,8 +4,13 @@ bucket (tbf, 200 Mbit/s, on its eth0: what leaves the host) and `ringleader chec
 that host and no other; clean runs before it must name nobody (no false verdict). How long a
 check takes is measured, not asserted (bench/fleet_checks.py; the goal is 10 s).
 
-RINGLEADER_FLEET_CLEAN_RUNS (default 2) sets the clean runs; RINGLEADER_FLEET_REPORT, a path,
-gets every run's figures as JSON (bench/fleet_checks.py runs this test with 20 and keeps that).
+A 2x slower link: the rate limit set at half the clean runs' median cross-host throughput (so
+its ping-pong reads about half its peers'); the host must be named alone, every run.
+
+RINGLEADER_FLEET_CLEAN_RUNS (default 2) sets the clean link-matrix runs, RINGLEADER_FLEET_DEFAULT_RUNS
+(default 1) the clean runs of the default `check` (every kind), RINGLEADER_FLEET_HALF_RUNS (default 1)
+the runs at half rate; RINGLEADER_FLEET_REPORT, a path, gets every run's figures as JSON
+(bench/fleet_checks.py runs this test with 20 / 20 / 5 and keeps that).
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ pytestmark = pytest.mark.multihost
 WORKERS = {f"w{i}": f"h{i}" for i in range(1, 9)}
 SLOW_HOST, SLOW_WORKER = "h5", "w5"
 RATE = "200mbit"
-REPORT: dict = {"hosts": len(WORKERS), "rate": RATE, "clean": [], "slow": []}
+REPORT: dict = {"hosts": len(WORKERS), "rate": RATE, "clean": [], "slow": [], "default_clean": [], "half": []}
 
 
-def rate_limit(bed, host: str, on: bool) -> None:
+def rate_limit(bed, host: str, on: bool, rate: str = RATE) -> None:
     """A token bucket on the host's eth0 (what it sends), or none. The burst is small (32 KiB),
     so even the first ping-pong of a check is held to the rate."""
     from pyroute2 import NetNS
@@ -37,26 +42,33 @@ def rate_limit(bed, host: str, on: bool) -> None:
     with NetNS(bed.ns(host)) as ns:
         eth0 = ns.link_lookup(ifname="eth0")[0]
         if on:
-            ns.tc("add", "tbf", index=eth0, handle="1:", rate=RATE, burst=32 << 10, latency="100ms")
+            ns.tc("add", "tbf", index=eth0, handle="1:", rate=rate, burst=32 << 10, latency="100ms")
         else:
             ns.tc("del", index=eth0, handle="1:", root=True)
 
 
-def check(c) -> tuple[dict, float, int]:
-    """`ringleader check --kind link_matrix -o json`: (its answer, seconds it took, exit code)."""
+def check(c, kinds: str = "link_matrix") -> tuple[dict, float, int]:
+    """`ringleader check --kind KINDS -o json`: (its answer, seconds it took, exit code)."""
     t0 = time.monotonic()
-    out = subprocess.run(ringleader_cmd("--coordinator", c.address, "check", "--kind", "link_matrix", "-o", "json"),
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(ringleader_cmd("--coordinator", c.address, "check", "--kind", kinds, "-o", "json"),
+                         capture_output=True, text=True, timeout=180)
     took = time.monotonic() - t0
     assert out.stdout, out.stderr
     return json.loads(out.stdout), took, out.returncode
 
 
 def _figures(answer: dict, took: float) -> dict:
-    job = answer["jobs"][0]
+    job = next(j for j in answer["jobs"] if "link_matrix" in j)
     links = job["link_matrix"]["links"]
     verdicts = {w["worker_id"]: w["health"]["verdict"] for w in answer["workers"]}
     return {"seconds": round(took, 2), "job_seconds": round(job["finished_at"] - job["started_at"], 2),
+            "checks": {next(k for k in ("link_matrix", "gpu_check", "sdc_check") if k in j["spec"]): j["state"]
+                       for j in answer["jobs"]},
+            "verdicts": {w: v for w, v in verdicts.items() if v != "HEALTHY"},
+            "evidence": {w["worker_id"]: f'{w["health"].get("check")}: {w["health"].get("figure", "")}'[:200]
+                         for w in answer["workers"] if w["health"]["verdict"] != "HEALTHY"},
+            "size_bytes": int(job["link_matrix"].get("size_bytes", 0)),
+            "flag_cross_host_gbps": round(job["link_matrix"].get("flag_cross_host_gbps", 0.0), 3),
             "named_hosts": answer.get("named_hosts", []),
             "not_healthy": sorted(w for w, v in verdicts.items() if v != "HEALTHY"),
             "flagged_links": sorted(f"{x['a']}-{x['b']}" for x in links if x.get("flagged")),
@@ -74,6 +86,7 @@ def fleet(tmp_path_factory):
             json.dump(REPORT, f, indent=2)
 
 
+@pytest.mark.timeout(3600)  # RINGLEADER_FLEET_CLEAN_RUNS runs of seconds each
 def test_clean_runs_name_nobody(fleet):
     bed, c = fleet
     runs = int(os.environ.get("RINGLEADER_FLEET_CLEAN_RUNS", "2"))
@@ -103,3 +116,30 @@ def test_a_rate_limited_host_is_named_and_no_other(fleet):
     assert len(slow_links) == 7 and all(x.get("flagged") for x in slow_links)
     health = {w.worker_id: w.health for w in c.client.workers()}
     assert health[SLOW_WORKER].verdict == pb.UNHEALTHY and "7 of 7" in health[SLOW_WORKER].figure
+
+
+@pytest.mark.timeout(3600)
+def test_default_check_names_nobody(fleet):
+    bed, c = fleet
+    for _ in range(int(os.environ.get("RINGLEADER_FLEET_DEFAULT_RUNS", "1"))):
+        answer, took, code = check(c, "link_matrix,gpu_check,sdc_check")
+        REPORT["default_clean"].append(figures := _figures(answer, took))
+        assert all(j["state"] == "SUCCEEDED" for j in answer["jobs"]), [j["reason"] for j in answer["jobs"]]
+        assert figures["not_healthy"] == [] and code == 0, figures
+
+
+@pytest.mark.timeout(3600)
+def test_a_2x_slower_link_is_named_and_no_other(fleet):
+    bed, c = fleet
+    clean = sorted(r["median_cross_host_gbps"] for r in REPORT["clean"] + REPORT["default_clean"])
+    assert clean, "no clean run measured the bed's throughput"
+    rate = f"{int(clean[len(clean) // 2] * 8e3 / 2)}mbit"  # half the clean median (GB/s -> Mbit/s)
+    for _ in range(int(os.environ.get("RINGLEADER_FLEET_HALF_RUNS", "1"))):
+        rate_limit(bed, SLOW_HOST, on=True, rate=rate)
+        try:
+            answer, took, code = check(c)
+        finally:
+            rate_limit(bed, SLOW_HOST, on=False)
+        REPORT["half"].append(figures := {**_figures(answer, took), "rate": rate})
+        assert figures["named_hosts"] == [SLOW_HOST] and figures["not_healthy"] == [SLOW_WORKER], figures
+        assert code == 1

@@ -10,7 +10,7 @@ import pytest
 from ringleader import checks, jobspec, roundrobin
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
-from worker.checks import gpu_check, link_matrix, peers, sdc_check
+from worker.checks import flags, gpu_check, link_matrix, peers, sdc_check
 
 
 @pytest.mark.parametrize("n", range(2, 18))
@@ -41,8 +41,9 @@ def _spec(n=4, **kind) -> pb.JobSpec:
 def test_link_matrix_defaults_and_limits():
     v = jobspec.normalize(_spec(link_matrix=pb.LinkMatrixSpec()))
     s = v.spec.link_matrix
-    assert (s.size_bytes, s.iters, s.warmup) == (1 << 20, 20, 3)
-    assert v.progress_total == 3 and len(v.pairs) == 6 and v.needs_bytes == 2 << 20
+    # size 0: the runner chooses by link kind (worker/checks/link_sizes.py); room for the largest.
+    assert (s.size_bytes, s.iters, s.warmup) == (0, 20, 3)
+    assert v.progress_total == 3 and len(v.pairs) == 6 and v.needs_bytes == 2 * checks.LINK_AUTO_MAX_BYTES
     assert jobspec.normalize(_spec(link_matrix=pb.LinkMatrixSpec(warmup=0))).spec.link_matrix.warmup == 0
     assert jobspec.normalize(_spec(link_matrix=pb.LinkMatrixSpec(size_bytes=1 << 30))).sizes == (1 << 30,)
     for spec, field in [(_spec(link_matrix=pb.LinkMatrixSpec(size_bytes=(1 << 30) + 1)), "link_matrix.size_bytes"),
@@ -104,29 +105,96 @@ def test_link_result_flags_slow_and_corrupting_links():
     rows[0]["wrong"] = 2  # (0, 1): fast but corrupting
     r = link_matrix.link_result(rows, hosts, 1 << 20, 5)
     assert sorted((x.a, x.b) for x in r.links if x.flagged) == [(0, 1), (0, 3), (1, 3), (2, 3), (3, 4), (3, 5)]
-    boundary = link_matrix.link_result(_links(hosts[:3], lambda a, b: checks.LINK_FLAG_RATIO if b == 2 and a == 1
-                                              else 1.0), hosts[:3], 8, 3)
-    assert not any(x.flagged for x in boundary.links)  # at the ratio exactly: not below it
+    assert r.flag_cross_host_gbps == pytest.approx(0.7)  # identical clean links: the floor, 0.3 of the median
+
+
+def test_link_flags_are_a_multiple_of_the_noise_of_comparable_links():
+    hosts = [f"h{i}" for i in range(8)]
+    # Clean links spread 0.8-1.2 (per-rank medians MAD about 0.05): a link at half is named...
+    noisy = lambda a, b: 0.8 + 0.4 * ((a * 7 + b * 3) % 5) / 4  # noqa: E731
+    half = link_matrix.link_result(_links(hosts, lambda a, b: 0.5 if 5 in (a, b) else noisy(a, b)), hosts, 8, 7)
+    assert sorted((x.a, x.b) for x in half.links if x.flagged) == [(a, b) for a in range(8) for b in range(a + 1, 8)
+                                                                    if 5 in (a, b)]
+    assert not any(x.flagged for x in link_matrix.link_result(_links(hosts, noisy), hosts, 8, 7).links)
+    # ...while under a wide spread (a loaded bed) the band widens, never below 0.25 of the median.
+    assert flags.bound([0.3, 0.5, 1.0, 1.0, 1.5, 1.7]) == pytest.approx(0.25)
+    assert flags.bound([0.9, 1.0, 1.0, 1.1]) == pytest.approx(0.7) and flags.bound([]) == 0.0
+    assert flags.bound([1.0, 0.5]) == pytest.approx(0.525)  # two: the floor alone, so the slower half is flagged
+
+
+def test_a_link_whose_ends_disagree_is_not_judged_on_its_figure():
+    hosts = [f"h{i}" for i in range(4)]
+    rows = _links(hosts, lambda a, b: 1.0)
+    rows[0].update(gbps=0.01, ends_disagree=True)  # one end says 100x slower than the other
+    r = link_matrix.link_result(rows, hosts, 8, 3)
+    assert not any(x.flagged for x in r.links) and r.links[0].ends_disagree
+
+
+def _honest(figures, n=8192, nbytes=1 << 30, iters=10, seen=None):
+    """GPU check reports of ranks that each had a turn of their own, which every clock saw last
+    as long as the ranks' figures claim (or `seen` says)."""
+    seen = seen or [gpu_check.claimed_s(t, c, n, nbytes, iters) for t, c in figures]
+    return [(r, (t, c, 0), seen) for r, (t, c) in enumerate(figures)]
 
 
 def test_gpu_result_compares_peers_of_the_same_model_only():
     models = ["H200", "H200", "H200", "A100"]
-    r = gpu_check.gpu_result(models, [(800.0, 4000.0), (790.0, 4100.0), (390.0, 4000.0), (300.0, 1500.0)],
-                             8192, "bfloat16", 1 << 30)
+    r = gpu_check.gpu_result(models, _honest([(800.0, 4000.0), (790.0, 4100.0), (390.0, 4000.0), (300.0, 1500.0)]),
+                             8192, "bfloat16", 1 << 30, 10)
     assert [w.flagged for w in r.workers] == [False, False, True, False]  # a lone A100: no peers
     assert r.workers[2].tflops_ratio == pytest.approx(390 / 790)
     assert r.workers[3].tflops_ratio == 1.0
-    slow_copy = gpu_check.gpu_result(models[:3], [(800.0, 4000.0), (800.0, 1999.0), (800.0, 4000.0)], 8, "x", 8)
+    slow_copy = gpu_check.gpu_result(models[:3], _honest([(800.0, 4000.0), (800.0, 1999.0), (800.0, 4000.0)], 8, 8),
+                                     8, "x", 8, 10)
     assert [w.flagged for w in slow_copy.workers] == [False, True, False]
 
 
+def test_gpu_figures_their_turn_cannot_explain_are_refused():
+    figures = [(800.0, 4000.0), (800.0, 4000.0), (800.0, 4000.0)]
+    seen = [gpu_check.claimed_s(800.0, 4000.0, 8192, 1 << 30, 10) * k for k in (1.2, 8.0, 1.1)]
+    r = gpu_check.gpu_result(["H100"] * 3, _honest(figures, seen=seen), 8192, "bfloat16", 1 << 30, 10)
+    # Rank 1 claims what rank 0 does, but its turn took 8x: it is judged on what the clocks saw.
+    assert [w.refused for w in r.workers] == [False, True, False]
+    assert r.workers[1].tflops == pytest.approx(100.0) and [w.flagged for w in r.workers] == [False, True, False]
+    # Two ranks in one turn: the slowest claim must explain it; the turn's other rank is not named.
+    turn = [1.5 * gpu_check.claimed_s(80.0, 400.0, 8192, 1 << 30, 1)]
+    shared = [(0, (800.0, 4000.0, 0), turn), (0, (80.0, 400.0, 0), turn), (0, (800.0, 4000.0, 0), turn)]
+    ok = gpu_check.gpu_result(["H100"] * 3, shared, 8192, "bfloat16", 1 << 30, 1)
+    assert not any(w.refused for w in ok.workers) and [w.flagged for w in ok.workers] == [False, True, False]
+    # Unexplained with two in the turn: both refused, neither judged on it (suspect, not failed).
+    seen = [10 * turn[0], 0.06]
+    both = [(0, (800.0, 4000.0, 0), seen), (0, (800.0, 4000.0, 0), seen), (1, (800.0, 4000.0, 0), seen)]
+    r2 = gpu_check.gpu_result(["H100"] * 3, both, 8192, "bfloat16", 1 << 30, 1)
+    assert [w.refused for w in r2.workers] == [True, True, False] and not any(w.flagged for w in r2.workers)
+
+
+def _sdc(*ranks):
+    """(model, checksum) or (model, checksum, reduce wrong, wrong per sender) per rank."""
+    n = len(ranks)
+    return sdc_check.sdc_result([r if len(r) == 4 else (*r, 0, [0] * n) for r in ranks])
+
+
 def test_sdc_result_names_the_odd_one_out_by_model():
-    r = sdc_check.sdc_result([("m", "aa", 0), ("m", "aa", 0), ("m", "bb", 0), ("m", "aa", 3)])
-    assert [w.flagged for w in r.workers] == [False, False, True, True] and r.majority_checksum == "aa"
-    tie = sdc_check.sdc_result([("m", "aa", 0), ("m", "bb", 0)])
+    r = _sdc(("m", "aa"), ("m", "aa"), ("m", "bb"), ("m", "aa", 3, [0, 0, 0, 0]))
+    # Rank 3's wrong sum is what it received: it names no sender and is not flagged for it.
+    assert [w.flagged for w in r.workers] == [False, False, True, False] and r.majority_checksum == "aa"
+    tie = _sdc(("m", "aa"), ("m", "bb"))
     assert not any(w.flagged for w in tie.workers) and tie.majority_checksum == ""
-    two_models = sdc_check.sdc_result([("m", "aa", 0), ("m", "aa", 0), ("k", "cc", 0)])
+    two_models = _sdc(("m", "aa"), ("m", "aa"), ("k", "cc"))
     assert not any(w.flagged for w in two_models.workers)
+
+
+def test_the_sender_of_wrong_data_is_named_by_its_receivers_never_a_receiver():
+    # Rank 2 corrupted its share: every receiver saw its slice wrong, and the sum.
+    r = _sdc(("m", "aa", 1, [0, 0, 5, 0]), ("m", "aa", 1, [0, 0, 5, 0]), ("m", "aa", 1, [0, 0, 0, 0]),
+             ("m", "aa", 1, [0, 0, 5, 0]))
+    assert [w.named_by for w in r.workers] == [0, 0, 3, 0] and [w.flagged for w in r.workers] == [False, False, True, False]
+    # One liar accusing rank 1: a minority of rank 1's receivers, so nobody is flagged.
+    liar = _sdc(("m", "aa", 0, [0, 9, 0, 0]), ("m", "aa"), ("m", "aa"), ("m", "aa"))
+    assert liar.workers[1].named_by == 1 and not any(w.flagged for w in liar.workers)
+    # Two ranks: the only receiver's word cannot name the only sender.
+    pair = _sdc(("m", "aa", 1, [0, 5]), ("m", "aa", 1, [0, 0]))
+    assert not any(w.flagged for w in pair.workers)
 
 
 def test_ranks_sharing_a_device_take_turns():

@@ -29,6 +29,12 @@ def _link_job(hosts, slow=lambda a, b: False, wrong=()):
     return _job("link_matrix", link_matrix.link_result(rows, hosts, 1 << 20, len(hosts) - 1), hosts)
 
 
+def _honest(figures, n, nbytes, iters=10):
+    """GPU check reports of ranks with a turn each, as long as their figures claim."""
+    seen = [gpu_check.claimed_s(t, c, n, nbytes, iters) for t, c in figures]
+    return [(r, (t, c, 0), seen) for r, (t, c) in enumerate(figures)]
+
+
 def _by_verdict(found):
     return {v: sorted(w for w, h in found.items() if h.verdict == v) for v in (pb.HEALTHY, pb.SUSPECT, pb.UNHEALTHY)}
 
@@ -41,7 +47,7 @@ def test_a_slow_host_is_named_and_no_other():
     assert verdicts.named_hosts(job) == ["h5"]
     w5 = found["w5"]
     assert w5.check == "link_matrix" and w5.job_id == "chk-1" and w5.at == 100.0
-    assert w5.figure.startswith("7 of 7 links flagged") and "across hosts 1 GB/s" in w5.expected
+    assert w5.figure.startswith("7 of 7 links flagged") and "across hosts: median 1 GB/s, bound 0.7" in w5.expected
 
 
 def test_a_host_of_two_workers_is_named_by_its_cross_host_links():
@@ -69,14 +75,39 @@ def test_clean_links_give_healthy_verdicts_and_unfinished_jobs_none():
 
 
 def test_gpu_and_sdc_verdicts_carry_figures_and_expectations():
-    g = gpu_check.gpu_result(["H200"] * 3, [(800.0, 4300.0), (100.0, 4300.0), (790.0, 4200.0)], 8192, "bfloat16", 1 << 30)
+    g = gpu_check.gpu_result(["H200"] * 3, _honest([(800.0, 4300.0), (100.0, 4300.0), (790.0, 4200.0)], 8192, 1 << 30),
+                             8192, "bfloat16", 1 << 30, 10)
     found = verdicts.of_job(_job("gpu_check", g, ["a", "b", "c"]))
     assert _by_verdict(found)[pb.UNHEALTHY] == ["w1"]
     assert "100 TFLOP/s" in found["w1"].figure and "3 H200 peers: 790 TFLOP/s" in found["w1"].expected
-    s = sdc_check.sdc_result([("m", "aa", 0), ("m", "bb", 0), ("m", "aa", 0)])
+    assert "flagged below" in found["w1"].expected
+    s = sdc_check.sdc_result([("m", "aa", 0, [0] * 3), ("m", "bb", 0, [0] * 3), ("m", "aa", 0, [0] * 3)])
     assert _by_verdict(verdicts.of_job(_job("sdc_check", s, ["a", "b", "c"])))[pb.UNHEALTHY] == ["w1"]
-    tie = sdc_check.sdc_result([("m", "aa", 0), ("m", "bb", 0)])
+    tie = sdc_check.sdc_result([("m", "aa", 0, [0, 0]), ("m", "bb", 0, [0, 0])])
     assert _by_verdict(verdicts.of_job(_job("sdc_check", tie, ["a", "b"])))[pb.SUSPECT] == ["w0", "w1"]
+
+
+def test_sdc_blame_goes_to_the_sender_and_a_lone_accuser_is_suspect():
+    hosts = ["a", "b", "c", "d"]
+    rogue = sdc_check.sdc_result([("m", "aa", 1, [0, 0, 5, 0]), ("m", "aa", 1, [0, 0, 5, 0]),
+                                  ("m", "aa", 1, [0, 0, 0, 0]), ("m", "aa", 1, [0, 0, 5, 0])])
+    found = verdicts.of_job(_job("sdc_check", rogue, hosts))
+    assert _by_verdict(found) == {pb.HEALTHY: ["w0", "w1", "w3"], pb.SUSPECT: [], pb.UNHEALTHY: ["w2"]}
+    assert "by 3 of 3 receivers" in found["w2"].figure
+    liar = sdc_check.sdc_result([("m", "aa", 0, [0, 9, 0, 0])] + [("m", "aa", 0, [0] * 4)] * 3)
+    assert _by_verdict(verdicts.of_job(_job("sdc_check", liar, hosts))) == {
+        pb.HEALTHY: ["w1", "w2", "w3"], pb.SUSPECT: ["w0"], pb.UNHEALTHY: []}
+    lone_sum = sdc_check.sdc_result([("m", "aa", 2, [0] * 4)] + [("m", "aa", 0, [0] * 4)] * 3)
+    assert _by_verdict(verdicts.of_job(_job("sdc_check", lone_sum, hosts)))[pb.SUSPECT] == ["w0"]
+
+
+def test_a_rank_whose_peers_dispute_its_link_figures_is_suspect_and_no_link_is_named():
+    hosts = [f"h{i}" for i in range(4)]
+    rows = [dict(a=a, b=b, round=0, latency_us=1.0, gbps=1.0, wrong=0, ends_disagree=2 in (a, b))
+            for a in range(4) for b in range(a + 1, 4)]
+    found = verdicts.of_job(_job("link_matrix", link_matrix.link_result(rows, hosts, 8, 3), hosts))
+    assert _by_verdict(found) == {pb.HEALTHY: ["w0", "w1", "w3"], pb.SUSPECT: ["w2"], pb.UNHEALTHY: []}
+    assert "disagree with the other end's on 3 of 3 links" in found["w2"].figure
 
 
 class Clock:

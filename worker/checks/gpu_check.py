@@ -1,27 +1,42 @@
 """The GPU check: per worker, a fixed matrix product (TFLOP/s) and a device-memory copy (GB/s),
-each compared with the median of the peers of the same device model.
+each compared with its same-model peers under a noise-aware bound (flags.py).
 
 Conventions, as published figures use them: a product of two n x n matrices is 2 n^3 floating
 point operations; a copy of B bytes moves 2 B (every byte read once and written once), so
 copy GB/s = 2 B / time / 1e9 (the convention of nvbandwidth's device-local copy and of the
-"4.3 TB/s" seen on H200s; half of it is the bytes copied per second). On a GPU the time is
-device time between CUDA events, the fastest of the timed calls; on a CPU worker the same
-check runs on one CPU core (perf_counter), so it is tested without a GPU. Ranks that share a
-device (CPU workers of one host, ranks on one GPU) take turns, so none measures another's load.
+"4.3 TB/s" seen on H200s; half of it is the bytes copied per second).
+
+What a job would get: the clock around a whole loop of `iters` products (the device drained
+before and after), not each product's own device time, so a second process sharing the GPU
+halves the figure; the best of ROUNDS loops counts (a busy host's burst slows some loops, a
+slowed device every one), each loop in another pass over the turns. Every loop's last product must equal the first bit for bit (same
+inputs, same kernel), else it counts as wrong. On a CPU worker the same check runs on one CPU
+core, so it is tested without a GPU. Ranks that share a device or a machine's CPUs take turns.
+
+Evidence no rank can forge: every rank's clock times every turn (barrier to barrier), and a
+rank's figures claim how long its loops took at least; a claim far below the turn its peers saw
+(more than SLACK times, plus ALLOW) is refused. A refused rank alone in its turn is judged on the
+figures its turn implies (what its peers saw), else its figures are left out (verdicts: suspect).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 
 from ringleader import checks
 from ringleader.jobspec import ValidJob
 from ringleader.v1 import jobs_pb2 as pb
 from worker import faults
-from worker.checks import peers
+from worker.checks import flags, peers
 from worker.kinds import Outcome, RunContext
 
 _WARMUP = 2
+ROUNDS = 3
+# A turn may take this much longer than its claims (barriers, its slower loops, noise). On a CPU
+# worker a busy machine deschedules a rank for a good part of a second (seen at load 33, 8 ranks
+# on 2 cores: a clean rank refused with 0.05 s); an 8x slower rank still exceeds it.
+SLACK, ALLOW_S, ALLOW_CPU_S = 4.0, 0.05, 0.5
 
 
 def resolved(spec: pb.GpuCheckSpec, device_type: str) -> tuple[int, str, int]:
@@ -30,9 +45,30 @@ def resolved(spec: pb.GpuCheckSpec, device_type: str) -> tuple[int, str, int]:
     return spec.matmul_n or d["matmul_n"], spec.dtype or d["dtype"], spec.copy_bytes or d["copy_bytes"]
 
 
-def matmul_tflops(n: int, dtype: str, iters: int, device, repeat: int = 1) -> float:
-    """TFLOP/s of an n x n product (2 n^3 flops), each timed unit running it `repeat` times
-    (the slow_compute fault) but counted once."""
+def _loop_s(run, iters: int, device) -> float:
+    """One loop of `iters` calls, by the clock with the device drained before and after."""
+    _drain(device)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        run()
+    _drain(device)
+    return time.perf_counter() - t0
+
+
+def _best_loop_s(run, iters: int, device) -> float:
+    return min(_loop_s(run, iters, device) for _ in range(ROUNDS))
+
+
+def _drain(device) -> None:
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def _matmul(n: int, dtype: str, device, repeat: int = 1):
+    """(run, check) of an n x n product, warmed up: `run` does one product (`repeat` times: the
+    slow_compute fault, counted once); `check` is 1 when the result differs from the first's."""
     import torch
 
     t = getattr(torch, dtype)
@@ -46,11 +82,12 @@ def matmul_tflops(n: int, dtype: str, iters: int, device, repeat: int = 1) -> fl
 
     for _ in range(_WARMUP):
         product()
-    return 2 * n ** 3 / (_best_us(product, iters, device) * 1e-6) / 1e12
+    first = c.clone()
+    return product, lambda: int(not torch.equal(c, first))
 
 
-def copy_gbps(nbytes: int, iters: int, device, repeat: int = 1) -> float:
-    """GB/s of a device-to-device copy of `nbytes`, counted as read + write (2 x nbytes)."""
+def _copy(nbytes: int, device, repeat: int = 1):
+    """`run` of a device-to-device copy of `nbytes`, warmed up."""
     import torch
 
     src = torch.ones(nbytes, dtype=torch.uint8, device=device)
@@ -62,24 +99,24 @@ def copy_gbps(nbytes: int, iters: int, device, repeat: int = 1) -> float:
 
     for _ in range(_WARMUP):
         copy()
-    return 2 * nbytes / (_best_us(copy, iters, device) * 1e-6) / 1e9
+    return copy
 
 
-def _best_us(run, iters: int, device) -> float:
-    """The fastest call in us (events around each call on a GPU): what the device can do. A
-    slowed device is slow in every call, while a neighbour's burst on a shared host slows only
-    some; the best of several is what keeps such bursts from naming a healthy worker."""
-    from worker.distutil import time_loop
+def matmul_tflops(n: int, dtype: str, iters: int, device, repeat: int = 1) -> float:
+    """TFLOP/s of an n x n product (2 n^3 flops), by the clock around whole loops."""
+    product, _ = _matmul(n, dtype, device, repeat)
+    return 2 * n ** 3 * iters / _best_loop_s(product, iters, device) / 1e12
 
-    _, times = time_loop(run, iters, device)
-    return min(times)
+
+def copy_gbps(nbytes: int, iters: int, device, repeat: int = 1) -> float:
+    """GB/s of a device-to-device copy of `nbytes`, counted as read + write (2 x nbytes)."""
+    return 2 * nbytes * iters / _best_loop_s(_copy(nbytes, device, repeat), iters, device) / 1e9
 
 
 @contextlib.contextmanager
 def _one_cpu_thread(device):
     """On a CPU worker, measure one core: figures comparable across hosts of any size, and
-    immune to the stall of a parallel region whose other thread the OS has descheduled (on a
-    busy host, that stall, not the work, is what a multi-threaded product would measure)."""
+    immune to the stall of a parallel region whose other thread the OS has descheduled."""
     import torch
 
     if device.type != "cpu":
@@ -94,37 +131,88 @@ def _one_cpu_thread(device):
 
 
 def run_gpu_check(job: ValidJob, ctx: RunContext) -> Outcome:
-    from worker.distutil import sync
-
     g = job.spec.gpu_check
     n, dtype, nbytes = resolved(g, ctx.device.type)
-    fault = faults.load()
     everyone = peers.gather(peers.me(ctx.device))
     turn, turns = peers.turns(everyone, ctx.rank)
-    mine = (0.0, 0.0)
+    # One thread for the warm-up too: the same kernel (and reduction order) as the timed loops.
+    with _one_cpu_thread(ctx.device):
+        mine, seen = _take_turns(ctx, turn, turns, n, dtype, nbytes, g.iters)
+    reports = peers.gather((turn, mine, seen))
+    allow = ALLOW_S if ctx.device.type == "cuda" else ALLOW_CPU_S
+    return Outcome(message=gpu_result([p.model for p in everyone], reports, n, dtype, nbytes, g.iters, allow))
+
+
+def _take_turns(ctx: RunContext, turn: int, turns: int, n: int, dtype: str, nbytes: int, iters: int):
+    """(this rank's figures, every turn's seconds by this rank's clock, summed over the passes).
+    Ranks set up and warm up in turn; then ROUNDS passes, in each of which every turn's ranks run
+    one loop of products and one of copies while every rank's clock times them alone (barrier to
+    barrier). A rank's loops are spread over the passes, so that a burst of other work on the
+    machine slows one of them, not all of one rank's; its best loop counts."""
+    from worker.distutil import sync
+
+    fault = faults.load()
+    seen = [0.0] * turns
     for t in range(turns):
         sync(ctx.device)
         if t == turn:
             fault.before_op()
-            with _one_cpu_thread(ctx.device):
-                ctx.progress(0, 2, n)
-                tflops = matmul_tflops(n, dtype, g.iters, ctx.device, repeat=max(1, round(fault.slow_compute)))
-                ctx.progress(1, 2, nbytes)
-                mine = (tflops, copy_gbps(nbytes, g.iters, ctx.device, repeat=max(1, round(fault.slow_copy))))
-    figures = peers.gather(mine)
-    return Outcome(message=gpu_result([p.model for p in everyone], figures, n, dtype, nbytes))
+            ctx.progress(t, turns, n)
+            product, check = _matmul(n, dtype, ctx.device, repeat=max(1, round(fault.slow_compute)))
+            copy = _copy(nbytes, ctx.device, repeat=max(1, round(fault.slow_copy)))
+    best_p, best_c, wrong = float("inf"), float("inf"), 0
+    for _ in range(ROUNDS):
+        for t in range(turns):
+            sync(ctx.device)
+            t0 = time.perf_counter()
+            if t == turn:
+                best_p = min(best_p, _loop_s(product, iters, ctx.device))
+                wrong += check()
+                best_c = min(best_c, _loop_s(copy, iters, ctx.device))
+            sync(ctx.device)
+            seen[t] += time.perf_counter() - t0
+    tflops, gbps = 2 * n ** 3 * iters / best_p / 1e12, 2 * nbytes * iters / best_c / 1e9
+    return (tflops * fault.inflate_figures, gbps * fault.inflate_figures, wrong), seen
 
 
-def gpu_result(models: list[str], figures: list[tuple[float, float]], n: int, dtype: str,
-               nbytes: int) -> pb.GpuCheckResult:
-    """Each rank's figures against the median of its model's (ratio, flag). No communication."""
+def claimed_s(tflops: float, gbps: float, n: int, nbytes: int, iters: int) -> float:
+    """The least time a rank's timed loops took, if its figures are true (ROUNDS loops of each)."""
+    if tflops <= 0 or gbps <= 0:
+        return 0.0
+    return ROUNDS * iters * (2 * n ** 3 / (tflops * 1e12) + 2 * nbytes / (gbps * 1e9))
+
+
+def gpu_result(models: list[str], reports: list[tuple], n: int, dtype: str, nbytes: int,
+               iters: int, allow_s: float = ALLOW_S) -> pb.GpuCheckResult:
+    """Each rank's figures (its reports: (turn, (tflops, copy GB/s, wrong), turn seconds seen))
+    checked against the turns every rank's clock saw, then against its same-model peers under
+    the noise-aware bound. No communication."""
+    turn_of = [t for t, _, _ in reports]
+    # A rank's account of the turns counts only as one voice of the median (a short one: none).
+    witnessed = [peers.median([seen[t] for _, _, seen in reports if len(seen) > t]) for t in range(max(turn_of) + 1)]
+    rows = []
+    for rank, (turn, (tflops, gbps, wrong), _) in enumerate(reports):
+        claim = claimed_s(tflops, gbps, n, nbytes, iters)
+        mates = [r for r, t in enumerate(turn_of) if t == turn]
+        slowest = max(claimed_s(*reports[r][1][:2], n, nbytes, iters) for r in mates)
+        unexplained = witnessed[turn] > SLACK * slowest + allow_s  # the turn took far longer than any claim
+        refused = unexplained and witnessed[turn] > SLACK * claim + allow_s
+        if refused and len(mates) == 1 and witnessed[turn] > 0:
+            # Alone in its turn: what its peers saw bounds what it did (the whole turn as its loops).
+            scale = claim / witnessed[turn]
+            tflops, gbps = tflops * scale, gbps * scale
+        rows.append(dict(rank=rank, device=models[rank], tflops=tflops, copy_gbps=gbps, wrong=wrong,
+                         witnessed_s=witnessed[turn], claimed_s=claim, refused=refused,
+                         judged=not refused or len(mates) == 1))
     out = pb.GpuCheckResult(matmul_n=n, dtype=dtype, copy_bytes=nbytes)
-    for rank, (model, (tflops, gbps)) in enumerate(zip(models, figures)):
-        same = [f for m, f in zip(models, figures) if m == model]
-        med_t, med_c = peers.median([f[0] for f in same]), peers.median([f[1] for f in same])
-        t_ratio = tflops / med_t if med_t > 0 else 0.0
-        c_ratio = gbps / med_c if med_c > 0 else 0.0
+    for row in rows:
+        same = [x for x in rows if x["device"] == row["device"] and x["judged"]]
+        med_t, med_c = peers.median([x["tflops"] for x in same]), peers.median([x["copy_gbps"] for x in same])
+        low_t, low_c = flags.bound([x["tflops"] for x in same]), flags.bound([x["copy_gbps"] for x in same])
+        fields = {k: v for k, v in row.items() if k != "judged"}
+        low = row["tflops"] < low_t or row["copy_gbps"] < low_c
         out.workers.append(pb.GpuFigures(
-            rank=rank, device=model, tflops=tflops, copy_gbps=gbps, tflops_ratio=t_ratio, copy_ratio=c_ratio,
-            flagged=len(same) > 1 and min(t_ratio, c_ratio) < checks.GPU_FLAG_RATIO))
+            **fields, tflops_ratio=row["tflops"] / med_t if med_t > 0 else 0.0,
+            copy_ratio=row["copy_gbps"] / med_c if med_c > 0 else 0.0, flag_tflops=low_t, flag_copy_gbps=low_c,
+            flagged=row["judged"] and (row["wrong"] > 0 or (len(same) > 1 and low))))
     return out

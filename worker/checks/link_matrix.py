@@ -2,32 +2,50 @@
 
 One process group of all n ranks; in round r each rank meets its partner of the round-robin
 schedule (ringleader/roundrobin.py): the lower rank initiates, the higher echoes (worker/
-workloads/p2p.py's ping-pong, timed and checked the same way). n - 1 rounds (n even) instead of
-today's n(n-1) pairs one after another. Each link is then compared with the median of the
-comparable links: same host, or across hosts (a host's own links are much faster), each
-rank's median first so that one bad host cannot set the median.
+workloads/p2p.py's ping-pong, checked the same way). n - 1 rounds (n even).
+
+Evidence no rank can forge for another: both ends time every round trip (the initiator from
+send to return, the echo between successive returns; pingpong.py) and each rank reports only
+the links it is an end of; what a rank says of other links is never read. A link's figure is
+the slower of its two ends' fastest round trips (an end cannot make its link look faster than
+the other end saw it); when the two ends' totals for the same round trips disagree beyond noise
+(DISAGREE), the link is not judged on it and the reporters are suspect (verdicts.py: a rank
+most of whose links its peers dispute).
+
+The size is chosen by link kind (link_sizes.py) unless the spec gives one, so that each link is
+saturated. Each link is compared with the median of comparable links (same host, or across
+hosts; each rank's median first, so that one bad host cannot set it), flagged below a
+noise-aware bound (flags.py).
 """
 
 from __future__ import annotations
 
-from ringleader import checks, roundrobin
+from ringleader import roundrobin
 from ringleader.jobspec import ValidJob
 from ringleader.v1 import jobs_pb2 as pb
 from worker import faults
-from worker.checks import peers
+from worker.checks import flags, link_sizes, peers
 from worker.kinds import Outcome, RunContext
 
-_MIN_LATENCY, _WRONG = 1, 4  # columns of p2p's row: latency, min latency, p50, bandwidth, wrong
+# The two ends' totals of one link's timed round trips differ by more than this factor: one of
+# them is not true. (The same round trips: apart by about one round trip, even on a busy host,
+# whose fastest round trips seen from the two ends were measured up to 6x apart at load 17.)
+DISAGREE = 2.0
+# ...plus this much: on a quiet machine a few round trips of 512 KiB take about a millisecond, and
+# the two ends' fixed costs (a Python call, a gloo op each way) differ by a good part of it.
+DISAGREE_ALLOW_US = 500.0
 
 
 def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
     s, n = job.spec.link_matrix, job.world_size
-    hosts = [p.host for p in peers.gather(peers.me(ctx.device))]
+    everyone = peers.gather(peers.me(ctx.device))
+    hosts = [p.host for p in everyone]
     schedule = roundrobin.rounds(n)
     links = [(a, b, r) for r, pairs in enumerate(schedule) for a, b in pairs]
+    sizes, reason = link_sizes.choose(s.size_bytes, everyone, links)
     rounds = [[k for k, link in enumerate(links) if link[2] == r] for r in range(len(schedule))]
-    rows = _rows(links, _measure(s, ctx, links, rounds), s.size_bytes)
-    result = link_result(rows, hosts, s.size_bytes, len(schedule))
+    rows = _rows(links, sizes, _measure(s, sizes, ctx, links, rounds))
+    result = link_result(rows, hosts, max(sizes), len(schedule), reason)
     # A second pass over the flagged links, one at a time (the same list on every rank: every
     # rank holds the same figures): a link that was slow only because its ends waited for a
     # CPU (a busy host) is fast now, while a slow link is slow again. Each keeps its best.
@@ -35,74 +53,89 @@ def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
     if not again:
         return Outcome(message=result)
     # Three times the round trips: a rank starved of CPU for a moment gets more chances to run.
-    longer = pb.LinkMatrixSpec(size_bytes=s.size_bytes, iters=3 * s.iters, warmup=s.warmup)
-    second = _rows(links, _measure(longer, ctx, links, [[k] for k in again]), s.size_bytes)
+    longer = pb.LinkMatrixSpec(iters=3 * s.iters, warmup=s.warmup)
+    second = _rows(links, sizes, _measure(longer, sizes, ctx, links, [[k] for k in again]))
     for k in again:
         best = max(rows[k], second[k], key=lambda x: x["gbps"])
         rows[k] = {**best, "wrong": rows[k]["wrong"] + second[k]["wrong"]}
-    return Outcome(message=link_result(rows, hosts, s.size_bytes, len(schedule)))
+    return Outcome(message=link_result(rows, hosts, max(sizes), len(schedule), reason))
 
 
-def _measure(s: pb.LinkMatrixSpec, ctx: RunContext, links, batches: list[list[int]]) -> list[list[float]]:
-    """Ping-pong the links of each batch at the same time, batch after batch; every link's row
-    of p2p's figures (all zeros where not measured), the same on every rank."""
-    import torch
-    import torch.distributed as dist
-
-    # The ping-pong's two ends, shared with the p2p kind (one implementation of the timing).
+def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,
+             batches: list[list[int]]) -> list[dict]:
+    """Ping-pong the links of each batch at the same time, batch after batch. Every rank's own
+    report ({link: (fastest one-way us, total us, bytes wrong)} for the links it is an end of), in rank order."""
+    from worker.checks.pingpong import echo, initiate
     from worker.distutil import sync
-    from worker.workloads.p2p import _echo, _initiate
 
     fault = faults.load()
-    table = torch.zeros(len(links), 5, dtype=torch.float64)
+    mine: dict[int, tuple[float, float, int]] = {}
     for i, batch in enumerate(batches):
-        ctx.progress(i, len(batches), s.size_bytes)
+        ctx.progress(i, len(batches), max(sizes[k] for k in batch))
         sync(ctx.device)  # a batch starts when every pair of the last one is done
         fault.before_op()
         for k in batch:
             a, b, _ = links[k]
             if ctx.rank == a:
-                _initiate("blocking", b, s.size_bytes, s.iters, s.warmup, ctx.device, ctx.counter, table[k])
+                mine[k] = initiate(b, sizes[k], s.iters, s.warmup, ctx.device, ctx.counter)
             elif ctx.rank == b:
-                _echo("blocking", a, s.size_bytes, s.iters, s.warmup, ctx.device, ctx.counter, table[k])
-    table = table.to(ctx.device)
-    dist.all_reduce(table)  # each link's row was written by its two ends only
-    return table.cpu().tolist()
+                mine[k] = echo(a, sizes[k], s.iters, s.warmup, ctx.device, ctx.counter)
+    mine = {k: (us / fault.inflate_figures, total / fault.inflate_figures, wrong) for k, (us, total, wrong) in mine.items()}
+    if fault.write_peer_row:  # the rogue: a slower figure for every link of the others
+        mine.update({k: (fault.write_peer_row, fault.write_peer_row * s.iters, 0)
+                     for k in range(len(links)) if ctx.rank not in links[k][:2]})
+    return peers.gather(mine)
 
 
-def _rows(links, values: list[list[float]], size_bytes: int) -> list[dict]:
-    """LinkRow fields from p2p's figures. The fastest round trip counts: what the link can do.
-    A rate-limited or failing link is slow on every one; a rank that waited for a CPU, on some."""
-    return [dict(a=a, b=b, round=r, latency_us=v[_MIN_LATENCY], wrong=int(v[_WRONG]),
-                 gbps=size_bytes / v[_MIN_LATENCY] / 1e3 if v[_MIN_LATENCY] > 0 else 0.0)
-            for (a, b, r), v in zip(links, values)]
+def _rows(links, sizes: list[int], reports: list[dict]) -> list[dict]:
+    """LinkRow fields from both ends' reports, each read only for its own links. The fastest
+    round trip counts (what the link can do: a rate-limited link is slow on every one, a rank
+    that waited for a CPU on some); the link's figure is the slower end's."""
+    out = []
+    for k, (a, b, r) in enumerate(links):
+        ends = [reports[a].get(k), reports[b].get(k)]
+        gbps = [sizes[k] / e[0] / 1e3 if e and e[0] > 0 else 0.0 for e in ends]
+        wrong = sum(int(e[2]) for e in ends if e)
+        # An end with no figure leaves the other's (a rank cannot help its link by staying silent).
+        timed = [g for g in gbps if g > 0]
+        slow = min(timed, default=0.0)
+        totals = [e[1] for e in ends if e and e[1] > 0]
+        disagree = not timed or (len(totals) == 2 and max(totals) > DISAGREE * min(totals) + DISAGREE_ALLOW_US)
+        out.append(dict(a=a, b=b, round=r, latency_us=sizes[k] / slow / 1e3 if slow > 0 else 0.0, wrong=wrong,
+                        gbps=slow, gbps_a=gbps[0], gbps_b=gbps[1], ends_disagree=disagree, size_bytes=sizes[k]))
+    return out
 
 
-def link_result(rows: list[dict], hosts: list[str], size_bytes: int, rounds: int) -> pb.LinkMatrixResult:
+def link_result(rows: list[dict], hosts: list[str], size_bytes: int, rounds: int,
+                size_reason: str = "given") -> pb.LinkMatrixResult:
     """The result from measured links (dicts of LinkRow's first fields) and each rank's host:
-    ratios to the median of comparable links, flags, and the symmetric matrix. No communication."""
+    ratios to the median of comparable links, flags, and the symmetric matrix. No communication.
+    A link whose ends disagree is not flagged on its figure (bad bytes still flag it)."""
     n = len(hosts)
-    med_same, med_cross = _reference(rows, hosts, same_host=True), _reference(rows, hosts, same_host=False)
-    out = pb.LinkMatrixResult(size_bytes=size_bytes, rounds=rounds, median_same_host_gbps=med_same,
-                              median_cross_host_gbps=med_cross)
+    agreed = [r for r in rows if not r.get("ends_disagree")]
+    ref = {same: _reference(agreed, hosts, same) for same in (True, False)}
+    out = pb.LinkMatrixResult(size_bytes=size_bytes, rounds=rounds, median_same_host_gbps=ref[True][0],
+                              median_cross_host_gbps=ref[False][0], size_reason=size_reason,
+                              flag_same_host_gbps=ref[True][1], flag_cross_host_gbps=ref[False][1])
     matrix = [[-1.0] * n for _ in range(n)]
     for r in rows:
-        median = med_same if hosts[r["a"]] == hosts[r["b"]] else med_cross
+        median, low = ref[hosts[r["a"]] == hosts[r["b"]]]
         ratio = r["gbps"] / median if median > 0 else 0.0
-        flagged = ratio < checks.LINK_FLAG_RATIO or r["wrong"] > 0
+        flagged = (not r.get("ends_disagree") and r["gbps"] < low) or r["wrong"] > 0
         out.links.append(pb.LinkRow(ratio=ratio, flagged=flagged, **r))
         matrix[r["a"]][r["b"]] = matrix[r["b"]][r["a"]] = r["gbps"]
     out.matrix.extend(pb.P2PMatrixRow(gbps=line) for line in matrix)
     return out
 
 
-def _reference(rows: list[dict], hosts: list[str], same_host: bool) -> float:
-    """The median of comparable links, robust to one bad host: each rank's median link of that
-    kind, then the median over ranks. (A plain median over links fails with few hosts: on 3
-    hosts a slow one carries 2 of every 3 cross-host links, and would set the median itself.)"""
+def _reference(rows: list[dict], hosts: list[str], same_host: bool) -> tuple[float, float]:
+    """(median, flag bound) of comparable links, robust to one bad host: each rank's median link
+    of that kind, then the median and noise over ranks. (A plain median over links fails with few
+    hosts: on 3 hosts a slow one carries 2 of every 3 cross-host links, and would set it.)"""
     per_rank: dict[int, list[float]] = {}
     for r in rows:
         if (hosts[r["a"]] == hosts[r["b"]]) == same_host:
             per_rank.setdefault(r["a"], []).append(r["gbps"])
             per_rank.setdefault(r["b"], []).append(r["gbps"])
-    return peers.median([peers.median(v) for v in per_rank.values()])
+    medians = [peers.median(v) for v in per_rank.values()]
+    return peers.median(medians), flags.bound(medians)

@@ -18,6 +18,17 @@ class Peer:
     host: str
     model: str  # the device's model name: peers of the same model are comparable
     resource: str  # ranks with the same resource share the hardware being measured
+    device_type: str = "cpu"
+
+
+def machine() -> str:
+    """The physical machine: the kernel's boot id, the same in every network or UTS namespace of
+    one kernel (the namespace bed's hosts share one machine's cores), else the host name."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
 
 
 def me(device) -> Peer:
@@ -27,8 +38,9 @@ def me(device) -> Peer:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         uuid = str(getattr(props, "uuid", "")) or f"cuda:{device.index}"
-        return Peer(host, props.name, f"{host}/{uuid}")
-    return Peer(host, platform.processor() or platform.machine() or "cpu", f"{host}/cpu")
+        return Peer(host, props.name, f"{machine()}/{uuid}", "cuda")
+    # CPU workers of one machine share its cores, whatever host name their namespace gives them.
+    return Peer(host, platform.processor() or platform.machine() or "cpu", f"{machine()}/cpu")
 
 
 def gather(value) -> list:

@@ -1,0 +1,41 @@
+"""Noise-aware flags for the checks: a figure is low when it falls below the comparable figures'
+median by more than their noise, with a floor (the rule coordinator/health/baselines.py applies
+to results over time, here applied across the peers of one check).
+
+    bound = median - max(K_MAD * 1.4826 * MAD, FLOOR * median)
+
+1.4826 x MAD estimates a normal sigma from the comparable figures themselves, so a noisy bed (CPU
+workers sharing two cores) widens the band and a quiet fleet of GPUs narrows it; the floor keeps
+near-identical figures from flagging a 5 % dip (and is all there is with two figures). The bound never goes below CEILING x median, so a
+figure at a small share of its peers is flagged however noisy they are.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+K_MAD = 4.0
+MAD_SIGMA = 1.4826
+# The band is at least this share of the median: a link at half its peers' throughput (a 2x
+# slower link) is below it whenever the peers' noise is small enough to tell.
+FLOOR = 0.3
+# ...and a figure below this share of the median is flagged whatever the noise.
+CEILING = 0.25
+
+
+def bound(values: list[float]) -> float:
+    """The lowest figure that is not flagged, from the comparable figures (0 when none)."""
+    if not values:
+        return 0.0
+    med = float(statistics.median(values))
+    # Two figures have no noise to speak of: their MAD is half their difference, so an outlier
+    # would always sit inside its own band. Below three, the floor alone.
+    mad = float(statistics.median(abs(v - med) for v in values)) if len(values) >= 3 else 0.0
+    return max(med - max(K_MAD * MAD_SIGMA * mad, FLOOR * med), CEILING * med)
+
+
+def describe(median: float, low: float) -> str:
+    """The rule, for a verdict's `expected`."""
+    share = low / median if median > 0 else 0.0
+    return (f">= {low:.4g} ({share:.2f} of the median {median:.4g}: median - max({K_MAD:g} x 1.4826 MAD, "
+            f"{FLOOR:g} x median), at least {CEILING:g} x median)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import threading
 import time
@@ -23,6 +22,7 @@ from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker import api, telemetry
 from worker.credential import WorkerSecret, read_token
+from worker.ids import default_worker_id
 from worker.link import Backoff, CoordinatorLink
 from worker.netif import route_to
 from worker.ranklogs import RankLogs
@@ -47,20 +47,6 @@ class WorkerConfig:
     state_dir: str = ""  # where this worker keeps its credential across restarts (worker/credential.py)
     host_name: str = ""  # the host it registers with; default: socket.gethostname() (in Kubernetes: the node)
     k8s_token_file: str = ""  # the pod's ServiceAccount token, which vouches for its node's ids (worker/credential.py)
-
-
-def default_worker_id(device: str, host: str = "") -> str:
-    """`host`: the name it registers with (--host-name; in Kubernetes the node's, so a replaced pod
-    keeps its ids), else the machine's."""
-    host = host or socket.gethostname()
-    # One daemon per GPU makes cuda ids stable; CPU daemons may share a host, so add the pid.
-    return f"{host}-{device.replace(':', '')}" + ("" if device.startswith("cuda") else f"-{os.getpid()}")
-
-
-def local_cuda_devices() -> list[str]:
-    import torch
-
-    return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
 
 
 class WorkerDaemon:

@@ -252,7 +252,8 @@ def _run(a, settings: config.Settings) -> int:
 def run_workers(settings: config.Settings) -> int:
     from ringleader.app.worker_ids import cpu_worker_id
     from worker import faults
-    from worker.daemon import WorkerConfig, local_cuda_devices, run_daemons
+    from worker.daemon import WorkerConfig, run_daemons
+    from worker.ids import local_cuda_devices
 
     try:
         faults.check_allowed()  # the fault injector is for tests: refuse before anything starts

@@ -246,19 +246,35 @@ window.RingleaderFleet = (function () {
 
     // ---- summary, attention list, detail -----------------------------------------------------
 
+    // Led by what is wrong, most serious first (then the rest, largest first); the same words
+    // label the Fleet tab, so the jobs tab shows them too.
     drawSummary() {
-      const counts = {};
+      const counts = new Map();
       for (const w of this.workers.values()) {
-        const label = status(w)[1];
-        counts[label] = (counts[label] || 0) + 1;
+        const [, label, rank] = status(w);
+        const c = counts.get(label) || { n: 0, rank };
+        c.n += 1;
+        counts.set(label, c);
       }
       const n = this.workers.size;
-      const parts = Object.entries(counts).sort((a, b) => b[1] - a[1]).map(([k, v]) => `${v} ${k}`);
+      const fmt = (v) => v.toLocaleString("en-US");
+      const all = [...counts].map(([label, c]) => ({ label, ...c }));
+      const wrong = all.filter((c) => c.rank !== null).sort((a, b) => a.rank - b.rank);
+      const fine = all.filter((c) => c.rank === null).sort((a, b) => b.n - a.n);
+      const words = (cs) => cs.map((c) => `${fmt(c.n)} ${c.label}`).join(", ");
       this.$("fleet-summary").textContent = n
-        ? `${n} worker${n === 1 ? "" : "s"} on ${this.hosts.size} host${this.hosts.size === 1 ? "" : "s"}: ${parts.join(", ")}`
+        ? [wrong.length ? words(wrong) : "nothing wrong", words(fine),
+          `${fmt(n)} worker${n === 1 ? "" : "s"} on ${fmt(this.hosts.size)} host${this.hosts.size === 1 ? "" : "s"}`].join(" · ")
         : "";
+      const note = this.$("tab-fleet-note");
+      if (note) {
+        note.replaceChildren(!n ? "" : wrong.length
+          ? this.ui.h("span", { class: "bad" }, words(wrong)) : "all fine", n ? ` · ${fmt(n)}` : "");
+      }
       // The whole coordinator's counts, not the jobs table's page.
-      this.$("jobs-summary").textContent = `${this.jobs.running} running, ${this.jobs.queued} queued`;
+      const jobs = `${this.jobs.running} running, ${this.jobs.queued} queued`;
+      this.$("jobs-summary").textContent = jobs;
+      if (this.$("tab-jobs-note")) this.$("tab-jobs-note").textContent = jobs;
     }
 
     drawAttention() {

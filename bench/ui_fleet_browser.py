@@ -157,11 +157,14 @@ class Browser:
             time.sleep(AIM_S)
             self.gesture(target, mode)
             job_id = target["href"].rsplit("/", 1)[1]
-            opened = self.wait("location.pathname.startsWith('/jobs/') && document.getElementById('job-title')"
-                               ".textContent.length > 0 && [location.pathname, document.getElementById('job-title').textContent]", 5)
-            ok = bool(opened) and opened[0] == target["href"] and job_id in opened[1]
-            right += ok
-            outcome.append([target["href"], "right" if ok else f"wrong: {opened[0] if opened else 'nothing opened'}"])
+            # Which page opened (its address), then whether it shows that job (its title holds the
+            # id once the job is loaded; the page's placeholder title is "job").
+            opened = self.wait("location.pathname.startsWith('/jobs/') && location.pathname", 5)
+            shown = opened == target["href"] and self.wait(
+                f"document.getElementById('job-title').textContent.includes('{job_id}')", 15)
+            right += bool(shown)
+            outcome.append([target["href"], "right" if shown else f"wrong: {opened or 'nothing opened'}"
+                            + ("" if opened != target["href"] else " (its page never showed the job)")])
         return {"pressed": n, "right": right, "outcome": outcome}
 
     def click_worker_cells(self, base: str, n: int) -> dict:

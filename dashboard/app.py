@@ -9,7 +9,7 @@ from fastapi.responses import PlainTextResponse, Response
 from coordinator.core.facade import Coordinator
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.auth import Access
-from dashboard import api, baselines_api, bearer, fleet_api, fleet_view, ui
+from dashboard import api, baselines_api, bearer, fleet_api, fleet_view, trends_api, ui
 from dashboard.bearer import BEARER
 from dashboard.guard import Guard, GuardConfig
 from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
@@ -26,7 +26,7 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
     # Every API router declares the users' bearer scheme in OpenAPI (the guard checks it).
     for router in (api.router(core), fleet_api.router(core), fleet_view.router(core),
-                   baselines_api.router(core)):
+                   baselines_api.router(core), trends_api.router(core)):
         app.include_router(router, dependencies=[Security(BEARER)])
     plain_openapi = app.openapi
     app.openapi = lambda: bearer.optional(plain_openapi())  # type: ignore[method-assign]

@@ -471,6 +471,8 @@
       for (const pane of document.querySelectorAll("#overview-view .pane")) pane.hidden = pane.id !== `pane-${tab}`;
       this.tab = tab;
       if (tab === "jobs") this.tickAges();
+      // The trends are read when first asked for: the jobs and the fleet do not wait for them.
+      if (tab === "trends" && !this.trends) this.trends = RingleaderTrends.mount({ getJSON, h, jobLink, fmtSize, fmtTime });
     }
 
     tickAges() {

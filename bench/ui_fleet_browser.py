@@ -190,7 +190,9 @@ class Browser:
         tab = self.aim("#tab-fleet")
         self.gesture(tab, "arrive")
         clicks = 1
-        time.sleep(0.5)
+        if not self.wait("!document.getElementById('pane-fleet').hidden", 5):
+            return {"reached": False, "clicks": clicks, "why": "the Fleet tab did not open"}
+        self.wait("document.querySelector('#fleet-attention [data-verdict=\"UNHEALTHY\"]')", 5)
         for _ in range(2):
             if self.js("return !!document.querySelector('#fleet-detail .evidence')"):
                 break

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coordinator.health import baselines
 from coordinator.store.trends import HOUR_S, TrendPoint
@@ -30,7 +30,7 @@ REGRESSED_DAYS = 3
 REGRESSED_RATIO = 0.55
 
 
-@dataclass(frozen=True)
+@dataclass
 class History:
     points: int
     keys: int
@@ -38,6 +38,7 @@ class History:
     key: str  # its regressed key
     jobs: tuple[str, ...]  # the regressed jobs (stored as jobs)
     until: float
+    flagged_checks: list[str] = field(default_factory=list)  # write_link_checks' flagged checks, when written
 
 
 def entry(op: str, log2: int, ranks: int, hosts: int) -> pb.BaselineEntry:
@@ -93,6 +94,39 @@ def write_month(store, workers: int = 5000, days: int = 30, until: float | None 
                                                job_id=job_id, hosts=gang))
                     n += 1
     return History(points=n, keys=len(keys), host=bad_host, key=bad_key, jobs=tuple(bad_jobs), until=until)
+
+
+LINK_HOSTS, LINK_PER_HOST, LINK_BAD_DAYS = 4, 2, 2
+
+
+def write_link_checks(store, host: str, days: int = 30, until: float | None = None) -> list[str]:
+    """A finished link_matrix check a day over `host` and the three hosts after it (2 workers each):
+    12 GB/s inside a host, 5 across; in the last LINK_BAD_DAYS days the links between `host` and the
+    next host run at a quarter and are flagged. Returns the flagged checks' ids, newest last."""
+    until = until or time.time()
+    number = int(host.rsplit("h", 1)[1])
+    hosts = [f"sim-h{number + i:04}" for i in range(LINK_HOSTS)]
+    ranks = [(h, f"{h}-d{d}") for h in hosts for d in range(LINK_PER_HOST)]
+    flagged = []
+    for day in range(days):
+        at = until - (days - day) * 86400 + 600
+        job = pb.Job(id=f"lm{day:02}{number:04}", state=pb.SUCCEEDED, created_at=at - 30, started_at=at - 25, finished_at=at,
+                     spec=pb.JobSpec(world_size=len(ranks), link_matrix=pb.LinkMatrixSpec(size_bytes=1 << 20, iters=20)),
+                     workers=[pb.WorkerRef(rank=r, worker_id=w, host=h) for r, (h, w) in enumerate(ranks)])
+        lm = job.link_matrix
+        lm.size_bytes, lm.rounds = 1 << 20, len(ranks) - 1
+        bad_day = day >= days - LINK_BAD_DAYS
+        for a in range(len(ranks)):
+            for b in range(a + 1, len(ranks)):
+                same = ranks[a][0] == ranks[b][0]
+                slow = bad_day and {ranks[a][0], ranks[b][0]} == {hosts[0], hosts[1]}
+                gbps = (12.0 if same else 5.0) * (0.25 if slow else 1.0)
+                lm.links.add(a=a, b=b, gbps=gbps, ratio=0.25 if slow else 1.0, flagged=slow, latency_us=20.0)
+        lm.median_same_host_gbps, lm.median_cross_host_gbps = 12.0, 5.0
+        store.create(job)
+        if bad_day:
+            flagged.append(job.id)
+    return flagged
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
     GET /trends       busbw per baseline key in buckets over hours or days, against its baseline band,
                       with the buckets that hold a low result marked; filters: host, GPU model, op, link
     GET /trends/jobs  the hours behind one point of one key: the job of the lowest result first
+    GET /trends/links the link matrix over time for one host (dashboard/link_history.py)
 
 Read from the store's hourly rollups (coordinator/store/trends.py), so a month of a 5,000-worker
 fleet costs (keys x buckets), never (jobs). The band is the key's baseline now (median, and the
@@ -19,6 +20,7 @@ from fastapi import APIRouter, HTTPException, Query
 from coordinator.core.facade import Coordinator
 from coordinator.health import baselines
 from coordinator.store.trends import HOUR_S, TrendBucket, TrendQuery
+from dashboard import link_history
 from dashboard.api import JSON
 
 MAX_DAYS = 400
@@ -107,5 +109,15 @@ def router(core: Coordinator) -> APIRouter:
         return JSON({"key": key, "start": start, "step_s": step_s,
                      "hours": [{"start": h.start, "n": h.n, "min_gbps": h.min_gbps, "worst_job": h.worst_job,
                                 "jobs": list(h.jobs)} for h in hours]})
+
+    @r.get("/trends/links", tags=["baselines"], operation_id="getHostLinkHistory",
+           summary="The link matrix over time for one host: its links in each finished link_matrix check")
+    async def host_link_history(
+        host: Annotated[str, Query(min_length=1, max_length=128, pattern=r"^[^|\x00-\x1f]*$")],
+        days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")] = 7,
+        until: Annotated[float | None, Query(ge=0, description="end of the range, unix seconds (default: now)")] = None,
+    ) -> JSON:
+        end = until if until is not None else time.time()
+        return JSON(link_history.history(core.store, host, end - days * 86400, end))
 
     return r

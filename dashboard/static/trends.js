@@ -51,8 +51,26 @@ window.RingleaderTrends = (function () {
       this.host = q.get("host") || "";
       this.fillChoices(answer.choices);
       this.draw(answer);
+      await this.loadLinks(q);
       this.loadedMs = performance.now() - started;
       performance.mark("trends:drawn");
+    }
+
+    // With a host chosen: its links in each link matrix check over the range, by peer host.
+    async loadLinks(q) {
+      const node = this.$("trend-links");
+      const host = q.get("host");
+      if (!host) { node.hidden = true; node.replaceChildren(); return; }
+      let answer;
+      try {
+        answer = await this.ui.getJSON(`${API}/trends/links?${new URLSearchParams({ host, days: q.get("days") })}`);
+      } catch (error) {
+        node.replaceChildren(this.ui.h("p", { class: "muted" }, `cannot read the link history: ${error.message}`));
+        node.hidden = false;
+        return;
+      }
+      if (String(q) !== String(this.query())) return;
+      drawLinkHistory(node, answer, this.ui);
     }
 
     fillChoices(choices) {
@@ -164,6 +182,52 @@ window.RingleaderTrends = (function () {
             hr.jobs.filter((j) => j !== hr.worst_job).map((j) => [jobLink(j, j.slice(0, 8)), " "])) : null))));
       node.hidden = false;
     }
+  }
+
+  // Rows: peer hosts (the host itself first: its links inside); columns: checks, oldest left; a
+  // cell's colour is the slowest link's ratio to the comparable median (blue 1, red 0.25 or less),
+  // a flagged cell is crossed. A click on a column opens its check job; flagged checks are listed.
+  function drawLinkHistory(node, answer, ui) {
+    const { h, jobLink, fmtTime } = ui;
+    const checks = [...answer.checks].reverse();
+    node.hidden = false;
+    if (!checks.length) {
+      node.replaceChildren(h("h3", {}, `Links of ${answer.host} over time`), h("p", { class: "muted" }, "No link matrix check measured this host in the range."));
+      return;
+    }
+    const cw = Math.max(3, Math.min(16, Math.floor(720 / checks.length))), ch = 14;
+    const row = new Map(answer.peers.map((p, i) => [p, i]));
+    const canvas = h("canvas", { width: checks.length * cw, height: answer.peers.length * ch, class: "heatmap link-history" });
+    const ctx = canvas.getContext("2d");
+    checks.forEach((c, j) => c.links.forEach((l) => {
+      const r = Math.max(0, Math.min(1, (l.ratio - 0.25) / 0.75));
+      ctx.fillStyle = `hsl(${(215 * r).toFixed(0)}, 70%, ${(50 + 5 * r).toFixed(0)}%)`;
+      const y = row.get(l.peer) * ch;
+      ctx.fillRect(j * cw, y, cw - 1, ch - 1);
+      if (l.flagged) {
+        ctx.strokeStyle = "#000";
+        ctx.beginPath(); ctx.moveTo(j * cw, y); ctx.lineTo(j * cw + cw - 1, y + ch - 1);
+        ctx.moveTo(j * cw + cw - 1, y); ctx.lineTo(j * cw, y + ch - 1); ctx.stroke();
+      }
+    }));
+    const at = (e) => {
+      const b = canvas.getBoundingClientRect();
+      return [checks[Math.floor((e.clientX - b.left) / cw)], answer.peers[Math.floor((e.clientY - b.top) / ch)]];
+    };
+    canvas.addEventListener("mousemove", (e) => {
+      const [c, peer] = at(e);
+      const l = c && c.links.find((x) => x.peer === peer);
+      canvas.title = c ? `${fmtTime(c.at)} · ${answer.host} ↔ ${peer}: ${l ? `${l.gbps.toFixed(2)} GB/s, ${l.ratio.toFixed(2)}× median${l.flagged ? ", flagged" : ""}` : "not measured"}` : "";
+    });
+    canvas.addEventListener("click", (e) => { const [c] = at(e); if (c) location.href = `/jobs/${encodeURIComponent(c.job_id)}`; });
+    const flagged = checks.filter((c) => c.links.some((l) => l.flagged)).reverse();
+    node.replaceChildren(
+      h("h3", {}, `Links of ${answer.host} over time `, h("span", { class: "muted" },
+        `(${checks.length} link matrix checks; rows: ${answer.peers.map((p) => (p === answer.host ? "inside the host" : p)).join(", ")})`)),
+      h("div", { class: "links-body" }, canvas, h("div", { class: "links-side" },
+        flagged.length ? h("ul", { class: "flagged" }, flagged.slice(0, 20).map((c) => h("li", {}, fmtTime(c.at), " ", jobLink(c.job_id, c.job_id.slice(0, 8)),
+          `: ${c.links.filter((l) => l.flagged).map((l) => l.peer).join(", ")}`)))
+          : h("p", {}, "No link of this host flagged in the range."))));
   }
 
   return { mount: (ui) => new TrendsView(ui) };

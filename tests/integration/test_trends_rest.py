@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from bench.trends_history import REGRESSED_DAYS, write_month
+from bench.trends_history import LINK_BAD_DAYS, REGRESSED_DAYS, write_link_checks, write_month
 from cluster import running
 from coordinator.store.sqlite import SqliteJobStore
 from ringleader.v1 import jobs_pb2 as pb
@@ -22,6 +22,7 @@ def served(tmp_path_factory):
     store = SqliteJobStore(tmp / "jobs.db")
     store.defer_commits(lambda: None)  # one transaction for the month, as the coordinator groups writes
     history = write_month(store, workers=5000, days=30)
+    history.flagged_checks = write_link_checks(store, history.host, days=30, until=history.until)
     store.commit()
     store.close()
     with running(tmp, ["t0", "t1"], http=True) as c:
@@ -91,3 +92,15 @@ def test_a_real_sweep_feeds_the_trends_and_prometheus(served):
 def test_bad_queries_are_422_naming_the_field(served, path, params, field):
     r = served[0].get(path, params=params)
     assert r.status_code == 422 and field in str(r.json()["detail"]), r.text
+
+
+def test_the_link_matrix_over_time_of_a_host(served):
+    api, history, _ = served
+    body = api.get("/api/v1/trends/links", params={"host": history.host, "days": 30, "until": history.until}).json()
+    assert len(body["checks"]) == 30 and body["peers"][0] == history.host and len(body["peers"]) == 4
+    flagged = [c["job_id"] for c in body["checks"] if any(link["flagged"] for link in c["links"])]
+    assert flagged == history.flagged_checks[::-1] and len(flagged) == LINK_BAD_DAYS  # newest first
+    slow = [link for link in body["checks"][0]["links"] if link["flagged"]]
+    assert [(link["peer"], link["ratio"], link["links"]) for link in slow] == [(body["peers"][1], 0.25, 4)]
+    # A host no check measured: no checks, no error.
+    assert api.get("/api/v1/trends/links", params={"host": "sim-h0001", "days": 30}).json()["checks"] == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.trends_history import write_month
+from bench.trends_history import write_link_checks, write_month
 from cluster import running
 from coordinator.store.sqlite import SqliteJobStore
 
@@ -31,6 +31,7 @@ def served(tmp_path_factory):
     store = SqliteJobStore(tmp / "jobs.db")
     store.defer_commits(lambda: None)
     history = write_month(store, workers=5000, days=30)
+    history.flagged_checks = write_link_checks(store, history.host, days=30, until=history.until)
     store.commit()
     store.close()
     with running(tmp, [], http=True) as c:
@@ -81,3 +82,22 @@ def test_the_host_filter_keeps_the_mark_on_the_regressed_host_only(served, page)
         wait_for(page, f"window.ringleaderTrends.host === '{host}'")
         n = page.execute_script("return document.querySelectorAll('.trend-mark').length")
         assert (n > 0) == marked, (host, n)
+
+
+def test_a_hosts_link_matrix_over_time_leads_to_the_flagged_check(served, page):
+    c, history = served
+    page.get(f"{c.http_url}/#trends")
+    wait_for(page, "document.querySelectorAll('.trend-card').length > 0")
+    field = page.find_element(By.ID, "trends-host")
+    field.clear()
+    field.send_keys(history.host)
+    wait_for(page, "!document.getElementById('trend-links').hidden && document.querySelector('#trend-links canvas')")
+    # 7 days by default: 7 checks (columns), 4 hosts (rows).
+    size = page.execute_script("const c = document.querySelector('#trend-links canvas'); return [c.width, c.height]")
+    assert size[1] == 4 * 14 and size[0] % 7 == 0
+    links = page.find_elements(By.CSS_SELECTOR, "#trend-links .flagged a[href^='/jobs/']")
+    assert [a.get_attribute("href").rsplit("/", 1)[1] for a in links] == history.flagged_checks[::-1]
+    links[0].click()
+    job_id = history.flagged_checks[-1]
+    wait_for(page, f"location.pathname === '/jobs/{job_id}' && document.querySelectorAll('#results-body tr').length === 28")
+    assert "✕ slow" in page.find_element(By.ID, "results-body").text

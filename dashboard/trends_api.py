@@ -24,6 +24,7 @@ from dashboard import link_history
 from dashboard.api import JSON
 
 MAX_DAYS = 400
+MAX_TIME = 1e11  # unix seconds (year 5138): keeps hour numbers small integers
 MAX_BUCKETS = 240  # per key: the step grows with the range (3 h for a month)
 STEPS_H = (1, 2, 3, 6, 12, 24, 48, 168)
 MAX_KEYS = 64  # keys answered, those with a marked point first
@@ -76,7 +77,7 @@ def trends(store, q: TrendQuery) -> dict:
 
 def query(days: float, until: float | None, **filters) -> TrendQuery:
     end = until if until is not None else time.time()
-    since = end - days * 86400
+    since = end - max(days * 86400, HOUR_S)  # at least an hour: the rollups' grain
     return TrendQuery(since=since, until=end, step_s=step_for(since, end), **filters)
 
 
@@ -87,7 +88,7 @@ def router(core: Coordinator) -> APIRouter:
            summary="Busbw over time per baseline key, against its baseline band, low points marked")
     async def get_trends(
         days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")] = 7,
-        until: Annotated[float | None, Query(ge=0, description="end of the range, unix seconds (default: now)")] = None,
+        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
         host: Filter = "", gpu_model: Filter = "", op: Filter = "", link: Filter = "", key: KeyFilter = "",
     ) -> JSON:
         q = query(days, until, host=host, gpu_model=gpu_model, op=op, link=link, key=key)
@@ -97,7 +98,7 @@ def router(core: Coordinator) -> APIRouter:
            summary="The jobs behind one point of a key: its hours, the job of the lowest result first")
     async def trend_jobs(
         key: Annotated[str, Query(min_length=1, max_length=600, pattern=r"^[^\x00-\x1f]*$")],
-        start: Annotated[float, Query(ge=0, description="the point's start (unix seconds)")],
+        start: Annotated[float, Query(ge=0, le=MAX_TIME, description="the point's start (unix seconds)")],
         step_s: Annotated[int, Query(ge=HOUR_S, le=STEPS_H[-1] * HOUR_S, description="the point's width")] = HOUR_S,
         host: Filter = "",
     ) -> JSON:
@@ -115,9 +116,9 @@ def router(core: Coordinator) -> APIRouter:
     async def host_link_history(
         host: Annotated[str, Query(min_length=1, max_length=128, pattern=r"^[^|\x00-\x1f]*$")],
         days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")] = 7,
-        until: Annotated[float | None, Query(ge=0, description="end of the range, unix seconds (default: now)")] = None,
+        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
     ) -> JSON:
         end = until if until is not None else time.time()
-        return JSON(link_history.history(core.store, host, end - days * 86400, end))
+        return JSON(link_history.history(core.store, host, end - max(days * 86400, HOUR_S), end))
 
     return r

@@ -86,7 +86,14 @@ def test_a_real_sweep_feeds_the_trends_and_prometheus(served):
     assert 'ringleader_busbw_trend_gbps{' in metrics and 'size_bucket="1048576"' in metrics
 
 
+def test_a_range_shorter_than_the_grain_reads_one_hour(served):
+    r = served[0].get("/api/v1/trends", params={"days": 1e-9})
+    assert r.status_code == 200 and r.json()["until"] - r.json()["since"] == 3600, r.text
+
+
 @pytest.mark.parametrize("path, params, field", [("/api/v1/trends", {"days": 0}, "days"),
+                                                ("/api/v1/trends", {"until": 1e12}, "until"),
+                                                ("/api/v1/trends/links", {"host": ""}, "host"),
                                                 ("/api/v1/trends", {"op": "a|b"}, "op"),
                                                 ("/api/v1/trends/jobs", {"start": 0}, "key")])
 def test_bad_queries_are_422_naming_the_field(served, path, params, field):

@@ -176,6 +176,14 @@ def wait_until(check, what: str, timeout: float = 300.0) -> None:
         time.sleep(0.5)
 
 
+def phase(out: dict, name: str, run):
+    try:
+        return run()
+    except Exception as exc:  # noqa: BLE001 - recorded, and the run is then invalid
+        out.setdefault("phase_errors", {})[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return {}
+
+
 def measure(a: argparse.Namespace, tmp: Path) -> dict:
     verdicts = fleet_verdicts(a.workers)
     seed_verdicts(tmp / "jobs.db", verdicts)
@@ -209,13 +217,18 @@ def measure(a: argparse.Namespace, tmp: Path) -> dict:
                 cpu, fetched = browser.renderer_cpu_s() - cpu0, proxy.received - bytes0
                 out[f"{tab}_tab"] = {"renderer_cpu_percent": cpu / elapsed * 100, "window_measured_s": elapsed,
                                      "fetched_mb_per_min": fetched / elapsed * 60 / 1e6}
-            out["evidence"] = browser.evidence_clicks(base)
+            # Each phase on its own: one that fails (a page starved past the driver's timeouts) is
+            # recorded as such and makes the run invalid, and the others' figures are kept.
+            out["evidence"] = phase(out, "evidence", lambda: browser.evidence_clicks(base))
             submitted = traffic.submitted
-            out["job_clicks"] = {mode: browser.click_job_links(base, a.clicks, mode) for mode in ("arrive", "rest")}
+            out["job_clicks"] = {mode: phase(out, f"job_clicks {mode}", lambda m=mode: browser.click_job_links(base, a.clicks, m))
+                                 for mode in ("arrive", "rest")}
             out["jobs_submitted_while_clicking"] = traffic.submitted - submitted
-            out["worker_clicks"] = browser.click_worker_cells(base, a.clicks)
+            out["worker_clicks"] = phase(out, "worker_clicks", lambda: browser.click_worker_cells(base, a.clicks))
             out["jobs_submitted"] = traffic.submitted
             out["loadavg"] = os.getloadavg()
+            st = sims.stats()  # streams the coordinator ended or that broke: a starved machine's sign
+            out["sim_streams"] = {"registered": st.registered, "dropped": st.dropped, "failed": st.failed}
             out["page_errors"] = browser.js("return window.__errors")
             if a.screenshot:
                 for tab in ("jobs", "fleet"):
@@ -228,7 +241,8 @@ def measure(a: argparse.Namespace, tmp: Path) -> dict:
         sims.stop()
         coord.terminate()
         coord.wait(60)
-    invalid = [why for bad, why in (
+    invalid = [f"{name} failed: {error}" for name, error in out.get("phase_errors", {}).items()]
+    invalid += [why for bad, why in (
         (out.get("jobs_submitted_while_clicking", 0) < a.clicks, "too few jobs arrived while clicking"),
         (not (out.get("evidence") or {}).get("reached"), "no failed worker's evidence was reached"),
         (bool(out.get("page_errors")), "the page logged errors")) if bad]

@@ -46,6 +46,9 @@ class Browser:
             options.add_argument(arg)
         self.driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
         self.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": PROBE % workers})
+        # A page starved of CPU on a loaded machine answers late, not never.
+        self.driver.set_script_timeout(120)
+        self.driver.set_page_load_timeout(180)
 
     def __enter__(self) -> "Browser":
         return self

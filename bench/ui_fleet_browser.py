@@ -113,14 +113,18 @@ class Browser:
     def aim(self, selector: str) -> dict | None:
         """Scroll a random visible match of `selector` to the middle of the screen; its centre,
         its href and the worker it names."""
-        return self.js("""
+        # Read where it is once the scrolled page has been drawn (two frames): what a person sees.
+        return self.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
             const all = [...document.querySelectorAll(arguments[0])].filter((e) => e.offsetParent !== null);
-            if (!all.length) return null;
+            if (!all.length) return done(null);
             const el = all[Math.floor(Math.random() * all.length)];
             el.scrollIntoView({block: 'center'});
-            const r = el.getBoundingClientRect();
-            return {x: r.left + r.width / 2, y: r.top + r.height / 2, href: el.getAttribute('href'),
-                    worker: el.dataset.worker || null};
+            requestAnimationFrame(() => requestAnimationFrame(() => {
+                const r = el.getBoundingClientRect();
+                done({x: r.left + r.width / 2, y: r.top + r.height / 2, href: el.getAttribute('href'),
+                      worker: el.dataset.worker || null});
+            }));
         """, selector)
 
     def gesture(self, target: dict, mode: str) -> None:

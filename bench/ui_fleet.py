@@ -1,23 +1,27 @@
 """The web UI's overview with thousands of workers, in headless Chromium: a real coordinator
 process, N simulated daemons (bench/simfleet.py) and a stream of short jobs while the page is open.
 
-    python bench/ui_fleet.py --workers 5000 --out bench/results/2026-11-24-fleet-ui/after-5000.json
+    python bench/ui_fleet.py --workers 5000 --out bench/results/2026-11-25-ui/5000.json
 
 Measured, on whatever UI the checkout serves:
 - first render: from navigation start to the frame after every worker is in the page (each
   worker's element carries data-worker), read in the page with performance.now();
-- over a window (--window s): the renderer processes' CPU (from /proc, all of the browser's
-  renderers), and the bytes the browser fetched (counted by a TCP proxy between the browser and
-  the coordinator, headers included);
-- lost clicks: `--clicks` presses on job links (the jobs table's and, where the view has them,
-  the fleet's) while jobs start and finish, as a person clicks: pointer down, 120 ms, up. A click
-  is lost when no click event reaches the link (its element was replaced under the pointer);
-- the page's length in screens, and (views that name failing workers) how many clicks take the
-  overview to a failed worker's evidence.
+- over a window (--window s) on each tab (jobs, then fleet): the renderer processes' CPU (from
+  /proc, all of the browser's renderers), and the bytes the browser fetched (counted by a TCP proxy
+  between the browser and the coordinator, headers included);
+- job-link clicks (--clicks of each kind) while jobs keep arriving: "arrive" presses as the pointer
+  gets there (the person aimed 0.3 s earlier), "rest" moves the pointer there and presses 0.6 s
+  later. A click is right only when the intended job's page opens (its address and its title);
+  anything else - nothing opens, another job opens - is wrong. The page is opened afresh after each;
+- worker-cell clicks (--clicks) on the fleet tab: right only when the detail panel then names the
+  intended worker;
+- the page's length in screens, and how many clicks take the overview to a failed worker's evidence.
 
-Until the fleet checks give verdicts on main, --stand-in-verdicts (the default) runs the
-coordinator in a process of this script whose worker list carries a few failed and suspect
-verdicts (`stand_in_verdicts`, bench- and test-only), so the view has failures to show.
+Verdicts are real records of the coordinator's health book: written to the store before the
+coordinator starts (as finished checks leave them), read back by its FleetHealth (failed workers
+quarantined) and listed through the same path as a check's. Simulated daemons cannot run checks.
+The run is invalid (exit 1, "invalid" in the JSON) when no job arrived while clicking, when no
+failed worker was shown, or when the page logged errors.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import random
 import sys
@@ -40,26 +43,18 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import loadstats  # noqa: E402
+from bench import loadstats  # noqa: E402,F401
 from bench.control_plane import machine, start_coordinator  # noqa: E402
-from bench.simfleet import SimFleet  # noqa: E402
+from bench.simfleet import SimFleet, fleet_specs  # noqa: E402
 from bench.ui_fleet_browser import Browser  # noqa: E402
+from coordinator.store.factory import open_store  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc  # noqa: E402
 
-STAND_IN = {  # worker id -> verdict: 3 failed, 4 suspect, spread over the fleet
-    **{f"sim-h{h:04}-d{d}": pb.WorkerHealth(
-        verdict=pb.UNHEALTHY, check="gpu_check", figure="412.0 TFLOP/s", expected="median of 7 H100 peers 781.2 TFLOP/s",
-        at=time.time(), job_id="0123456789ab") for h, d in ((17, 3), (301, 5), (588, 0))},
-    **{f"sim-h{h:04}-d{d}": pb.WorkerHealth(
-        verdict=pb.SUSPECT, check="link_matrix", figure="3.1 GB/s", expected="median across hosts 11.8 GB/s",
-        at=time.time(), job_id="0123456789ab") for h, d in ((40, 1), (41, 1), (222, 7), (600, 2))},
-}
-
 
 def stand_in_verdicts(list_workers, verdicts: dict[str, pb.WorkerHealth]):
-    """Bench- and test-only: the facade's worker list with these verdicts set, until the fleet
-    checks give them."""
+    """Test-only (tests/browser/test_fleet_health_view.py): the facade's worker list with these
+    verdicts set, for a test that changes verdicts while the page is open."""
 
     def listed(*args, **kwargs):
         page = list_workers(*args, **kwargs)
@@ -71,27 +66,26 @@ def stand_in_verdicts(list_workers, verdicts: dict[str, pb.WorkerHealth]):
     return listed
 
 
-def _serve_with_stand_in_verdicts(db: str, pipe) -> None:
-    from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+def fleet_verdicts(n: int) -> dict[str, pb.WorkerHealth]:
+    """3 failed and 4 suspect workers spread over a fleet of `n` (fleet_specs' ids), as checks leave them."""
+    ids = [s.worker_id for s in fleet_specs(n)]
+    at, job = time.time(), "0123456789ab"
+    failed = {ids[int(n * f)]: pb.WorkerHealth(
+        verdict=pb.UNHEALTHY, check="gpu_check", figure="412.0 TFLOP/s", expected="median of 7 H100 peers 781.2 TFLOP/s",
+        at=at, job_id=job) for f in (0.03, 0.48, 0.94)}
+    suspect = {ids[int(n * f)]: pb.WorkerHealth(
+        verdict=pb.SUSPECT, check="link_matrix", figure="3.1 GB/s", expected="median across hosts 11.8 GB/s",
+        at=at, job_id=job) for f in (0.064, 0.066, 0.355, 0.96)}
+    return {**failed, **suspect}
 
-    async def main() -> None:
-        rc = await RunningCoordinator(CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                                        db=db)).start()
-        rc.core.list_workers = stand_in_verdicts(rc.core.list_workers, STAND_IN)
-        pipe.send((rc.grpc_target, rc.http_url))
-        await asyncio.get_running_loop().run_in_executor(None, pipe.recv)  # until told to stop
-        await rc.stop(grace=0)
 
-    asyncio.run(main())
-
-
-def start_stand_in_coordinator(tmp: Path) -> tuple[mp.Process, str, str]:
-    parent, child = mp.get_context("spawn").Pipe()
-    proc = mp.get_context("spawn").Process(target=_serve_with_stand_in_verdicts, args=(str(tmp / "jobs.db"), child))
-    proc.start()
-    address, url = parent.recv()
-    proc.stop_pipe = parent  # type: ignore[attr-defined]
-    return proc, address, url
+def seed_verdicts(db: Path, verdicts: dict[str, pb.WorkerHealth]) -> None:
+    store = open_store(str(db))
+    try:
+        for worker_id, health in verdicts.items():
+            store.set_worker_health(worker_id, health)
+    finally:
+        store.close()
 
 
 class CountingProxy:
@@ -182,66 +176,91 @@ def wait_until(check, what: str, timeout: float = 300.0) -> None:
         time.sleep(0.5)
 
 
+def phase(out: dict, name: str, run):
+    try:
+        return run()
+    except Exception as exc:  # noqa: BLE001 - recorded, and the run is then invalid
+        out.setdefault("phase_errors", {})[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return {}
+
+
 def measure(a: argparse.Namespace, tmp: Path) -> dict:
-    coord, address, http_url = start_stand_in_coordinator(tmp) if a.stand_in_verdicts else start_coordinator(tmp)
+    verdicts = fleet_verdicts(a.workers)
+    seed_verdicts(tmp / "jobs.db", verdicts)
+    coord, address, http_url = start_coordinator(tmp)
     sims = SimFleet(address, a.workers)
-    out: dict = {"workers": a.workers, "stand_in_verdicts": a.stand_in_verdicts, "window_s": a.window, "machine": machine(),
-                 "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": a.commit}
+    out: dict = {"workers": a.workers, "verdicts": {k: pb.Verdict.Name(v.verdict) for k, v in verdicts.items()},
+                 "window_s": a.window, "rate_jobs_per_s": a.rate, "machine": machine(),
+                 "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": a.commit,
+                 "loadavg_before": os.getloadavg()}
     traffic = None
     try:
         wait_until(lambda: sims.stats().registered >= a.workers, f"{a.workers} registrations")
         traffic = JobTraffic(address, a.rate, a.holds)
         time.sleep(5)  # the holds placed, the first short jobs running
         proxy = CountingProxy(int(http_url.rsplit(":", 1)[1]))
+        base = f"http://127.0.0.1:{proxy.port}"
         with Browser(tmp / "chromium", a.workers) as browser:
             # The first load (the coordinator's feed cold), then reloads: the machine is shared,
             # so one sample can be far off.
-            browser.driver.get(f"http://127.0.0.1:{proxy.port}/healthz")  # the browser's own start is not the page's
-            loads = [browser.first_render(f"http://127.0.0.1:{proxy.port}/") for _ in range(a.loads)]
+            browser.driver.get(f"{base}/healthz")  # the browser's own start is not the page's
+            loads = [browser.first_render(f"{base}/") for _ in range(a.loads)]
             out.update(loads[0])
             out["first_render_s_each_load"] = [ld["first_render_s"] for ld in loads]
             out["first_render_s_median"] = sorted(out["first_render_s_each_load"])[len(loads) // 2]
-            time.sleep(3)  # settle: what follows is the steady state of an open tab
-            cpu0, bytes0, t0 = browser.renderer_cpu_s(), proxy.received, time.monotonic()
-            time.sleep(a.window)
-            elapsed = time.monotonic() - t0
-            cpu, fetched = browser.renderer_cpu_s() - cpu0, proxy.received - bytes0
-            out.update({"renderer_cpu_percent": cpu / elapsed * 100, "fetched_mb_per_min": fetched / elapsed * 60 / 1e6,
-                        "window_measured_s": elapsed, "jobs_submitted": traffic.submitted})
-            # The evidence first: then the failed worker's panel, with its check job's link, is open
-            # for the clicks too (the view's other job links are the jobs table's).
-            out["evidence"] = browser.evidence_clicks()
-            out["clicks"] = browser.click_job_links(a.clicks)
+            for tab in ("jobs", "fleet"):
+                browser.driver.get(f"{base}/#{tab}")
+                time.sleep(3)  # settle: what follows is the steady state of an open tab
+                cpu0, bytes0, t0 = browser.renderer_cpu_s(), proxy.received, time.monotonic()
+                time.sleep(a.window)
+                elapsed = time.monotonic() - t0
+                cpu, fetched = browser.renderer_cpu_s() - cpu0, proxy.received - bytes0
+                out[f"{tab}_tab"] = {"renderer_cpu_percent": cpu / elapsed * 100, "window_measured_s": elapsed,
+                                     "fetched_mb_per_min": fetched / elapsed * 60 / 1e6}
+            # Each phase on its own: one that fails (a page starved past the driver's timeouts) is
+            # recorded as such and makes the run invalid, and the others' figures are kept.
+            out["evidence"] = phase(out, "evidence", lambda: browser.evidence_clicks(base))
+            submitted = traffic.submitted
+            out["job_clicks"] = {mode: phase(out, f"job_clicks {mode}", lambda m=mode: browser.click_job_links(base, a.clicks, m))
+                                 for mode in ("arrive", "rest")}
+            out["jobs_submitted_while_clicking"] = traffic.submitted - submitted
+            out["worker_clicks"] = phase(out, "worker_clicks", lambda: browser.click_worker_cells(base, a.clicks))
+            out["jobs_submitted"] = traffic.submitted
             out["loadavg"] = os.getloadavg()
+            st = sims.stats()  # streams the coordinator ended or that broke: a starved machine's sign
+            out["sim_streams"] = {"registered": st.registered, "dropped": st.dropped, "failed": st.failed}
             out["page_errors"] = browser.js("return window.__errors")
             if a.screenshot:
-                browser.js("window.scrollTo(0, 0)")
-                browser.driver.save_screenshot(str(a.screenshot))
+                for tab in ("jobs", "fleet"):
+                    browser.driver.get(f"{base}/#{tab}")
+                    time.sleep(2)
+                    browser.driver.save_screenshot(str(a.screenshot).replace(".png", f"-{tab}.png"))
     finally:
         if traffic:
             traffic.stop.set()
         sims.stop()
-        if a.stand_in_verdicts:
-            coord.stop_pipe.send("stop")
-            coord.join(60)
-        else:
-            coord.terminate()
-            coord.wait(60)
+        coord.terminate()
+        coord.wait(60)
+    invalid = [f"{name} failed: {error}" for name, error in out.get("phase_errors", {}).items()]
+    invalid += [why for bad, why in (
+        (out.get("jobs_submitted_while_clicking", 0) < a.clicks, "too few jobs arrived while clicking"),
+        (not (out.get("evidence") or {}).get("reached"), "no failed worker's evidence was reached"),
+        (bool(out.get("page_errors")), "the page logged errors")) if bad]
+    out["invalid"] = invalid
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=5000)
-    ap.add_argument("--window", type=float, default=60.0, help="seconds of steady state measured")
+    ap.add_argument("--window", type=float, default=30.0, help="seconds of steady state measured on each tab")
     ap.add_argument("--rate", type=float, default=2.0, help="short jobs submitted a second")
     ap.add_argument("--holds", type=int, default=100, help="GPU workers kept BUSY by an endless job")
     ap.add_argument("--clicks", type=int, default=12)
     ap.add_argument("--loads", type=int, default=5, help="page loads timed (the first one cold)")
-    ap.add_argument("--stand-in-verdicts", action=argparse.BooleanOptionalAction, default=True,
-                    help="give a few workers failed and suspect verdicts (until the fleet checks do)")
     ap.add_argument("--commit", default="", help="the commit measured, for the record")
-    ap.add_argument("--screenshot", type=Path, default=None, help="save the overview's first screen here (PNG)")
+    ap.add_argument("--screenshot", type=Path, default=None,
+                    help="save each tab's first screen (NAME-jobs.png, NAME-fleet.png) from this name (.png)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures here (JSON)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rl-ui-") as tmp:
@@ -251,6 +270,8 @@ def main() -> None:
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(text + "\n")
+    if result["invalid"]:
+        sys.exit(f"invalid run: {'; '.join(result['invalid'])}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The headless Chromium side of bench/ui_fleet.py: open the overview, time its first render,
-read the renderers' CPU, press on links as a person does, and follow a failed worker's evidence."""
+read the renderers' CPU, press on job links and worker cells as a person does (a click is right
+only when the intended page or worker opens), and follow a failed worker's evidence."""
 
 from __future__ import annotations
 
@@ -13,11 +14,9 @@ WIDTH, HEIGHT = 1280, 800
 PRESS_S = 0.12  # a person's click: pointer down, then up this much later
 
 # Before any script of the page: note when every worker is in the page (elements with
-# data-worker inside #fleet), then the time of the frame after it; and record every click that
-# reaches a job link, without following it (the page stays open for the next one).
+# data-worker inside #fleet), then the time of the frame after it; keep the page's errors.
 PROBE = """
 window.__firstRender = null;
-window.__clicks = [];
 window.__errors = [];
 window.addEventListener('error', (e) => window.__errors.push(`${e.message} ${e.filename}:${e.lineno}`));
 window.addEventListener('unhandledrejection', (e) => window.__errors.push(String(e.reason)));
@@ -28,11 +27,9 @@ const obs = new MutationObserver(() => {
   requestAnimationFrame(() => setTimeout(() => { window.__firstRender = performance.now(); }));
 });
 obs.observe(document, {childList: true, subtree: true});
-document.addEventListener('click', (e) => {
-  const a = e.target.closest && e.target.closest('a[href^="/jobs/"]');
-  if (a) { window.__clicks.push(a.getAttribute('href')); e.preventDefault(); }
-}, true);
 """
+AIM_S = 0.3  # from seeing the target to the pointer being there
+REST_S = 0.6  # "rest": the pointer stays on the target this long before pressing
 
 
 class Browser:
@@ -49,6 +46,9 @@ class Browser:
             options.add_argument(arg)
         self.driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
         self.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": PROBE % workers})
+        # A page starved of CPU on a loaded machine answers late, not never.
+        self.driver.set_script_timeout(120)
+        self.driver.set_page_load_timeout(180)
 
     def __enter__(self) -> "Browser":
         return self
@@ -99,60 +99,114 @@ class Browser:
                 total += loadstats.cpu_seconds(pid)
         return total
 
+    def move(self, x: float, y: float) -> None:
+        self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y, "button": "none"})
+
     def press(self, x: float, y: float) -> None:
         """A real pointer press and release at (x, y) of the viewport, PRESS_S apart."""
-        for kind in ("mouseMoved", "mousePressed"):
-            self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {
-                "type": kind, "x": x, "y": y, "button": "left" if kind != "mouseMoved" else "none", "clickCount": 1})
+        self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {
+            "type": "mousePressed", "x": x, "y": y, "button": "left", "clickCount": 1})
         time.sleep(PRESS_S)
         self.driver.execute_cdp_cmd("Input.dispatchMouseEvent", {
             "type": "mouseReleased", "x": x, "y": y, "button": "left", "clickCount": 1})
 
     def aim(self, selector: str) -> dict | None:
-        """Scroll a random visible match of `selector` to the middle of the screen; its centre."""
-        return self.js("""
+        """Scroll a random visible match of `selector` to the middle of the screen; its centre,
+        its href and the worker it names."""
+        # Read where it is once the scrolled page has been drawn (two frames): what a person sees.
+        return self.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
             const all = [...document.querySelectorAll(arguments[0])].filter((e) => e.offsetParent !== null);
-            if (!all.length) return null;
+            if (!all.length) return done(null);
             const el = all[Math.floor(Math.random() * all.length)];
             el.scrollIntoView({block: 'center'});
-            const r = el.getBoundingClientRect();
-            return {x: r.left + r.width / 2, y: r.top + r.height / 2, href: el.getAttribute('href')};
+            requestAnimationFrame(() => requestAnimationFrame(() => {
+                const r = el.getBoundingClientRect();
+                done({x: r.left + r.width / 2, y: r.top + r.height / 2, href: el.getAttribute('href'),
+                      worker: el.dataset.worker || null});
+            }));
         """, selector)
 
-    def click_job_links(self, n: int) -> dict:
-        """`n` presses on job links, alternately in the fleet and in the jobs table (where the
-        fleet has none: the jobs table's), 1-2 s apart while the page updates."""
-        places = ['#fleet a[href^="/jobs/"], #fleet-detail a[href^="/jobs/"]', '#jobs-body a[href^="/jobs/"]']
-        lost, wrong, done, outcome = 0, 0, 0, []
-        for i in range(n):
-            target = self.aim(places[i % 2]) or self.aim(places[(i + 1) % 2])
-            if target is None:
-                continue
-            time.sleep(0.3)  # after the scroll, as a person moves to the link
-            before = self.js("return window.__clicks.length")
-            self.press(target["x"], target["y"])
-            time.sleep(0.3)
-            got = self.js("return window.__clicks.slice(arguments[0])", before)
-            done += 1
-            lost += not got
-            wrong += bool(got) and got[0] != target["href"]
-            outcome.append([target["href"], "lost" if not got else "ok" if got[0] == target["href"] else "another link"])
-            time.sleep(1 + (i % 2))
-        return {"pressed": done, "lost": lost, "reached_another_link": wrong, "outcome": outcome}
+    def gesture(self, target: dict, mode: str) -> None:
+        """The person aimed at `target` AIM_S ago; "arrive": the pointer gets there as it presses;
+        "rest": it gets there, rests REST_S, then presses."""
+        if mode == "rest":
+            self.move(target["x"], target["y"])
+            time.sleep(REST_S)
+        else:
+            self.move(target["x"], target["y"])
+        self.press(target["x"], target["y"])
 
-    def evidence_clicks(self) -> dict:
-        """Clicks from the overview to a failed worker's evidence: press the first failed worker
-        the view names (data-verdict="UNHEALTHY"), then look for its evidence (.evidence)."""
-        self.js("window.scrollTo(0, 0)")
+    def open_overview(self, base: str, tab: str, ready: str) -> None:
+        self.driver.get(f"{base}/#{tab}")
+        self.wait(ready, 60)
+
+    def wait(self, script: str, timeout: float) -> object:
+        deadline = time.monotonic() + timeout
+        while not (value := self.js(f"return {script}")):
+            if time.monotonic() > deadline:
+                return value
+            time.sleep(0.05)
+        return value
+
+    def click_job_links(self, base: str, n: int, mode: str) -> dict:
+        """`n` presses on job links of the jobs tab while jobs arrive; right only when the
+        intended job's page opens. The overview is opened afresh for each."""
+        ready = "document.querySelectorAll('#jobs-body a[href^=\"/jobs/\"]').length >= 20"
+        right, outcome = 0, []
+        for i in range(n):
+            self.open_overview(base, "jobs", ready)
+            time.sleep(1 + (i % 3))  # the tab open a while, jobs arriving
+            target = self.aim('#jobs-body a[href^="/jobs/"]')
+            if target is None:
+                outcome.append([None, "no job link shown"])
+                continue
+            time.sleep(AIM_S)
+            self.gesture(target, mode)
+            job_id = target["href"].rsplit("/", 1)[1]
+            # Which page opened (its address), then whether it shows that job (its title holds the
+            # id once the job is loaded; the page's placeholder title is "job").
+            opened = self.wait("location.pathname.startsWith('/jobs/') && location.pathname", 5)
+            shown = opened == target["href"] and self.wait(
+                f"document.getElementById('job-title').textContent.includes('{job_id}')", 15)
+            right += bool(shown)
+            outcome.append([target["href"], "right" if shown else f"wrong: {opened or 'nothing opened'}"
+                            + ("" if opened != target["href"] else " (its page never showed the job)")])
+        return {"pressed": n, "right": right, "outcome": outcome}
+
+    def click_worker_cells(self, base: str, n: int) -> dict:
+        """`n` presses on worker cells of the fleet tab (alternately arriving and resting); right
+        only when the detail panel then names the intended worker."""
+        self.open_overview(base, "fleet", "document.querySelectorAll('#fleet [data-worker]').length > 0")
+        right, outcome = 0, []
+        for i in range(n):
+            target = self.aim("#fleet [data-worker]")
+            time.sleep(AIM_S)
+            self.gesture(target, ("arrive", "rest")[i % 2])
+            shown = self.wait(f"(document.querySelector('#fleet-detail strong') || {{}}).textContent === '{target['worker']}'", 3)
+            right += bool(shown)
+            outcome.append([target["worker"], "right" if shown else "wrong"])
+            time.sleep(0.5)
+        return {"pressed": n, "right": right, "outcome": outcome}
+
+    def evidence_clicks(self, base: str) -> dict:
+        """Clicks from the overview to a failed worker's evidence: the Fleet tab, then the first
+        failed worker the view names (data-verdict="UNHEALTHY"), then its evidence (.evidence)."""
+        self.open_overview(base, "jobs", "document.querySelectorAll('#fleet [data-worker]').length > 0")
         time.sleep(0.5)
-        clicks = 0
+        tab = self.aim("#tab-fleet")
+        self.gesture(tab, "arrive")
+        clicks = 1
+        if not self.wait("!document.getElementById('pane-fleet').hidden", 5):
+            return {"reached": False, "clicks": clicks, "why": "the Fleet tab did not open"}
+        self.wait("document.querySelector('#fleet-attention [data-verdict=\"UNHEALTHY\"]')", 5)
         for _ in range(2):
             if self.js("return !!document.querySelector('#fleet-detail .evidence')"):
                 break
             target = self.aim('#fleet-attention [data-verdict="UNHEALTHY"], #fleet [data-verdict="UNHEALTHY"]')
             if target is None:
                 return {"reached": False, "clicks": clicks, "why": "no failed worker is shown"}
-            self.press(target["x"], target["y"])
+            self.gesture(target, "arrive")
             clicks += 1
             time.sleep(0.5)
         text = self.js("const e = document.querySelector('#fleet-detail .evidence'); return e && e.innerText")

@@ -10,7 +10,7 @@ from coordinator.core.facade import Coordinator
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.auth import Access
 from coordinator.edge.identity import WorkerIdentities
-from dashboard import api, baselines_api, bearer, fleet_api, fleet_view, identity_api, ui
+from dashboard import api, baselines_api, bearer, fleet_api, fleet_view, identity_api, trends_api, ui
 from dashboard.bearer import BEARER
 from dashboard.guard import Guard, GuardConfig
 from dashboard.body_limit import BodyLimit
@@ -30,7 +30,8 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
     # Every API router declares the users' bearer scheme in OpenAPI (the guard checks it).
     for router in (api.router(core), fleet_api.router(core), fleet_view.router(core),
-                   baselines_api.router(core), identity_api.router(core, identities or WorkerIdentities(core.store))):
+                   baselines_api.router(core), identity_api.router(core, identities or WorkerIdentities(core.store)),
+                   trends_api.router(core)):
         app.include_router(router, dependencies=[Security(BEARER)])
     ui.mount(app)
 

@@ -24,6 +24,7 @@ from coordinator.core import admission
 from ringleader import checks
 
 from coordinator.health import baselines
+from coordinator.health.trends import trend_point
 from coordinator.core.inputs import Out, WorkerMsg
 from coordinator.core.jobs import Running, row_key
 from coordinator.core.liveness import UNWELL
@@ -193,6 +194,8 @@ class WorkerProtocol:
         if regression := baselines.record(self.store, row, rj.baseline_fields, time.time()):
             log.warning("job %s: regression: %s", rj.id, regression.describe())
             rj.regressions.append(f"regression: {regression.describe()}")
+        if point := trend_point(rj.job, row, rj.baseline_fields, time.time()):  # the dashboard's trends
+            self.store.add_trend(point)
         self.store.add_result(rj.id, row)
         self.events.record(pb.JobEvent(job_id=rj.id, result=row), rj.job)
 

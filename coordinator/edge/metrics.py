@@ -30,6 +30,7 @@ from coordinator.edge.baseline_metrics import BaselineRegressionsCollector
 from coordinator.core.facade import Coordinator
 from coordinator.edge.fleet_metrics import FleetHealthCollector
 from coordinator.edge.rpc_metrics import RpcMetricsInterceptor
+from coordinator.edge.trend_metrics import TrendCollector
 from ringleader import __version__, states
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -149,6 +150,7 @@ class CoordinatorMetrics:
         r.register(CoordinatorStateCollector(core))
         r.register(FleetHealthCollector(core.fleet))
         r.register(BaselineRegressionsCollector(core.store))
+        r.register(TrendCollector(core.store))
 
         # Jobs, from state-change events.
         self.jobs_submitted = Counter("ringleader_jobs_submitted_total", "Jobs accepted", registry=r)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from typing import Callable, Iterable
 
+from coordinator.store.trends import TrendBucket, TrendHour, TrendPoint, TrendQuery
 from ringleader import kinds, states
 from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
 from ringleader.jobspec import op_name
@@ -52,6 +53,12 @@ class JobStore(abc.ABC):
     - `put_baseline` stores a baseline entry (coordinator/health/baselines.py), replacing the one of the
       same key; `baseline(key)` returns it (None if none); `baselines()` returns all, by key
       (`baselines(after, limit)`: a page of them, after a key).
+    - `add_trend` records one result row's busbw under its baseline key (coordinator/store/trends.py),
+      for the fleet and for each host of the point; `trend(query)` returns the buckets of the
+      query's step in [since, until) matching its filters (host "": the fleet), ordered by key
+      then time, each with the count, mean, min and max; `trend_hours(query)` returns the hours of
+      one key (query.key MUST be set, else ValueError) with the job of the lowest result and the
+      first jobs of the hour, lowest first. Their cost grows with keys x hours, never with jobs.
     - What was written before `close` is there after reopening the same path (SQL store).
     - Durability: a write is durable when its method returns, unless `defer_commits(pending)` was
       called: then writes are grouped, visible at once to this store's reads but durable only
@@ -123,6 +130,15 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def baselines(self, after: str = "", limit: int = 0) -> list[pb.BaselineEntry]:
         """By key: those after the key `after` ("": from the first), at most `limit` (0: all)."""
+
+    @abc.abstractmethod
+    def add_trend(self, point: TrendPoint) -> None: ...
+
+    @abc.abstractmethod
+    def trend(self, query: TrendQuery) -> list[TrendBucket]: ...
+
+    @abc.abstractmethod
+    def trend_hours(self, query: TrendQuery) -> list[TrendHour]: ...
 
     def defer_commits(self, pending: Callable[[], None]) -> None:  # noqa: B027 - see the contract
         pass

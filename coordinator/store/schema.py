@@ -74,4 +74,25 @@ MIGRATIONS: list[list[str]] = [
             blob BLOB NOT NULL
         ) WITHOUT ROWID""",
     ],
+    [
+        # bandwidth trends (coordinator/store/trends.py): busbw rolled up by the hour per baseline
+        # key (host "") and per host and key; appended by the "dashboard" branch, standing alone
+        # whatever other migrations are merged next to it.
+        """CREATE TABLE IF NOT EXISTS trend_hours (
+            host TEXT NOT NULL,
+            key TEXT NOT NULL,
+            hour INTEGER NOT NULL,  -- unix seconds // 3600
+            gpu_model TEXT NOT NULL,
+            op TEXT NOT NULL,
+            link TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            total_gbps REAL NOT NULL,
+            min_gbps REAL NOT NULL,
+            max_gbps REAL NOT NULL,
+            worst_job TEXT NOT NULL,
+            jobs TEXT NOT NULL,  -- up to 8 job ids, space-separated
+            PRIMARY KEY (host, key, hour)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX IF NOT EXISTS trend_hours_by_time ON trend_hours (host, hour)",
+    ],
 ]

@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Iterator
 from coordinator.store.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
 from coordinator.store.schema import MIGRATIONS
 from coordinator.store.sqlite_health import SqliteBaselines, SqliteWorkerHealth
+from coordinator.store.sqlite_trends import SqliteTrends
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
@@ -33,7 +34,7 @@ log = logging.getLogger("ringleader.coordinator")
 CHECKPOINT_S = 1.0  # how often the checkpoint thread copies the WAL back into the database
 
 
-class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, JobStore):
+class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteTrends, JobStore):
     def __init__(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: the module never opens transactions behind our back; _tx opens

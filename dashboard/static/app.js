@@ -354,6 +354,30 @@
     return kind;
   }
 
+  // A job's header line, one entry per kind, read from the job document. Until the coordinator's
+  // kind table carries a `header` (GET /api/v1/kinds), this is the one place that knows them; a
+  // kind missing here shows its name, never another kind's words.
+  const KIND_HEADERS = {
+    collective: (c) => [c.op, REDUCING_OPS.has(c.op) ? c.reduce_op : null, ROOTED_OPS.has(c.op) ? `root ${c.root}` : null,
+      c.dtype, placement(c.op, c.in_place, c.algo), c.algo || null, c.graph ? "graph mode" : null],
+    p2p: (s) => ["p2p", s.mode || "blocking", s.pairwise ? "every pair" : "rank 0 ↔ 1"],
+    gradient_average: (s) => ["gradient averaging", `${fmtSize(s.size_bytes)}B`],
+    algo_sweep: (s) => ["algo sweep", (s.algos || []).join(", ") || "every algo", s.graph ? "graph mode" : "eager"],
+    train: (s) => ["training", s.model || "linear", `${s.steps ?? ""} steps`, `batch ${s.batch_size ?? ""}`],
+    link_matrix: (s) => ["link matrix check", s.size_bytes ? `${fmtSize(s.size_bytes)}B ping-pong` : null,
+      s.iters ? `${s.iters} round trips per link` : null],
+    gpu_check: (s) => ["GPU check", s.matmul_n ? `matrix product ${s.matmul_n}² ${s.dtype || ""}`.trim() : null,
+      s.copy_bytes ? `memory copy ${fmtSize(s.copy_bytes)}B` : null],
+    sdc_check: (s) => ["silent data corruption check", s.rounds ? `${s.rounds} rounds` : null,
+      s.seed !== undefined ? `seed ${s.seed}` : null],
+  };
+
+  function jobHeader(job) {
+    const kind = jobKind(job);
+    const header = KIND_HEADERS[kind];
+    return header ? header((job.spec && job.spec[kind]) || {}).filter(Boolean).join(" · ") : kind;
+  }
+
   // The live indicator in the top bar.
   function setLive(state, text) {
     const node = $("live");
@@ -395,6 +419,7 @@
   class Overview {
     constructor() {
       this.jobs = new Map();        // id -> Job JSON (without results)
+      this.incoming = new Map();    // id -> Job JSON: new jobs waiting behind the "N new jobs" bar
       this.nextBefore = null;
       this.keep = 50;               // jobs the table holds: the pages it loaded
       this.events = null;
@@ -404,16 +429,22 @@
     start() {
       document.title = "ringleader";
       this.fleet = RingleaderFleet.mount({ getJSON, h, jobLink, fmtTime, fmtAge });
-      // Rows are redrawn only while the pointer is elsewhere, so a click never loses its row.
+      // Rows come and go only when the user asks (a filter, "older jobs", the "N new jobs" bar);
+      // events patch rows in place. Redraws the user asked for still wait while the pointer is in
+      // the table, so a click never loses its row.
       this.jobsTable = new RingleaderFleet.Steady($("jobs-body").closest("table"), () => this.drawJobs());
+      $("jobs-new").addEventListener("click", () => this.showIncoming());
+      window.addEventListener("hashchange", () => this.showTab());
+      this.showTab();
       const select = $("filter-op");  // every op and kind listings filter on, from the table
       select.replaceChildren(h("option", { value: "" }, "all"),
         ...KINDS.flatMap((k) => k.listed_as).map((name) => h("option", { value: name }, name)));
       $("filter-state").addEventListener("change", () => this.loadJobs());
       $("filter-op").addEventListener("change", () => this.loadJobs());
       $("jobs-more").addEventListener("click", () => this.loadJobs(this.nextBefore));
-      // Ages in the jobs table move on even when nothing else happens.
-      setInterval(() => { this.agesDue = true; this.renderJobs(); }, 10000);
+      // Ages are computed when shown, every second, from each job's submission time: one text
+      // per visible row, never a stale figure.
+      setInterval(() => this.tickAges(), 1000);
       setInterval(() => this.refreshQueued(), QUEUED_REFRESH_MS);
       this.loadJobs();
       this.listen();
@@ -428,6 +459,28 @@
       for (const job of page ? page.jobs : []) {
         const known = this.jobs.get(job.id);
         if (known && known.reason !== job.reason) this.onJobEvent({ state: { state: job.state, reason: job.reason } }, job);
+      }
+    }
+
+    // -- tabs: jobs, fleet (location.hash; jobs by default)
+
+    showTab() {
+      const wanted = location.hash.slice(1);
+      const tab = document.getElementById(`tab-${wanted}`) ? wanted : "jobs";
+      for (const node of document.querySelectorAll(".tabs .tab")) node.classList.toggle("active", node.dataset.tab === tab);
+      for (const pane of document.querySelectorAll("#overview-view .pane")) pane.hidden = pane.id !== `pane-${tab}`;
+      this.tab = tab;
+      if (tab === "jobs") this.tickAges();
+      // The trends are read when first asked for: the jobs and the fleet do not wait for them.
+      if (tab === "trends" && !this.trends) this.trends = RingleaderTrends.mount({ getJSON, h, jobLink, fmtSize, fmtTime });
+    }
+
+    tickAges() {
+      if (this.tab !== "jobs") return;
+      const t = now();
+      for (const cell of $("jobs-body").querySelectorAll("td.age")) {
+        const text = fmtAge(t - Number(cell.dataset.t)) + " ago";
+        if (cell.textContent !== text) cell.textContent = text;
       }
     }
 
@@ -455,7 +508,7 @@
         $("jobs-summary").textContent = `cannot list jobs: ${error.message}`;
         return;
       }
-      if (!before) this.jobs.clear();
+      if (!before) { this.jobs.clear(); this.incoming.clear(); }
       for (const job of page.jobs) this.jobs.set(job.id, job);
       this.nextBefore = page.next_before || null;
       this.keep = Math.max(50, this.jobs.size);
@@ -472,6 +525,23 @@
 
     renderJobs() {
       this.jobsTable.redraw();
+      this.drawIncoming();
+    }
+
+    // New jobs (and rows gone from the filter) wait for the user: the bar says how many.
+    drawIncoming() {
+      const n = this.incoming.size;
+      const bar = $("jobs-new");
+      bar.hidden = !n;
+      bar.textContent = n ? `${n} new job${n === 1 ? "" : "s"}: show` : "";
+    }
+
+    showIncoming() {
+      for (const [id, job] of this.incoming) this.jobs.set(id, job);
+      this.incoming.clear();
+      for (const [id, job] of this.jobs) if (!this.matches(job)) this.jobs.delete(id);
+      if (this.jobs.size > this.keep) this.dropOldest();
+      this.renderJobs();
     }
 
     // (The jobs summary, running and queued counts of the whole coordinator, is the fleet view's.)
@@ -481,22 +551,19 @@
       const jobs = [...this.jobs.values()].sort((a, b) => b.created_at - a.created_at);
       const body = $("jobs-body");
       const shown = new Map([...body.rows].map((row) => [row.dataset.job, row]));
-      const rows = jobs.map((job) => {
-        const row = shown.get(job.id);
-        if (row && this.agesDue) patchRow(row, this.jobRow(job));
-        return row || this.jobRow(job);
-      });
-      this.agesDue = false;
+      const rows = jobs.map((job) => shown.get(job.id) || this.jobRow(job));
       rows.forEach((row, i) => { if (body.rows[i] !== row) body.insertBefore(row, body.rows[i] || null); });
       while (body.rows.length > rows.length) body.lastElementChild.remove();
       $("jobs-empty").hidden = jobs.length > 0;
       $("jobs-more").hidden = !this.nextBefore;
+      this.tickAges();
     }
 
     jobRow(job) {
       const c = collective(job);
       const open = (e) => { if (!e.target.closest("a")) location.href = `/jobs/${encodeURIComponent(job.id)}`; };
-      return h("tr", { "data-job": job.id, class: `job job-${job.state.toLowerCase()}`, onclick: open },
+      const gone = this.jobs.has(job.id) && !this.matches(job);  // kept still until the user asks
+      return h("tr", { "data-job": job.id, class: `job job-${job.state.toLowerCase()}${gone ? " gone" : ""}`, onclick: open },
         h("td", {}, jobLink(job.id, shortId(job.id))),
         h("td", { class: "name" }, job.spec.name || ""),
         h("td", {}, stateBadge(job.state)),
@@ -505,7 +572,8 @@
         h("td", { class: "num" }, job.spec.world_size),
         h("td", {}, progressBar(job)),
         h("td", { class: "reason", title: job.reason }, job.reason || ""),
-        h("td", { class: "num muted", title: fmtTime(job.created_at) }, fmtAge(now() - job.created_at) + " ago"));
+        h("td", { class: "num muted age", "data-t": job.created_at, title: fmtTime(job.created_at) },
+          fmtAge(now() - job.created_at) + " ago"));
     }
 
     // One job's state, reason or progress changed: update its row (or add/remove it).
@@ -513,19 +581,29 @@
       if (event.progress) job.progress = event.progress;
       if (event.state) Object.assign(job, { state: event.state.state, reason: event.state.reason });
       const known = this.jobs.get(job.id);
-      if (!this.matches(job)) {
-        if (known) { this.jobs.delete(job.id); this.renderJobs(); }
+      if (!known) {
+        // A new job: behind the bar while rows are shown (it would push them down), at once into
+        // an empty table. One that no longer matches the filter leaves the bar.
+        const waiting = this.incoming.get(job.id);
+        if (!this.matches(job)) { if (waiting) { this.incoming.delete(job.id); this.drawIncoming(); } return; }
+        if (!waiting && this.nextBefore && job.created_at < this.oldestShown()) return;  // not on this page
+        const fresh = { ...waiting, ...job, results: undefined };
+        if (this.jobs.size) { this.incoming.set(job.id, fresh); this.drawIncoming(); return; }
+        this.jobs.set(job.id, fresh);
+        this.renderJobs();
         return;
       }
-      if (!known && this.nextBefore && job.created_at < this.oldestShown()) return;  // not on this page
+      // A shown job: its row changes in place (one that left the filter is greyed until the
+      // user shows the new jobs), so nothing moves.
       this.jobs.set(job.id, { ...known, ...job, results: undefined });
-      if (!known && this.jobs.size > this.keep) this.dropOldest();
       const row = document.querySelector(`tr[data-job="${CSS.escape(job.id)}"]`);
-      if (row && known) {
-        patchRow(row, this.jobRow(this.jobs.get(job.id)));
-      } else {
-        this.renderJobs();
-      }
+      if (row) patchRow(row, this.jobRow(this.jobs.get(job.id)));
+    }
+
+    // After a broken stream: shown jobs are brought up to date in place, new ones go behind the bar.
+    async catchUp() {
+      const page = await getJSON(`${API}/jobs?limit=50`).catch(() => null);
+      for (const job of page ? [...page.jobs].reverse() : []) this.onJobEvent({}, job);
     }
 
     oldestShown() {
@@ -536,7 +614,7 @@
       this.events = new EventStream(`${API}/events`);
       this.events.onopen = () => {
         setLive("on", "live");
-        if (this.hadError) this.loadJobs();  // catch up with what happened while disconnected
+        if (this.hadError) this.catchUp();
         this.hadError = false;
       };
       this.events.onerror = () => {
@@ -558,6 +636,94 @@
   const resultKey = (r) => `${r.op}|${r.dtype}|${r.reduce_op}|${r.in_place}|${r.size_bytes}`;
   const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
   const positive = (v) => (num(v) !== null && v > 0 ? v : null);  // log axes cannot show 0
+
+  // The fleet health checks' pages: each check's outcome (job.link_matrix, job.gpu_check,
+  // job.sdc_check) as a table with a verdict per row, in words and a mark, not only a colour.
+  const rankName = (job, rank) => {
+    const w = (job.workers || []).find((x) => x.rank === rank);
+    return w ? `${w.worker_id}@${w.host}` : `rank ${rank}`;
+  };
+  const verdictCell = (flagged, bad) => (flagged ? `✕ ${bad}` : "✓ ok");
+  const byFlaggedThenRank = (a, b) => (b.flagged ? 1 : 0) - (a.flagged ? 1 : 0) || (a.rank ?? a.a) - (b.rank ?? b.a) || (a.b ?? 0) - (b.b ?? 0);
+  const CHECK_VIEWS = {
+    link_matrix: {
+      charts: {},
+      title: (job) => `link matrix · ${job.spec.world_size} workers · ${((job.link_matrix || {}).links || []).length} links`
+        + ` in ${(job.link_matrix || {}).rounds ?? 0} rounds of disjoint pairs`,
+      columns: [
+        { head: "link", cell: (r) => `${r.a} ↔ ${r.b}`, title: (r) => `${r.aName} ↔ ${r.bName}` },
+        { head: "workers", cell: (r) => `${r.aName} ↔ ${r.bName}` },
+        { head: "round", num: true, cell: (r) => r.round ?? 0 },
+        { head: "latency", unit: "(µs)", num: true, cell: (r) => fmtFixed(r.latency_us ?? 0) },
+        { head: "bandwidth", unit: "(GB/s)", num: true, strong: true, cell: (r) => fmtFixed(r.gbps ?? 0) },
+        { head: "vs peers", unit: "(×)", num: true, cell: (r) => fmtFixed(r.ratio ?? 0), bad: (r) => r.flagged },
+        { head: "vs baseline", unit: "(×)", num: true, cell: (r) => (r.baseline_ratio ? fmtFixed(r.baseline_ratio) : "—") },
+        { head: "#wrong", num: true, cell: (r) => r.wrong ?? 0, bad: (r) => r.wrong > 0 },
+        { head: "verdict", cell: (r) => verdictCell(r.flagged, "slow"), bad: (r) => r.flagged },
+      ],
+      rows: (job) => [...((job.link_matrix || {}).links || [])].sort(byFlaggedThenRank)
+        .map((r) => ({ ...r, aName: rankName(job, r.a ?? 0), bName: rankName(job, r.b ?? 0) })),
+      match: (r) => `${r.a}|${r.b}`,
+      metric: { label: "bandwidth", unit: "GB/s", value: (r) => r.gbps },
+      matrix: (job) => {
+        const lm = job.link_matrix || {};
+        const values = (lm.matrix || []).flatMap((row) => row.gbps || []).filter((v) => v > 0).sort((a, b) => a - b);
+        return { matrix: (lm.matrix || []).map((row) => row.gbps || []), median: values[Math.floor(values.length / 2)] || 0,
+          title: `Link heat map at ${fmtSize(lm.size_bytes)}B` };
+      },
+      foot(job, rows) {
+        const lm = job.link_matrix || {};
+        const flagged = rows.filter((r) => r.flagged).length;
+        return rows.length ? `# Median link : ${fmtFixed(lm.median_same_host_gbps ?? 0)} GB/s same host, `
+          + `${fmtFixed(lm.median_cross_host_gbps ?? 0)} GB/s across hosts\n# Flagged links : ${flagged}` : "";
+      },
+    },
+    gpu_check: {
+      charts: {},
+      title: (job) => `GPU check · ${job.spec.world_size} workers, each against the median of its model`,
+      columns: [
+        { head: "rank", num: true, cell: (r) => r.rank ?? 0 },
+        { head: "worker", cell: (r) => r.worker_id },
+        { head: "device", cell: (r) => r.device },
+        { head: "matmul", unit: "(TFLOP/s)", num: true, strong: true, cell: (r) => fmtFixed(r.tflops ?? 0) },
+        { head: "vs model", unit: "(×)", num: true, cell: (r) => fmtFixed(r.tflops_ratio ?? 0) },
+        { head: "copy", unit: "(GB/s)", num: true, cell: (r) => fmtFixed(r.copy_gbps ?? 0) },
+        { head: "vs model", unit: "(×)", num: true, cell: (r) => fmtFixed(r.copy_ratio ?? 0) },
+        { head: "verdict", cell: (r) => verdictCell(r.flagged, "slow"), bad: (r) => r.flagged },
+      ],
+      rows: (job) => [...((job.gpu_check || {}).workers || [])].sort(byFlaggedThenRank),
+      match: (r) => r.worker_id,
+      metric: { label: "matmul", unit: "TFLOP/s", value: (r) => r.tflops },
+      foot(job, rows) {
+        const g = job.gpu_check || {};
+        return rows.length ? `# matrix product ${g.matmul_n ?? ""}² ${g.dtype || ""}, memory copy ${fmtSize(g.copy_bytes)}B\n`
+          + `# Flagged workers : ${rows.filter((r) => r.flagged).length}` : "";
+      },
+    },
+    sdc_check: {
+      charts: {},
+      title: (job) => `silent data corruption check · ${job.spec.world_size} workers`,
+      columns: [
+        { head: "rank", num: true, cell: (r) => r.rank ?? 0 },
+        { head: "worker", cell: (r) => r.worker_id },
+        { head: "device", cell: (r) => r.device },
+        { head: "checksum", cell: (r) => r.checksum, bad: (r) => r.checksum !== r.majority,
+          title: (r) => (r.checksum === r.majority ? "the majority's checksum" : `the majority's is ${r.majority}`) },
+        { head: "collectives #wrong", num: true, cell: (r) => r.collective_wrong ?? 0, bad: (r) => r.collective_wrong > 0 },
+        { head: "verdict", cell: (r) => verdictCell(r.flagged, "corrupt"), bad: (r) => r.flagged },
+      ],
+      rows: (job) => {
+        const majority = (job.sdc_check || {}).majority_checksum || "";
+        return [...((job.sdc_check || {}).workers || [])].sort(byFlaggedThenRank).map((r) => ({ ...r, majority }));
+      },
+      match: (r) => r.worker_id,
+      metric: { label: "wrong", unit: "", value: (r) => r.collective_wrong },
+      foot(job, rows) {
+        return rows.length ? `# Majority checksum : ${(job.sdc_check || {}).majority_checksum || ""}\n`
+          + `# Flagged workers : ${rows.filter((r) => r.flagged).length}` : "";
+      },
+    },
+  };
 
   // What a job page shows, per job kind: up to two charts against a shared x (slots a and b),
   // the lines a job contributes to them, and the table beside them.
@@ -638,6 +804,11 @@
         { head: "#wrong", num: true, cell: (r) => r.wrong, bad: (r) => r.wrong > 0 },
       ],
       rows: (job) => p2pRows(job),
+      matrix: (job) => {
+        const p = job.p2p || {};
+        return { matrix: (p.matrix || []).map((row) => row.gbps || []), median: p.median_gbps || 0,
+          title: `Bandwidth matrix at ${fmtSize(p.matrix_size_bytes)}B` };
+      },
       match: (r) => `${r.src}|${r.dst}|${r.size_bytes}`,
       metric: { label: "bandwidth", unit: "GB/s", value: (r) => r.bandwidth_gbps },
       foot(job, rows) {
@@ -701,6 +872,8 @@
         ];
       },
     },
+
+    ...CHECK_VIEWS,
 
     train: {
       charts: { a: { name: "loss", title: "Training loss", unit: "loss", x: "step" } },
@@ -902,20 +1075,7 @@
       const workers = [...(job.workers || [])].sort((a, b) => a.rank - b.rank)
         .map((w) => `${w.rank}: ${w.worker_id}@${w.host} ${w.device}`).join(", ");
       const ended = job.finished_at || (TERMINAL.has(job.state) ? 0 : now());
-      let what;
-      if (kind === "collective") {
-        what = [c.op, REDUCING_OPS.has(c.op) ? c.reduce_op : null, ROOTED_OPS.has(c.op) ? `root ${c.root}` : null,
-          c.dtype, placement(c.op, c.in_place, c.algo), c.algo || null, c.graph ? "graph mode" : null]
-          .filter(Boolean).join(" · ");
-      } else if (kind === "p2p") {
-        what = ["p2p", spec.mode || "blocking", spec.pairwise ? "every pair" : "rank 0 ↔ 1"].join(" · ");
-      } else if (kind === "gradient_average") {
-        what = `gradient averaging · ${fmtSize(spec.size_bytes)}B`;
-      } else if (kind === "algo_sweep") {
-        what = ["algo sweep", (spec.algos || []).join(", ") || "every algo", spec.graph ? "graph mode" : "eager"].join(" · ");
-      } else {
-        what = `training · ${spec.model || "linear"} · ${spec.steps ?? ""} steps · batch ${spec.batch_size ?? ""}`;
-      }
+      const what = jobHeader(job);
       const sizes = spec.sizes && spec.sizes.length
         ? `${spec.sizes.length} size${spec.sizes.length === 1 ? "" : "s"}, ${fmtSize(Math.min(...spec.sizes))}–${fmtSize(Math.max(...spec.sizes))}`
         : spec.max_bytes ? `${fmtSize(spec.min_bytes)}–${fmtSize(spec.max_bytes)}, ×${spec.factor}` : null;
@@ -1078,7 +1238,7 @@
 
       const foot = view.foot(this.job, rows);
       $("results-foot").textContent = foot || (rows.length ? "" : TERMINAL.has(this.job.state) ? "No results." : "Waiting for results…");
-      if (jobKind(this.job) === "p2p") this.renderMatrix();
+      if (view.matrix) this.renderMatrix(view.matrix(this.job));
     }
 
     deltaCell(view, mine, theirs) {
@@ -1109,12 +1269,10 @@
         : TERMINAL.has(this.job.state) ? "No results." : "Results appear when the job finishes.";
     }
 
-    // Pairwise p2p: bandwidth from each rank (row) to each other (column) at the largest size.
-    renderMatrix() {
-      const p = this.job.p2p || {};
-      const matrix = (p.matrix || []).map((row) => row.gbps);
+    // A pair matrix (pairwise p2p, link matrix): bandwidth from each rank (row) to each other
+    // (column), shaded against the median, slow pairs in bold red.
+    renderMatrix({ matrix, median, title }) {
       if (!matrix.length) return;
-      const median = p.median_gbps || 0;
       const n = matrix.length;
       const cell = (v) => {
         if (v < 0) return h("td", { class: "diag" }, "");
@@ -1124,7 +1282,7 @@
           title: `${fmtFixed(v)} GB/s (${fmtFixed(ratio)}× median)` }, fmtFixed(v));
       };
       const node = $("matrix");
-      node.replaceChildren(h("h3", {}, `Bandwidth matrix at ${fmtSize(p.matrix_size_bytes)}B `, h("span", { class: "muted" }, "(GB/s, src ↓ dst →)")),
+      node.replaceChildren(h("h3", {}, title, " ", h("span", { class: "muted" }, "(GB/s, src ↓ dst →)")),
         h("table", { class: "grid" },
           h("thead", {}, h("tr", {}, h("th", {}, ""), [...Array(n).keys()].map((j) => h("th", { class: "num" }, j)))),
           h("tbody", {}, matrix.map((row, i) => h("tr", {}, h("th", {}, i), row.map(cell))))));

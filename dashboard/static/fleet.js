@@ -188,30 +188,35 @@ window.RingleaderFleet = (function () {
       this.filterHost(w.host);
     }
 
+    // Cells never move under the pointer: a new host's block goes after the others (sorted again
+    // on the next full drawing), a new worker after its host's cells, a gone one leaves a hollow
+    // placeholder until then.
     insertCell(w) {
       let host = this.hosts.get(w.host);
       if (!host) {
-        const block = this.hostBlock(w.host, []);
-        const after = [...this.hosts.keys()].filter((k) => k > w.host).sort()[0];
-        this.$("fleet").insertBefore(block, after ? this.hosts.get(after).node : null);
+        this.$("fleet").append(this.hostBlock(w.host, []));
         this.$("fleet").querySelector(":scope > p")?.remove();
         host = this.hosts.get(w.host);
       }
       host.ids.add(w.id);
-      host.cells.append(this.makeCell(w));
+      const gone = host.cells.querySelector(`[data-gone="${CSS.escape(w.id)}"]`);
+      if (gone) gone.replaceWith(this.makeCell(w)); else host.cells.append(this.makeCell(w));
     }
 
     removeWorker(id, keepRecord = false) {
       const w = this.workers.get(id);
       const cell = this.cells.get(id);
-      if (cell) cell.remove();
+      if (cell) {
+        const placeholder = document.createElement("span");
+        placeholder.className = "cell cell-gone";
+        placeholder.dataset.gone = id;
+        placeholder.title = `${id}: no longer listed`;
+        cell.replaceWith(placeholder);
+      }
       this.cells.delete(id);
       if (!keepRecord) this.workers.delete(id);
       const host = w && this.hosts.get(w.host);
-      if (host) {
-        host.ids.delete(id);
-        if (!host.ids.size) { host.node.remove(); this.hosts.delete(w.host); }
-      }
+      if (host) host.ids.delete(id);  // an empty host's block stays, its placeholders with it
     }
 
     // ---- search and filter: non-matching cells dim, hosts without a match fold away ---------
@@ -246,27 +251,43 @@ window.RingleaderFleet = (function () {
 
     // ---- summary, attention list, detail -----------------------------------------------------
 
+    // Led by what is wrong, most serious first (then the rest, largest first); the same words
+    // label the Fleet tab, so the jobs tab shows them too.
     drawSummary() {
-      const counts = {};
+      const counts = new Map();
       for (const w of this.workers.values()) {
-        const label = status(w)[1];
-        counts[label] = (counts[label] || 0) + 1;
+        const [, label, rank] = status(w);
+        const c = counts.get(label) || { n: 0, rank };
+        c.n += 1;
+        counts.set(label, c);
       }
       const n = this.workers.size;
-      const parts = Object.entries(counts).sort((a, b) => b[1] - a[1]).map(([k, v]) => `${v} ${k}`);
+      const fmt = (v) => v.toLocaleString("en-US");
+      const all = [...counts].map(([label, c]) => ({ label, ...c }));
+      const wrong = all.filter((c) => c.rank !== null).sort((a, b) => a.rank - b.rank);
+      const fine = all.filter((c) => c.rank === null).sort((a, b) => b.n - a.n);
+      const words = (cs) => cs.map((c) => `${fmt(c.n)} ${c.label}`).join(", ");
       this.$("fleet-summary").textContent = n
-        ? `${n} worker${n === 1 ? "" : "s"} on ${this.hosts.size} host${this.hosts.size === 1 ? "" : "s"}: ${parts.join(", ")}`
+        ? [wrong.length ? words(wrong) : "nothing wrong", words(fine),
+          `${fmt(n)} worker${n === 1 ? "" : "s"} on ${fmt(this.hosts.size)} host${this.hosts.size === 1 ? "" : "s"}`].join(" · ")
         : "";
+      this.$("fleet-summary").title = this.$("fleet-summary").textContent;
+      const note = this.$("tab-fleet-note");
+      if (note) {
+        note.replaceChildren(!n ? "" : wrong.length
+          ? this.ui.h("span", { class: "bad" }, words(wrong)) : "all fine", n ? ` · ${fmt(n)}` : "");
+      }
       // The whole coordinator's counts, not the jobs table's page.
-      this.$("jobs-summary").textContent = `${this.jobs.running} running, ${this.jobs.queued} queued`;
+      const jobs = `${this.jobs.running} running, ${this.jobs.queued} queued`;
+      this.$("jobs-summary").textContent = jobs;
+      if (this.$("tab-jobs-note")) this.$("tab-jobs-note").textContent = jobs;
     }
 
     drawAttention() {
       const { h } = this.ui;
       const wrong = [...this.workers.values()].filter((w) => status(w)[2] !== null && (!this.filtering() || this.matches(w)))
         .sort((a, b) => status(a)[2] - status(b)[2] || a.host.localeCompare(b.host) || a.id.localeCompare(b.id));
-      const node = this.$("fleet-attention");
-      node.hidden = !wrong.length;
+      const node = this.$("fleet-attention");  // always there, of a fixed height: the grid never moves
       const items = wrong.slice(0, ATTENTION_SHOWN).map((w) => {
         const [cls, label] = status(w);
         return h("li", {}, h("button", { type: "button", class: `attention-item cell-${cls}-line`, "data-worker": w.id,
@@ -276,7 +297,8 @@ window.RingleaderFleet = (function () {
         w.check ? h("span", { class: "muted" }, ` · ${w.check}${w.fig ? ": " + w.fig : ""}`) : null));
       });
       const more = wrong.length - items.length;
-      node.replaceChildren(h("h3", {}, `Needs attention (${wrong.length})`), h("ul", {}, items));
+      node.replaceChildren(h("h3", {}, wrong.length ? `Needs attention (${wrong.length})` : "Nothing needs attention"),
+        h("ul", {}, items));
       if (more > 0) node.append(h("p", { class: "muted" }, `and ${more} more: filter "needs attention" shows them all in the grid`));
     }
 

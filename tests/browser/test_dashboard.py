@@ -165,7 +165,7 @@ def test_compare_overlays_a_second_job(web_cluster, jobs, browser):
 
 
 def test_overview_lists_workers_and_jobs(web_cluster, jobs, browser):
-    browser.get(f"{web_cluster.http_url}/")
+    browser.get(f"{web_cluster.http_url}/#fleet")
     wait_for(browser, "document.querySelectorAll('#fleet [data-worker]').length >= 2")
     # A cell per worker (tests/browser/test_fleet_view.py covers the fleet view); its title says what it is.
     workers = browser.execute_script(
@@ -176,6 +176,7 @@ def test_overview_lists_workers_and_jobs(web_cluster, jobs, browser):
         assert "cell-unchecked" in cls and title.startswith(f"{wid} · ") and " · idle" in title, (wid, cls, title)
     assert "on 1 host" in browser.find_element(By.ID, "fleet-summary").text
 
+    browser.find_element(By.ID, "tab-jobs").click()
     wait_for(browser, "document.querySelectorAll('#jobs-body tr[data-job]').length >= 2")
     listed = browser.execute_script(
         "return Object.fromEntries([...document.querySelectorAll('#jobs-body tr[data-job]')]"
@@ -189,6 +190,11 @@ def test_overview_is_live(web_cluster, jobs, browser):
     wait_for(browser, "document.getElementById('live').textContent === 'live'")
     job = web_cluster.submit(op="all_reduce", sizes=SECOND, iters=3)
     row = f"document.querySelector('#jobs-body tr[data-job=\"{job.id}\"]')"
+    # It waits behind the "new jobs" bar (rows shown never move by themselves) until asked for.
+    wait_for(browser, "document.querySelectorAll('#jobs-body tr[data-job]').length >= 2")
+    wait_for(browser, "!document.getElementById('jobs-new').hidden")
+    assert not browser.execute_script(f"return {row}")
+    browser.find_element(By.ID, "jobs-new").click()
     wait_for(browser, row)
     wait_for(browser, f"{row}.cells[2].textContent === 'SUCCEEDED'", timeout=120)
     assert browser.execute_script(f"return {row}.querySelector('.progress-label').textContent") \

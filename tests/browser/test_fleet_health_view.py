@@ -133,7 +133,7 @@ def page(served, tmp_path_factory):
     driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
     driver.set_window_size(1280, 900)
     try:
-        driver.get(f"{served.url}/")
+        driver.get(f"{served.url}/#fleet")  # the fleet tab (the overview opens on the jobs)
         wait_for(driver, f"document.querySelectorAll('#fleet [data-worker]').length === {len(SIMS) + 2}")
         yield driver
     finally:
@@ -199,6 +199,11 @@ def test_running_jobs_are_counted_beyond_the_first_page(served, page):
     page.get(f"{served.url}/")
     wait_for(page, "document.querySelectorAll('#jobs-body tr[data-job]').length === 50")
     wait_for(page, "document.getElementById('jobs-summary').textContent === '55 running, 0 queued'")
+    # The jobs tab's label carries the same count; the fleet's is led by what is wrong.
+    assert page.find_element(By.ID, "tab-jobs").text == "Jobs 55 running, 0 queued"
+    assert page.find_element(By.ID, "tab-fleet").text.startswith("Fleet 1 failed, 1 disconnected, 1 executor unresponsive")
+    page.find_element(By.ID, "tab-fleet").click()
+    wait_for(page, "!document.getElementById('pane-fleet').hidden && document.getElementById('pane-jobs').hidden")
 
 
 def test_search_and_filter_fold_away_the_rest(page):

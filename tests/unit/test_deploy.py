@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 import types
 
@@ -23,6 +24,7 @@ from coordinator.core.jobs import Queued
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.core.facade import Coordinator
 from coordinator.store.memory import MemoryJobStore
+from coordinator.store.trends import TrendPoint
 from dashboard.app import create_app
 from deployfacts import COORDINATOR_GRPC_PORT, COORDINATOR_HTTP_PORT, DEPLOY, ROOT, dockerfile, exec_form, parse_cli
 from ringleader import __version__, jobspec
@@ -46,7 +48,13 @@ class _Ctx:
 
 
 def coordinator_metric_names() -> set[str]:
-    core = Coordinator(MemoryJobStore())
+    store = MemoryJobStore()
+    store.put_baseline(trend_entry := pb.BaselineEntry(key="H100|all_reduce|float32|2^20|r2|h1|local|eager|", op="all_reduce",
+                                                       gpu_model="H100", size_bucket=1 << 20, ranks=2, hosts=1, link="local",
+                                                       samples=[40.0] * 5, median_busbw_gbps=40.0))
+    store.add_trend(TrendPoint(key=trend_entry.key, gpu_model="H100", op="all_reduce", link="local", at=time.time(),
+                               busbw_gbps=40.0, job_id="j1", hosts=("h",)))  # for the trend gauges
+    core = Coordinator(store)
     metrics = CoordinatorMetrics(core)
     core.workers.add(wpb.Register(worker_id="w0", host="h", backend="nccl",
                                   device=pb.Device(type="cuda", index=0, memory_bytes=1 << 30)))

@@ -1,0 +1,59 @@
+"""The SQLite store's bandwidth trends (coordinator/store/trends.py explains the rollups), as a mixin
+of SqliteJobStore (which provides `_tx`). Plain SQL a PostgreSQL store can share: upserts with
+ON CONFLICT ... DO UPDATE, CASE instead of two-argument MIN/MAX, `?` placeholders."""
+
+from __future__ import annotations
+
+from coordinator.store.trends import HOUR_S, JOBS_KEPT, TrendBucket, TrendHour, TrendPoint, TrendQuery, buckets, one_key
+
+# host is "" in the fleet's rollup; one table keeps both, its primary key led by host.
+_UPSERT = f"""
+INSERT INTO trend_hours (host, key, hour, gpu_model, op, link, n, total_gbps, min_gbps, max_gbps, worst_job, jobs)
+VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)
+ON CONFLICT (host, key, hour) DO UPDATE SET
+  n = trend_hours.n + 1,
+  total_gbps = trend_hours.total_gbps + excluded.total_gbps,
+  worst_job = CASE WHEN excluded.min_gbps < trend_hours.min_gbps THEN excluded.worst_job ELSE trend_hours.worst_job END,
+  min_gbps = CASE WHEN excluded.min_gbps < trend_hours.min_gbps THEN excluded.min_gbps ELSE trend_hours.min_gbps END,
+  max_gbps = CASE WHEN excluded.max_gbps > trend_hours.max_gbps THEN excluded.max_gbps ELSE trend_hours.max_gbps END,
+  jobs = CASE WHEN trend_hours.n < {JOBS_KEPT} THEN trend_hours.jobs || ' ' || excluded.jobs ELSE trend_hours.jobs END
+"""
+
+
+def _where(q: TrendQuery) -> tuple[str, list]:
+    first, end, _ = q.hours
+    sql, args = "host = ? AND hour >= ? AND hour < ?", [q.host, first, end]
+    for column, value in (("key", q.key), ("gpu_model", q.gpu_model), ("op", q.op), ("link", q.link)):
+        if value:
+            sql += f" AND {column} = ?"
+            args.append(value)
+    return sql, args
+
+
+class SqliteTrends:
+    def add_trend(self, point: TrendPoint) -> None:
+        hour = int(point.at // HOUR_S)
+        v = point.busbw_gbps
+        rows = [(host, point.key, hour, point.gpu_model, point.op, point.link, v, v, v, point.job_id, point.job_id)
+                for host in ("", *dict.fromkeys(point.hosts))]
+        with self._tx(write=True) as c:  # type: ignore[attr-defined]
+            c.executemany(_UPSERT, rows)
+
+    def trend(self, q: TrendQuery) -> list[TrendBucket]:
+        where, args = _where(q)
+        step = q.hours[2]
+        # Summed into buckets by the database; `buckets` only orders them (and merges nothing).
+        sql = (f"SELECT key, (hour / ?) * ? AS b, SUM(n), SUM(total_gbps), MIN(min_gbps), MAX(max_gbps) "
+               f"FROM trend_hours WHERE {where} GROUP BY key, b")
+        with self._tx() as c:  # type: ignore[attr-defined]
+            rows = c.execute(sql, [step, step, *args]).fetchall()
+        return buckets(rows, step)
+
+    def trend_hours(self, q: TrendQuery) -> list[TrendHour]:
+        one_key(q)
+        where, args = _where(q)
+        with self._tx() as c:  # type: ignore[attr-defined]
+            rows = c.execute(f"SELECT hour, n, min_gbps, worst_job, jobs FROM trend_hours WHERE {where} "
+                             "ORDER BY min_gbps, hour", args).fetchall()
+        return [TrendHour(start=float(hour * HOUR_S), n=n, min_gbps=low, worst_job=worst,
+                          jobs=tuple(dict.fromkeys(jobs.split()))[:JOBS_KEPT]) for hour, n, low, worst, jobs in rows]

@@ -1,0 +1,149 @@
+"""Bandwidth trends in the store: the busbw of every result row with a baseline key, rolled up by
+the hour as it is written, so that a month of a 5,000-worker fleet reads as (keys x hours) rows
+whatever the number of jobs (dashboard/trends_api.py draws them against the baselines).
+
+Two rollups, each row summing one hour: per baseline key (the fleet's view), and per host and key
+(the host filter: a result counts for every host of its gang). A row keeps the count, sum, min
+and max of busbw, the job of the lowest result (where a regression leads) and the first
+JOBS_KEPT jobs of its hour (the jobs behind a point).
+
+The parameter and result types of the store's trend methods (coordinator/store/api.py) live
+here, with the in-memory implementation (MemoryTrends, a mixin of MemoryJobStore); the SQL one is
+coordinator/store/sqlite_trends.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+HOUR_S = 3600
+JOBS_KEPT = 8  # job ids an hour's row keeps
+
+
+@dataclass(frozen=True)
+class TrendPoint:
+    """One result row: its baseline key and the key's fields the trends filter on."""
+
+    key: str
+    gpu_model: str
+    op: str
+    link: str  # "local" or "cross"
+    at: float  # unix seconds of the measurement
+    busbw_gbps: float
+    job_id: str
+    hosts: tuple[str, ...] = ()  # the gang's hosts
+
+
+@dataclass(frozen=True)
+class TrendQuery:
+    """Buckets of `step_s` (a whole number of hours) in [since, until); empty filters match all."""
+
+    since: float
+    until: float
+    step_s: int = HOUR_S
+    host: str = ""
+    gpu_model: str = ""
+    op: str = ""
+    link: str = ""
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if self.step_s < HOUR_S or self.step_s % HOUR_S:
+            raise ValueError(f"step_s: a whole number of hours (multiple of {HOUR_S}), got {self.step_s}")
+        if self.until <= self.since:
+            raise ValueError(f"until ({self.until}) must be after since ({self.since})")
+
+    @property
+    def hours(self) -> tuple[int, int, int]:
+        """First hour, the hour after the last, hours per bucket."""
+        return int(self.since // HOUR_S), -int(-self.until // HOUR_S), self.step_s // HOUR_S
+
+
+@dataclass(frozen=True)
+class TrendBucket:
+    key: str
+    start: float  # unix seconds, a multiple of the query's step
+    n: int
+    mean_gbps: float
+    min_gbps: float
+    max_gbps: float
+
+
+@dataclass(frozen=True)
+class TrendHour:
+    """One hour of one key (of one host): the jobs behind a point."""
+
+    start: float
+    n: int
+    min_gbps: float
+    worst_job: str
+    jobs: tuple[str, ...]
+
+
+@dataclass
+class _Hour:
+    n: int = 0
+    total: float = 0.0
+    low: float = float("inf")
+    high: float = 0.0
+    worst_job: str = ""
+    jobs: list[str] = field(default_factory=list)
+
+    def add(self, p: TrendPoint) -> None:
+        self.n += 1
+        self.total += p.busbw_gbps
+        if p.busbw_gbps < self.low:
+            self.low, self.worst_job = p.busbw_gbps, p.job_id
+        self.high = max(self.high, p.busbw_gbps)
+        if len(self.jobs) < JOBS_KEPT and p.job_id not in self.jobs:
+            self.jobs.append(p.job_id)
+
+
+def buckets(rows, step_h: int) -> list[TrendBucket]:
+    """Hourly rows (key, hour, n, total, min, max), grouped by key and bucket, in order."""
+    out: dict[tuple[str, int], list] = {}
+    for key, hour, n, total, low, high in rows:
+        b = out.setdefault((key, hour // step_h * step_h), [0, 0.0, float("inf"), 0.0])
+        b[0] += n
+        b[1] += total
+        b[2] = min(b[2], low)
+        b[3] = max(b[3], high)
+    return [TrendBucket(key=k, start=float(h * HOUR_S), n=n, mean_gbps=t / n, min_gbps=lo, max_gbps=hi)
+            for (k, h), (n, t, lo, hi) in sorted(out.items())]
+
+
+def one_key(q: TrendQuery) -> None:
+    if not q.key:
+        raise ValueError("key: the hours behind a point are those of one baseline key")
+
+
+class MemoryTrends:
+    """The trend methods of the in-memory store."""
+
+    @property
+    def _trend_rows(self) -> dict[tuple[str, str, str, str, str, int], _Hour]:
+        # (host or "", key, gpu_model, op, link, hour) -> its hour; made on first use
+        return self.__dict__.setdefault("_trend_hours", {})
+
+    def add_trend(self, point: TrendPoint) -> None:
+        hour = int(point.at // HOUR_S)
+        for host in ("", *dict.fromkeys(point.hosts)):
+            row = (host, point.key, point.gpu_model, point.op, point.link, hour)
+            self._trend_rows.setdefault(row, _Hour()).add(point)
+
+    def _matching(self, q: TrendQuery, key: str = ""):
+        first, end, _ = q.hours
+        for (host, k, model, op, link, hour), h in self._trend_rows.items():
+            if (host == q.host and first <= hour < end and (not (key or q.key) or k == (key or q.key))
+                    and (not q.gpu_model or model == q.gpu_model) and (not q.op or op == q.op)
+                    and (not q.link or link == q.link)):
+                yield k, hour, h
+
+    def trend(self, q: TrendQuery) -> list[TrendBucket]:
+        return buckets(((k, hour, h.n, h.total, h.low, h.high) for k, hour, h in self._matching(q)), q.hours[2])
+
+    def trend_hours(self, q: TrendQuery) -> list[TrendHour]:
+        one_key(q)
+        hours = [TrendHour(start=float(hour * HOUR_S), n=h.n, min_gbps=h.low, worst_job=h.worst_job, jobs=tuple(h.jobs))
+                 for _, hour, h in self._matching(q)]
+        return sorted(hours, key=lambda t: (t.min_gbps, t.start))

@@ -1,0 +1,124 @@
+"""Fleet bandwidth over time (issue 32), under /api/v1:
+    GET /trends       busbw per baseline key in buckets over hours or days, against its baseline band,
+                      with the buckets that hold a low result marked; filters: host, GPU model, op, link
+    GET /trends/jobs  the hours behind one point of one key: the job of the lowest result first
+    GET /trends/links the link matrix over time for one host (dashboard/link_history.py)
+
+Read from the store's hourly rollups (coordinator/store/trends.py), so a month of a 5,000-worker
+fleet costs (keys x buckets), never (jobs). The band is the key's baseline now (median, and the
+threshold below which a result is low: coordinator/health/baselines.py); a point is marked when its
+lowest result falls below that threshold. The same series go to Prometheus (trends_metrics.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
+
+from coordinator.core.facade import Coordinator
+from coordinator.health import baselines
+from coordinator.store.trends import HOUR_S, TrendBucket, TrendQuery
+from dashboard import link_history
+from dashboard.api import JSON
+
+MAX_DAYS = 400
+MAX_TIME = 1e11  # unix seconds (year 5138): keeps hour numbers small integers
+MAX_BUCKETS = 240  # per key: the step grows with the range (3 h for a month)
+STEPS_H = (1, 2, 3, 6, 12, 24, 48, 168)
+MAX_KEYS = 64  # keys answered, those with a marked point first
+Filter = Annotated[str, Query(max_length=128, pattern=r"^[^|\x00-\x1f]*$")]
+KeyFilter = Annotated[str, Query(max_length=600, pattern=r"^[^\x00-\x1f]*$", description="one baseline key")]
+
+
+def step_for(since: float, until: float) -> int:
+    hours = (until - since) / HOUR_S
+    return HOUR_S * next((s for s in STEPS_H if hours / s <= MAX_BUCKETS), STEPS_H[-1])
+
+
+def key_fields(key: str, entry) -> dict:
+    """The key's fields, from its baseline entry, else from the key string (baselines.entry_key)."""
+    if entry is not None:
+        return {"gpu_model": entry.gpu_model, "op": entry.op, "dtype": entry.dtype, "size_bucket": entry.size_bucket,
+                "ranks": entry.ranks, "hosts": entry.hosts, "link": entry.link, "mode": entry.mode, "algo": entry.algo}
+    parts = (key.split("|") + [""] * 9)[:9]
+    bucket = parts[3]
+    return {"gpu_model": parts[0], "op": parts[1], "dtype": parts[2],
+            "size_bucket": 1 << int(bucket[2:]) if bucket.startswith("2^") and bucket[2:].isdigit() else 0,
+            "ranks": int(parts[4][1:] or 0) if parts[4][1:].isdigit() else 0,
+            "hosts": int(parts[5][1:] or 0) if parts[5][1:].isdigit() else 0,
+            "link": parts[6], "mode": parts[7], "algo": parts[8]}
+
+
+def series(key: str, points: list[TrendBucket], entry) -> dict:
+    threshold = baselines.threshold(entry) if entry is not None else 0.0
+    band = {"median_gbps": entry.median_busbw_gbps, "threshold_gbps": threshold,
+            "samples": len(entry.samples)} if entry is not None and entry.samples else None
+    return {"key": key, **key_fields(key, entry), "baseline": band,
+            "t": [p.start for p in points], "mean": [round(p.mean_gbps, 4) for p in points],
+            "min": [round(p.min_gbps, 4) for p in points], "max": [round(p.max_gbps, 4) for p in points],
+            "n": [p.n for p in points],
+            "marked": [p.start for p in points if threshold > 0 and p.min_gbps < threshold]}
+
+
+def trends(store, q: TrendQuery) -> dict:
+    by_key: dict[str, list[TrendBucket]] = {}
+    for b in store.trend(q):
+        by_key.setdefault(b.key, []).append(b)
+    entries = {e.key: e for e in store.baselines()}
+    out = [series(k, pts, entries.get(k)) for k, pts in by_key.items()]
+    out.sort(key=lambda s: (not s["marked"], s["op"], s["gpu_model"], s["link"], s["ranks"], s["size_bucket"], s["key"]))
+    choices = {name: sorted({getattr(e, attr) for e in entries.values()} | {s[name] for s in out})
+               for name, attr in (("gpu_model", "gpu_model"), ("op", "op"), ("link", "link"))}
+    return {"since": q.since, "until": q.until, "step_s": q.step_s, "keys": out[:MAX_KEYS],
+            "left_off": max(0, len(out) - MAX_KEYS), "choices": choices}
+
+
+def query(days: float, until: float | None, **filters) -> TrendQuery:
+    end = until if until is not None else time.time()
+    since = end - max(days * 86400, HOUR_S)  # at least an hour: the rollups' grain
+    return TrendQuery(since=since, until=end, step_s=step_for(since, end), **filters)
+
+
+def router(core: Coordinator) -> APIRouter:
+    r = APIRouter(prefix="/api/v1")
+
+    @r.get("/trends", tags=["baselines"], operation_id="getTrends",
+           summary="Busbw over time per baseline key, against its baseline band, low points marked")
+    async def get_trends(
+        days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")] = 7,
+        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
+        host: Filter = "", gpu_model: Filter = "", op: Filter = "", link: Filter = "", key: KeyFilter = "",
+    ) -> JSON:
+        q = query(days, until, host=host, gpu_model=gpu_model, op=op, link=link, key=key)
+        return JSON(trends(core.store, q), headers={"Cache-Control": "no-store"})
+
+    @r.get("/trends/jobs", tags=["baselines"], operation_id="getTrendJobs",
+           summary="The jobs behind one point of a key: its hours, the job of the lowest result first")
+    async def trend_jobs(
+        key: Annotated[str, Query(min_length=1, max_length=600, pattern=r"^[^\x00-\x1f]*$")],
+        start: Annotated[float, Query(ge=0, le=MAX_TIME, description="the point's start (unix seconds)")],
+        step_s: Annotated[int, Query(ge=HOUR_S, le=STEPS_H[-1] * HOUR_S, description="the point's width")] = HOUR_S,
+        host: Filter = "",
+    ) -> JSON:
+        try:
+            q = TrendQuery(since=start, until=start + step_s, step_s=HOUR_S * max(1, step_s // HOUR_S), host=host, key=key)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
+        hours = core.store.trend_hours(q)
+        return JSON({"key": key, "start": start, "step_s": step_s,
+                     "hours": [{"start": h.start, "n": h.n, "min_gbps": h.min_gbps, "worst_job": h.worst_job,
+                                "jobs": list(h.jobs)} for h in hours]})
+
+    @r.get("/trends/links", tags=["baselines"], operation_id="getHostLinkHistory",
+           summary="The link matrix over time for one host: its links in each finished link_matrix check")
+    async def host_link_history(
+        host: Annotated[str, Query(min_length=1, max_length=128, pattern=r"^[^|\x00-\x1f]*$")],
+        days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")] = 7,
+        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
+    ) -> JSON:
+        end = until if until is not None else time.time()
+        return JSON(link_history.history(core.store, host, end - max(days * 86400, HOUR_S), end))
+
+    return r

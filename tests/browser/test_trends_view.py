@@ -1,0 +1,103 @@
+"""The "Bandwidth over time" tab in headless Chromium, on a real coordinator process whose SQLite
+store holds a month of history for 5,000 simulated GPUs with one regression injected
+(bench/trends_history.py): the regressed key comes first with its low buckets marked, and a click
+on a mark, then on the job it names, opens that job's page."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.trends_history import write_link_checks, write_month
+from cluster import running
+from coordinator.store.sqlite import SqliteJobStore
+
+pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
+from conftest import chromium  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 60
+
+
+def wait_for(driver, script: str, timeout: float = WAIT_S):
+    return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(f"return {script}"))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("trends-ui")
+    store = SqliteJobStore(tmp / "jobs.db")
+    store.defer_commits(lambda: None)
+    history = write_month(store, workers=5000, days=30)
+    history.flagged_checks = write_link_checks(store, history.host, days=30, until=history.until)
+    store.commit()
+    store.close()
+    with running(tmp, [], http=True) as c:
+        yield c, history
+
+
+@pytest.fixture(scope="module")
+def page(served, tmp_path_factory):
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
+    driver.set_window_size(1280, 900)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_a_marked_point_leads_to_its_job(served, page, tmp_path):
+    c, history = served
+    page.get(f"{c.http_url}/#trends")
+    wait_for(page, "document.querySelectorAll('.trend-card').length > 0")
+    Select(page.find_element(By.ID, "trends-days")).select_by_value("30")
+    wait_for(page, "window.ringleaderTrends.answer && window.ringleaderTrends.answer.step_s === 10800")
+    cards = page.execute_script("return [...document.querySelectorAll('.trend-card')].map((c) => c.dataset.key)")
+    assert len(cards) == history.keys and cards[0] == history.key
+    marks = wait_for(page, "document.querySelectorAll('.trend-card.trend-low .trend-mark').length")
+    assert 1 <= marks <= 3
+    assert page.find_element(By.ID, "trends-summary").text.startswith("1 key with low results")
+    page.save_screenshot(str(tmp_path / "trends.png"))
+
+    page.find_elements(By.CSS_SELECTOR, ".trend-card.trend-low .trend-mark")[-1].click()
+    link = WebDriverWait(page, WAIT_S).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#trend-jobs li.low a[href^='/jobs/']"))[0]
+    job_id = link.get_attribute("href").rsplit("/", 1)[1]
+    assert job_id in history.jobs
+    link.click()
+    wait_for(page, f"location.pathname === '/jobs/{job_id}' && document.getElementById('job-title').textContent.includes('{job_id}')")
+    assert page.execute_script("return window.cspViolations") == []
+
+
+def test_the_host_filter_keeps_the_mark_on_the_regressed_host_only(served, page):
+    c, history = served
+    for host, marked in ((history.host, True), ("sim-h0001", False)):
+        page.get(f"{c.http_url}/#trends")
+        wait_for(page, "document.querySelectorAll('.trend-card').length > 0")
+        field = page.find_element(By.ID, "trends-host")
+        field.clear()
+        field.send_keys(host)
+        wait_for(page, f"window.ringleaderTrends.host === '{host}'")
+        n = page.execute_script("return document.querySelectorAll('.trend-mark').length")
+        assert (n > 0) == marked, (host, n)
+
+
+def test_a_hosts_link_matrix_over_time_leads_to_the_flagged_check(served, page):
+    c, history = served
+    page.get(f"{c.http_url}/#trends")
+    wait_for(page, "document.querySelectorAll('.trend-card').length > 0")
+    field = page.find_element(By.ID, "trends-host")
+    field.clear()
+    field.send_keys(history.host)
+    wait_for(page, "!document.getElementById('trend-links').hidden && document.querySelector('#trend-links canvas')")
+    # 7 days by default: 7 checks (columns), 4 hosts (rows).
+    size = page.execute_script("const c = document.querySelector('#trend-links canvas'); return [c.width, c.height]")
+    assert size[1] == 4 * 14 and size[0] % 7 == 0
+    links = page.find_elements(By.CSS_SELECTOR, "#trend-links .flagged a[href^='/jobs/']")
+    assert [a.get_attribute("href").rsplit("/", 1)[1] for a in links] == history.flagged_checks[::-1]
+    links[0].click()
+    job_id = history.flagged_checks[-1]
+    wait_for(page, f"location.pathname === '/jobs/{job_id}' && document.querySelectorAll('#results-body tr').length === 28")
+    assert "✕ slow" in page.find_element(By.ID, "results-body").text

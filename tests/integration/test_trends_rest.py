@@ -1,0 +1,113 @@
+"""Fleet bandwidth over time (dashboard/trends_api.py) on a real coordinator process with its
+dashboard and two real CPU workers, over a month of history for 5,000 simulated GPUs written into
+its SQLite store beforehand (bench/trends_history.py: one host's all_reduce at 2^28 regressed in the
+last days)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from bench.trends_history import LINK_BAD_DAYS, REGRESSED_DAYS, write_link_checks, write_month
+from cluster import running
+from coordinator.store.sqlite import SqliteJobStore
+from ringleader.v1 import jobs_pb2 as pb
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("trends-rest")
+    store = SqliteJobStore(tmp / "jobs.db")
+    store.defer_commits(lambda: None)  # one transaction for the month, as the coordinator groups writes
+    history = write_month(store, workers=5000, days=30)
+    history.flagged_checks = write_link_checks(store, history.host, days=30, until=history.until)
+    store.commit()
+    store.close()
+    with running(tmp, ["t0", "t1"], http=True) as c:
+        with httpx.Client(base_url=c.http_url, timeout=60) as client:
+            yield client, history, c
+
+
+def test_a_month_at_5000_workers_loads_in_under_a_second_and_marks_the_regression(served):
+    api, history, _ = served
+    took = []
+    for _ in range(3):  # the machine is shared: the best of three
+        t0 = time.perf_counter()
+        r = api.get("/api/v1/trends", params={"days": 30, "until": history.until})
+        took.append(time.perf_counter() - t0)
+        assert r.status_code == 200, r.text
+    assert min(took) < 1.0, took
+    body = r.json()
+    assert body["step_s"] == 3 * 3600 and len(body["keys"]) == history.keys
+    marked = [k for k in body["keys"] if k["marked"]]
+    assert [k["key"] for k in marked] == [history.key]  # first, and the only one
+    assert body["keys"][0]["key"] == history.key
+    # Marked: the buckets of the regressed days only (a daily job each), never before.
+    first_bad = history.until - REGRESSED_DAYS * 86400 - 3 * 3600
+    assert 1 <= len(marked[0]["marked"]) <= REGRESSED_DAYS and all(t >= first_bad for t in marked[0]["marked"])
+    k = marked[0]
+    assert k["baseline"]["threshold_gbps"] < k["baseline"]["median_gbps"]
+    assert sum(k["n"]) == 30 * 625  # every host once a day
+
+
+def test_filters_by_host_model_and_link(served):
+    api, history, _ = served
+    q = {"days": 30, "until": history.until}
+    on_host = api.get("/api/v1/trends", params={**q, "host": history.host}).json()
+    assert [k["key"] for k in on_host["keys"] if k["marked"]] == [history.key]
+    assert sum(on_host["keys"][0]["n"]) == 30
+    assert not any(k["marked"] for k in api.get("/api/v1/trends", params={**q, "host": "sim-h0001"}).json()["keys"])
+    cross = api.get("/api/v1/trends", params={**q, "link": "cross"}).json()["keys"]
+    assert cross and all(k["link"] == "cross" and not k["marked"] for k in cross)
+    assert api.get("/api/v1/trends", params={**q, "gpu_model": "NVIDIA B200"}).json()["keys"] == []
+
+
+def test_the_jobs_behind_a_marked_point_lead_with_the_regressed_job(served):
+    api, history, _ = served
+    k = api.get("/api/v1/trends", params={"days": 30, "until": history.until, "key": history.key}).json()["keys"][0]
+    start = k["marked"][-1]
+    hours = api.get("/api/v1/trends/jobs", params={"key": history.key, "start": start, "step_s": 3 * 3600}).json()["hours"]
+    assert hours[0]["worst_job"] in history.jobs
+    assert hours[0]["min_gbps"] < k["baseline"]["threshold_gbps"]
+    job = api.get(f"/api/v1/jobs/{hours[0]['worst_job']}").json()
+    assert job["state"] == "SUCCEEDED" and job["workers"][0]["host"] == history.host
+
+
+def test_a_real_sweep_feeds_the_trends_and_prometheus(served):
+    api, _, c = served
+    job = c.submit(op="all_reduce", sizes=[1 << 16, 1 << 20], iters=2)
+    assert c.wait_job(job.id).state == pb.SUCCEEDED
+    keys = api.get("/api/v1/trends", params={"days": 1, "op": "all_reduce", "link": "local"}).json()["keys"]
+    mine = [k for k in keys if k["gpu_model"] != "NVIDIA H100 80GB HBM3"]
+    assert sorted(k["size_bucket"] for k in mine) == [1 << 16, 1 << 20] and all(sum(k["n"]) == 1 for k in mine), mine
+    metrics = api.get("/metrics").text
+    assert 'ringleader_busbw_trend_gbps{' in metrics and 'size_bucket="1048576"' in metrics
+
+
+def test_a_range_shorter_than_the_grain_reads_one_hour(served):
+    r = served[0].get("/api/v1/trends", params={"days": 1e-9})
+    assert r.status_code == 200 and r.json()["until"] - r.json()["since"] == 3600, r.text
+
+
+@pytest.mark.parametrize("path, params, field", [("/api/v1/trends", {"days": 0}, "days"),
+                                                ("/api/v1/trends", {"until": 1e12}, "until"),
+                                                ("/api/v1/trends/links", {"host": ""}, "host"),
+                                                ("/api/v1/trends", {"op": "a|b"}, "op"),
+                                                ("/api/v1/trends/jobs", {"start": 0}, "key")])
+def test_bad_queries_are_422_naming_the_field(served, path, params, field):
+    r = served[0].get(path, params=params)
+    assert r.status_code == 422 and field in str(r.json()["detail"]), r.text
+
+
+def test_the_link_matrix_over_time_of_a_host(served):
+    api, history, _ = served
+    body = api.get("/api/v1/trends/links", params={"host": history.host, "days": 30, "until": history.until}).json()
+    assert len(body["checks"]) == 30 and body["peers"][0] == history.host and len(body["peers"]) == 4
+    flagged = [c["job_id"] for c in body["checks"] if any(link["flagged"] for link in c["links"])]
+    assert flagged == history.flagged_checks[::-1] and len(flagged) == LINK_BAD_DAYS  # newest first
+    slow = [link for link in body["checks"][0]["links"] if link["flagged"]]
+    assert [(link["peer"], link["ratio"], link["links"]) for link in slow] == [(body["peers"][1], 0.25, 4)]
+    # A host no check measured: no checks, no error.
+    assert api.get("/api/v1/trends/links", params={"host": "sim-h0001", "days": 30}).json()["checks"] == []

@@ -1,0 +1,82 @@
+"""The store's bandwidth trends (coordinator/store/api.py's add_trend, trend, trend_hours), run
+against every implementation, and reopened from disk for SQLite."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.store.memory import MemoryJobStore
+from coordinator.store.sqlite import SqliteJobStore
+from coordinator.store.trends import HOUR_S, JOBS_KEPT, TrendPoint, TrendQuery
+
+KEY_A = "H100|all_reduce|float32|2^20|r8|h1|local|eager|"
+KEY_B = "H100|all_gather|float32|2^20|r16|h2|cross|eager|"
+T0 = 1_700_000_000 // HOUR_S * HOUR_S  # on an hour
+
+
+@pytest.fixture(params=["memory", "sqlite", "sqlite-deferred"])
+def store(request, tmp_path):
+    s = MemoryJobStore() if request.param == "memory" else SqliteJobStore(tmp_path / "jobs.sqlite")
+    if request.param == "sqlite-deferred":
+        s.defer_commits(lambda: None)
+    yield s
+    s.close()
+
+
+def point(key: str, at: float, gbps: float, job: str, hosts=("h1",)) -> TrendPoint:
+    model, op, *_, link = key.split("|")[:7]
+    return TrendPoint(key=key, gpu_model=model, op=op, link=link, at=at, busbw_gbps=gbps, job_id=job, hosts=tuple(hosts))
+
+
+def test_hours_sum_into_buckets_of_the_step(store):
+    for i, gbps in enumerate([10.0, 20.0, 30.0, 40.0]):  # two hours, two results each
+        store.add_trend(point(KEY_A, T0 + i * 1800 + 5, gbps, f"j{i}"))
+    hourly = store.trend(TrendQuery(since=T0, until=T0 + 2 * HOUR_S))
+    assert [(b.key, b.start, b.n, b.mean_gbps, b.min_gbps, b.max_gbps) for b in hourly] == [
+        (KEY_A, T0, 2, 15.0, 10.0, 20.0), (KEY_A, T0 + HOUR_S, 2, 35.0, 30.0, 40.0)]
+    two_hours = store.trend(TrendQuery(since=T0, until=T0 + 2 * HOUR_S, step_s=2 * HOUR_S))
+    assert [(b.start, b.n, b.mean_gbps, b.min_gbps, b.max_gbps) for b in two_hours] == [(T0, 4, 25.0, 10.0, 40.0)]
+    # The range is half-open and whole hours: the second hour alone.
+    assert [b.n for b in store.trend(TrendQuery(since=T0 + HOUR_S, until=T0 + 2 * HOUR_S))] == [2]
+
+
+def test_filters_by_key_fields_and_host(store):
+    store.add_trend(point(KEY_A, T0, 10.0, "a", hosts=("h1",)))
+    store.add_trend(point(KEY_B, T0, 5.0, "b", hosts=("h1", "h2")))
+    q = dict(since=T0, until=T0 + HOUR_S)
+    assert [b.key for b in store.trend(TrendQuery(**q))] == sorted([KEY_A, KEY_B])
+    assert [b.key for b in store.trend(TrendQuery(**q, op="all_gather"))] == [KEY_B]
+    assert [b.key for b in store.trend(TrendQuery(**q, link="local"))] == [KEY_A]
+    assert [b.key for b in store.trend(TrendQuery(**q, gpu_model="H200"))] == []
+    assert [b.key for b in store.trend(TrendQuery(**q, host="h2"))] == [KEY_B]
+    assert [b.key for b in store.trend(TrendQuery(**q, host="h1"))] == sorted([KEY_A, KEY_B])
+    assert store.trend(TrendQuery(**q, host="h3")) == []
+
+
+def test_the_hours_behind_a_point_name_the_worst_job_first(store):
+    for i in range(JOBS_KEPT + 3):
+        store.add_trend(point(KEY_A, T0 + i, 10.0 - (i == 4) * 6, f"j{i}"))
+    store.add_trend(point(KEY_A, T0 + HOUR_S, 9.0, "later"))
+    hours = store.trend_hours(TrendQuery(since=T0, until=T0 + 2 * HOUR_S, key=KEY_A))
+    assert [(h.start, h.worst_job, h.min_gbps) for h in hours] == [(T0, "j4", 4.0), (T0 + HOUR_S, "later", 9.0)]
+    assert hours[0].n == JOBS_KEPT + 3 and hours[0].jobs == tuple(f"j{i}" for i in range(JOBS_KEPT))
+    with pytest.raises(ValueError, match="key"):
+        store.trend_hours(TrendQuery(since=T0, until=T0 + HOUR_S))
+
+
+def test_a_bad_query_names_its_field():
+    with pytest.raises(ValueError, match="step_s"):
+        TrendQuery(since=T0, until=T0 + HOUR_S, step_s=60)
+    with pytest.raises(ValueError, match="until"):
+        TrendQuery(since=T0, until=T0)
+
+
+def test_sqlite_keeps_trends_across_a_reopen(tmp_path):
+    s = SqliteJobStore(tmp_path / "jobs.sqlite")
+    s.add_trend(point(KEY_A, T0, 10.0, "a"))
+    s.close()
+    s = SqliteJobStore(tmp_path / "jobs.sqlite")
+    try:
+        assert [b.n for b in s.trend(TrendQuery(since=T0, until=T0 + HOUR_S))] == [1]
+    finally:
+        s.close()

@@ -70,15 +70,34 @@ def _links(r: pb.LinkMatrixResult, ranks: dict[int, pb.WorkerRef]) -> Found:
         if x.wrong and x.a not in out and x.b not in out:
             for rank in (x.a, x.b):
                 out.setdefault(rank, (SUSPECT, *_link_evidence(r, [x], f"link {x.a}-{x.b}")))
-    for rank, links in mine.items():  # the reporter whose figures its peers dispute, not the link
-        disputed = [x for x in links if x.ends_disagree]
-        if len(links) >= 2 and 2 * len(disputed) > len(links):
-            out.setdefault(rank, (SUSPECT, f"its figures disagree with the other end's on {len(disputed)} of "
-                                  f"{len(links)} links", "both ends of a link time the same round trips "
-                                  "(within 2x); a rank whose peers dispute most of its links reports untrue figures"))
+    for rank, (disputed, links) in _disputed_reporters(mine).items():  # the reporter, not the link
+        out.setdefault(rank, (SUSPECT, f"its figures disagree with the other end's on {disputed} of "
+                              f"{links} links", "both ends of a link time the same round trips "
+                              "(within 2x); a rank whose peers dispute most of its links reports untrue figures"))
     for rank in mine:
         out.setdefault(rank, (HEALTHY, *_link_evidence(r, mine[rank], "links")))
     return out
+
+
+def _disputed_reporters(mine: dict[int, list[pb.LinkRow]]) -> dict[int, tuple[int, int]]:
+    """Ranks whose peers dispute most of their links, most disputed first: (disputed, links). A
+    rank found so is taken out before the next is judged, so the links a liar disputes are no
+    evidence against its honest peers (each of them shares one link with it, and one noisy link
+    more would otherwise make it look like a liar too)."""
+    found: dict[int, tuple[int, int]] = {}
+    while True:
+        counts = {}
+        for rank, links in mine.items():
+            if rank in found:
+                continue
+            kept = [x for x in links if (x.b if x.a == rank else x.a) not in found]
+            disputed = sum(x.ends_disagree for x in kept)
+            if len(kept) >= 2 and 2 * disputed > len(kept):
+                counts[rank] = (disputed, len(kept))
+        if not counts:
+            return found
+        rank = max(counts, key=lambda k: (counts[k][0] / counts[k][1], -k))
+        found[rank] = counts[rank]
 
 
 def _most_flagged(links: list[pb.LinkRow]) -> bool:

@@ -455,7 +455,7 @@
     // `ringleader watch` does.
     async refreshQueued() {
       if (![...this.jobs.values()].some((j) => j.state === "QUEUED")) return;
-      const page = await getJSON(`${API}/jobs?state=QUEUED&limit=100`).catch(() => null);
+      const page = await getJSON(`${API}/jobs?state=QUEUED&limit=100&view=full`).catch(() => null);
       for (const job of page ? page.jobs : []) {
         const known = this.jobs.get(job.id);
         if (known && known.reason !== job.reason) this.onJobEvent({ state: { state: job.state, reason: job.reason } }, job);
@@ -503,7 +503,7 @@
       if (before) query.set("before", before);
       let page;
       try {
-        page = await getJSON(`${API}/jobs?${query}`);
+        page = await getJSON(`${API}/jobs?${query}&view=full`);
       } catch (error) {
         $("jobs-summary").textContent = `cannot list jobs: ${error.message}`;
         return;
@@ -602,7 +602,7 @@
 
     // After a broken stream: shown jobs are brought up to date in place, new ones go behind the bar.
     async catchUp() {
-      const page = await getJSON(`${API}/jobs?limit=50`).catch(() => null);
+      const page = await getJSON(`${API}/jobs?limit=50&view=full`).catch(() => null);
       for (const job of page ? [...page.jobs].reverse() : []) this.onJobEvent({}, job);
     }
 
@@ -944,7 +944,8 @@
         return;
       }
       const base = `${API}/jobs/${encodeURIComponent(this.id)}`;
-      // Sweeps download their rows; other kinds the whole job (their result lives in it).
+      // Sweeps download their rows; other kinds the whole job (their result lives in it). The page
+      // reads full documents (?view=full: epoch times, every field); the REST default is lean.
       $("dl-json").href = this.view.csv ? `${base}/results?format=json` : base;
       tokenDownload($("dl-json"), `${this.id}.json`);
       $("dl-csv").href = `${base}/results?format=csv`;
@@ -961,7 +962,7 @@
     }
 
     async load() {
-      const job = await getJSON(`${API}/jobs/${encodeURIComponent(this.id)}`);
+      const job = await getJSON(`${API}/jobs/${encodeURIComponent(this.id)}?view=full`);
       this.results.clear();
       for (const r of job.results || []) this.results.set(resultKey(r), r);
       delete job.results;
@@ -1000,7 +1001,7 @@
     async fillCompareChoices() {
       let jobs = [];
       try {
-        jobs = (await getJSON(`${API}/jobs?limit=200`)).jobs;
+        jobs = (await getJSON(`${API}/jobs?limit=200&view=full`)).jobs;
       } catch (_) { /* leave the selector empty */ }
       const kind = jobKind(this.job);
       const what = jobWhat(this.job);
@@ -1027,7 +1028,7 @@
       url.searchParams.delete("compare");
       if (id) {
         try {
-          this.compare = await getJSON(`${API}/jobs/${encodeURIComponent(id)}`);
+          this.compare = await getJSON(`${API}/jobs/${encodeURIComponent(id)}?view=full`);
           url.searchParams.set("compare", id);
           if (![...$("compare").options].some((o) => o.value === id)) {
             $("compare").append(h("option", { value: id }, shortId(id)));

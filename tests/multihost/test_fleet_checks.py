@@ -15,6 +15,7 @@ the runs at half rate; RINGLEADER_FLEET_REPORT, a path, gets every run's figures
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -57,11 +58,16 @@ def check(c, kinds: str = "link_matrix") -> tuple[dict, float, int]:
     return json.loads(out.stdout), took, out.returncode
 
 
+def _epoch(rfc3339: str) -> float:
+    """`check -o json` writes times as the CLI's JSON does: RFC 3339."""
+    return datetime.datetime.fromisoformat(rfc3339).timestamp()
+
+
 def _figures(answer: dict, took: float) -> dict:
     job = next(j for j in answer["jobs"] if "link_matrix" in j)
     links = job["link_matrix"]["links"]
     verdicts = {w["worker_id"]: w["health"]["verdict"] for w in answer["workers"]}
-    return {"seconds": round(took, 2), "job_seconds": round(job["finished_at"] - job["started_at"], 2),
+    return {"seconds": round(took, 2), "job_seconds": round(_epoch(job["finished_at"]) - _epoch(job["started_at"]), 2),
             "checks": {next(k for k in ("link_matrix", "gpu_check", "sdc_check") if k in j["spec"]): j["state"]
                        for j in answer["jobs"]},
             "verdicts": {w: v for w, v in verdicts.items() if v != "HEALTHY"},

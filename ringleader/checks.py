@@ -113,10 +113,12 @@ def is_check(spec: pb.JobSpec) -> bool:
 # What a check asks for when a sweep or a recheck leaves its settings unset (the `short` column):
 # short rounds (the link's size chosen by its kind, worker/checks/link_sizes.py: 512 KiB between
 # CPU workers, where a rate-limited link at 200 Mbit/s takes 21 ms a way, so a whole matrix of 8
-# hosts stays within seconds; 256 MiB over NVLink, to saturate it; 4 round trips, of which the
-# fastest counts, so that a busy host's scheduling delays do not).
+# hosts stays within seconds; 256 MiB over NVLink, to saturate it; 20 round trips, of which the
+# fastest counts, so that a busy host's scheduling delays do not, and whose total both ends time:
+# with 4, honest ends' totals read 2x apart by noise on a busy 2-core machine and made a clean
+# worker look like a rank that misreports its links).
 def short_link_matrix() -> pb.LinkMatrixSpec:
-    return pb.LinkMatrixSpec(size_bytes=0, iters=4, warmup=1)
+    return pb.LinkMatrixSpec(size_bytes=0, iters=20, warmup=1)
 
 
 def short_gpu_check() -> pb.GpuCheckSpec:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (offline; its image has torch, grpcio, protobuf, prometheus-client):
 # unit + GPU tests, the demo, and the benchmark against plain torch.distributed.
-#   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|latency-side|all|multihost|suite|suite-a|suite-b]
+#   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|latency-side|fleet-check|all|multihost|suite|suite-a|suite-b]
 #   logs and results under $OUT (default ./gpu-out); BENCH_ARGS go to bench/run.py.
 #   latency (issue 13) = latency-tests (tests/gpu/test_nccl_latency.py: graph mode, calibrated loops,
 #   gather/scatter, symmetric memory, pinned NCCL algos, algo sweep, NCCL env re-read) then
@@ -83,6 +83,13 @@ if [ ${#suite_files[@]} -gt 0 ]; then
   echo "exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s (124: the whole run's timeout)" | tee -a "$OUT/$what.log"
   mkdir -p "$OUT/$what-logs"  # the daemons' and coordinators' logs, for a failure's reason
   find -L /tmp/pytest-of-*/pytest-current/ -name '*.log' -size -2M -exec cp --parents {} "$OUT/$what-logs" \; 2>/dev/null
+fi
+# fleet-check (issue 26, not part of all; scripts/gpu-fleet-check.sh): bench/fleet_gpu.py, clean
+# checks counted, a competing process on GPU 1 named, the link check over NVLink; RUNS = $2.
+if [ "$what" = fleet-check ]; then
+  { nvidia-smi; nvidia-smi topo -m; } > "$OUT/machine.txt" 2>&1
+  timeout 230 python3 bench/fleet_gpu.py --out "$OUT" --runs "${2:-10}" 2>&1 | tee "$OUT/fleet-gpu.log"
+  exit "${PIPESTATUS[0]}"
 fi
 if [ "$what" = multihost ]; then
   # This machine has no `ip`: pyroute2 (from .whl/) builds the namespaces. A bed that cannot be

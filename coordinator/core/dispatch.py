@@ -50,6 +50,16 @@ def who(rj: Running, rank: int) -> str:
     return f"rank {rank} (worker {rj.members[rank]})"
 
 
+def name_ranks(outcome, members: list[str]) -> None:
+    """A check's per-rank figures get their workers' ids from the job's members, by rank: the
+    coordinator placed the ranks, so it says who each is (never what a rank wrote there)."""
+    field = outcome.DESCRIPTOR.fields_by_name.get("workers")
+    if field is None or field.message_type is None or "worker_id" not in field.message_type.fields_by_name:
+        return
+    for w in outcome.workers:
+        w.worker_id = members[w.rank] if w.rank < len(members) else ""
+
+
 class WorkerProtocol:
     """Methods of `Control` (control.py), which owns the state they read and change."""
 
@@ -170,7 +180,9 @@ class WorkerProtocol:
                     self._store_row(rj, r)
         outcome = done.WhichOneof("outcome")
         if done.rank == 0 and outcome:  # stored with the job when it reaches SUCCEEDED
-            getattr(rj.job, outcome).CopyFrom(getattr(done, outcome))
+            kept = getattr(rj.job, outcome)
+            kept.CopyFrom(getattr(done, outcome))
+            name_ranks(kept, rj.members)
         if done.rank == 0 and done.HasField("stragglers"):
             rj.job.stragglers.CopyFrom(done.stragglers)
         rj.finished_ranks.add(done.rank)

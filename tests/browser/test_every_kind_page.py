@@ -49,11 +49,13 @@ def outcome_on_page(driver, kind: str, job: pb.Job):
         assert heat == 2  # the two off-diagonal cells of a 2x2 heat map
     elif kind == "gpu_check":
         shown = {r[1]: r for r in rows}
+        assert sorted(shown) == sorted(w.worker_id for w in job.workers), rows  # each row names its worker
         for w in job.gpu_check.workers:
             assert float(shown[w.worker_id][3]) == pytest.approx(w.tflops, rel=0.01, abs=0.01)
             assert shown[w.worker_id][-1] == ("✕ slow" if w.flagged else "✓ ok")
     elif kind == "sdc_check":
         shown = {r[1]: r for r in rows}
+        assert sorted(shown) == sorted(w.worker_id for w in job.workers), rows
         for w in job.sdc_check.workers:
             assert shown[w.worker_id][3] == w.checksum
             assert shown[w.worker_id][-1] == ("✕ corrupt" if w.flagged else "✓ ok")

@@ -285,3 +285,16 @@ def test_a_preflight_whose_gang_stays_suspect_fails_after_its_rounds_instead_of_
     done = core.get(job)
     assert done.state == pb.FAILED and "not certified 3 times" in done.reason and "suspect" in done.reason
     assert [w.state for w in ws.values()] == [pb.IDLE, pb.IDLE]
+
+
+def test_a_checks_figures_are_named_by_the_coordinator_not_by_rank_0(core):
+    """Rank 0's figures carry no worker ids (or wrong ones): the stored outcome names each row's
+    worker by its rank, as placed, so the UI and CLI show who had which figures."""
+    ws = [Worker(core, f"w{i}", i) for i in range(3)]
+    check_id, result = start_check(core, ws, bad=set())
+    result.workers[0].worker_id, result.workers[1].worker_id, result.workers[2].worker_id = "", "w0", "zz"
+    for rank in (1, 2, 0):
+        ws[rank].done(check_id, rank, **({"gpu_check": result} if rank == 0 else {}))
+    job = core.get(check_id)
+    assert job.state == pb.SUCCEEDED
+    assert [(w.rank, w.worker_id) for w in job.gpu_check.workers] == [(0, "w0"), (1, "w1"), (2, "w2")]

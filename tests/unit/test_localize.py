@@ -30,11 +30,11 @@ def model(host_of, slow_workers=(), slow_hosts=(), noise=0.0, rng=None, factor=0
     return measure
 
 
-def test_one_slow_host_of_eight_named_in_three_rounds_and_a_confirmation():
+def test_one_slow_host_of_eight_named_in_three_rounds_and_two_confirmations():
     hosts = fleet(8)
     p = Planner(list(hosts), hosts, min_width=4)
     v = run(p, model(hosts, slow_hosts={"h5"}))
-    assert (v.culprits, v.hosts, v.rounds) == (["w5"], ["h5"], 4)
+    assert (v.culprits, v.hosts, v.rounds) == (["w5"], ["h5"], 5)
     assert "w5 (host h5)" in v.describe(hosts)
 
 
@@ -63,7 +63,7 @@ def test_two_culprits_found():
     # halves are slow; the next test shows that a control group of known-good workers does too.
     v = run(Planner(list(hosts), hosts, reference=100.0), model(hosts, slow_workers={"w3", "w42"}))
     assert sorted(v.culprits) == ["w3", "w42"]
-    assert v.rounds <= math.ceil(math.log2(64)) + 1
+    assert v.rounds <= math.ceil(math.log2(64)) + 2
 
 
 def test_noise_retested_then_unresolved_when_nothing_is_slow():
@@ -123,6 +123,24 @@ def test_one_slow_gpu_named_within_log2_rounds_with_noise(n):
     bad = f"w{rng.randrange(n)}"
     v = run(Planner(list(hosts), hosts, known_good=[]), model(hosts, slow_workers={bad}, noise=0.05, rng=rng))
     assert v.culprits == [bad] and v.rounds <= math.ceil(math.log2(n)) + 2
+
+
+def test_slow_in_the_first_confirmation_but_not_the_second_names_nobody_and_padding_changes():
+    """The CI failure of the last round: a clean worker of a clean gang read slow on a shared
+    2-core machine in the search and again when tested on its own. It must be slow in every one
+    of its confirmations, each with other padding, to be named."""
+    hosts = fleet(8)
+    seen: list[Group] = []
+
+    def measure(groups):  # clean, but w2 reads slow in the search and in its first confirmation
+        confirming = [g for g in groups if g.suspects == ("w2",)]
+        seen.extend(confirming)
+        slow_once_more = len(seen) <= 2
+        return {g: 50.0 if "w2" in g.suspects and slow_once_more else 100.0 for g in groups}
+    v = run(Planner(list(hosts), hosts, reference=100.0), measure)
+    assert v.culprits == [] and ("w2",) in v.unresolved
+    assert "slow 2 times, then not again when tested on its own" in v.describe(hosts)
+    assert len(seen) == 3 and seen[1].members != seen[2].members  # other padding each confirmation
 
 
 def test_two_members_without_known_good_cannot_be_split():

@@ -10,6 +10,7 @@ ringleader.errors' catalog, InvalidSpec as FastAPI's 422 shape naming the field 
 from __future__ import annotations
 
 import contextlib
+import math
 import platform
 from typing import Annotated, Any, AsyncIterator, Iterator, Literal
 
@@ -32,7 +33,7 @@ from dashboard.schemas import (
 from dashboard.sse import LIVE_QUEUE, LiveFanout, aiter_list, last_event_id, sse_frame, with_keepalive
 from ringleader import __version__, jobspec, kinds, states
 from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
-from ringleader.errors import InvalidSpec, NotFound, RingleaderError, answer
+from ringleader.errors import InvalidSpec, NotFound, Overloaded, RingleaderError, answer
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -43,6 +44,9 @@ AnyJob = LeanJob | Job  # ?view=lean (default) or full
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Error, "description": "No job with this id"}}
 # Starlette answers 400 itself when a body cannot even be read as text (JSON that does not parse: 422).
 UNPARSEABLE: dict[int | str, dict[str, Any]] = {400: {"model": Error, "description": "The body cannot be decoded"}}
+# Calls that add work, while the coordinator is saturated (coordinator/core/load.py).
+BUSY: dict[int | str, dict[str, Any]] = {429: {"model": Error, "description": "The coordinator is saturated: nothing "
+                                               "was done; try again after the Retry-After header's seconds"}}
 
 
 class JSON(JSONResponse):
@@ -101,7 +105,7 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
             summary="Submit a job",
             description="Refused (422, world_size) when the connected workers cannot run it, unless `queue` is true.",
             responses={201: {"description": "The accepted job (QUEUED, or RUNNING if it was placed at once)"},
-                       **UNPARSEABLE,
+                       **UNPARSEABLE, **BUSY,
                        409: {"model": Error, "description": "`request_id` was used before, with another spec"}})
     async def submit_job(
         spec: job_spec_model(kinds.TABLE),  # type: ignore[valid-type]  # the table as of the router's build
@@ -113,6 +117,7 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
         view: View = "lean",
     ) -> Response:
         with domain_errors(conflicts=("request_id",)):  # a taken key conflicts with its first request
+            core.lag.check("submit")
             if not spec.queue:
                 check_fits(core, spec.to_pb())
             job = core.submit(spec.to_pb(), request_id or "")  # a preflight is checked at placement
@@ -269,6 +274,8 @@ def domain_errors(conflicts: tuple[str, ...] = ()) -> Iterator[None]:
         if exc.field in conflicts:
             raise HTTPException(409, str(exc)) from None
         raise validation_error(("body", *exc.field.split(".")), exc.message) from None
+    except Overloaded as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": str(math.ceil(exc.retry_after_s))}) from None
     except RingleaderError as exc:
         raise HTTPException(answer(exc).http_status, str(exc)) from None
 

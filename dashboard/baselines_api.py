@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from coordinator.health import baseline_io, baselines, localizer
 from coordinator.core.facade import Coordinator
-from dashboard.api import JSON, NOT_FOUND, Route, domain_errors
+from dashboard.api import BUSY, JSON, NOT_FOUND, Route, domain_errors
 from dashboard.schemas import Error, JobId, proto_model
 from dashboard.spec_in import Text
 from ringleader.jsonview import to_json
@@ -142,7 +142,7 @@ def router(core: Coordinator) -> APIRouter:
             summary="Import baseline entries: replaces those keys (all or nothing)",
             openapi_extra={"requestBody": {"required": True,
                                            "content": {"application/json": {"schema": table_schema()}}}},
-            responses={413: {"model": Error, "description": "Body over 32 MiB"},
+            responses={413: {"model": Error, "description": "Body over 32 MiB"}, **BUSY,
                        # The body is read by the route itself: FastAPI's own 422, declared by hand.
                        422: {"description": "An entry refused, the field named", "content": {"application/json": {
                            "schema": {"$ref": "#/components/schemas/HTTPValidationError"}}}}})
@@ -150,6 +150,8 @@ def router(core: Coordinator) -> APIRouter:
         # Parsed off the loop: 100,000 entries (17 MB) took seconds of JSON and model checks that
         # stalled every call. The body is bounded before it is read (dashboard/body_limit.py);
         # then the same checks as gRPC's (baselines.validated).
+        with domain_errors():
+            core.lag.check("import baselines")  # before its body is read
         message = await parse_table(await request.body())
         with domain_errors():
             n = await baseline_io.import_table(core.store, message, core.durable)
@@ -157,7 +159,7 @@ def router(core: Coordinator) -> APIRouter:
 
     @r.post("/jobs/{job_id}/localize", tags=["jobs"], operation_id="localizeJob", response_model=LocalizeResult,
             summary="Find the worker, link or host that makes a finished collective job's gang slow",
-            responses={**NOT_FOUND, 409: {"model": Error, "description": "Not a collective job that ran"}})
+            responses={**NOT_FOUND, **BUSY, 409: {"model": Error, "description": "Not a collective job that ran"}})
     async def localize_job(
         job_id: JobId,
         tolerance: Annotated[float, Query(gt=0, lt=1, description="slow: below this share of a clean group")] = 0.8,
@@ -167,6 +169,7 @@ def router(core: Coordinator) -> APIRouter:
         # a URL at fleet scale); gRPC and the CLI take an explicit list.
         request = pb.LocalizeRequest(job_id=job_id, tolerance=tolerance, size_bytes=size_bytes)
         with domain_errors():
+            core.lag.check("localize")
             return JSON(to_json(await localizer.localize(core, request)))
 
     return r

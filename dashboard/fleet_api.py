@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from coordinator.health import sweeper
 from coordinator.core.facade import Coordinator
-from dashboard.api import JSON, UNPARSEABLE, Route, domain_errors
+from dashboard.api import BUSY, JSON, UNPARSEABLE, Route, domain_errors
 from dashboard.schemas import Error, WorkerInfo, proto_model
 from dashboard.spec_in import proto_input_model
 from ringleader import checks, jobspec, kinds
@@ -94,12 +94,13 @@ def router(core: Coordinator) -> APIRouter:
     r = APIRouter(prefix="/api/v1", route_class=Route)
 
     @r.post("/checks", tags=["workers"], operation_id="runCheck", response_model=RunCheckAnswer,
-            summary="Run fleet health checks now", responses={**UNKNOWN_WORKER, **UNPARSEABLE},
+            summary="Run fleet health checks now", responses={**UNKNOWN_WORKER, **UNPARSEABLE, **BUSY},
             description="Link matrix, GPU compute and memory, silent data corruption, as check jobs at the "
                         "lowest priority. With `wait`, the answer carries the finished jobs, the hosts named "
                         "and every checked worker's health.")
     async def run_check(body: RunCheckIn) -> Response:
         with domain_errors():
+            core.lag.check("run checks")
             answer = await sweeper.run_check(core, core.fleet, body.to_pb())
         return JSON(to_json(answer))
 

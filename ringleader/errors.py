@@ -42,6 +42,14 @@ class PermissionDenied(RingleaderError):
     """Valid credentials of a role that may not do this (a worker token submitting a job)."""
 
 
+class Overloaded(RingleaderError):
+    """The coordinator is saturated: the call was not done; try again after `retry_after_s`."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 @dataclass(frozen=True)
 class Answer:
     grpc_code: str  # a grpc.StatusCode name (the vocabulary does not import grpc)
@@ -50,6 +58,7 @@ class Answer:
 
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AUTH = 0, 1, 2, 3
+EXIT_BUSY = 75  # sysexits' EX_TEMPFAIL: nothing was done, the same command may work later
 
 CATALOG: dict[type[RingleaderError], Answer] = {
     InvalidSpec: Answer("INVALID_ARGUMENT", 422, EXIT_USAGE),
@@ -58,6 +67,7 @@ CATALOG: dict[type[RingleaderError], Answer] = {
     FailedPrecondition: Answer("FAILED_PRECONDITION", 409, EXIT_FAILED),
     Unauthenticated: Answer("UNAUTHENTICATED", 401, EXIT_AUTH),
     PermissionDenied: Answer("PERMISSION_DENIED", 403, EXIT_AUTH),
+    Overloaded: Answer("RESOURCE_EXHAUSTED", 429, EXIT_BUSY),
     RingleaderError: Answer("INTERNAL", 500, EXIT_FAILED),
 }
 

@@ -23,3 +23,6 @@ SERVER_OPTIONS = KEEPALIVE_OPTIONS + [
     ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
+# A saturated coordinator's RESOURCE_EXHAUSTED carries, in its trailing metadata, the seconds
+# after which to try again (as HTTP's Retry-After header does on its 429).
+RETRY_AFTER = "retry-after"

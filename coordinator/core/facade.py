@@ -36,6 +36,7 @@ from coordinator.core.inputs import (Cancel, Cordon, Disconnect, Input, Out, Reg
                                      WorkerMsg)
 from coordinator.core.jobs import Page
 from coordinator.core.liveness import Timings
+from coordinator.core.load import IntakeGate, LagMeter
 from coordinator.core.registry import WorkerConn, encode_token
 from ringleader import jobspec, kinds
 from ringleader.errors import InvalidSpec
@@ -73,6 +74,9 @@ class Coordinator:
         self.fleet = FleetHealth(self, observers=health_observers)
         self.alerts: list[str] = []  # what the circuit breaker asked an operator to decide, newest last
         self._place_scheduled = False  # a deferred placement pass is due this turn (_place_soon)
+        # User calls ahead of bulk worker traffic, and refused promptly when saturated (load.py).
+        self.intake = IntakeGate(self.timings.worker_msgs_per_turn)
+        self.lag = LagMeter(self.timings.shed_lag_s)
 
     # ---- process ---------------------------------------------------------------------------
 
@@ -88,7 +92,13 @@ class Coordinator:
         self._do(Reload(reattach_deadline=time.monotonic() + self.timings.reconcile_grace_s))
         self._ticker = asyncio.create_task(self._tick_forever())
 
+    def serving(self) -> None:
+        """Called once the servers are up: from now the loop's lag is measured (the start-up's
+        own stalls, building the HTTP app, are not a saturation to shed for)."""
+        self.lag.start()
+
     async def stop(self) -> None:
+        await self.lag.stop()
         if self._ticker:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)

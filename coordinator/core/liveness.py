@@ -42,6 +42,10 @@ class Timings:
     unwell_s: float = 4.0
     tick_s: float = 0.5
     worker_ttl_s: float = 600.0  # a worker disconnected this long leaves the registry
+    # Load (coordinator/core/load.py): worker messages applied per turn of the loop (0: no bound),
+    # and the loop lag past which calls that add work are refused (0: never).
+    worker_msgs_per_turn: int = 256
+    shed_lag_s: float = 2.0
 
 
 def verdicts(now: float, running: Iterable[Running], workers: WorkerRegistry, timings: Timings) -> list[Input]:

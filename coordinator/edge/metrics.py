@@ -31,6 +31,7 @@ from coordinator.core.facade import Coordinator
 from coordinator.edge.fleet_metrics import FleetHealthCollector
 from coordinator.edge.rpc_metrics import RpcMetricsInterceptor
 from coordinator.edge.trend_metrics import TrendCollector
+from coordinator.edge.load_metrics import LoadCollector
 from ringleader import __version__, states
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -151,6 +152,7 @@ class CoordinatorMetrics:
         r.register(FleetHealthCollector(core.fleet))
         r.register(BaselineRegressionsCollector(core.store))
         r.register(TrendCollector(core.store))
+        r.register(LoadCollector(core.lag, core.intake))
 
         # Jobs, from state-change events.
         self.jobs_submitted = Counter("ringleader_jobs_submitted_total", "Jobs accepted", registry=r)

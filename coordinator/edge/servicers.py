@@ -9,6 +9,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import math
 
 import grpc
 
@@ -20,7 +21,8 @@ from coordinator.edge import identity
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.core.facade import Coordinator
 from coordinator.health.sweeper import run_check
-from ringleader.errors import RingleaderError, answer
+from ringleader.errors import Overloaded, RingleaderError, answer
+from ringleader.grpc_options import RETRY_AFTER
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc, workers_pb2_grpc
 
@@ -28,15 +30,20 @@ log = logging.getLogger("ringleader.coordinator")
 
 
 async def abort_with(context: grpc.aio.ServicerContext, exc: RingleaderError) -> None:
-    """The one place where domain errors become gRPC statuses."""
+    """The one place where domain errors become gRPC statuses (a saturated coordinator's says
+    when to try again: `retry-after` seconds, in the trailing metadata as in HTTP's header)."""
+    if isinstance(exc, Overloaded):
+        context.set_trailing_metadata(((RETRY_AFTER, str(math.ceil(exc.retry_after_s))),))
     await context.abort(getattr(grpc.StatusCode, answer(exc).grpc_code), str(exc))
 
 
-def guarded(durable: bool = False):
+def guarded(durable: bool = False, adds_work: bool = False):
     """The one guard of every JobService RPC: who may call (a worker's certificate never reaches
     the users' API, coordinator/edge/identity.py), domain errors to statuses (`abort_with`), and,
     for an RPC that changes jobs or workers (`durable`), an answer only once the change is
-    committed to the store. It takes plain methods, coroutines and async generators (streams)."""
+    committed to the store. An RPC that `adds_work` is refused at once while the coordinator is
+    saturated (coordinator/core/load.py). It takes plain methods, coroutines and async
+    generators (streams)."""
     def wrap(method):
         if inspect.isasyncgenfunction(method):
             @functools.wraps(method)
@@ -53,6 +60,8 @@ def guarded(durable: bool = False):
         async def unary(self, request, context):
             try:
                 identity.caller_may_use_jobs(context)
+                if adds_work:
+                    self.c.lag.check(method.__name__)
                 answer_ = method(self, request, context)
                 if inspect.isawaitable(answer_):
                     answer_ = await answer_
@@ -71,7 +80,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self.c = coordinator
         self.identities = identities or WorkerIdentities(coordinator.store)
 
-    @guarded(durable=True)
+    @guarded(durable=True, adds_work=True)
     def SubmitJob(self, request, context):
         return self.c.submit(request.spec, request.request_id)  # a preflight is checked at placement
 
@@ -110,7 +119,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def ApproveWorker(self, request, context):
         return self.identities.approve_reclaim(self.c.workers, request.worker_id)
 
-    @guarded()
+    @guarded(adds_work=True)
     async def RunCheck(self, request, context):
         return await run_check(self.c, self.c.fleet, request)
 
@@ -119,7 +128,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         async for event in self.c.watch(request.job_id):
             yield event
 
-    @guarded()
+    @guarded(adds_work=True)
     async def Localize(self, request, context):
         return await localizer.localize(self.c, request)
 
@@ -127,7 +136,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def ExportBaselines(self, request, context):
         return baseline_io.export_page(self.c.store, request.page_token, request.limit)
 
-    @guarded()
+    @guarded(adds_work=True)
     async def ImportBaselines(self, request, context):
         # Validated off the loop and written in chunks: other calls go on meanwhile.
         n = await baseline_io.import_table(self.c.store, request, self.c.durable)
@@ -187,6 +196,8 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
                 if self.identities.stored(conn.reg.worker_id, msg.credential_stored.secret_sha256):
                     await self.c.durable()
                 continue
+            if not self.c.intake.take():  # this turn's share of worker messages is spent
+                await self.c.intake.wait()
             self.c.on_message(conn, msg)
 
     async def _write(self, conn, context, secret: str) -> None:

@@ -59,6 +59,13 @@ def seconds(text: str) -> float:
     return value
 
 
+def seconds_or_off(text: str) -> float:
+    """Seconds, or 0 for off."""
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    return seconds(text)
+
+
 def share(text: str) -> float:
     """A share of a whole: a number from 0 to 1 (0.1 = 10 %)."""
     try:

@@ -122,6 +122,12 @@ def _add_servers(sub) -> None:
     c.add_argument("--quarantine-max-share", type=argtypes.share, default=0.1, metavar="SHARE",
                    help="circuit breaker: automatic quarantine takes at most this share of a GPU model's workers "
                         "(at least 1; default 0.1); beyond it failed workers stay in service for an operator")
+    c.add_argument("--worker-msgs-per-turn", type=argtypes.non_negative, default=256, metavar="N",
+                   help="apply at most N worker messages per turn of the event loop, so users' calls wait behind "
+                        "a bounded share of a busy fleet's traffic (default 256; 0: no bound)")
+    c.add_argument("--shed-lag", type=argtypes.seconds_or_off, default=2.0, metavar="SECONDS",
+                   help="while the event loop runs this far behind, refuse calls that add work (submit, checks, "
+                        "localize, imports) at once: RESOURCE_EXHAUSTED / 429 with a retry-after (default 2; 0: never)")
     c.add_argument("--k8s-taint-nodes", action="store_true",
                    help="in Kubernetes: label and taint (NoSchedule) the Node of a failed worker, "
                         "untaint it when healthy (needs deploy/k8s/components/node-taints)")

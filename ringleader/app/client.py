@@ -2,18 +2,44 @@
 
 from __future__ import annotations
 
+import time
+
+import grpc
+
 from ringleader import defaults
+from ringleader.grpc_options import RETRY_AFTER
 from ringleader.leader import pick_leader
 from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 
 
-class Client:
-    """`security`: the users' token and TLS settings (none: plain gRPC, no token)."""
+BUSY_TRIES = 3  # a saturated coordinator's refusal is tried again this many times in all
+BUSY_WAIT_MAX_S = 10.0
 
-    def __init__(self, address: str, timeout_s: float = 10.0, security: ClientSecurity | None = None) -> None:
+
+def retry_after_s(exc: grpc.RpcError) -> float | None:
+    """The seconds a saturated coordinator asked us to wait (None: not that refusal)."""
+    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    for key, value in exc.trailing_metadata() or ():
+        if key == RETRY_AFTER:
+            try:
+                return min(BUSY_WAIT_MAX_S, max(0.0, float(value)))
+            except ValueError:
+                return None
+    return None  # a message over the size limit: trying again would not help
+
+
+class Client:
+    """`security`: the users' token and TLS settings (none: plain gRPC, no token). Calls that add
+    work (submit, checks) are tried again when a saturated coordinator refused them (it did
+    nothing: RESOURCE_EXHAUSTED with retry-after), at most BUSY_TRIES times in all."""
+
+    def __init__(self, address: str, timeout_s: float = 10.0, security: ClientSecurity | None = None,
+                 busy_tries: int = BUSY_TRIES) -> None:
         self.timeout = timeout_s
+        self.busy_tries = busy_tries
         security = security or ClientSecurity()
         # Several coordinators ("a:1,b:1", one leading): talk to the leader (ringleader/leader.py).
         self.address = pick_leader(address, security.channel)
@@ -30,8 +56,19 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _patiently(self, call, *args, **kwargs):
+        for attempt in range(1, self.busy_tries + 1):
+            try:
+                return call(*args, **kwargs)
+            except grpc.RpcError as exc:
+                wait = retry_after_s(exc)
+                if wait is None or attempt == self.busy_tries:
+                    raise
+                time.sleep(wait)
+
     def submit(self, spec: pb.JobSpec) -> pb.Job:
-        return self._stub.SubmitJob(pb.SubmitJobRequest(spec=spec), timeout=self.timeout, metadata=self._auth)
+        return self._patiently(self._stub.SubmitJob, pb.SubmitJobRequest(spec=spec), timeout=self.timeout,
+                               metadata=self._auth)
 
     def get(self, job_id: str) -> pb.Job:
         return self._stub.GetJob(pb.GetJobRequest(job_id=job_id), timeout=self.timeout, metadata=self._auth)
@@ -70,7 +107,7 @@ class Client:
     def run_check(self, request: pb.RunCheckRequest) -> pb.RunCheckResponse:
         """Fleet checks; with request.wait, the call lasts until they finish (or its timeout_s)."""
         timeout = self.timeout + ((request.timeout_s or 300.0) if request.wait else 0.0)
-        return self._stub.RunCheck(request, timeout=timeout, metadata=self._auth)
+        return self._patiently(self._stub.RunCheck, request, timeout=timeout, metadata=self._auth)
 
     def watch(self, job_id: str):
         """Events of a job until it finishes (no deadline: jobs can run for long)."""

@@ -55,6 +55,8 @@ class CoordinatorConfig:
     k8s_token_review: bool = False  # worker pods' tokens vouch for their node's ids (--k8s-token-review)
     lease_ttl: float = 5.0  # on PostgreSQL: seconds a leader's lease lasts unrenewed (--lease-ttl)
     advertise_address: str = ""  # on PostgreSQL: the address standbys name as the leader's (--advertise-address)
+    worker_msgs_per_turn: int = 256  # worker messages applied per turn of the loop (--worker-msgs-per-turn; 0: no bound)
+    shed_lag: float = 2.0  # loop lag past which calls that add work are refused (--shed-lag; 0: never)
 
 
 def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
@@ -89,7 +91,8 @@ class RunningCoordinator:
             self.store.fence_with(lease)  # type: ignore[attr-defined]
         # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/health/k8s_taint.py).
         self.tainter = NodeTainter() if config.k8s_taint_nodes else None
-        self.core = Coordinator(self.store, config.timings or Timings(worker_ttl_s=config.worker_ttl),
+        self.core = Coordinator(self.store, config.timings or Timings(
+            worker_ttl_s=config.worker_ttl, worker_msgs_per_turn=config.worker_msgs_per_turn, shed_lag_s=config.shed_lag),
                                 health_observers=[self.tainter.observe] if self.tainter else [],
                                 quarantine_max_share=config.quarantine_max_share)
         self.metrics = CoordinatorMetrics(self.core)
@@ -140,6 +143,7 @@ class RunningCoordinator:
                                    tls=(sec.tls.cert, sec.tls.key) if sec.tls.cert else None)
             await self.http.start()
             self.http_url = self.http.url
+        self.core.serving()  # load shedding measures the loop from here (coordinator/core/load.py)
         log.info("coordinator gRPC on %s%s (db %s)", self.grpc_target, " (TLS)" if sec.tls.cert else "",
                  redacted(self.config.db or default_db_path()))
         if exposed(self.config) and not sec.tls.cert:

@@ -107,6 +107,8 @@ SAMPLES = {
     "check_every": ("300", 300.0),
     "quarantine_max_share": ("0.25", 0.25),
     "lease_ttl": ("15", 15.0),
+    "worker_msgs_per_turn": ("64", 64),
+    "shed_lag": ("0", 0.0),
 }
 
 

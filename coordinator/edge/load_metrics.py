@@ -1,0 +1,24 @@
+"""The coordinator's load (coordinator/core/load.py) as metrics, read at each scrape: how late its
+event loop runs, calls refused while saturated, worker messages that waited for a later turn."""
+
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from coordinator.core.load import IntakeGate, LagMeter
+
+
+class LoadCollector(Collector):
+    def __init__(self, lag: LagMeter, intake: IntakeGate) -> None:
+        self.lag, self.intake = lag, intake
+
+    def collect(self):
+        yield GaugeMetricFamily("ringleader_loop_lag_seconds",
+                                "How late the coordinator's event loop runs a timer (the worst of the last second); "
+                                "calls that add work are refused past --shed-lag", value=self.lag.lag_s())
+        yield CounterMetricFamily("ringleader_calls_shed", "Calls refused (RESOURCE_EXHAUSTED / 429) while saturated",
+                                  value=float(self.lag.shed))
+        yield CounterMetricFamily("ringleader_worker_messages_deferred",
+                                  "Worker messages applied in a later turn of the loop (--worker-msgs-per-turn)",
+                                  value=float(self.intake.deferred))

@@ -122,6 +122,7 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
                 check_fits(core, spec.to_pb())
             job = core.submit(spec.to_pb(), request_id or "")  # a preflight is checked at placement
         await core.durable()  # acknowledged only once stored
+        job = core.get(job.id)  # as it is after its placement pass: RUNNING if it started
         return JSON(job_doc(job, view), status_code=201, headers={"Location": f"{r.prefix}/jobs/{job.id}"})
 
     @r.get("/jobs", tags=["jobs"], operation_id="listJobs", response_model=JobList, summary="List jobs",

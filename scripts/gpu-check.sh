@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (offline; its image has torch, grpcio, protobuf, prometheus-client):
 # unit + GPU tests, the demo, and the benchmark against plain torch.distributed.
-#   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|latency-side|fleet-check|all|multihost|suite|suite-a|suite-b]
+#   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|latency-side|fleet-check|control-plane|all|multihost|suite|suite-a|suite-b]
 #   logs and results under $OUT (default ./gpu-out); BENCH_ARGS go to bench/run.py.
 #   latency (issue 13) = latency-tests (tests/gpu/test_nccl_latency.py: graph mode, calibrated loops,
 #   gather/scatter, symmetric memory, pinned NCCL algos, algo sweep, NCCL env re-read) then
@@ -62,6 +62,29 @@ if [ "$what" = fleet ]; then
   [ "$gpus" -ge 2 ] || export RINGLEADER_TEST_SHARED_GPU=${RINGLEADER_TEST_SHARED_GPU:-4}
   timeout 330 python3 -m pytest tests/gpu/test_blame_nccl.py tests/gpu/test_fleet_gpu.py -v -s -W default \
     -p no:cacheprovider 2>&1 | tee "$OUT/fleet-gpu.log"
+fi
+# control-plane (issue 27, not part of all): bench/control_plane.py on this machine's spare CPU
+# cores (no GPU used), the coordinator pinned to cores 0,1, the load generator on the others.
+# CP_RUNS picks the runs: churn (5,000 workers draining 10,000 jobs beside a check sweep),
+# churn-unpaced (the same with --worker-msgs-per-turn 0: no bound on worker messages per turn),
+# deep (10,000 jobs kept queued), w10k (10,000 workers at 1 Hz). Results in $OUT/control-plane.tgz.
+if [ "$what" = control-plane ]; then
+  { nproc; lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"; python3 --version; uptime; } > "$OUT/machine.txt" 2>&1
+  mkdir -p "$OUT/cp"
+  for run in ${CP_RUNS:-churn churn-unpaced}; do
+    pace=256
+    case $run in
+      churn) args=(--workers 5000 --queue 10000 --churn --duration "${CP_DURATION:-60}") ;;
+      churn-unpaced) args=(--workers 5000 --queue 10000 --churn --duration "${CP_DURATION:-60}"); pace=0 ;;
+      deep) args=(--workers 5000 --queue 10000 --duration 45) ;;
+      w10k) args=(--workers 10000 --duration 45) ;;
+      *) echo "unknown run $run"; continue ;;
+    esac
+    echo "== $run $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/control-plane.log"
+    RINGLEADER_WORKER_MSGS_PER_TURN=$pace timeout "${CP_RUN_TIMEOUT:-280}" python3 bench/control_plane.py \
+      "${args[@]}" --coordinator-cpus 0,1 --out "$OUT/cp/$run" 2>&1 | tail -5 | tee -a "$OUT/control-plane.log"
+  done
+  tar czf "$OUT/control-plane.tgz" -C "$OUT" cp && rm -rf "$OUT/cp"
 fi
 case "$what" in
   suite) suite_files=(tests/gpu) ;;

@@ -36,7 +36,7 @@ from coordinator.core.inputs import (Cancel, Cordon, Disconnect, Input, Out, Reg
                                      WorkerMsg)
 from coordinator.core.jobs import Page
 from coordinator.core.liveness import Timings
-from coordinator.core.load import IntakeGate, LagMeter
+from coordinator.core.load import IntakeGate, LagMeter, PassPacer
 from coordinator.core.registry import WorkerConn, encode_token
 from ringleader import jobspec, kinds
 from ringleader.errors import InvalidSpec
@@ -73,7 +73,7 @@ class Coordinator:
         # The health book's readers (coordinator/health/fleet.py); observers hear of quarantine changes.
         self.fleet = FleetHealth(self, observers=health_observers)
         self.alerts: list[str] = []  # what the circuit breaker asked an operator to decide, newest last
-        self._place_scheduled = False  # a deferred placement pass is due this turn (_place_soon)
+        self.passes = PassPacer(lambda: self._send(self.control.place_due()))  # the deferred passes
         # User calls ahead of bulk worker traffic, and refused promptly when saturated (load.py).
         self.intake = IntakeGate(self.timings.worker_msgs_per_turn)
         self.lag = LagMeter(self.timings.shed_lag_s)
@@ -157,29 +157,18 @@ class Coordinator:
             self.fleet.notify(out.health)  # after the input: an observer may read the facade
         return out
 
-    def _place_soon(self) -> None:
-        """One placement pass at the end of this turn of the loop, for every worker message of
-        the turn: a fleet draining its queue sends thousands a second, and a pass per message
-        took a third of the coordinator's CPU in a profile (bench/results/2026-11-25-churn)."""
-        if self._place_scheduled:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # a caller with no loop (a test driving the facade): no turn to wait for
-            self._place_now()
-            return
-        self._place_scheduled = True
-        loop.call_soon(self._place_now)
-
-    def _place_now(self) -> None:
-        self._place_scheduled = False
-        self._send(self.control.place_due())
+    def _soon(self, inp: Input) -> Out:
+        """`_do`, its placement pass shared with every input of this turn of the loop."""
+        out = self._do(inp, place=False)
+        self.passes.soon()
+        return out
 
     # ---- users -----------------------------------------------------------------------------
 
     def submit(self, spec: pb.JobSpec, request_id: str = "") -> pb.Job:
         """Accept a job. A repeat of a `request_id` returns the job it created (InvalidSpec
-        naming request_id if the spec differs). Await `durable()` before acknowledging it."""
+        naming request_id if the spec differs). Await `durable()` before acknowledging it (and
+        `get` it then: by then it has had its placement pass)."""
         valid = jobspec.normalize(spec)
         if request_id:
             jobspec.check_request_id(request_id)
@@ -188,7 +177,10 @@ class Coordinator:
                 if job.spec != valid.spec:
                     raise InvalidSpec("request_id", f"{request_id!r} was used for job {known}, with another spec")
                 return job
-        job = self._do(Submit(valid, request_id)).job
+        # Placed at the end of this turn of the loop, with every other submit and worker message
+        # of the turn: a pass per submit was a fifth of a draining coordinator's CPU. Read the
+        # job again after `durable()` to see whether it started.
+        job = self._soon(Submit(valid, request_id)).job
         return self.get(job.id)
 
     def get(self, job_id: str) -> pb.Job:
@@ -213,7 +205,7 @@ class Coordinator:
     def cancel(self, job_id: str, reason: str = "") -> pb.Job:
         jobspec.check_text("job_id", job_id)
         jobspec.check_text("reason", reason)
-        self._do(Cancel(job_id, reason or "cancelled by user"))
+        self._soon(Cancel(job_id, reason or "cancelled by user"))
         return self.get(job_id)
 
     def watch(self, job_id: str) -> AsyncIterator[pb.JobEvent]:
@@ -259,14 +251,13 @@ class Coordinator:
 
     def register(self, reg: wpb.Register) -> WorkerConn:
         admission.check_registration(reg)
-        return self._do(Register(reg)).conn
+        return self._soon(Register(reg)).conn
 
     def disconnect(self, conn: WorkerConn, why: str) -> None:
-        self._do(Disconnect(conn, why))
+        self._soon(Disconnect(conn, why))
 
     def on_message(self, conn: WorkerConn, msg: wpb.WorkerMessage) -> None:
-        self._do(WorkerMsg(conn, msg), place=False)
-        self._place_soon()
+        self._soon(WorkerMsg(conn, msg))
 
     def listed_state(self, conn: WorkerConn) -> int:
         """QUARANTINED for an idle worker its health record keeps out of user jobs."""
@@ -278,5 +269,5 @@ class Coordinator:
         """Keep user jobs off a worker (on), or let them back (off; one whose latest verdict
         failed is rechecked first, unless `force`), by id (also one that is not connected now).
         A job whose placement.worker_ids names it still runs there."""
-        self._do(Cordon(worker_id, on, force))
+        self._soon(Cordon(worker_id, on, force))
         return self.fleet.info(worker_id)

@@ -78,6 +78,7 @@ class FleetIndex:
         self.doubtful: dict[str, int] = {}  # idle workers per host that are not `trusted`
         self.epoch = 0  # changes whenever the connected set does (not on idle <-> busy)
         self.kinds_epoch = 0  # changes whenever a kind appears or goes
+        self._listed_memo: dict[tuple[int, str], tuple] = {}  # _listed_idle's, for one pass's claims
 
     def put(self, w: WorkerView) -> None:
         old = self.views.get(w.worker_id)
@@ -164,9 +165,30 @@ class FleetIndex:
         return [w for h in hosts for w in sorted(on.get(h, ()), key=lambda w: (w.device_index, w.worker_id))]
 
     def _listed_idle(self, need: Any, backend: str, claims: "Claims") -> list[WorkerView]:
-        ws = (self.views.get(wid) for wid in need.worker_ids)
-        return [w for w in ws if w is not None and w.idle and w.backend == backend
-                and w.worker_id not in claims.ids and need.admits(w)]
+        """`_walk_listed`, once per need and backend for as long as the pass's claims stand still:
+        a waiting job's pools, pick and reservation all ask for it."""
+        key = (id(need), backend)
+        memo = self._listed_memo.get(key)
+        if memo is not None and memo[0] is claims and memo[1] == claims.version and memo[2] is need:
+            return memo[3]
+        ws = self._walk_listed(need, backend, claims)
+        if len(self._listed_memo) > 64:
+            self._listed_memo.clear()
+        self._listed_memo[key] = (claims, claims.version, need, ws)
+        return ws
+
+    def _walk_listed(self, need: Any, backend: str, claims: "Claims") -> list[WorkerView]:
+        """The idle, unclaimed workers of a job's list, walking the shorter side: the list, or the
+        idle workers of the kinds it fits. A fleet-wide check names thousands while a busy fleet
+        has a few idle: walking its list every pass was a quarter of a draining coordinator's CPU
+        (bench/results/2026-11-26-churn)."""
+        kinds = [k for k in self.idle if k[0] == backend and need.fits(k)]
+        if sum(self.idle_n.get(k, 0) for k in kinds) < len(need.worker_ids):
+            ws = [w for k in kinds for by_host in self.idle[k].values() for w in by_host.values()]
+            ws.sort(key=lambda w: need.listed_at[w.worker_id] if w.worker_id in need.listed_at else -1)  # the list's order, as when it is walked
+        else:
+            ws = [w for w in (self.views.get(wid) for wid in need.worker_ids) if w is not None and w.idle]
+        return [w for w in ws if w.backend == backend and w.worker_id not in claims.ids and need.admits(w)]
 
     def _unidle(self, w: WorkerView) -> None:
         by_host = self.idle[w.kind]
@@ -192,8 +214,10 @@ class Claims:
         self.at: dict[tuple[Kind, str], int] = {}  # claimed per kind and host
         self.of_kind: dict[Kind, int] = {}
         self.free = free  # idle workers left unclaimed
+        self.version = 0  # takes so far (what was found unclaimed before one may be stale after)
 
     def take(self, w: WorkerView) -> None:
+        self.version += 1
         self.ids.add(w.worker_id)
         self.at[(w.kind, w.host)] = self.at.get((w.kind, w.host), 0) + 1
         self.of_kind[w.kind] = self.of_kind.get(w.kind, 0) + 1

@@ -58,8 +58,9 @@ class Need:
     device_type: str = ""
 
     @cached_property
-    def _ids(self) -> frozenset[str]:
-        return frozenset(self.worker_ids)
+    def listed_at(self) -> dict[str, int]:
+        """Each listed worker's place in `worker_ids`."""
+        return {wid: i for i, wid in enumerate(self.worker_ids)}
 
     def fits(self, kind: Kind) -> bool:
         """Whether workers of this kind are eligible (host and ids aside; quarantined: if named)."""
@@ -71,7 +72,7 @@ class Need:
 
     def admits(self, w: WorkerView) -> bool:
         return (self.fits(w.kind) and (not self.host or w.host == self.host)
-                and (not self.worker_ids or w.worker_id in self._ids))
+                and (not self.worker_ids or w.worker_id in self.listed_at))
 
     def constraints(self) -> str:
         parts = [f"{k}={v}" for k, v in (("host", self.host), ("gpu_model", self.gpu_model),

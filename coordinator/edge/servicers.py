@@ -80,9 +80,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self.c = coordinator
         self.identities = identities or WorkerIdentities(coordinator.store)
 
-    @guarded(durable=True, adds_work=True)
-    def SubmitJob(self, request, context):
-        return self.c.submit(request.spec, request.request_id)  # a preflight is checked at placement
+    @guarded(adds_work=True)
+    async def SubmitJob(self, request, context):
+        job = self.c.submit(request.spec, request.request_id)  # a preflight is checked at placement
+        await self.c.durable()  # acknowledged only once stored
+        return self.c.get(job.id)  # as it is after its placement pass: RUNNING if it started
 
     @guarded()
     def GetJob(self, request, context):

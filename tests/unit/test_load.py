@@ -76,3 +76,38 @@ def test_shedding_off():
     meter.record(30.0, now=1.0)
     meter.check("submit", now=1.0)
     assert meter.shed == 0
+
+
+def test_placement_passes_run_once_per_turn_and_a_slow_pass_spaces_the_next():
+    import time
+
+    from coordinator.core.load import PassPacer
+
+    async def main() -> tuple[int, float]:
+        runs: list[float] = []
+        slow = {"s": 0.05}
+
+        def pass_() -> None:
+            runs.append(time.monotonic())
+            time.sleep(slow["s"])  # a pass that walks thousands of workers
+        pacer = PassPacer(pass_)
+        for _ in range(100):  # a hundred inputs in one turn of the loop
+            pacer.soon()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert len(runs) == 1
+        slow["s"] = 0.0
+        pacer.soon()  # asked at once after a 50 ms pass: waits until 3 x 50 ms have passed
+        while len(runs) < 2:
+            await asyncio.sleep(0.005)
+        return len(runs), runs[1] - runs[0]
+
+    n, gap = asyncio.run(main())
+    assert n == 2 and gap >= 0.05 + 3 * 0.05 - 0.01
+
+
+def test_without_a_loop_a_pass_runs_at_once():
+    from coordinator.core.load import PassPacer
+    runs = []
+    PassPacer(lambda: runs.append(1)).soon()
+    assert runs == [1]

@@ -236,7 +236,7 @@ async def test_worker_free_text_is_clipped_before_it_reaches_a_reason(tmp_path):
         core = rc.core
         conn = core.register(SimSpec("w0", "h1", 0).register())
         job = core.submit(collective(1))
-        assert core.get(job.id).state == pb.RUNNING
+        await until(lambda: core.get(job.id).state == pb.RUNNING, "placed at the end of the turn")
         core.on_message(conn, wpb.WorkerMessage(heartbeat=wpb.Heartbeat(
             job_id=job.id, executor=pb.EXECUTOR_STOPPED, executor_detail="d" * 5000)))
         assert len(conn.executor_detail) == 256

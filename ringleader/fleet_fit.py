@@ -41,11 +41,13 @@ def shortfall(job: ValidJob, workers: list[pb.WorkerInfo]) -> str:
     eligible = Counter(w.backend for w in usable)
     if any(k >= n for k in eligible.values()):
         return ""
-    held = sum(1 for w in fit if w.state == pb.QUARANTINED and w.worker_id not in named)
+    held = [w for w in fit if w.state == pb.QUARANTINED and w.worker_id not in named]
     if held:  # the words of the scheduler's reason (coordinator/core/waiting.py)
         idle = sum(1 for w in usable if w.state == pb.IDLE)
-        return (f"needs {n} workers: {len(usable) + held} connected, {idle} idle, {len(usable) - idle} busy, "
-                f"{held} quarantined{_constraints(spec.placement)}")
+        by_hand = sum(1 for w in held if w.health.cordoned)
+        apart = ", ".join(f"{k} {what}" for k, what in ((len(held) - by_hand, "quarantined"), (by_hand, "cordoned")) if k)
+        return (f"needs {n} workers: {len(usable) + len(held)} connected, {idle} idle, {len(usable) - idle} busy, "
+                f"{apart}{_constraints(spec.placement)}")
     if len(eligible) > 1:  # enough in all, but a gang never mixes backends
         listed = ", ".join(f"{k} {b}" for b, k in sorted(eligible.items()))
         return f"needs {n} workers of one backend, {listed} connected{_constraints(spec.placement)}"

@@ -71,6 +71,7 @@ class Control(WorkerProtocol, HealthProtocol):
         self.scheduler = scheduler.Scheduler()
         self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
         self.health = HealthBook(store, max_share=quarantine_max_share)
+        self.scheduler.cordoned = self.health.cordoned  # waiting reasons count cordons apart
         self._out = Out()
         self._guard = Guard()  # re-entry is an error (coordinator/core/reentry.py)
         self.certifying: dict[str, Certifying] = {}  # preflight jobs whose gang is being checked

@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from coordinator.core import waiting
 from coordinator.core.sched_index import Claims, FleetIndex, Kind, KindQueues, QueueGroup, WorkerView
@@ -133,6 +133,7 @@ class Scheduler:
         # start nor reserve anything.
         self._queues = KindQueues()
         self._queues_epoch = -1
+        self.cordoned: Callable[[str], bool] = lambda worker_id: False  # the health book's, in Control
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self._jobs
@@ -213,7 +214,7 @@ class Scheduler:
             return ""
         group = self._groups[job.need]
         idle = group.seen_idle if (group.seen_pass, group.blocked) == (self._pass, job_id) else 0
-        return waiting.reason(self._fleet, group.need, self._connected(group), idle)
+        return waiting.reason(self._fleet, group.need, self._connected(group), idle, self.cordoned)
 
     # ---- helpers ---------------------------------------------------------------------------
 

@@ -3,31 +3,39 @@
     needs 8 workers, 6 connected                  too few eligible workers connected at all
     needs 8 workers of one backend, 4 gloo, 4 nccl connected
     needs 8 workers, 3 idle                       enough connected; the others are busy
-    needs 6 workers: 6 connected, 5 idle, 0 busy, 1 quarantined
-                                                  when quarantined workers are among the eligible
-                                                  ones, every count apart, so a reader sees that
-                                                  the fleet is there and what keeps the job back
+    needs 6 workers: 6 connected, 4 idle, 0 busy, 1 quarantined, 1 cordoned
+                                                  when quarantined or cordoned workers are among
+                                                  the eligible ones, every count apart, so a
+                                                  reader sees that the fleet is there and what
+                                                  keeps the job back (a failed check, or an
+                                                  operator's cordon)
 
-A quarantined worker (coordinator/health/book.py) counts as connected, never as idle or busy: it
-takes no user job unless the job names it.
+A quarantined or cordoned worker (coordinator/health/book.py) counts as connected, never as idle
+or busy: it takes no user job unless the job names it.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from coordinator.core.sched_index import FleetIndex
 
 
-def reason(fleet: FleetIndex, need, connected: dict[str, int], seen_idle: int) -> str:
+def reason(fleet: FleetIndex, need, connected: dict[str, int], seen_idle: int,
+           cordoned: Callable[[str], bool] = lambda worker_id: False) -> str:
     """`connected`: eligible, not quarantined, connected workers per backend; `seen_idle`: the
-    eligible idle workers the job saw (and reserved) in the last pass."""
+    eligible idle workers the job saw (and reserved) in the last pass; `cordoned`: whether an
+    operator cordoned a worker (the others held back failed a check)."""
     n, where = need.world_size, need.constraints()
     counts = {b: k for b, k in connected.items() if k}
     held = quarantined(fleet, need)
     if held:
         usable = sum(counts.values())
         idle = idle_now(fleet, need)
-        return (f"needs {n} workers: {usable + held} connected, {idle} idle, {usable - idle} busy, "
-                f"{held} quarantined{where}")
+        by_hand = sum(1 for w in fleet.views.values() if w.kind[4] and _fits_unless_quarantined(need, w.kind)
+                      and (not need.host or w.host == need.host) and cordoned(w.worker_id))
+        apart = ", ".join(f"{k} {what}" for k, what in ((held - by_hand, "quarantined"), (by_hand, "cordoned")) if k)
+        return f"needs {n} workers: {usable + held} connected, {idle} idle, {usable - idle} busy, {apart}{where}"
     if not any(k >= n for k in counts.values()):
         if len(counts) > 1:  # enough in all, but a gang never mixes backends
             listed = ", ".join(f"{k} {b}" for b, k in counts.items())

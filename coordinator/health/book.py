@@ -65,6 +65,10 @@ class HealthBook:
         h = self._by_worker.get(worker_id)
         return h is not None and quarantined(h)
 
+    def cordoned(self, worker_id: str) -> bool:
+        h = self._by_worker.get(worker_id)
+        return h is not None and h.cordoned
+
     def verdict(self, worker_id: str) -> int:
         h = self._by_worker.get(worker_id)
         return h.verdict if h is not None else pb.VERDICT_UNSPECIFIED

@@ -278,7 +278,7 @@ def test_quarantine_holds_for_the_worker_id_across_reconnects_and_before_it_regi
     f.register("w1", 1)
     assert f.ctl.health.quarantined("w1")
     job_id = f.submit(2).job.id
-    assert f.job(job_id).reason == "needs 2 workers: 2 connected, 1 idle, 0 busy, 1 quarantined"  # counted apart
+    assert f.job(job_id).reason == "needs 2 workers: 2 connected, 1 idle, 0 busy, 1 cordoned"  # counted apart
     f.ctl.handle(Disconnect(f.conns["w1"], "test"))
     f.register("w1", 1)
     assert f.ctl.health.quarantined("w1") and f.job(job_id).state == pb.QUEUED
@@ -348,3 +348,13 @@ def test_a_job_still_queued_at_its_queue_timeout_is_cancelled_saying_what_it_wai
     assert got.state == pb.CANCELLED and sends(out) == []
     assert got.reason == "still queued after its queue timeout of 5 s: needs 2 workers, 1 connected"
     assert f.job(runs.id).state == pb.RUNNING  # placed in time: its deadline no longer applies
+
+
+def test_a_waiting_reason_counts_the_quarantined_and_the_cordoned_apart():
+    f = Fleet(1)
+    f.ctl.health.cordon("w1", True)  # an operator's cordon
+    f.ctl.health.record({"w2": pb.WorkerHealth(verdict=pb.UNHEALTHY, check="gpu_check")})  # a failed check
+    f.register("w1", 1)
+    f.register("w2", 2)
+    job_id = f.submit(3).job.id
+    assert f.job(job_id).reason == "needs 3 workers: 3 connected, 1 idle, 0 busy, 1 quarantined, 1 cordoned"

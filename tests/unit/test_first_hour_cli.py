@@ -89,6 +89,11 @@ def test_fleet_fit_counts_connected_workers_that_can_run_the_job():
     assert fleet_fit.shortfall(valid, two) == ""
     assert fleet_fit.shortfall(valid, [_worker("a"), _worker("b", state=pb.QUARANTINED)]) == \
         "needs 2 workers: 2 connected, 1 idle, 0 busy, 1 quarantined"
+    cordoned = _worker("c", state=pb.QUARANTINED)
+    cordoned.health.cordoned = True
+    three = jobspec.normalize(submit("--op", "all_reduce", "--world-size", "3"))
+    assert fleet_fit.shortfall(three, [_worker("a"), _worker("b", state=pb.QUARANTINED), cordoned]) == \
+        "needs 3 workers: 3 connected, 1 idle, 0 busy, 1 quarantined, 1 cordoned"
     mixed = [_worker("a"), _worker("g", backend="nccl", dtype="cuda", name="H200")]
     assert fleet_fit.shortfall(valid, mixed) == "needs 2 workers of one backend, 1 gloo, 1 nccl connected"
     twenty = jobspec.normalize(submit("--op", "all_reduce", "--world-size", "20", "--host", "x"))

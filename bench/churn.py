@@ -83,7 +83,9 @@ async def run(cfg, stub, sims, watch, http_url: str, rng: random.Random, measure
     async def drain() -> None:
         # Queued jobs left by the drain: the measured submits add a few that start at once.
         while time.perf_counter() - t0 < cfg.duration:
-            depth = loadstats.metric(http_url, "ringleader_queue_depth")
+            # From a thread: a blocking scrape here held the bench's own loop (and every call it
+            # was timing) for as long as a saturated coordinator took to render /metrics.
+            depth = await asyncio.to_thread(loadstats.metric, http_url, "ringleader_queue_depth")
             if depth is not None and depth <= max(10, cfg.rate):
                 drained.append(time.perf_counter() - t0)
                 return

@@ -121,6 +121,12 @@ def test_the_gpu_suites_kill_and_return_sequence_on_cpu_workers(fresh_cluster):
     # A daemon that lost its state dir is refused its id: the fixture fails fast, naming it.
     c.kill_worker("k1")
     (c.tmp / "worker-state" / "worker-k1.secret").unlink()
+    # Until the coordinator has seen the stream end: before that it still lists the killed k1 as
+    # IDLE, and the fleet would look whole (a loaded machine took long enough once to show it).
+    deadline = time.monotonic() + 30
+    while {w.worker_id: w.state for w in c.client.workers()}.get("k1") == pb.IDLE:
+        assert time.monotonic() < deadline, "the coordinator still lists the killed k1 as IDLE after 30 s"
+        time.sleep(0.1)
     t0 = time.monotonic()
     with pytest.raises(AssertionError, match=r"not whole after 15 s .*k1 DISCONNECTED"):
         restore(c, fleet, timeout=15)

@@ -354,30 +354,6 @@
     return kind;
   }
 
-  // A job's header line, one entry per kind, read from the job document. Until the coordinator's
-  // kind table carries a `header` (GET /api/v1/kinds), this is the one place that knows them; a
-  // kind missing here shows its name, never another kind's words.
-  const KIND_HEADERS = {
-    collective: (c) => [c.op, REDUCING_OPS.has(c.op) ? c.reduce_op : null, ROOTED_OPS.has(c.op) ? `root ${c.root}` : null,
-      c.dtype, placement(c.op, c.in_place, c.algo), c.algo || null, c.graph ? "graph mode" : null],
-    p2p: (s) => ["p2p", s.mode || "blocking", s.pairwise ? "every pair" : "rank 0 ↔ 1"],
-    gradient_average: (s) => ["gradient averaging", `${fmtSize(s.size_bytes)}B`],
-    algo_sweep: (s) => ["algo sweep", (s.algos || []).join(", ") || "every algo", s.graph ? "graph mode" : "eager"],
-    train: (s) => ["training", s.model || "linear", `${s.steps ?? ""} steps`, `batch ${s.batch_size ?? ""}`],
-    link_matrix: (s) => ["link matrix check", s.size_bytes ? `${fmtSize(s.size_bytes)}B ping-pong` : null,
-      s.iters ? `${s.iters} round trips per link` : null],
-    gpu_check: (s) => ["GPU check", s.matmul_n ? `matrix product ${s.matmul_n}² ${s.dtype || ""}`.trim() : null,
-      s.copy_bytes ? `memory copy ${fmtSize(s.copy_bytes)}B` : null],
-    sdc_check: (s) => ["silent data corruption check", s.rounds ? `${s.rounds} rounds` : null,
-      s.seed !== undefined ? `seed ${s.seed}` : null],
-  };
-
-  function jobHeader(job) {
-    const kind = jobKind(job);
-    const header = KIND_HEADERS[kind];
-    return header ? header((job.spec && job.spec[kind]) || {}).filter(Boolean).join(" · ") : kind;
-  }
-
   // The live indicator in the top bar.
   function setLive(state, text) {
     const node = $("live");
@@ -963,6 +939,11 @@
 
     async load() {
       const job = await getJSON(`${API}/jobs/${encodeURIComponent(this.id)}?view=full`);
+      // The header comes from the kind's row of the coordinator's table (ringleader/headers.py),
+      // so a kind added there is shown in its own words; without it, the kind's name.
+      if (!this.header) {
+        this.header = (await getJSON(`${API}/jobs/${encodeURIComponent(this.id)}/header`).catch(() => null))?.header;
+      }
       this.results.clear();
       for (const r of job.results || []) this.results.set(resultKey(r), r);
       delete job.results;
@@ -1076,7 +1057,7 @@
       const workers = [...(job.workers || [])].sort((a, b) => a.rank - b.rank)
         .map((w) => `${w.rank}: ${w.worker_id}@${w.host} ${w.device}`).join(", ");
       const ended = job.finished_at || (TERMINAL.has(job.state) ? 0 : now());
-      const what = jobHeader(job);
+      const what = this.header || jobKind(job);
       const sizes = spec.sizes && spec.sizes.length
         ? `${spec.sizes.length} size${spec.sizes.length === 1 ? "" : "s"}, ${fmtSize(Math.min(...spec.sizes))}–${fmtSize(Math.max(...spec.sizes))}`
         : spec.max_bytes ? `${fmtSize(spec.min_bytes)}–${fmtSize(spec.max_bytes)}, ×${spec.factor}` : null;

@@ -79,6 +79,7 @@ def test_every_kind_page_renders_its_outcome(web_cluster, browser, kind):
     header = WebDriverWait(browser, WAIT_S).until(lambda d: d.execute_script(
         "const dd = document.querySelector('.fact-job dd'); return dd && dd.textContent"))
     assert header.startswith(HEADER[kind]), header
+    assert header == kinds.header(job.spec)  # the kind table's header (GET /api/v1/jobs/{id}/header)
     assert "training" not in header or kind == "train"
     outcome_on_page(browser, kind, job)
     assert "No results." not in browser.find_element("id", "results-foot").text

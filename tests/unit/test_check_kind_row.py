@@ -98,10 +98,12 @@ def test_every_kind_has_a_header_and_rest_serves_a_jobs_header():
     }
     assert set(specs) == set(kinds.names())
     headers = {name: kinds.header(spec) for name, spec in specs.items()}
-    assert headers["gpu_check"] == "gpu_check · 8192 · bf16"
-    assert headers["collective"] == "all_reduce · 8..1M · float32"
+    assert headers["gpu_check"] == "GPU check · matrix product 8192² bfloat16"
+    assert headers["collective"] == "all_reduce · float32 · 8..1M · in-place"
     assert headers["train"] == "training · linear · 10 steps"
-    assert all(h.split(" · ")[0] in (name, "all_reduce", "training") for name, h in headers.items())
+    assert headers == {**headers, "p2p": "p2p · latency · rank 0 ↔ 1", "gradient_average": "gradient averaging · 64MB",
+                       "algo_sweep": "algo sweep · ring, tree · eager", "link_matrix": "link matrix check · 1MB ping-pong",
+                       "sdc_check": "silent data corruption check · 2 rounds"}
 
     core = Coordinator(MemoryJobStore())
     job = core.submit(pb.JobSpec(world_size=1, gpu_check=pb.GpuCheckSpec(matmul_n=1024, dtype="float32")))
@@ -114,5 +116,5 @@ def test_every_kind_has_a_header_and_rest_serves_a_jobs_header():
 
     r = asyncio.run(get(f"/api/v1/jobs/{job.id}/header"))
     assert r.status_code == 200 and r.json() == {"job_id": job.id, "kind": "gpu_check",
-                                                 "header": "gpu_check · 1024 · fp32"}
+                                                 "header": "GPU check · matrix product 1024² float32"}
     assert asyncio.run(get("/api/v1/jobs/nope/header")).status_code == 404

@@ -41,6 +41,9 @@ def scenario(test):
 
 @contextlib.asynccontextmanager
 async def coordinator(tmp_path: Path, **timings):
+    # Load shedding off unless a test asks for it (test_load_shedding.py): these tests stall the
+    # loop on purpose (100,000-entry imports, thousands of simulated daemons) and check other things.
+    timings.setdefault("shed_lag_s", 0.0)
     config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="127.0.0.1:0",
                                db=str(tmp_path / "jobs.db"), timings=Timings(**timings))
     async with RunningCoordinator(config) as rc:

@@ -31,6 +31,14 @@ def _constraints(p: pb.Placement) -> str:
     return f" matching {' '.join(parts)}" if parts else ""
 
 
+def held_back(n: int, usable: int, idle: int, quarantined: int, cordoned: int, where: str) -> str:
+    """Why a job waits, or is refused, when some of its eligible workers are held back, every
+    count apart (the scheduler's waiting reason, coordinator/core/waiting.py, and this module's
+    refusal alike): "needs 6 workers: 6 connected, 4 idle, 0 busy, 1 quarantined, 1 cordoned"."""
+    apart = ", ".join(f"{k} {what}" for k, what in ((quarantined, "quarantined"), (cordoned, "cordoned")) if k)
+    return f"needs {n} workers: {usable + quarantined + cordoned} connected, {idle} idle, {usable - idle} busy, {apart}{where}"
+
+
 def shortfall(job: ValidJob, workers: list[pb.WorkerInfo]) -> str:
     """"" when enough connected workers of one backend can run the job, else why not."""
     spec = job.spec
@@ -45,9 +53,7 @@ def shortfall(job: ValidJob, workers: list[pb.WorkerInfo]) -> str:
     if held:  # the words of the scheduler's reason (coordinator/core/waiting.py)
         idle = sum(1 for w in usable if w.state == pb.IDLE)
         by_hand = sum(1 for w in held if w.health.cordoned)
-        apart = ", ".join(f"{k} {what}" for k, what in ((len(held) - by_hand, "quarantined"), (by_hand, "cordoned")) if k)
-        return (f"needs {n} workers: {len(usable) + len(held)} connected, {idle} idle, {len(usable) - idle} busy, "
-                f"{apart}{_constraints(spec.placement)}")
+        return held_back(n, len(usable), idle, len(held) - by_hand, by_hand, _constraints(spec.placement))
     if len(eligible) > 1:  # enough in all, but a gang never mixes backends
         listed = ", ".join(f"{k} {b}" for b, k in sorted(eligible.items()))
         return f"needs {n} workers of one backend, {listed} connected{_constraints(spec.placement)}"

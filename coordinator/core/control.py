@@ -68,10 +68,9 @@ class Control(WorkerProtocol, HealthProtocol):
         self.book = JobBook(store, self.events)
         self.workers = WorkerRegistry(ttl_s=self.timings.worker_ttl_s)
         self.groups = Groups()
-        self.scheduler = scheduler.Scheduler()
         self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
         self.health = HealthBook(store, max_share=quarantine_max_share)
-        self.scheduler.cordoned = self.health.cordoned  # waiting reasons count cordons apart
+        self.scheduler = scheduler.Scheduler(cordoned_ids=self.health.cordoned_ids)  # counted apart when waiting
         self._out = Out()
         self._guard = Guard()  # re-entry is an error (coordinator/core/reentry.py)
         self.certifying: dict[str, Certifying] = {}  # preflight jobs whose gang is being checked

@@ -124,7 +124,7 @@ class Plan:
 class Scheduler:
     """The queue and the connected fleet, indexed; `place` decides, `reason` explains."""
 
-    def __init__(self) -> None:
+    def __init__(self, cordoned_ids: Callable[[], Iterable[str]] = list) -> None:
         self._jobs: dict[str, PendingJob] = {}
         self._groups: dict[Need, QueueGroup] = {}
         self._fleet = FleetIndex()
@@ -133,7 +133,7 @@ class Scheduler:
         # start nor reserve anything.
         self._queues = KindQueues()
         self._queues_epoch = -1
-        self.cordoned: Callable[[str], bool] = lambda worker_id: False  # the health book's, in Control
+        self._cordoned_ids = cordoned_ids  # the health book's: waiting reasons count them apart
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self._jobs
@@ -214,7 +214,7 @@ class Scheduler:
             return ""
         group = self._groups[job.need]
         idle = group.seen_idle if (group.seen_pass, group.blocked) == (self._pass, job_id) else 0
-        return waiting.reason(self._fleet, group.need, self._connected(group), idle, self.cordoned)
+        return waiting.reason(self._fleet, group.need, self._connected(group), idle, self._cordoned_ids)
 
     # ---- helpers ---------------------------------------------------------------------------
 

@@ -16,26 +16,27 @@ or busy: it takes no user job unless the job names it.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 from coordinator.core.sched_index import FleetIndex
+from ringleader.fleet_fit import held_back
 
 
 def reason(fleet: FleetIndex, need, connected: dict[str, int], seen_idle: int,
-           cordoned: Callable[[str], bool] = lambda worker_id: False) -> str:
+           cordoned_ids: Callable[[], Iterable[str]] = list) -> str:
     """`connected`: eligible, not quarantined, connected workers per backend; `seen_idle`: the
-    eligible idle workers the job saw (and reserved) in the last pass; `cordoned`: whether an
-    operator cordoned a worker (the others held back failed a check)."""
+    eligible idle workers the job saw (and reserved) in the last pass; `cordoned_ids()`: the
+    workers an operator cordoned (the others held back failed a check), asked only when some
+    eligible worker is held back."""
     n, where = need.world_size, need.constraints()
     counts = {b: k for b, k in connected.items() if k}
     held = quarantined(fleet, need)
     if held:
         usable = sum(counts.values())
         idle = idle_now(fleet, need)
-        by_hand = sum(1 for w in fleet.views.values() if w.kind[4] and _fits_unless_quarantined(need, w.kind)
-                      and (not need.host or w.host == need.host) and cordoned(w.worker_id))
-        apart = ", ".join(f"{k} {what}" for k, what in ((held - by_hand, "quarantined"), (by_hand, "cordoned")) if k)
-        return f"needs {n} workers: {usable + held} connected, {idle} idle, {usable - idle} busy, {apart}{where}"
+        by_hand = sum(1 for wid in cordoned_ids() if (w := fleet.views.get(wid)) is not None and w.kind[4]
+                      and _fits_unless_quarantined(need, w.kind) and (not need.host or w.host == need.host))
+        return held_back(n, usable, idle, held - by_hand, by_hand, where)
     if not any(k >= n for k in counts.values()):
         if len(counts) > 1:  # enough in all, but a gang never mixes backends
             listed = ", ".join(f"{k} {b}" for b, k in counts.items())

@@ -65,9 +65,9 @@ class HealthBook:
         h = self._by_worker.get(worker_id)
         return h is not None and quarantined(h)
 
-    def cordoned(self, worker_id: str) -> bool:
-        h = self._by_worker.get(worker_id)
-        return h is not None and h.cordoned
+    def cordoned_ids(self) -> list[str]:
+        """Workers an operator cordoned (a few; the waiting reasons count them apart)."""
+        return [w for w, h in self._by_worker.items() if h.cordoned]
 
     def verdict(self, worker_id: str) -> int:
         h = self._by_worker.get(worker_id)

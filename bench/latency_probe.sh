@@ -9,14 +9,9 @@ cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-gpu-out}; SRC=$(realpath "$1"); P=$OUT/probe; mkdir -p "$P"
 { nvidia-smi; cat /proc/loadavg; date -u; } > "$P/machine.txt" 2>&1
-NCCL=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
-mkdir -p /tmp/nccl/lib && ln -sfn "$NCCL/include" /tmp/nccl/include
-for f in "$NCCL"/lib/libnccl.so*; do ln -sf "$f" /tmp/nccl/lib/; done
-ln -sf "$(ls "$NCCL"/lib/libnccl.so.2* | head -1)" /tmp/nccl/lib/libnccl.so
-export LD_LIBRARY_PATH=/tmp/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+. bench/nccl_tests_build.sh
 t0=$(date +%s)
-make -C "$SRC" -j16 MPI=0 NCCL_HOME=/tmp/nccl CUDA_HOME=/usr/local/cuda BIN_FILES_LIST=all_reduce \
-  NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > "$P/nccl-tests-build.log" 2>&1 || tail -20 "$P/nccl-tests-build.log"
+build_nccl_tests "$SRC" "$P/nccl-tests-build.log" BIN_FILES_LIST=all_reduce || tail -20 "$P/nccl-tests-build.log"
 echo "built in $(( $(date +%s) - t0 )) s"
 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,GRAPH,TUNING timeout 60 "$SRC/build/all_reduce_perf" -g 2 -b 8 -e 8 -n 20 -w 5 -G 20 \
   > "$P/nt-graph-info.log" 2>&1; grep -E "^ +8 " "$P/nt-graph-info.log"

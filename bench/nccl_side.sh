@@ -11,14 +11,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 OUT=${OUT:-gpu-out}; SRC=$(realpath "$1"); LOGS=$OUT/logs
 mkdir -p "$LOGS"
 { nvidia-smi; nvidia-smi topo -m; cat /proc/loadavg; nproc; date -u; } > "$LOGS/machine.txt" 2>&1
-NCCL=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
-mkdir -p /tmp/nccl/lib && ln -sfn "$NCCL/include" /tmp/nccl/include
-for f in "$NCCL"/lib/libnccl.so*; do ln -sf "$f" /tmp/nccl/lib/; done
-ln -sf "$(ls "$NCCL"/lib/libnccl.so.2* | head -1)" /tmp/nccl/lib/libnccl.so
-export LD_LIBRARY_PATH=/tmp/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+. bench/nccl_tests_build.sh
 t0=$(date +%s)
-make -C "$SRC" -j16 MPI=0 NCCL_HOME=/tmp/nccl CUDA_HOME=/usr/local/cuda \
-  NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > "$LOGS/nccl-tests-build.log" 2>&1 || { tail -30 "$LOGS/nccl-tests-build.log"; exit 1; }
+build_nccl_tests "$SRC" "$LOGS/nccl-tests-build.log" || { tail -30 "$LOGS/nccl-tests-build.log"; exit 1; }
 echo "nccl-tests built in $(( $(date +%s) - t0 )) s"
 B=$SRC/build; NT=$OUT/nt; mkdir -p "$NT"
 for op in all_reduce all_gather reduce_scatter broadcast reduce sendrecv alltoall gather scatter; do

@@ -41,10 +41,17 @@ async def start_server(coordinator: Coordinator, address: str,
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    return server, await listen(server, health_servicer, address, credentials, health_pb2.HealthCheckResponse.SERVING)
+
+
+async def listen(server: grpc.aio.Server, health_servicer, address: str,
+                 credentials: grpc.ServerCredentials | None, status: int) -> int:
+    """Bind `address` (TLS with `credentials`), start, and give every service the health
+    `status` (SERVING here, NOT_SERVING on a standby); returns the port bound."""
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     await server.start()
     for name in (*SERVICE_NAMES, ""):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, port
+        await health_servicer.set(name, status)
+    return port

@@ -11,7 +11,7 @@ from typing import Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from coordinator.edge.server import SERVICE_NAMES
+from coordinator.edge.server import SERVICE_NAMES, listen
 from ringleader.grpc_options import SERVER_OPTIONS
 from ringleader.leader import STANDBY_PREFIX
 
@@ -41,10 +41,5 @@ async def start_standby_server(address: str, leader: Callable[[], str],
     server = grpc.aio.server(options=SERVER_OPTIONS, handlers=[_Refuse(leader)])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot listen on {address}")
-    await server.start()
-    for name in (*SERVICE_NAMES, ""):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    return server, port
+    return server, await listen(server, health_servicer, address, credentials,
+                                health_pb2.HealthCheckResponse.NOT_SERVING)

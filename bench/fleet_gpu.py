@@ -54,6 +54,28 @@ def check(address: str, kinds: str = "link_matrix,gpu_check,sdc_check") -> dict:
     return answer
 
 
+def nvml_processes(index: int) -> list[dict] | str:
+    """What NVML lists on GPU `index` (host pids, memory): what the worker's telemetry reads."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(index))
+        return [dict(pid=int(p.pid), mib=int((getattr(p, "usedGpuMemory", 0) or 0) >> 20)) for p in procs]
+    except Exception as e:  # no NVML here: say so in the report
+        return f"{type(e).__name__}: {e}"
+
+
+def nccl_sendrecv(binary: Path, size: int) -> dict:
+    """nccl-tests' sendrecv_perf at the link check's size on GPUs 0 and 1 (-g 2, one process)."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="0,1")
+    out = subprocess.run([str(binary), "-b", str(size), "-e", str(size), "-g", "2", "-n", "20", "-w", "5"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip().startswith(str(size))]
+    busbw = float(rows[0][7]) if rows and len(rows[0]) > 7 else None  # out of place: time, algbw, busbw
+    return dict(size_bytes=size, busbw_gbps=busbw, log=out.stdout[-3000:] + out.stderr[-1000:])
+
+
 def verdicts(answer: dict) -> dict[str, str]:
     return {w["worker_id"]: w.get("health", {}).get("verdict", "UNCHECKED") for w in answer.get("workers", [])}
 
@@ -68,8 +90,11 @@ def start(out: Path) -> tuple[subprocess.Popen, subprocess.Popen, str]:
     from ringleader.v1 import jobs_pb2 as pb
 
     client, deadline = Client(address), time.monotonic() + 90
-    while len([w for w in client.workers() if w.state == pb.IDLE]) < 2:
-        assert time.monotonic() < deadline, "fewer than 2 GPU workers came up in 90 s"
+    import torch
+
+    gpus = torch.cuda.device_count()
+    while len([w for w in client.workers() if w.state == pb.IDLE]) < gpus:
+        assert time.monotonic() < deadline, f"fewer than {gpus} GPU workers came up in 90 s"
         time.sleep(0.5)
     return coord, workers, address
 
@@ -78,6 +103,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--nccl-tests", type=Path, default=None,
+                   help="a built nccl-tests: its sendrecv_perf runs at the link check's size after the service stops")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -95,6 +122,14 @@ def main() -> int:
         for proc in (workers, coord):
             proc.terminate()
             proc.wait(30)
+        if a.nccl_tests and (a.nccl_tests / "build" / "sendrecv_perf").exists():
+            sizes = sorted({x["size_bytes"] for x in report.get("link", [])}) or [256 << 20]
+            report["nccl_tests_sendrecv"] = nccl_sendrecv(a.nccl_tests / "build" / "sendrecv_perf", sizes[0])
+            link = report.get("summary", {}).get("link_gbps_median")
+            ref = report["nccl_tests_sendrecv"]["busbw_gbps"]
+            if link and ref:
+                report["summary"]["link_over_nccl_tests"] = round(link / ref, 3)
+                print(f"link check {link} GB/s at {sizes[0]} B against nccl-tests sendrecv {ref}: {link / ref:.3f}")
         (a.out / "fleet-gpu.json").write_text(json.dumps(report, indent=2) + "\n")
 
 
@@ -112,10 +147,15 @@ def _run(a, address: str, report: dict) -> int:
     report["sendrecv"] = sweep.stdout[-4000:] or sweep.stderr[-2000:]
     hog = subprocess.Popen([sys.executable, "-c", HOG, "1", "90"], stdout=subprocess.PIPE, text=True)
     started = hog.stdout.readline().strip() == "hog running"
-    time.sleep(2)  # the hog's products are queued back to back
+    time.sleep(3)  # the hog's products are queued back to back; telemetry samples every second
+    seen_by_nvml = nvml_processes(1)
     hogged = check(address, "gpu_check")
     hog.kill()
-    report["hog"] = dict(ran=started, seconds=hogged["seconds"], verdicts=verdicts(hogged),
+    report["hog"] = dict(ran=started, pid=hog.pid, nvml_processes=seen_by_nvml,
+                         foreign_in_evidence=["foreign process" in (w.get("health", {}).get("figure", "") +
+                                                                    w.get("health", {}).get("also", ""))
+                                              for w in hogged.get("workers", [])],
+                         seconds=hogged["seconds"], verdicts=verdicts(hogged),
                          workers=[{k: w.get(k) for k in ("worker_id", "device", "health")} for w in hogged.get("workers", [])],
                          figures=[j.get("gpu_check") for j in hogged.get("jobs", [])])
     if not started:
@@ -127,6 +167,7 @@ def _run(a, address: str, report: dict) -> int:
                              link_sizes=sorted({x["size_bytes"] for x in report["link"]}),
                              link_gbps_median=gbps[len(gbps) // 2] if gbps else None,
                              load_average_after=os.getloadavg())
+    report["summary"]["foreign_in_evidence"] = any(report["hog"]["foreign_in_evidence"])
     print(json.dumps(report["summary"], indent=2))
     # GPU 1's worker (the default id ends in cuda1) and no other.
     return 0 if false == 0 and len(caught) == 1 and caught[0].endswith("cuda1") else 1

@@ -58,6 +58,8 @@ def record(w: pb.WorkerInfo, now: float) -> Record:
     if h.verdict != pb.VERDICT_UNSPECIFIED or h.cordoned:
         r.update(v=pb.Verdict.Name(h.verdict), check=h.check, fig=h.figure, exp=h.expected, at=h.at,
                  vjob=h.job_id, cord=h.cordoned, re=h.recheck_at)
+        if h.also:
+            r["also"] = h.also
     return r
 
 

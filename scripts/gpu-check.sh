@@ -111,7 +111,12 @@ fi
 # checks counted, a competing process on GPU 1 named, the link check over NVLink; RUNS = $2.
 if [ "$what" = fleet-check ]; then
   { nvidia-smi; nvidia-smi topo -m; } > "$OUT/machine.txt" 2>&1
-  timeout 230 python3 bench/fleet_gpu.py --out "$OUT" --runs "${2:-10}" 2>&1 | tee "$OUT/fleet-gpu.log"
+  side=()  # NCCL_TESTS_SRC set: nccl-tests' sendrecv at the link check's size, in the same run
+  if [ -n "${NCCL_TESTS_SRC:-}" ]; then
+    . bench/nccl_tests_build.sh
+    build_nccl_tests "$NCCL_TESTS_SRC" "$OUT/nccl-tests-build.log" && side=(--nccl-tests "$NCCL_TESTS_SRC")
+  fi
+  timeout 230 python3 bench/fleet_gpu.py --out "$OUT" --runs "${2:-10}" "${side[@]}" 2>&1 | tee "$OUT/fleet-gpu.log"
   exit "${PIPESTATUS[0]}"
 fi
 if [ "$what" = multihost ]; then

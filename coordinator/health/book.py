@@ -29,6 +29,7 @@ from ringleader.v1 import jobs_pb2 as pb
 RECHECK_MIN_S = 60.0
 RECHECK_MAX_S = 3600.0
 DEFAULT_MAX_SHARE = 0.10
+ALSO_MAX = 512  # characters of other checks' standing findings kept beside a verdict
 
 Change = tuple[str, bool]  # (worker id, quarantined now)
 
@@ -111,6 +112,7 @@ class HealthBook:
                 continue  # a better verdict from another check does not clear what this one found
             new = _copy(new)
             new.cordoned = old.cordoned
+            new.also = _standing(old, new)
             if new.verdict == pb.UNHEALTHY:
                 new.recheck_at = self._next_recheck(worker_id, old, new.at or self.clock())
                 new.breaker_held = not quarantined(old) and not self._room(worker_id, model_of)
@@ -165,6 +167,17 @@ class HealthBook:
         self._by_worker[worker_id] = new
         self.store.set_worker_health(worker_id, new)
         return [(worker_id, quarantined(new))] if quarantined(new) != quarantined(old) else []
+
+
+def _standing(old: pb.WorkerHealth, new: pb.WorkerHealth) -> str:
+    """What `old` found that `new` (a worse verdict of another check) does not make void: a
+    gpu_check's slow figure must not hide that telemetry saw a foreign process on the GPU."""
+    if old.check == new.check:  # a recheck: what the other check found stands while this one fails
+        return old.also if new.verdict != pb.HEALTHY else ""
+    if old.verdict in (pb.VERDICT_UNSPECIFIED, pb.HEALTHY) or old.check == "cordon":
+        return new.also
+    found = f"{old.check} {pb.Verdict.Name(old.verdict)}: {old.figure}"
+    return "; ".join(x for x in (found, old.also) if x)[:ALSO_MAX]
 
 
 def _copy(h: pb.WorkerHealth) -> pb.WorkerHealth:

@@ -324,6 +324,7 @@ window.RingleaderFleet = (function () {
       const evidence = w.v ? h("div", { class: `evidence evidence-${(w.v || "").toLowerCase()}` },
         h("h4", {}, `Verdict: ${w.v.toLowerCase()}${w.cord ? " (cordoned by hand)" : ""}`),
         facts([["check", w.check || "—"], ["measured", w.fig || "—"], ["expected", w.exp || "—"],
+          w.also ? ["also found", w.also] : null,
           ["when", w.at ? `${fmtTime(w.at)} (${fmtAge(Date.now() / 1000 - w.at)} ago)` : "—"],
           w.vjob ? ["check job", jobLink(w.vjob)] : null,
           w.re ? ["next recheck", fmtTime(w.re)] : null]))

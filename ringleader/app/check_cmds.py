@@ -114,6 +114,8 @@ def health_line(w: pb.WorkerInfo) -> str:
     line = f"{w.worker_id:<28} {w.host:<16} {verdict:<9}{' CORDONED' if h.cordoned else ''}"
     if h.verdict not in (pb.VERDICT_UNSPECIFIED, pb.HEALTHY) or h.cordoned:
         line += f"  {h.check}: {h.figure}; expected {h.expected}"
+    if h.also:
+        line += f"; also {h.also}"
     return line
 
 

@@ -1850,6 +1850,7 @@ class WorkerHealth(_message.Message):
     CORDONED_FIELD_NUMBER: _builtins.int
     RECHECK_AT_FIELD_NUMBER: _builtins.int
     BREAKER_HELD_FIELD_NUMBER: _builtins.int
+    ALSO_FIELD_NUMBER: _builtins.int
     verdict: Global___Verdict.ValueType
     check: _builtins.str
     """link_matrix, gpu_check, sdc_check, cordon, ..."""
@@ -1869,6 +1870,10 @@ class WorkerHealth(_message.Message):
     """UNHEALTHY, but left in service: automatic quarantine already held its share of this GPU
     model's workers (--quarantine-max-share, the circuit breaker); an operator decides (cordon).
     """
+    also: _builtins.str
+    """What another check found that still stands when this verdict, a worse one, replaced it: e.g.
+    a gpu_check's UNHEALTHY over telemetry's "telemetry SUSPECT: foreign_process: pid 4242 ...".
+    """
     def __init__(
         self,
         *,
@@ -1881,10 +1886,11 @@ class WorkerHealth(_message.Message):
         cordoned: _builtins.bool = ...,
         recheck_at: _builtins.float = ...,
         breaker_held: _builtins.bool = ...,
+        also: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

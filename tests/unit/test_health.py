@@ -150,6 +150,23 @@ def test_a_pass_of_another_check_does_not_clear_a_failure():
     assert book.record({"w1": pb.WorkerHealth(verdict=pb.HEALTHY, check="sdc_check", at=1004.0)}) == [("w1", False)]
 
 
+def test_a_worse_verdict_keeps_what_another_check_still_finds():
+    """Telemetry's foreign process must stay in the evidence when the gpu_check then fails the worker."""
+    book = health.HealthBook(MemoryJobStore(), Clock())
+    book.record({"w1": pb.WorkerHealth(verdict=pb.SUSPECT, check="telemetry", at=1000.0,
+                                       figure="foreign_process: foreign process pid 4242 holding 900 MiB")})
+    book.record({"w1": _verdict(pb.UNHEALTHY, 1001.0)})  # gpu_check
+    h = book.get("w1")
+    assert h.check == "gpu_check" and h.also == "telemetry SUSPECT: foreign_process: foreign process pid 4242 holding 900 MiB"
+    book.record({"w1": _verdict(pb.UNHEALTHY, 1002.0)})  # its recheck fails again: the finding stands beside it
+    assert book.get("w1").also.startswith("telemetry SUSPECT: foreign_process")
+    book.record({"w1": _verdict(pb.HEALTHY, 1003.0)})  # it passes: nothing is carried over
+    assert book.get("w1").verdict == pb.HEALTHY and book.get("w1").also == ""
+    book.record({"w1": pb.WorkerHealth(verdict=pb.HEALTHY, check="telemetry", at=1004.0)})
+    book.record({"w1": _verdict(pb.UNHEALTHY, 1005.0)})  # a healthy finding is not evidence
+    assert book.get("w1").also == ""
+
+
 def test_cordon_and_uncordon_by_hand():
     clock = Clock()
     book = health.HealthBook(MemoryJobStore(), clock)

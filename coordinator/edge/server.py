@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from coordinator.edge.hop import EdgeLoop, HoppedServicer, service_methods
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.rpc_parse import MalformedRequestInterceptor
 from coordinator.core.facade import Coordinator
@@ -15,33 +17,63 @@ from coordinator.edge.servicers import JobServicer, WorkerServicer
 from ringleader.grpc_options import SERVER_OPTIONS
 from ringleader.v1 import jobs_pb2, jobs_pb2_grpc, workers_pb2, workers_pb2_grpc
 
-SERVICE_NAMES = (
-    jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
-    workers_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
-)
+JOBS = jobs_pb2.DESCRIPTOR.services_by_name["JobService"]
+WORKERS = workers_pb2.DESCRIPTOR.services_by_name["WorkerService"]
+SERVICE_NAMES = (JOBS.full_name, WORKERS.full_name)
 
 
 async def start_server(coordinator: Coordinator, address: str,
                        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
                        credentials: grpc.ServerCredentials | None = None,
                        forget_workers: Sequence[str] = (),
-                       identities: WorkerIdentities | None = None) -> tuple[grpc.aio.Server, int]:
+                       identities: WorkerIdentities | None = None) -> tuple["EdgeServer", int]:
     """Build and start the gRPC server on `address` (port 0 picks one); returns it with its port.
-    `interceptors` wrap every RPC, the first outermost (metrics, then coordinator.edge.auth's token
-    check), and request bytes that do not parse are answered innermost; `credentials`
-    (ringleader.security.ServerSecurity.grpc_credentials) make it TLS; `forget_workers`: ids
-    whose credentials are reset first (ServerSecurity.forget_workers, coordinator/edge/identity.py);
-    `identities`: the workers' credentials, shared with the REST API's approvals (default: new)."""
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, MalformedRequestInterceptor()])
+    The server runs on an edge loop of its own thread, each handler's body on the calling (core)
+    loop: coordinator/edge/hop.py says why. `interceptors` wrap every RPC, the first outermost
+    (metrics, then coordinator.edge.auth's token check), and request bytes that do not parse are
+    answered innermost; `credentials` (ringleader.security.ServerSecurity.grpc_credentials) make
+    it TLS; `forget_workers`: ids whose credentials are reset first (ServerSecurity.forget_workers,
+    coordinator/edge/identity.py); `identities`: the workers' credentials, shared with the REST
+    API's approvals (default: new)."""
     identities = identities or WorkerIdentities(coordinator.store)
     for worker_id in forget_workers:
         identities.forget(worker_id)
-    jobs_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(coordinator, identities), server)
-    workers_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerServicer(coordinator, identities), server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    return server, await listen(server, health_servicer, address, credentials, health_pb2.HealthCheckResponse.SERVING)
+    core, edge = asyncio.get_running_loop(), EdgeLoop()
+    jobs = HoppedServicer(JobServicer(coordinator, identities), service_methods(JOBS), core, edge.loop)
+    workers = HoppedServicer(WorkerServicer(coordinator, identities), service_methods(WORKERS), core, edge.loop)
+
+    async def build() -> tuple[grpc.aio.Server, int]:
+        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, MalformedRequestInterceptor()])
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(jobs, server)
+        workers_pb2_grpc.add_WorkerServiceServicer_to_server(workers, server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        return server, await listen(server, health_servicer, address, credentials,
+                                    health_pb2.HealthCheckResponse.SERVING)
+    return await EdgeServer.start(edge, build())
+
+
+class EdgeServer:
+    """A grpc.aio.Server on its edge loop, stopped from the core loop."""
+
+    def __init__(self, server: grpc.aio.Server, edge: EdgeLoop) -> None:
+        self._server, self._edge = server, edge
+
+    @classmethod
+    async def start(cls, edge: EdgeLoop, build) -> tuple["EdgeServer", int]:
+        try:
+            server, port = await edge.run(build)
+        except BaseException:
+            edge.close()
+            raise
+        return cls(server, edge), port
+
+    async def stop(self, grace: float | None) -> None:
+        try:
+            await self._edge.run(self._server.stop(grace))
+        finally:
+            self._edge.close()
 
 
 async def listen(server: grpc.aio.Server, health_servicer, address: str,

@@ -11,7 +11,8 @@ from typing import Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from coordinator.edge.server import SERVICE_NAMES, listen
+from coordinator.edge.hop import EdgeLoop
+from coordinator.edge.server import SERVICE_NAMES, EdgeServer, listen
 from ringleader.grpc_options import SERVER_OPTIONS
 from ringleader.leader import STANDBY_PREFIX
 
@@ -36,10 +37,13 @@ class _Refuse(grpc.GenericRpcHandler):
 
 
 async def start_standby_server(address: str, leader: Callable[[], str],
-                               credentials: grpc.ServerCredentials | None = None) -> tuple[grpc.aio.Server, int]:
-    """The standby's gRPC server on `address`; `leader()` names the current leader's address."""
-    server = grpc.aio.server(options=SERVER_OPTIONS, handlers=[_Refuse(leader)])
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    return server, await listen(server, health_servicer, address, credentials,
-                                health_pb2.HealthCheckResponse.NOT_SERVING)
+                               credentials: grpc.ServerCredentials | None = None) -> tuple[EdgeServer, int]:
+    """The standby's gRPC server on `address` (on an edge loop, as the leader's: coordinator/edge/
+    hop.py); `leader()` names the current leader's address."""
+    async def build() -> tuple[grpc.aio.Server, int]:
+        server = grpc.aio.server(options=SERVER_OPTIONS, handlers=[_Refuse(leader)])
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        return server, await listen(server, health_servicer, address, credentials,
+                                    health_pb2.HealthCheckResponse.NOT_SERVING)
+    return await EdgeServer.start(EdgeLoop(), build())

@@ -12,14 +12,13 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 
 from coordinator.edge.auth import Access, AuthInterceptor
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.k8s_identity import TokenReviewer
 from coordinator.health.k8s_taint import NodeTainter
 from coordinator.edge.metrics import CoordinatorMetrics
-from coordinator.edge.server import start_server
+from coordinator.edge.server import EdgeServer, start_server
 from coordinator.core.facade import Coordinator, Timings
 from coordinator.store.factory import is_postgres, open_store, redacted
 from coordinator.store.lease import Lease
@@ -101,7 +100,7 @@ class RunningCoordinator:
         if lease is not None:
             self.metrics.registry.register(LeaseCollector(lease))
         self.sweeper = Sweeper(self.core, self.core.fleet, config.check_every)
-        self.server: grpc.aio.Server | None = None
+        self.server: EdgeServer | None = None
         self.http = None
         self.grpc_target = ""
         self.http_url = ""

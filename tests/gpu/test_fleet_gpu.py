@@ -5,7 +5,10 @@ The real means here is the CPU its executor runs on: its process (NCCL's socket 
 among its threads) is pinned to one core that busy processes share, at a lower priority (nice 10)
 than theirs. On the shared-GPU fleet
 (RINGLEADER_TEST_SHARED_GPU=N, NCCL's socket transport) that makes every link of that worker slow,
-as a host with a saturated CPU or NIC would be. Figures are printed for the run's log.
+as a host with a saturated CPU or NIC would be. Over NVLink (separate GPUs) the link check's
+transfers are the GPUs' own copies at a size that saturates the link: a starved host CPU only
+launches them, so that worker's links keep their speed (331-336 against a median of 350 GB/s on
+4 x H200) and the right answer is no verdict at all. Figures are printed for the run's log.
 """
 
 import multiprocessing
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from cluster import executor_pid
-from fleet import FLEET
+from fleet import FLEET, SHARED
 
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -76,7 +79,7 @@ def _pin(pid: int, cores: set[int], nice: int) -> None:
 
 
 @pytest.mark.skipif(len(FLEET) < 3, reason="naming one worker by its links needs 3 or more")
-def test_a_worker_starved_of_cpu_is_named_by_the_link_matrix_and_only_it(gpu_cluster):
+def test_a_worker_starved_of_cpu_is_named_by_its_socket_links_and_unblamed_on_nvlink(gpu_cluster):
     c = gpu_cluster
     ids = [f"g{i}" for i in range(len(FLEET))]
     c.wait_idle(ids, timeout=300)
@@ -98,6 +101,7 @@ def test_a_worker_starved_of_cpu_is_named_by_the_link_matrix_and_only_it(gpu_clu
             h.kill()
         if Path(f"/proc/{pid}").exists():
             _pin(pid, everything, 0)
-    assert named == [victim]
+    # Sockets: the starved worker and no other. NVLink: nobody (its links were not slowed).
+    assert named == ([victim] if SHARED else [])
     for w in ids:  # put it back for the other tests
         c.client.cordon(w, on=False, force=True)  # over a failed verdict: no recheck first

@@ -71,7 +71,10 @@ def test_gangs_that_change_shape_never_hang_and_keep_their_bandwidth(tmp_path):
                       f"{ratio:.3f} of fresh, warm={done.warm_start}, wrong={r.wrong}, "
                       f"{time.monotonic() - t0:.2f} s")
                 assert r.wrong == 0
-                if not SHARED:  # ranks sharing one GPU over sockets: no bandwidth to hold them to
+                # Ranks sharing one GPU over sockets: no bandwidth to hold them to. One rank: the op is a
+                # local no-op of ~5 us (busbw 0), whose time is noise (5.4 fresh against 7.8 us measured
+                # on 4 x H200), not a bandwidth a gang keeps or loses.
+                if not SHARED and len(gang) > 1:
                     assert ratio >= TOLERANCE, (gang, r.time_us, reference[len(gang)].time_us)
         assert jobs >= 20
     finally:

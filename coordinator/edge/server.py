@@ -13,7 +13,8 @@ from coordinator.edge.hop import EdgeLoop, HoppedServicer, service_methods
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.rpc_parse import MalformedRequestInterceptor
 from coordinator.core.facade import Coordinator
-from coordinator.edge.servicers import JobServicer, WorkerServicer
+from coordinator.edge.servicers import JobServicer
+from coordinator.edge.worker_stream import WorkerServicer
 from ringleader.grpc_options import SERVER_OPTIONS
 from ringleader.v1 import jobs_pb2, jobs_pb2_grpc, workers_pb2, workers_pb2_grpc
 
@@ -40,7 +41,7 @@ async def start_server(coordinator: Coordinator, address: str,
         identities.forget(worker_id)
     core, edge = asyncio.get_running_loop(), EdgeLoop()
     jobs = HoppedServicer(JobServicer(coordinator, identities), service_methods(JOBS), core, edge.loop)
-    workers = HoppedServicer(WorkerServicer(coordinator, identities), service_methods(WORKERS), core, edge.loop)
+    workers = WorkerServicer(coordinator, identities, core, edge.loop)  # its streams' own edge/core split
 
     async def build() -> tuple[grpc.aio.Server, int]:
         server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, MalformedRequestInterceptor()])

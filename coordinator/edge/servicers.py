@@ -5,7 +5,6 @@ only once its certificate, credential and address are the worker's own."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import logging
@@ -13,7 +12,6 @@ import math
 
 import grpc
 
-from coordinator.core import admission
 
 from coordinator.health import baseline_io, localizer
 
@@ -24,7 +22,7 @@ from coordinator.health.sweeper import run_check
 from ringleader.errors import Overloaded, RingleaderError, answer
 from ringleader.grpc_options import RETRY_AFTER
 from ringleader.v1 import jobs_pb2 as pb
-from ringleader.v1 import jobs_pb2_grpc, workers_pb2_grpc
+from ringleader.v1 import jobs_pb2_grpc
 
 log = logging.getLogger("ringleader.coordinator")
 
@@ -143,70 +141,3 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         # Validated off the loop and written in chunks: other calls go on meanwhile.
         n = await baseline_io.import_table(self.c.store, request, self.c.durable)
         return pb.ImportBaselinesResponse(imported=n)
-
-
-class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
-    """One long-lived stream per daemon: the first message registers, the rest flow both ways."""
-
-    def __init__(self, coordinator: Coordinator, identities: WorkerIdentities) -> None:
-        self.c = coordinator
-        self.identities = identities
-
-    async def Connect(self, request_iterator, context):
-        first = await context.read()
-        if first is grpc.aio.EOF or first.WhichOneof("msg") != "register":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must be Register")
-        reg = first.register
-        try:
-            admission.check_registration(reg)  # before its address is resolved or its id looked up
-            await identity.check_address(reg, context.peer())
-            vouched = await self.identities.kubernetes(reg)
-            known = self.c.workers.get(reg.worker_id)
-            secret = self.identities.check(reg, identity.peer_identity(context), vouched,
-                                           connected=bool(known and known.connected))
-            reg.worker_secret = reg.k8s_token = ""  # they go no further than these checks
-            conn = self.c.register(reg)
-        except RingleaderError as exc:
-            self.identities.log_refusal(reg.worker_id, str(exc))
-            await abort_with(context, exc)
-        if secret:  # bound once the daemon acknowledges storing it (_read)
-            self.identities.issued(reg.worker_id, secret)
-        reader = asyncio.create_task(self._read(conn, context))
-        writer = asyncio.create_task(self._write(conn, context, secret))
-        why = "stream closed by the worker"
-        try:
-            # Either side may end the stream: the worker closing it, or the coordinator
-            # dropping the worker (missed heartbeats), which ends the writer.
-            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-            if reader.done() and reader.exception():
-                why = f"stream broken ({type(reader.exception()).__name__})"
-        except asyncio.CancelledError:
-            why = "stream cancelled"
-            raise
-        finally:
-            for task in (reader, writer):
-                task.cancel()
-            await asyncio.gather(reader, writer, return_exceptions=True)
-            self.c.disconnect(conn, why)
-
-    async def _read(self, conn, context) -> None:
-        while True:
-            msg = await context.read()
-            if msg is grpc.aio.EOF:
-                return
-            if msg.WhichOneof("msg") == "credential_stored":  # identity's, not the control core's
-                if self.identities.stored(conn.reg.worker_id, msg.credential_stored.secret_sha256):
-                    await self.c.durable()
-                continue
-            if not self.c.intake.take():  # this turn's share of worker messages is spent
-                await self.c.intake.wait()
-            self.c.on_message(conn, msg)
-
-    async def _write(self, conn, context, secret: str) -> None:
-        while True:
-            msg = await conn.outbox.get()
-            if msg is None:  # the coordinator dropped this worker
-                return
-            if secret and msg.WhichOneof("msg") == "registered":  # the first message: it carries the secret
-                msg.registered.worker_secret, secret = secret, ""
-            await context.write(msg)

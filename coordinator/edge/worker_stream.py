@@ -1,0 +1,153 @@
+"""The workers' streams (WorkerService.Connect) on the gRPC edge loop (coordinator/edge/hop.py):
+each daemon's stream is read and written there, and what crosses to the core loop crosses in
+batches: messages read go into one `Inbox` that the core drains once a turn (within the intake
+gate's share, coordinator/core/load.py), and what the core puts in a worker's outbox is moved to
+the edge in one hop per batch. A hop per message cost the core 2.7x its CPU per job with 5,000
+simulated workers draining a queue (bench/control_plane.py --churn, 4 x H200 host). The
+registration itself (identity checks, Coordinator.register) runs on the core, once per stream."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+
+import grpc
+
+from coordinator.core import admission
+from coordinator.core.facade import Coordinator
+from coordinator.edge import identity
+from coordinator.edge.hop import EdgeContext, on
+from coordinator.edge.identity import WorkerIdentities
+from coordinator.edge.servicers import abort_with
+from ringleader.errors import RingleaderError
+from ringleader.v1 import workers_pb2_grpc
+
+_GONE = object()  # in the inbox after a stream's last message: its disconnect, in order
+
+
+class Inbox:
+    """Worker messages from the edge loop, applied on the core loop in order, a turn's share at a time."""
+
+    def __init__(self, c: Coordinator, identities: WorkerIdentities, core: asyncio.AbstractEventLoop) -> None:
+        self.c, self.identities, self.core = c, identities, core
+        self._items: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def put(self, conn, msg, why: str = "") -> None:
+        """From the edge loop (`msg` _GONE with `why`: the stream ended)."""
+        with self._lock:
+            self._items.append((conn, msg, why))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self.core.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        gate = self.c.intake
+        while True:
+            with self._lock:
+                if not self._items:
+                    self._scheduled = False
+                    return
+                if not gate.take():  # this turn's share is spent: the rest in the next turns
+                    gate.deferred += len(self._items)
+                    break
+                conn, msg, why = self._items.popleft()
+            self._apply(conn, msg, why)
+        self.core.call_soon(self._drain)
+
+    def _apply(self, conn, msg, why: str) -> None:
+        if msg is _GONE:
+            self.c.disconnect(conn, why)
+        elif msg.WhichOneof("msg") == "credential_stored":  # identity's, not the control core's
+            if self.identities.stored(conn.reg.worker_id, msg.credential_stored.secret_sha256):
+                asyncio.ensure_future(self.c.durable())
+        else:
+            self.c.on_message(conn, msg)
+
+
+class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
+    """One long-lived stream per daemon: the first message registers, the rest flow both ways.
+    Its methods run on the edge loop; `core` is the coordinator's."""
+
+    def __init__(self, coordinator: Coordinator, identities: WorkerIdentities,
+                 core: asyncio.AbstractEventLoop, edge: asyncio.AbstractEventLoop) -> None:
+        self.c, self.identities, self.core, self.edge = coordinator, identities, core, edge
+        self.inbox = Inbox(coordinator, identities, core)
+
+    async def Connect(self, request_iterator, context):
+        first = await context.read()
+        if first is grpc.aio.EOF or first.WhichOneof("msg") != "register":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must be Register")
+        conn, secret = await on(self.core, self._register(first.register, EdgeContext(context, self.edge)))
+        out: asyncio.Queue = asyncio.Queue()
+        pump = asyncio.run_coroutine_threadsafe(self._pump(conn, out), self.core)
+        reader = asyncio.create_task(self._read(conn, context))
+        writer = asyncio.create_task(self._write(context, out, secret))
+        why = "stream closed by the worker"
+        try:
+            # Either side may end the stream: the worker closing it, or the coordinator
+            # dropping the worker (missed heartbeats), which ends the writer.
+            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            if reader.done() and reader.exception():
+                why = f"stream broken ({type(reader.exception()).__name__})"
+        except asyncio.CancelledError:
+            why = "stream cancelled"
+            raise
+        finally:
+            for task in (reader, writer):
+                task.cancel()
+            pump.cancel()
+            await asyncio.gather(reader, writer, return_exceptions=True)
+            self.inbox.put(conn, _GONE, why)  # after every message it read
+
+    async def _register(self, reg, context: EdgeContext):
+        """On the core loop: who the daemon is, then its registration; (conn, secret to issue)."""
+        try:
+            admission.check_registration(reg)  # before its address is resolved or its id looked up
+            await identity.check_address(reg, context.peer())
+            vouched = await self.identities.kubernetes(reg)
+            known = self.c.workers.get(reg.worker_id)
+            secret = self.identities.check(reg, identity.peer_identity(context), vouched,
+                                           connected=bool(known and known.connected))
+            reg.worker_secret = reg.k8s_token = ""  # they go no further than these checks
+            conn = self.c.register(reg)
+        except RingleaderError as exc:
+            self.identities.log_refusal(reg.worker_id, str(exc))
+            await abort_with(context, exc)
+        if secret:  # bound once the daemon acknowledges storing it (Inbox._apply)
+            self.identities.issued(reg.worker_id, secret)
+        return conn, secret
+
+    async def _read(self, conn, context) -> None:
+        while True:
+            msg = await context.read()
+            if msg is grpc.aio.EOF:
+                return
+            self.inbox.put(conn, msg)
+
+    async def _pump(self, conn, out: asyncio.Queue) -> None:
+        """On the core loop: the worker's outbox to the edge's queue, a batch per hop."""
+        while True:
+            batch = [await conn.outbox.get()]
+            while not conn.outbox.empty():
+                batch.append(conn.outbox.get_nowait())
+            self.edge.call_soon_threadsafe(_put_all, out, batch)
+            if batch[-1] is None:  # the coordinator dropped this worker
+                return
+
+    async def _write(self, context, out: asyncio.Queue, secret: str) -> None:
+        while True:
+            msg = await out.get()
+            if msg is None:
+                return
+            if secret and msg.WhichOneof("msg") == "registered":  # the first message: it carries the secret
+                msg.registered.worker_secret, secret = secret, ""
+            await context.write(msg)
+
+
+def _put_all(queue: asyncio.Queue, items: list) -> None:
+    for item in items:
+        queue.put_nowait(item)

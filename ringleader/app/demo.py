@@ -46,8 +46,15 @@ class Plan:
     max_bytes: int
 
 
+# A CUDA device needs its driver's control node (NVIDIA's; ROCm's for torch's HIP build).
+GPU_DRIVER_NODES = ("/dev/nvidiactl", "/dev/kfd")
+
+
 def visible_gpu_count() -> int:
-    """CUDA devices visible here, asked in a child so the calling process never touches CUDA."""
+    """CUDA devices visible here, asked in a child so the calling process never touches CUDA;
+    0 without asking where no GPU driver's node exists (the child's torch import takes seconds)."""
+    if not any(os.path.exists(node) for node in GPU_DRIVER_NODES):
+        return 0
     out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
                          capture_output=True, text=True, check=False)
     return int(out.stdout.strip() or 0) if out.returncode == 0 else 0

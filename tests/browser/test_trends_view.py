@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.trends_history import write_link_checks, write_month
 from cluster import running
-from coordinator.store.sqlite import SqliteJobStore
 
 pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
 from conftest import chromium  # noqa: E402
@@ -26,14 +24,11 @@ def wait_for(driver, script: str, timeout: float = WAIT_S):
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, trends_month):
     tmp = tmp_path_factory.mktemp("trends-ui")
-    store = SqliteJobStore(tmp / "jobs.db")
-    store.defer_commits(lambda: None)
-    history = write_month(store, workers=5000, days=30)
-    history.flagged_checks = write_link_checks(store, history.host, days=30, until=history.until)
-    store.commit()
-    store.close()
+    # The page shows the last days up to now: a month ending over 5 minutes ago is written anew
+    # (its oldest daily link check would leave the default 7 days 10 minutes after).
+    history = trends_month(tmp / "jobs.db", max_age_s=300)
     with running(tmp, [], http=True) as c:
         yield c, history
 

@@ -14,6 +14,12 @@ pytestmark = pytest.mark.integration
 LONG = dict(op="all_reduce", sizes=[8 << 20], iters=100000, warmup=0)  # runs until killed
 
 
+@pytest.fixture(scope="module")
+def cluster(own_cluster):
+    """This module kills and stops its workers: a cluster of its own, not the shared one."""
+    return own_cluster
+
+
 def _executor_pid(cluster, worker_id: str) -> int:
     return executor_pid(cluster.workers[worker_id].pid)
 

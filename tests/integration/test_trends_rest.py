@@ -10,21 +10,15 @@ import time
 import httpx
 import pytest
 
-from bench.trends_history import LINK_BAD_DAYS, REGRESSED_DAYS, write_link_checks, write_month
+from bench.trends_history import LINK_BAD_DAYS, REGRESSED_DAYS
 from cluster import running
-from coordinator.store.sqlite import SqliteJobStore
 from ringleader.v1 import jobs_pb2 as pb
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, trends_month):
     tmp = tmp_path_factory.mktemp("trends-rest")
-    store = SqliteJobStore(tmp / "jobs.db")
-    store.defer_commits(lambda: None)  # one transaction for the month, as the coordinator groups writes
-    history = write_month(store, workers=5000, days=30)
-    history.flagged_checks = write_link_checks(store, history.host, days=30, until=history.until)
-    store.commit()
-    store.close()
+    history = trends_month(tmp / "jobs.db")  # every query here names the month's own `until`
     with running(tmp, ["t0", "t1"], http=True) as c:
         with httpx.Client(base_url=c.http_url, timeout=60) as client:
             yield client, history, c

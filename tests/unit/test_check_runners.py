@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import multiprocessing
 import os
 import traceback
 import types
@@ -18,6 +17,7 @@ import types
 import pytest
 
 from ports import free_port
+from ranks import rank_context
 from ringleader import jobspec
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -65,7 +65,7 @@ def _rank_main(rank: int, port: int, path: str) -> None:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
-    ctx = multiprocessing.get_context("spawn")
+    ctx = rank_context()
     tmp = tmp_path_factory.mktemp("checks")
     port = free_port()
     paths = [str(tmp / f"rank{r}.json") for r in range(N)]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import multiprocessing
 import traceback
 import types
 
@@ -20,6 +19,7 @@ from ringleader.v1 import jobs_pb2 as pb
 from worker import calibrate, collectives, datacheck
 from worker.algos import Method
 from ports import free_port
+from ranks import rank_context
 
 SIZES = (1000, 150_000)  # requested bytes; rounded by spec.effective_size per world size
 ITERS, WARMUP = 3, 1
@@ -102,7 +102,7 @@ def _rank_main(rank: int, n: int, port: int, cases: list[dict], path: str) -> No
 
 
 def _run_group(n: int, cases: list[dict], tmp_path) -> list[dict]:
-    ctx = multiprocessing.get_context("spawn")
+    ctx = rank_context()
     port = free_port("127.0.0.1")
     paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
     procs = [ctx.Process(target=_rank_main, args=(r, n, port, cases, paths[r])) for r in range(n)]
@@ -352,7 +352,7 @@ def _sweep_main(rank: int, n: int, port: int, path: str) -> None:
 
 
 def test_algo_sweep_runner_on_gloo(tmp_path):
-    ctx = multiprocessing.get_context("spawn")
+    ctx = rank_context()
     port, n = free_port("127.0.0.1"), 2
     paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
     procs = [ctx.Process(target=_sweep_main, args=(r, n, port, paths[r])) for r in range(n)]

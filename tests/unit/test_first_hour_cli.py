@@ -242,6 +242,22 @@ def test_demo_plan_shares_one_gpu_between_labelled_ranks():
     assert [d for d, _, _ in cpu.workers] == ["cpu", "cpu"] and "gloo" in cpu.label
 
 
+def test_gpus_are_counted_by_a_child_only_where_a_gpu_driver_node_exists(monkeypatch):
+    from ringleader.app import demo
+
+    asked = []
+
+    def child(argv, **kwargs):
+        asked.append(argv)
+        return subprocess.CompletedProcess(argv, 0, stdout="3\n")
+
+    monkeypatch.setattr(demo.subprocess, "run", child)
+    monkeypatch.setattr(demo, "GPU_DRIVER_NODES", ("/nonexistent/nvidiactl",))
+    assert demo.visible_gpu_count() == 0 and asked == []  # no driver: no torch import at all
+    monkeypatch.setattr(demo, "GPU_DRIVER_NODES", ("/nonexistent/nvidiactl", os.devnull))
+    assert demo.visible_gpu_count() == 3 and len(asked) == 1
+
+
 def test_demo_refuses_a_single_shared_rank(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["demo", "--shared-ranks", "1"])

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import multiprocessing
 import os
 import traceback
 
 import pytest
 
 from ports import free_port
+from ranks import rank_context
 from worker.stragglers import StragglerTally
 
 
@@ -71,7 +71,7 @@ def _rank_main(rank: int, n: int, port: int, slow: int, path: str) -> None:
 
 def test_fault_injected_straggler_named_with_its_lag_on_gloo(tmp_path):
     n, slow = 3, 1
-    ctx = multiprocessing.get_context("spawn")
+    ctx = rank_context()
     port = free_port("127.0.0.1")
     paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
     procs = [ctx.Process(target=_rank_main, args=(r, n, port, slow, paths[r])) for r in range(n)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import multiprocessing
 import traceback
 import types
 
@@ -17,6 +16,7 @@ import pytest
 import torch
 
 from ports import free_port
+from ranks import rank_context
 from worker.workloads import gradavg, p2p, train
 
 P2P_SIZES = [1, 4096, 1 << 20]
@@ -99,7 +99,7 @@ def _rank_main(rank: int, n: int, port: int, path: str) -> None:
 @pytest.fixture(scope="module")
 def groups(tmp_path_factory) -> dict[int, list[dict]]:
     """{world size: [payload of each rank]} for a 2-rank and a 3-rank group run side by side."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = rank_context()
     tmp = tmp_path_factory.mktemp("workloads")
     procs, paths = {}, {}
     for n in (2, 3):

@@ -2,7 +2,7 @@
 their own, so nothing waits for the server on the coordinator's loop. Group commit: the groups
 (one per turn of the loop) handed over while the last transaction was committing are written
 together as the next one, in the order they came, sent in pipeline mode (BEGIN, the statements
-and the fence in one round trip, COMMIT in a second), so the server's disk is waited for once per
+the fence and COMMIT in one round trip), so the server's disk is waited for once per
 transaction however many turns it holds. A transaction that fails fails every group in it.
 
 Fencing: with a lease set (`lease`), every group checks, just before its COMMIT, that this
@@ -17,9 +17,14 @@ import threading
 from concurrent.futures import Future
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from coordinator.store.lease import Deposed, Lease
 from coordinator.store.postgres_record import to_postgres
+
+# The fence as a statement that fails (division by zero) unless this lease still leads, holding
+# its row FOR SHARE until COMMIT: no round trip of its own, and the COMMIT after it never runs.
+FENCE_OR_FAIL = "SELECT 1 / (SELECT count(*) FROM ({fence}) AS held)::int"
 
 # One statement of a group, with the rows it is run for (in order).
 Op = tuple[str, list[tuple]]
@@ -70,18 +75,23 @@ class GroupWriter:
     def _write(self, ops: list[Op]) -> None:
         if self._conn.closed or self._conn.broken:  # the last transaction lost its connection: a new one
             self._conn = self._connect()
-        conn = self._conn
-        with conn.pipeline(), conn.transaction(), conn.cursor() as cur:  # COMMIT at the end, or ROLLBACK
-            for sql, rows in ops:
-                cur.executemany(to_postgres(sql), rows)
-            if self.lease is not None:
-                self._fence(cur, self.lease)
-
-    @staticmethod
-    def _fence(cur: psycopg.Cursor, lease: Lease) -> None:
-        if cur.execute(lease.FENCE_SQL, lease.fence_args()).fetchone() is None:
-            lease.lost(f"a write was refused: lease token {lease.token} is no longer the leader's")
-            raise Deposed(f"deposed: lease token {lease.token} is no longer current; the write was rolled back")
+        conn, lease = self._conn, self.lease
+        try:
+            with conn.pipeline(), conn.cursor() as cur:  # one round trip: sent together, synced at the end
+                cur.execute("BEGIN")
+                for sql, rows in ops:
+                    cur.executemany(to_postgres(sql), rows)
+                if lease is not None:
+                    cur.execute(FENCE_OR_FAIL.format(fence=lease.FENCE_SQL), lease.fence_args())
+                cur.execute("COMMIT")  # skipped by the server after any error above
+        except BaseException as exc:
+            if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+            if lease is not None and isinstance(exc, psycopg.errors.DivisionByZero):
+                lease.lost(f"a write was refused: lease token {lease.token} is no longer the leader's")
+                raise Deposed(f"deposed: lease token {lease.token} is no longer current; "
+                              "the write was rolled back") from exc
+            raise
 
     def close(self) -> None:
         with self._wake:

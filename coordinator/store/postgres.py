@@ -13,6 +13,7 @@ durable; later reads of it (and listings, trends) go to the server through Postg
 (coordinator/store/postgres_record.py). Listings and trends first wait for the groups already
 written, so they show every write made before them. `resident()` tells whether a read would go
 to the server; `prefetch()` does that read, off the loop, beforehand (coordinator/core/facade.py).
+A request id never seen (coordinator/store/seen.py holds them all, in about a byte each) needs no read.
 
 The one rule that differs: `create` fails at once (AlreadyExists) for an id or request id in
 memory; one known only to the server (an old job) is refused by its unique index at commit,
@@ -30,6 +31,7 @@ from coordinator.store.api import job_op
 from coordinator.store.memory import MemoryJobStore, _copy
 from coordinator.store.postgres_record import PostgresRecord, to_postgres  # noqa: F401 - to_postgres: its home for tests
 from coordinator.store.postgres_writer import GroupWriter, Op
+from coordinator.store.seen import Seen
 from coordinator.store.postgres_fleet import PostgresFleet
 from ringleader import states as job_states
 from ringleader.defaults import PAGE_DEFAULT
@@ -58,6 +60,7 @@ class PostgresJobStore(PostgresFleet, MemoryJobStore):
         self._finished: deque[str] = deque()  # finished jobs in memory, oldest first
         self._absent_jobs: set[str] = set()
         self._absent_requests: set[str] = set()
+        self._seen = Seen()  # every request id of a job: a new one needs no read from the server
         self._load()
 
     def _load(self) -> None:
@@ -67,6 +70,8 @@ class PostgresJobStore(PostgresFleet, MemoryJobStore):
         self._health = r.worker_health()
         self._credentials = r.worker_credentials()
         self._baselines = {e.key: e for e in r.baselines()}
+        for request_id in r.request_ids():
+            self._seen.add(request_id)
 
     def _remember(self, job: pb.Job, events: list[pb.JobEvent], logs: dict[int, str]) -> None:
         """Put a job read from the server into memory, as `create` would have left it."""
@@ -99,7 +104,8 @@ class PostgresJobStore(PostgresFleet, MemoryJobStore):
     def resident(self, job_id: str = "", request_id: str = "") -> bool:
         with self._mem:
             return ((not job_id or job_id in self._jobs or job_id in self._absent_jobs)
-                    and (not request_id or request_id in self._requests or request_id in self._absent_requests))
+                    and (not request_id or request_id in self._requests or request_id in self._absent_requests
+                         or not self._seen.maybe(request_id)))
 
     def prefetch(self, job_id: str = "", request_id: str = "") -> None:
         if request_id:
@@ -140,6 +146,8 @@ class PostgresJobStore(PostgresFleet, MemoryJobStore):
             super().create(job)
             self._absent_jobs.discard(job.id)
             self._absent_requests.discard(job.request_id)
+            if job.request_id:
+                self._seen.add(job.request_id)
             stored = self._jobs[job.id]
             self._write(job.id, "INSERT INTO jobs (id, state, op, created_at, job, request_id) VALUES (?, ?, ?, ?, ?, ?)",
                         (job.id, job.state, job_op(job), job.created_at, stored.SerializeToString(), job.request_id or None))
@@ -208,7 +216,7 @@ class PostgresJobStore(PostgresFleet, MemoryJobStore):
 
     def job_for_request(self, request_id: str) -> str:
         with self._mem:
-            if request_id in self._requests or request_id in self._absent_requests:
+            if request_id in self._requests or request_id in self._absent_requests or not self._seen.maybe(request_id):
                 return self._requests.get(request_id, "")
         known = self._record.job_for_request(request_id)
         if known:

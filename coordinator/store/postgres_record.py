@@ -109,6 +109,11 @@ class PostgresRecord(SqliteJobStore):
         with self._tx() as c:
             return dict(c.execute("SELECT worker_id, digest FROM worker_credentials").fetchall())
 
+    def request_ids(self) -> list[str]:
+        """Every job's request id (the store's start-up load)."""
+        with self._tx() as c:
+            return [r[0] for r in c.execute("SELECT request_id FROM jobs WHERE request_id IS NOT NULL").fetchall()]
+
     def close(self) -> None:
         with self._lock:
             self._conn.raw.close()

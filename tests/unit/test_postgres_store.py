@@ -9,6 +9,7 @@ import pytest
 
 from coordinator.store import postgres
 from coordinator.store.factory import open_store
+from coordinator.store.seen import Seen
 from ringleader.errors import NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -19,6 +20,7 @@ def dsn(postgres, request):
 
 
 def finished(job_id: str, request_id: str = "") -> pb.Job:
+    """A job to finish (created QUEUED)."""
     j = pb.Job(id=job_id, state=pb.QUEUED, created_at=1.0, request_id=request_id)
     j.spec.world_size = 1
     j.spec.collective.op = "all_reduce"
@@ -76,3 +78,29 @@ def test_a_group_the_server_refuses_fails_its_future_and_the_next_group_is_writt
         assert [r[0] for r in rows] == ["a", "b", "c"] and rows[1][1] == 0  # b: the other writer's row
     finally:
         store.close()
+
+
+def test_a_new_request_id_needs_no_read_and_one_stored_before_a_restart_is_found(dsn):
+    first = open_store(dsn)
+    old = finished("old", request_id="r-old")
+    old.state = pb.SUCCEEDED
+    first.create(old)
+    first.close()
+    store = open_store(dsn)  # a restart: r-old's job is finished, not in memory
+    try:
+        assert store.resident(request_id="r-new")  # never seen: known new without the server
+        assert not store.resident(request_id="r-old")
+        store.prefetch(request_id="r-old")
+        assert store.resident(request_id="r-old") and store.job_for_request("r-old") == "old"
+    finally:
+        store.close()
+
+
+def test_seen_never_forgets_a_key_and_rarely_claims_one_it_never_had():
+    seen = Seen(capacity=1000)
+    added = [f"added-{i}" for i in range(5000)]  # beyond the first filter's capacity: it grows
+    for key in added:
+        seen.add(key)
+    assert all(seen.maybe(k) for k in added)
+    false = sum(seen.maybe(f"other-{i}") for i in range(10_000))
+    assert false < 300, false  # about 1% per filter, a few filters

@@ -90,6 +90,7 @@ def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
     route_class = type("Route", (Route,), {"allow": {}})
     r = APIRouter(prefix="/api/v1", route_class=route_class)
     _job_routes(r, core)
+    _one_job_routes(r, core)
     _result_routes(r, core)
     _event_routes(r, core, keepalive_s)
     _worker_routes(r, core)
@@ -120,6 +121,7 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
             core.lag.check("submit")
             if not spec.queue:
                 check_fits(core, spec.to_pb())
+            await core.prefetch(request_id=request_id or "")
             job = core.submit(spec.to_pb(), request_id or "")  # a preflight is checked at placement
         await core.durable()  # acknowledged only once stored
         job = core.get(job.id)  # as it is after its placement pass: RUNNING if it started
@@ -139,16 +141,19 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
     ) -> Response:
         wanted = [pb.JobState.Value(s) for s in state]
         try:
-            page = core.list_jobs(states=wanted, op=op or "", limit=limit, before_id=before or "")
+            page = await core.list_jobs_off_loop(states=wanted, op=op or "", limit=limit, before_id=before or "")
         except NotFound as exc:  # the page it continues is gone: like a path naming no job
             raise HTTPException(404, f"before: {exc}") from None
         return JSON({"jobs": [job_doc(j, view, results=False) for j in page.jobs],
                      "next_before": page.next_before or None})
 
+
+def _one_job_routes(r: APIRouter, core: Coordinator) -> None:
     @r.get("/jobs/{job_id}", tags=["jobs"], operation_id="getJob", response_model=AnyJob,
            summary="Get a job with its results", responses=NOT_FOUND)
     async def get_job(job_id: JobId, view: View = "lean") -> Response:
         with domain_errors():
+            await core.prefetch(job_id=job_id)
             return JSON(job_doc(core.get(job_id), view))
 
     @r.post("/jobs/{job_id}/cancel", tags=["jobs"], operation_id="cancelJob", response_model=AnyJob,
@@ -157,6 +162,7 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
     async def cancel_job(job_id: JobId, body: Annotated[CancelIn | None, Body()] = None,
                          view: View = "lean") -> Response:
         with domain_errors():
+            await core.prefetch(job_id=job_id)
             job = core.cancel(job_id, body.reason if body else "")
         await core.durable()
         return JSON(job_doc(job, view))

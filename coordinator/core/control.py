@@ -128,8 +128,8 @@ class Control(WorkerProtocol, HealthProtocol):
     def get(self, job_id: str) -> pb.Job:
         return self._live(self.book.get(job_id))
 
-    def page(self, states=(), op: str = "", limit: int = 0, before_id: str = "") -> Page:
-        page = self.book.page(states, op, limit, before_id)
+    def page(self, states=(), op: str = "", limit: int = 0, before_id: str = "", rows=None) -> Page:
+        page = self.book.page(states, op, limit, before_id, rows)
         for job in page.jobs:
             self._live(job)
         return page

@@ -105,6 +105,13 @@ class Coordinator:
         self.events.close()
         self._commit()
 
+    async def prefetch(self, job_id: str = "", request_id: str = "") -> None:
+        """Where the store would wait on a server to read this job or request id (PostgreSQL, a
+        job no longer in its memory), read it now, off the loop: the user call that follows
+        answers from memory."""
+        if not self.store.resident(job_id, request_id):
+            await asyncio.get_running_loop().run_in_executor(None, self.store.prefetch, job_id, request_id)
+
     async def durable(self) -> None:
         """Return once every store write made so far is committed."""
         if self._uncommitted:
@@ -187,11 +194,22 @@ class Coordinator:
         jobspec.check_text("job_id", job_id)
         return self.control.get(job_id)
 
-    def list_jobs(self, states: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> Page:
+    async def list_jobs_off_loop(self, states: Iterable[int] = (), op: str = "", limit: int = 0,
+                                 before_id: str = "") -> Page:
+        """`list_jobs` for a user call: the store's rows are read on another thread (a server's
+        round trip, or the wait for the groups in flight, never holds up the loop)."""
+        kinds.check_listed(op)
+        jobspec.check_text("before_id", before_id)
+        states = list(states)
+        rows = await asyncio.get_running_loop().run_in_executor(None, self.book.rows, states, op, limit, before_id)
+        return self.list_jobs(states, op, limit, before_id, rows)
+
+    def list_jobs(self, states: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "",
+                  rows: list[pb.Job] | None = None) -> Page:
         """A page of jobs, newest first, without results; `next_before` continues it."""
         kinds.check_listed(op)
         jobspec.check_text("before_id", before_id)
-        page = self.control.page(states, op, limit, before_id)
+        page = self.control.page(states, op, limit, before_id, rows)
         size, keep = 0, len(page.jobs)
         for i, job in enumerate(page.jobs):
             size += job.ByteSize()

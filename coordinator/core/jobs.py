@@ -104,11 +104,17 @@ class JobBook:
         if (live := self.running.get(job.id)) is not None:
             job.progress.CopyFrom(live.job.progress)
 
-    def page(self, states_: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> Page:
-        """One page of jobs, newest first, with the id to pass as `before_id` for the next one."""
-        n = page_limit(limit)
+    def rows(self, states_: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> list[pb.Job]:
+        """The store's rows for `page`: only the store is read, so a thread may call it."""
         # One more than asked tells whether another page exists (the store allows a page + 1).
-        jobs = self.store.list(states=states_, op=op, limit=n + 1, before_id=before_id)
+        return self.store.list(states=states_, op=op, limit=page_limit(limit) + 1, before_id=before_id)
+
+    def page(self, states_: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "",
+             rows: list[pb.Job] | None = None) -> Page:
+        """One page of jobs, newest first, with the id to pass as `before_id` for the next one
+        (from `rows` when they were read beforehand)."""
+        n = page_limit(limit)
+        jobs = self.rows(states_, op, limit, before_id) if rows is None else rows
         more = len(jobs) > n
         jobs = jobs[:n]
         for job in jobs:

@@ -151,7 +151,8 @@ class CoordinatorMetrics:
         r.register(CoordinatorStateCollector(core))
         r.register(FleetHealthCollector(core.fleet))
         r.register(BaselineRegressionsCollector(core.store))
-        r.register(TrendCollector(core.store))
+        self.trends = TrendCollector(core.store)
+        r.register(self.trends)
         r.register(LoadCollector(core.lag, core.intake))
 
         # Jobs, from state-change events.

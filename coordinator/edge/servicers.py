@@ -80,26 +80,30 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     @guarded(adds_work=True)
     async def SubmitJob(self, request, context):
+        await self.c.prefetch(request_id=request.request_id)
         job = self.c.submit(request.spec, request.request_id)  # a preflight is checked at placement
         await self.c.durable()  # acknowledged only once stored
         return self.c.get(job.id)  # as it is after its placement pass: RUNNING if it started
 
     @guarded()
-    def GetJob(self, request, context):
+    async def GetJob(self, request, context):
+        await self.c.prefetch(job_id=request.job_id)
         return self.c.get(request.job_id)
 
     @guarded()
-    def ListJobs(self, request, context):
-        page = self.c.list_jobs(states=request.states, op=request.op, limit=request.limit,
+    async def ListJobs(self, request, context):
+        page = await self.c.list_jobs_off_loop(states=request.states, op=request.op, limit=request.limit,
                                 before_id=request.before_id)
         return pb.ListJobsResponse(jobs=page.jobs, next_before_id=page.next_before)
 
     @guarded(durable=True)
-    def CancelJob(self, request, context):
+    async def CancelJob(self, request, context):
+        await self.c.prefetch(job_id=request.job_id)
         return self.c.cancel(request.job_id, request.reason)
 
     @guarded()
-    def GetJobLogs(self, request, context):
+    async def GetJobLogs(self, request, context):
+        await self.c.prefetch(job_id=request.job_id)
         return self.c.job_logs(request.job_id)
 
     @guarded()

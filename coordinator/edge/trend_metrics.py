@@ -13,6 +13,7 @@ samples), and at most MAX_SERIES label sets are exported.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable, Iterable
 
@@ -35,6 +36,17 @@ class TrendCollector(Collector):
     def __init__(self, store: JobStore, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.clock = clock
+        self._read_ahead: list | None = None  # the next scrape's trend buckets, read by `prefetch`
+
+    async def prefetch(self) -> None:
+        """Read the next scrape's trends on another thread: on the PostgreSQL store they come from
+        its server, which the coordinator's loop never waits for."""
+        self._read_ahead = await asyncio.get_running_loop().run_in_executor(None, self._recent)
+
+    def _recent(self) -> list:
+        now = self.clock()
+        since = (now // HOUR_S - 1) * HOUR_S
+        return self.store.trend(TrendQuery(since=since, until=now + 1, step_s=2 * HOUR_S))
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
@@ -50,11 +62,10 @@ class TrendCollector(Collector):
     def collect(self) -> Iterable:
         trend, band = self._families()
         entries = {e.key: e for e in self.store.baselines()}
-        now = self.clock()
-        since = (now // HOUR_S - 1) * HOUR_S
+        recent, self._read_ahead = self._read_ahead if self._read_ahead is not None else self._recent(), None
         folded: dict[tuple[str, ...], list[float]] = {}  # labels -> [n, total, min]
         bands: dict[tuple[str, ...], tuple[int, float, float]] = {}  # labels -> (samples, median, threshold)
-        for b in self.store.trend(TrendQuery(since=since, until=now + 1, step_s=2 * HOUR_S)):
+        for b in recent:
             e = entries.get(b.key)
             if e is None:
                 continue  # every trend key has a baseline entry (its row was judged against it)

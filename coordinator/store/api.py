@@ -66,8 +66,11 @@ class JobStore(abc.ABC):
       so that the owner schedules the next commit (the coordinator: once per turn of its event
       loop, and SubmitJob answers only after it). An implementation with nothing to make durable
       ignores both. `commit()` may instead return a concurrent.futures.Future, done (or failed)
-      once the group is durable, so the caller need not wait (the PostgreSQL store: its COMMIT
-      waits for the server's disk on another thread); store calls made meanwhile wait for it.
+      once the group and every group before it are durable, so the caller need not wait (the
+      PostgreSQL store writes each group on a thread of its own).
+    - `resident(job_id, request_id)` says whether `get`/`events`/`rank_logs` of that job and
+      `job_for_request` of that request id answer without waiting on a server; `prefetch` makes
+      them so (the coordinator calls it off its loop first). Local stores: always, and a no-op.
     """
 
     @abc.abstractmethod
@@ -141,6 +144,12 @@ class JobStore(abc.ABC):
     def trend_hours(self, query: TrendQuery) -> list[TrendHour]: ...
 
     def defer_commits(self, pending: Callable[[], None]) -> None:  # noqa: B027 - see the contract
+        pass
+
+    def resident(self, job_id: str = "", request_id: str = "") -> bool:
+        return True
+
+    def prefetch(self, job_id: str = "", request_id: str = "") -> None:  # noqa: B027 - see the contract
         pass
 
     def commit(self) -> None:  # noqa: B027 - see the contract

@@ -1,181 +1,294 @@
-"""PostgreSQL JobStore (`--db postgresql://...`): the SQL store on a database that several
+"""PostgreSQL JobStore (`--db postgresql://...`): the store on a database that several
 coordinators share, one of them leading (coordinator/store/lease.py).
 
-One mechanism, used twice: the queries, the migrations (coordinator/store/schema.py) and the
-transaction rules (one transaction per method, writes grouped per turn of the loop by
-`defer_commits`) are SqliteJobStore's. They are written in the SQL both dialects agree on; where
-SQLite's spelling differs (`?` parameters, `INSERT OR REPLACE`, `WHERE 1`, the DDL types),
-`to_postgres` rewrites the statement once (cached), so a query added to the SQLite store works
-here too, and the contract suite (tests/unit/test_store_contract.py) runs both.
+Nothing on the coordinator's loop waits for the server. The store answers from memory (the
+in-memory store's own code, MemoryJobStore) for what the coordinator works on: every unfinished
+job, the jobs it wrote or read lately (the last HOT_FINISHED finished ones), worker verdicts and
+credentials, baselines, all loaded when it opens. Each write changes memory at once, then joins
+the open group of statements; `commit()` hands the group to the writer
+(coordinator/store/postgres_writer.py: one transaction, one batch, on its own thread and
+connection, fenced by the lease) and returns a Future done once it is durable, which SubmitJob
+awaits before it answers. A finished job is dropped from memory only once its writes are
+durable; later reads of it (and listings, trends) go to the server through PostgresRecord
+(coordinator/store/postgres_record.py). Listings and trends first wait for the groups already
+written, so they show every write made before them. `resident()` tells whether a read would go
+to the server; `prefetch()` does that read, off the loop, beforehand (coordinator/core/facade.py).
+A request id never seen (coordinator/store/seen.py holds them all, in about a byte each) needs no read.
 
-Nothing waits for the server's disk on the coordinator's loop: with deferred commits, a group's
-COMMIT runs on a thread of its own and `commit()` returns a Future (coordinator/store/api.py).
-Reads and writes are still answered on the caller's thread: one round trip each on a local socket.
-
-Fencing: with a lease set (`fence_with`), every transaction that wrote checks, just before its
-COMMIT, that this coordinator's lease token is still the current, unexpired one, holding the
-lease row FOR SHARE so no standby can take the lease over between the check and the commit. A
-deposed leader's writes are rolled back and raise `Deposed`.
+The one rule that differs: `create` fails at once (AlreadyExists) for an id or request id in
+memory; one known only to the server (an old job) is refused by its unique index at commit,
+which fails the group, so the submit is not acknowledged.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import re
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable
+from collections import deque
+from concurrent.futures import Future
+from typing import Callable, Iterable
 
-import psycopg
-from psycopg.pq import TransactionStatus
+from coordinator.store.api import job_op
+from coordinator.store.memory import MemoryJobStore, _copy
+from coordinator.store.postgres_record import PostgresRecord, to_postgres  # noqa: F401 - to_postgres: its home for tests
+from coordinator.store.postgres_writer import GroupWriter, Op
+from coordinator.store.seen import Seen
+from coordinator.store.postgres_fleet import PostgresFleet
+from ringleader import states as job_states
+from ringleader.defaults import PAGE_DEFAULT
+from ringleader.errors import NotFound
+from ringleader.v1 import jobs_pb2 as pb
 
-from coordinator.store.lease import Deposed, Lease
-from coordinator.store.schema import MIGRATIONS
-from coordinator.store.sqlite import SqliteJobStore
-
-log = logging.getLogger("ringleader.coordinator")
-
-# The primary key of each table SQLite's `INSERT OR REPLACE` writes (PostgreSQL's upsert names it).
-UPSERT_KEYS = {
-    "rank_logs": ("job_id", "rank"),
-    "worker_credentials": ("worker_id",),
-    "worker_health": ("worker_id",),
-    "baselines": ("key",),
-}
-_DDL = [
-    (re.compile(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b"), "BIGSERIAL PRIMARY KEY"),
-    (re.compile(r"\bn INTEGER PRIMARY KEY\b"), "n BIGSERIAL PRIMARY KEY"),  # SQLite's rowid alias
-    (re.compile(r"\bBLOB\b"), "BYTEA"),
-    (re.compile(r"\bREAL\b"), "DOUBLE PRECISION"),
-    (re.compile(r"\)\s*WITHOUT ROWID"), ")"),
-]
-_REPLACE = re.compile(r"INSERT OR REPLACE INTO (\w+) \(([^)]*)\) VALUES (\([^)]*\))")
-_LOCK_MIGRATIONS = 0x72696E67  # pg_advisory_xact_lock key: coordinators starting together migrate one at a time
+HOT_FINISHED = 10_000  # finished jobs kept in memory (once durable) before the oldest are dropped
+ABSENT_MAX = 10_000  # ids and request ids the server was asked about and does not have
 
 
-@functools.lru_cache(maxsize=512)
-def to_postgres(sql: str) -> str:
-    """The PostgreSQL spelling of one of the SQL store's statements."""
-    for pattern, repl in _DDL:
-        sql = pattern.sub(repl, sql)
-    if m := _REPLACE.search(sql):
-        table, cols = m.group(1), [c.strip() for c in m.group(2).split(",")]
-        keys = UPSERT_KEYS[table]
-        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in cols if c not in keys)
-        sql = (f"INSERT INTO {table} ({', '.join(cols)}) VALUES {m.group(3)}"
-               f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}")
-    sql = sql.replace("WHERE 1 AND", "WHERE").replace("WHERE 1 ORDER", "ORDER")
-    return sql.replace("?", "%s")
-
-
-class _Connection:
-    """The slice of sqlite3.Connection that SqliteJobStore uses, over a psycopg connection in
-    autocommit mode (the store's BEGIN/COMMIT are its own), with the lease fence at COMMIT."""
-
-    def __init__(self, conn: psycopg.Connection) -> None:
-        self.raw = conn
-        self.lease: Lease | None = None
-        self._wrote = False  # this transaction changed something: its COMMIT is fenced
-
-    @property
-    def in_transaction(self) -> bool:
-        return self.raw.info.transaction_status != TransactionStatus.IDLE
-
-    def execute(self, sql: str, args: Iterable[Any] = ()) -> psycopg.Cursor:
-        word = sql.split(None, 1)[0].upper()
-        if word == "COMMIT" and self._wrote and self.lease is not None:
-            self._fence(self.lease)
-        if word in ("COMMIT", "ROLLBACK", "BEGIN"):
-            self._wrote = False
-        elif word in ("INSERT", "UPDATE", "DELETE"):
-            self._wrote = True
-        return self.raw.execute(to_postgres(sql), tuple(args))
-
-    def executemany(self, sql: str, rows: Iterable[Iterable[Any]]) -> None:
-        rows = [tuple(r) for r in rows]
-        if rows:
-            self._wrote = True
-            with self.raw.cursor() as cur:
-                cur.executemany(to_postgres(sql), rows)
-
-    def _fence(self, lease: Lease) -> None:
-        if self.raw.execute(lease.FENCE_SQL, lease.fence_args()).fetchone() is None:
-            self.raw.execute("ROLLBACK")
-            self._wrote = False
-            lease.lost(f"a write was refused: lease token {lease.token} is no longer the leader's")
-            raise Deposed(f"deposed: lease token {lease.token} is no longer current; the write was rolled back")
-
-
-class PostgresJobStore(SqliteJobStore):
-    def __init__(self, dsn: str) -> None:  # noqa: super().__init__ is SQLite's file set-up
-        self._path = dsn
-        self._conn = _Connection(psycopg.connect(dsn, autocommit=True, application_name="ringleader-store"))  # type: ignore[assignment]
-        self._lock = threading.Lock()
-        self._pending: Callable[[], None] | None = None
-        self._checkpoints = None  # PostgreSQL checkpoints itself
-        self._committer: ThreadPoolExecutor | None = None  # set by defer_commits
+class PostgresJobStore(PostgresFleet, MemoryJobStore):
+    def __init__(self, dsn: str) -> None:
+        super().__init__()
+        self._mem = threading.RLock()  # memory: the loop writes it, prefetch threads and the writer read it
+        self._record = PostgresRecord(dsn)
         try:
-            self._migrate()
+            self._writer = GroupWriter(dsn)
         except BaseException:
-            self._conn.raw.close()
+            self._record.close()
             raise
+        self._ops: list[Op] = []  # the open group
+        self._pending: Callable[[], None] | None = None
+        self._last: Future | None = None  # the last group handed to the writer
+        self._group, self._durable = 1, 0  # the open group's number; the last durable one
+        self._dirty: dict[str, int] = {}  # job id -> the group of its last write
+        self._finished: deque[str] = deque()  # finished jobs in memory, oldest first
+        self._absent_jobs: set[str] = set()
+        self._absent_requests: set[str] = set()
+        self._seen = Seen()  # every request id of a job: a new one needs no read from the server
+        self._load()
 
-    def fence_with(self, lease: Lease) -> None:
-        """From now on, every transaction that writes commits only while `lease` leads."""
-        self._conn.lease = lease
+    def _load(self) -> None:
+        r = self._record
+        for job in r.unfinished():
+            self._remember(job, r.events(job.id), r.rank_logs(job.id))
+        self._health = r.worker_health()
+        self._credentials = r.worker_credentials()
+        self._baselines = {e.key: e for e in r.baselines()}
+        for request_id in r.request_ids():
+            self._seen.add(request_id)
 
-    def _migrate(self) -> None:
-        with self._tx() as c:
-            c.execute("SELECT pg_advisory_xact_lock(?)", (_LOCK_MIGRATIONS,))
-            c.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            row = c.execute("SELECT version FROM schema_version").fetchone()
-            version = row[0] if row else 0
-            if version > len(MIGRATIONS):
-                raise RuntimeError(f"store schema v{version} is newer than this code knows")
-            for i in range(version, len(MIGRATIONS)):
-                for stmt in MIGRATIONS[i]:
-                    c.execute(stmt)
-            # Transactional DDL, as in SQLite: a failed migration leaves the old schema and version.
-            c.execute("DELETE FROM schema_version")
-            c.execute("INSERT INTO schema_version (version) VALUES (?)", (len(MIGRATIONS),))
+    def _remember(self, job: pb.Job, events: list[pb.JobEvent], logs: dict[int, str]) -> None:
+        """Put a job read from the server into memory, as `create` would have left it."""
+        stored = _copy(job)
+        self._results[job.id] = list(stored.results)
+        stored.ClearField("results")
+        self._seq += 1
+        self._order[job.id], self._jobs[job.id] = self._seq, stored
+        self._events[job.id], self._logs[job.id] = events, dict(logs)
+        if job.request_id:
+            self._requests[job.request_id] = job.id
+        if job_states.is_terminal(job.state):
+            self._finished.append(job.id)
+
+    def _warm(self, job_id: str) -> None:
+        """Have `job_id` in memory (NotFound if the server does not know it either)."""
+        with self._mem:
+            if job_id in self._jobs:
+                return
+            if job_id in self._absent_jobs:
+                raise NotFound(f"job {job_id} not found")
+        r = self._record  # not in memory: nothing of it is waiting to be written
+        job, events, logs = r.get(job_id), r.events(job_id), r.rank_logs(job_id)
+        with self._mem:
+            if job_id not in self._jobs:
+                self._remember(job, events, logs)
+
+    # ---- reads the coordinator's loop may wait for ---------------------------------------------
+
+    def resident(self, job_id: str = "", request_id: str = "") -> bool:
+        with self._mem:
+            return ((not job_id or job_id in self._jobs or job_id in self._absent_jobs)
+                    and (not request_id or request_id in self._requests or request_id in self._absent_requests
+                         or not self._seen.maybe(request_id)))
+
+    def prefetch(self, job_id: str = "", request_id: str = "") -> None:
+        if request_id:
+            self.job_for_request(request_id)
+        if job_id:
+            try:
+                self._warm(job_id)
+            except NotFound:
+                self._absent(self._absent_jobs, job_id)
+
+    def _absent(self, known_absent: set[str], key: str) -> None:
+        with self._mem:
+            if len(known_absent) >= ABSENT_MAX:
+                known_absent.clear()
+            known_absent.add(key)
+
+    # ---- writes: memory at once, the server with the group ---------------------------------------
+
+    def _write(self, job_id: str, sql: str, *rows: tuple) -> None:
+        """Add a statement to the open group (the caller holds _mem and has changed memory)."""
+        first = not self._ops
+        if self._ops and self._ops[-1][0] == sql:
+            self._ops[-1][1].extend(rows)  # one executemany for a run of the same statement
+        else:
+            self._ops.append((sql, list(rows)))
+        if job_id:
+            self._dirty[job_id] = self._group
+        if first and self._pending is not None:
+            self._pending()
+
+    def _written(self) -> None:
+        """After a write: durable now unless commits are deferred (the contract)."""
+        if self._pending is None:
+            self._sync()
+
+    def create(self, job: pb.Job) -> None:
+        with self._mem:
+            super().create(job)
+            self._absent_jobs.discard(job.id)
+            self._absent_requests.discard(job.request_id)
+            if job.request_id:
+                self._seen.add(job.request_id)
+            stored = self._jobs[job.id]
+            self._write(job.id, "INSERT INTO jobs (id, state, op, created_at, job, request_id) VALUES (?, ?, ?, ?, ?, ?)",
+                        (job.id, job.state, job_op(job), job.created_at, stored.SerializeToString(), job.request_id or None))
+            for i, r in enumerate(self._results[job.id]):
+                self._write(job.id, "INSERT INTO results (job_id, idx, blob) VALUES (?, ?, ?)", (job.id, i, r.SerializeToString()))
+        self._written()
+
+    def update(self, job: pb.Job) -> None:
+        self._warm(job.id)
+        with self._mem:
+            super().update(job)
+            stored = self._jobs[job.id]
+            self._write(job.id, "UPDATE jobs SET state = ?, job = ? WHERE id = ?",
+                        (stored.state, stored.SerializeToString(), job.id))
+            if job_states.is_terminal(stored.state):
+                self._finished.append(job.id)
+        self._written()
+
+    def add_event(self, event: pb.JobEvent) -> None:
+        self._warm(event.job_id)
+        with self._mem:
+            super().add_event(event)
+            self._write(event.job_id, "INSERT INTO events (job_id, seq, blob) VALUES (?, ?, ?)",
+                        (event.job_id, event.seq, event.SerializeToString()))
+        self._written()
+
+    def add_result(self, job_id: str, result: pb.SizeResult) -> None:
+        self._warm(job_id)
+        with self._mem:
+            super().add_result(job_id, result)
+            self._write(job_id, "INSERT INTO results (job_id, idx, blob) VALUES (?, ?, ?)",
+                        (job_id, len(self._results[job_id]) - 1, result.SerializeToString()))
+        self._written()
+
+    def clear_results(self, job_id: str) -> None:
+        self._warm(job_id)
+        with self._mem:
+            super().clear_results(job_id)
+            self._write(job_id, "DELETE FROM results WHERE job_id = ?", (job_id,))
+        self._written()
+
+    def set_rank_log(self, job_id: str, rank: int, text: str) -> None:
+        self._warm(job_id)
+        with self._mem:
+            super().set_rank_log(job_id, rank, text)
+            self._write(job_id, "INSERT OR REPLACE INTO rank_logs (job_id, rank, text) VALUES (?, ?, ?)",
+                        (job_id, rank, text))
+        self._written()
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> pb.Job:
+        self._warm(job_id)
+        with self._mem:
+            return super().get(job_id)
+
+    def events(self, job_id: str) -> list[pb.JobEvent]:
+        self._warm(job_id)
+        with self._mem:
+            return super().events(job_id)
+
+    def rank_logs(self, job_id: str) -> dict[int, str]:
+        self._warm(job_id)
+        with self._mem:
+            return super().rank_logs(job_id)
+
+    def job_for_request(self, request_id: str) -> str:
+        with self._mem:
+            if request_id in self._requests or request_id in self._absent_requests or not self._seen.maybe(request_id):
+                return self._requests.get(request_id, "")
+        known = self._record.job_for_request(request_id)
+        if known:
+            self._warm(known)
+        else:
+            self._absent(self._absent_requests, request_id)
+        return known
+
+    def unfinished(self) -> list[pb.Job]:
+        with self._mem:  # every unfinished job is in memory
+            return super().unfinished()
+
+    def list(self, states: Iterable[int] = (), op: str = "", limit: int = PAGE_DEFAULT,
+             before_id: str = "") -> list[pb.Job]:
+        self._sync()
+        return self._record.list(states, op, limit, before_id)
+
+    # ---- groups ------------------------------------------------------------------------------
+
+    def fence_with(self, lease) -> None:
+        """From now on, every group commits only while `lease` leads."""
+        self._writer.lease = lease
 
     def defer_commits(self, pending: Callable[[], None]) -> None:
-        with self._lock:
+        with self._mem:
             self._pending = pending
-            self._committer = ThreadPoolExecutor(1, thread_name_prefix="postgres-commit")
 
     def commit(self) -> Future | None:
-        """Deferred commits: the group's COMMIT (fence included) waits for the server's disk on the
-        committer thread, and the returned Future is done once the group is durable. The lock is
-        held until then: a store call made meanwhile waits for that COMMIT instead of joining a
-        group that is already closing. Otherwise: commit now, return None."""
-        self._lock.acquire()
-        if not self._conn.in_transaction:
-            self._lock.release()
-            return None
-        if self._committer is None:
-            self._commit_and_release()
-            return None
-        return self._committer.submit(self._commit_and_release)
+        """Hand the open group to the writer; the Future is done once it (and every group before
+        it) is durable. None when nothing is waiting to be written."""
+        with self._mem:
+            later = self._hand_over()
+            self._evict()
+        return later
 
-    def _commit_and_release(self) -> None:
-        try:
-            self._conn.execute("COMMIT")
-        except psycopg.Error:
-            if self._conn.in_transaction:  # never leave a failed group open
-                self._conn.execute("ROLLBACK")
-            raise
-        finally:
-            self._lock.release()  # taken by commit(), maybe on another thread
+    def _hand_over(self) -> Future | None:
+        if self._ops:
+            ops, self._ops, group = self._ops, [], self._group
+            self._group += 1
+            self._last = self._writer.write(ops)
+            self._last.add_done_callback(lambda f: self._done(group, f))
+        return self._last if self._last is not None and not self._last.done() else None
+
+    def _done(self, group: int, f: Future) -> None:
+        if f.exception() is None:
+            with self._mem:
+                self._durable = max(self._durable, group)
+
+    def _sync(self) -> None:
+        """Return once every write made so far is durable (raises what the writer raised)."""
+        with self._mem:
+            later = self._hand_over()
+            self._evict()
+        if later is not None:
+            later.result()
+
+    def _evict(self) -> None:
+        """Drop the oldest finished jobs beyond HOT_FINISHED whose writes are durable."""
+        while len(self._finished) > HOT_FINISHED:
+            job_id = self._finished[0]
+            if self._dirty.get(job_id, 0) > self._durable:
+                return
+            self._finished.popleft()
+            job = self._jobs.pop(job_id, None)
+            for book in (self._order, self._results, self._events, self._logs, self._dirty):
+                book.pop(job_id, None)
+            if job is not None and job.request_id:
+                self._requests.pop(job.request_id, None)
 
     def close(self) -> None:
-        if self._committer is not None:
-            self._committer.shutdown(wait=True)  # the last group's COMMIT first
-        with self._lock:
-            raw = self._conn.raw
-            try:
-                if not raw.closed and self._conn.in_transaction:
-                    self._conn.execute("COMMIT")
-            finally:
-                raw.close()
+        try:
+            self._sync()
+        finally:
+            self._writer.close()
+            self._record.close()

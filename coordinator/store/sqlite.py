@@ -230,7 +230,7 @@ class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteTrends, JobStore
             c.execute("DELETE FROM results WHERE job_id = ?", (job_id,))
 
     def set_rank_log(self, job_id: str, rank: int, text: str) -> None:
-        with self._tx() as c:
+        with self._tx(write=True) as c:
             self._seq_of(c, job_id)
             c.execute("INSERT OR REPLACE INTO rank_logs (job_id, rank, text) VALUES (?, ?, ?)",
                       (job_id, rank, text))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from coordinator.store.trends import HOUR_S, JOBS_KEPT, TrendBucket, TrendHour, TrendPoint, TrendQuery, buckets, one_key
 
 # host is "" in the fleet's rollup; one table keeps both, its primary key led by host.
-_UPSERT = f"""
+TREND_UPSERT = f"""
 INSERT INTO trend_hours (host, key, hour, gpu_model, op, link, n, total_gbps, min_gbps, max_gbps, worst_job, jobs)
 VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)
 ON CONFLICT (host, key, hour) DO UPDATE SET
@@ -30,14 +30,17 @@ def _where(q: TrendQuery) -> tuple[str, list]:
     return sql, args
 
 
+def trend_rows(point: TrendPoint) -> list[tuple]:
+    """TREND_UPSERT's rows for one point: the fleet's (host "") and each of its hosts'."""
+    hour, v = int(point.at // HOUR_S), point.busbw_gbps
+    return [(host, point.key, hour, point.gpu_model, point.op, point.link, v, v, v, point.job_id, point.job_id)
+            for host in ("", *dict.fromkeys(point.hosts))]
+
+
 class SqliteTrends:
     def add_trend(self, point: TrendPoint) -> None:
-        hour = int(point.at // HOUR_S)
-        v = point.busbw_gbps
-        rows = [(host, point.key, hour, point.gpu_model, point.op, point.link, v, v, v, point.job_id, point.job_id)
-                for host in ("", *dict.fromkeys(point.hosts))]
         with self._tx(write=True) as c:  # type: ignore[attr-defined]
-            c.executemany(_UPSERT, rows)
+            c.executemany(TREND_UPSERT, trend_rows(point))
 
     def trend(self, q: TrendQuery) -> list[TrendBucket]:
         where, args = _where(q)

@@ -160,22 +160,30 @@ def test_two_leases_racing_never_both_lead(dsn):
             lease.stop()
 
 
-def test_deferred_commit_is_durable_when_its_future_is_done_and_the_next_write_opens_a_new_group(dsn):
+def test_writes_and_reads_never_wait_for_a_group_in_flight(dsn):
     groups = []
     store = open_store(dsn)
     store.defer_commits(lambda: groups.append(1))
     other = open_store(dsn)  # another coordinator's view: committed rows only
+    blocker = psycopg.connect(dsn, autocommit=True)
     try:
         store.create(job("a"))
-        assert other.list() == [] and len(groups) == 1  # grouped: not committed yet
+        assert other.list() == [] and len(groups) == 1  # grouped: not written yet
+        blocker.execute("BEGIN")
+        blocker.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")  # the server stalls the group
         later = store.commit()
-        store.create(job("b"))  # waits for the COMMIT in flight, then opens the next group
-        assert later.done() and later.result() is None
-        assert [j.id for j in other.list()] == ["a"] and len(groups) == 2
+        t0 = time.monotonic()
+        store.create(job("b"))  # the next group opens while the first one waits for the server
+        assert store.get("a") == job("a") and store.get("b") == job("b") and store.events("a") == []
+        assert time.monotonic() - t0 < 0.5 and not later.done() and len(groups) == 2
+        blocker.execute("ROLLBACK")
+        assert later.result(timeout=10) is None  # durable once the server took it
+        assert [j.id for j in other.list()] == ["a"]
         store.commit().result()
         assert [j.id for j in other.list()] == ["b", "a"]
         assert store.commit() is None  # nothing open: nothing to wait for
     finally:
+        blocker.close()
         store.close()
         other.close()
 

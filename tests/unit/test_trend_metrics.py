@@ -3,6 +3,8 @@ band, folded over the key fields that are not labels, read from a real store at 
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -54,3 +56,19 @@ def test_recent_results_are_folded_per_label_set_with_the_band():
 
 def test_an_empty_store_exports_no_series():
     assert not [k for k in scrape(MemoryJobStore()) if k[0].startswith("ringleader_busbw_")]
+
+
+def test_a_prefetched_scrape_shows_the_trends_read_beforehand_and_only_once():
+    store = MemoryJobStore()
+    a = entry("float32", 50)
+    store.put_baseline(a)
+    collector = TrendCollector(store, clock=lambda: NOW)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    asyncio.run(collector.prefetch())  # read off the loop: nothing there yet
+    store.add_trend(TrendPoint(key=a.key, gpu_model="H100", op="all_reduce", link="local", at=NOW - 10,
+                               busbw_gbps=90.0, job_id="j", hosts=("h",)))
+    series = lambda: [s for fam in text_string_to_metric_families(generate_latest(registry).decode())  # noqa: E731
+                      for s in fam.samples if s.name == "ringleader_busbw_trend_gbps"]
+    assert series() == []  # the rows read by prefetch, not the store's newer ones
+    assert [s.value for s in series()] == [90.0, 90.0]  # the next scrape, not prefetched, reads the store

@@ -1,0 +1,53 @@
+"""The PostgreSQL store's (coordinator/store/postgres.py) fleet tables: worker verdicts,
+credentials and baselines answered from memory and written with the group, as its jobs are;
+bandwidth trends written with the group and read from the server once the groups before are
+durable. A mixin of PostgresJobStore, which provides _mem, _write, _written, _sync, _record."""
+
+from __future__ import annotations
+
+from coordinator.store.sqlite_trends import TREND_UPSERT, trend_rows
+from coordinator.store.trends import TrendBucket, TrendHour, TrendPoint, TrendQuery
+from ringleader.v1 import jobs_pb2 as pb
+
+
+class PostgresFleet:
+    def set_worker_health(self, worker_id: str, health: pb.WorkerHealth) -> None:
+        with self._mem:  # type: ignore[attr-defined]
+            super().set_worker_health(worker_id, health)
+            self._write("", "INSERT OR REPLACE INTO worker_health (worker_id, blob) VALUES (?, ?)",
+                        (worker_id, health.SerializeToString()))
+        self._written()
+
+    def set_worker_credential(self, worker_id: str, digest: str) -> None:
+        with self._mem:  # type: ignore[attr-defined]
+            super().set_worker_credential(worker_id, digest)
+            self._write("", "INSERT OR REPLACE INTO worker_credentials (worker_id, digest) VALUES (?, ?)",
+                        (worker_id, digest))
+        self._written()
+
+    def forget_worker_credential(self, worker_id: str) -> bool:
+        with self._mem:  # type: ignore[attr-defined]
+            bound = super().forget_worker_credential(worker_id)
+            if bound:
+                self._write("", "DELETE FROM worker_credentials WHERE worker_id = ?", (worker_id,))
+        self._written()
+        return bound
+
+    def put_baseline(self, entry: pb.BaselineEntry) -> None:
+        with self._mem:  # type: ignore[attr-defined]
+            super().put_baseline(entry)
+            self._write("", "INSERT OR REPLACE INTO baselines (key, blob) VALUES (?, ?)", (entry.key, entry.SerializeToString()))
+        self._written()
+
+    def add_trend(self, point: TrendPoint) -> None:
+        with self._mem:  # type: ignore[attr-defined]  # not kept in memory: trend reads go to the server
+            self._write("", TREND_UPSERT, *trend_rows(point))
+        self._written()
+
+    def trend(self, query: TrendQuery) -> list[TrendBucket]:
+        self._sync()
+        return self._record.trend(query)
+
+    def trend_hours(self, query: TrendQuery) -> list[TrendHour]:
+        self._sync()
+        return self._record.trend_hours(query)

@@ -364,17 +364,20 @@
   // ---- routing ------------------------------------------------------------------------------
 
   async function route() {
+    const match = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
+    // The overview asks for the fleet at once, beside the kinds: at 5,000 workers its answer is
+    // the page's longest wait, and it needs nothing from the kinds table.
+    if (!match) showView("overview-view");
+    if (!match) RingleaderFleet.mount({ getJSON, h, jobLink, fmtTime, fmtAge });
     try {
       KINDS = (await getJSON("/api/v1/kinds")).kinds;
     } catch (err) {
       console.warn("job kinds:", err);  // the pages still work; jobs show their kind as "unknown"
     }
-    const match = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
     if (match) {
       showView("job-view");
       new JobPage(decodeURIComponent(match[1])).start();
     } else {
-      showView("overview-view");
       new Overview().start();
     }
   }
@@ -404,7 +407,6 @@
 
     start() {
       document.title = "ringleader";
-      this.fleet = RingleaderFleet.mount({ getJSON, h, jobLink, fmtTime, fmtAge });
       // Rows come and go only when the user asks (a filter, "older jobs", the "N new jobs" bar);
       // events patch rows in place. Redraws the user asked for still wait while the pointer is in
       // the table, so a click never loses its row.

@@ -4,7 +4,8 @@ ON CONFLICT ... DO UPDATE, CASE instead of two-argument MIN/MAX, `?` placeholder
 
 from __future__ import annotations
 
-from coordinator.store.trends import HOUR_S, JOBS_KEPT, TrendBucket, TrendHour, TrendPoint, TrendQuery, buckets, one_key
+from coordinator.store.trends import (HOUR_S, JOBS_KEPT, KEEP_H, TrendBucket, TrendHour, TrendPoint, TrendQuery, buckets,
+                                     downsample, one_key, windows)
 
 # host is "" in the fleet's rollup; one table keeps both, its primary key led by host.
 _UPSERT = f"""
@@ -18,6 +19,9 @@ ON CONFLICT (host, key, hour) DO UPDATE SET
   max_gbps = CASE WHEN excluded.max_gbps > trend_hours.max_gbps THEN excluded.max_gbps ELSE trend_hours.max_gbps END,
   jobs = CASE WHEN trend_hours.n < {JOBS_KEPT} THEN trend_hours.jobs || ' ' || excluded.jobs ELSE trend_hours.jobs END
 """
+
+
+_COLUMNS = "host, key, hour, gpu_model, op, link, n, total_gbps, min_gbps, max_gbps, worst_job, jobs"
 
 
 def _where(q: TrendQuery) -> tuple[str, list]:
@@ -57,3 +61,18 @@ class SqliteTrends:
                              "ORDER BY min_gbps, hour", args).fetchall()
         return [TrendHour(start=float(hour * HOUR_S), n=n, min_gbps=low, worst_job=worst,
                           jobs=tuple(dict.fromkeys(jobs.split()))[:JOBS_KEPT]) for hour, n, low, worst, jobs in rows]
+
+    def downsample_trends(self, now: float) -> int:
+        done = self.__dict__.setdefault("_trends_done", {})
+        n = 0
+        with self._tx(write=True) as c:  # type: ignore[attr-defined]
+            c.execute("DELETE FROM trend_hours WHERE hour < ?", [int(now // HOUR_S) - KEEP_H])
+            for per_host, grain_h, first, end in windows(now, done):
+                rows = c.execute(f"SELECT {_COLUMNS} FROM trend_hours WHERE {'host > ?' if per_host else 'host = ?'} "
+                                 "AND hour >= ? AND hour < ?", ["", first, end]).fetchall()
+                gone, merged = downsample([(*r[:11], tuple(r[11].split())) for r in rows], grain_h)
+                c.executemany("DELETE FROM trend_hours WHERE host = ? AND key = ? AND hour = ?", gone)
+                c.executemany(f"INSERT INTO trend_hours ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                              [(*m[:11], " ".join(m[11])) for m in merged])
+                n += len(gone)
+        return n

@@ -133,14 +133,11 @@ class Coordinator:
                 w.set_exception(exc) if exc is not None else w.set_result(None)
 
     async def _tick_forever(self) -> None:
-        trends_hour = 0
         while True:
             await asyncio.sleep(self.timings.tick_s)
             try:
                 self.tick()
-                if (hour := int(time.time() // 3600)) != trends_hour:  # the trends' history bounded, hourly
-                    trends_hour = hour
-                    self.store.downsample_trends(time.time())
+                self.store.downsample_trends(time.time())  # the trends' history bounded, a short share a tick
             except Exception:  # a bug here must not stop failure detection for good
                 log.exception("coordinator tick failed")
 

@@ -4,8 +4,8 @@ ON CONFLICT ... DO UPDATE, CASE instead of two-argument MIN/MAX, `?` placeholder
 
 from __future__ import annotations
 
-from coordinator.store.trends import (HOUR_S, JOBS_KEPT, KEEP_H, TrendBucket, TrendHour, TrendPoint, TrendQuery, buckets,
-                                     downsample, one_key, windows)
+from coordinator.store.trends import (HOSTS_AT_ONCE, HOUR_S, JOBS_KEPT, KEEP_H, Downsampling, TrendBucket, TrendHour,
+                                     TrendPoint, TrendQuery, buckets, downsample, one_key)
 
 # host is "" in the fleet's rollup; one table keeps both, its primary key led by host.
 _UPSERT = f"""
@@ -62,17 +62,31 @@ class SqliteTrends:
         return [TrendHour(start=float(hour * HOUR_S), n=n, min_gbps=low, worst_job=worst,
                           jobs=tuple(dict.fromkeys(jobs.split()))[:JOBS_KEPT]) for hour, n, low, worst, jobs in rows]
 
-    def downsample_trends(self, now: float) -> int:
-        done = self.__dict__.setdefault("_trends_done", {})
-        n = 0
+    def downsample_trends(self, now: float) -> bool:
+        state: Downsampling = self.__dict__.setdefault("_downsampling", Downsampling())
+        hour, window = int(now // HOUR_S), state.next(now)
+        if window is None and state.deleted_at == hour:
+            return False  # nothing due: no transaction
         with self._tx(write=True) as c:  # type: ignore[attr-defined]
-            c.execute("DELETE FROM trend_hours WHERE hour < ?", [int(now // HOUR_S) - KEEP_H])
-            for per_host, grain_h, first, end in windows(now, done):
-                rows = c.execute(f"SELECT {_COLUMNS} FROM trend_hours WHERE {'host > ?' if per_host else 'host = ?'} "
-                                 "AND hour >= ? AND hour < ?", ["", first, end]).fetchall()
-                gone, merged = downsample([(*r[:11], tuple(r[11].split())) for r in rows], grain_h)
-                c.executemany("DELETE FROM trend_hours WHERE host = ? AND key = ? AND hour = ?", gone)
-                c.executemany(f"INSERT INTO trend_hours ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                              [(*m[:11], " ".join(m[11])) for m in merged])
-                n += len(gone)
-        return n
+            if state.deleted_at != hour:
+                c.execute("DELETE FROM trend_hours WHERE hour < ?", [hour - KEEP_H])
+                state.deleted_at = hour
+            if window is None:
+                return False
+            per_host, grain_h, first, end, after = window
+            last: str | None = None
+            if per_host:  # the next HOSTS_AT_ONCE hosts after the last one merged
+                hosts = [h for (h,) in c.execute("SELECT DISTINCT host FROM trend_hours WHERE host > ? ORDER BY host LIMIT ?",
+                                                 [after, HOSTS_AT_ONCE])]
+                last = hosts[-1] if len(hosts) == HOSTS_AT_ONCE else None
+                where, args = "host > ? AND host <= ?", [after, hosts[-1] if hosts else after]
+            else:
+                where, args = "host = ?", [""]
+            rows = c.execute(f"SELECT {_COLUMNS} FROM trend_hours WHERE {where} AND hour >= ? AND hour < ?",
+                             [*args, first, end]).fetchall()
+            gone, merged = downsample([(*r[:11], tuple(r[11].split())) for r in rows], grain_h)
+            c.executemany("DELETE FROM trend_hours WHERE host = ? AND key = ? AND hour = ?", gone)
+            c.executemany(f"INSERT INTO trend_hours ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                          [(*m[:11], " ".join(m[11])) for m in merged])
+            state.merged(per_host, grain_h, end, last)
+        return True

@@ -31,6 +31,7 @@ DAY_H, WEEK_H = 24, 168
 # (per host, older than this many hours, merged into periods of this many hours), finest first.
 GRAINS = ((False, 31 * DAY_H, DAY_H), (True, 7 * DAY_H, DAY_H), (True, 31 * DAY_H, WEEK_H))
 KEEP_H = 400 * DAY_H  # the longest range the trends answer (dashboard/trends_api.py's MAX_DAYS)
+WINDOW_H, HOSTS_AT_ONCE = 7 * DAY_H, 16  # one call's share (Downsampling)
 # One stored row: (host, key, hour, gpu_model, op, link, n, total, min, max, worst_job, jobs).
 Row = tuple
 
@@ -147,17 +148,38 @@ def downsample(rows: Iterable[Row], grain_h: int) -> tuple[list[tuple[str, str, 
     return gone, merged
 
 
-def windows(now: float, done: dict) -> list[tuple[bool, int, int, int]]:
-    """(per host, grain, first hour, end hour) of the whole periods that each grain now merges and
-    did not merge yet (`done`: grain -> the end hour of its last window; updated)."""
-    hour = int(now // HOUR_S)
-    out = []
-    for host, age_h, grain_h in GRAINS:
-        end = (hour - age_h) // grain_h * grain_h
-        if end > done.get((host, grain_h), 0):
-            out.append((host, grain_h, done.get((host, grain_h), 0), end))
-            done[(host, grain_h)] = end
-    return out
+@dataclass
+class Downsampling:
+    """Where a store's downsampling stands: per grain, the hour up to which its rows are merged
+    and, in a window of hosts' rows begun, its end and the last host merged; the hour rows older
+    than KEEP_H were last deleted. A call merges one window of at most WINDOW_H hours of one
+    grain, and of the hosts' rows HOSTS_AT_ONCE hosts, so each call stays short on the loop."""
+
+    done: dict[tuple[bool, int], int] = field(default_factory=dict)
+    begun: dict[tuple[bool, int], tuple[int, str]] = field(default_factory=dict)
+    deleted_at: int = -1
+
+    def next(self, now: float) -> tuple[bool, int, int, int, str] | None:
+        """The next window (per host, grain, first hour, end hour, the last host merged in it),
+        finest grain first; None when every grain is merged up to its age."""
+        hour = int(now // HOUR_S)
+        for per_host, age_h, grain_h in GRAINS:
+            first = max(self.done.get((per_host, grain_h), 0), (hour - KEEP_H) // grain_h * grain_h)
+            if (per_host, grain_h) in self.begun:
+                end, host = self.begun[(per_host, grain_h)]
+                return per_host, grain_h, first, end, host
+            end = min((hour - age_h) // grain_h * grain_h, first + max(grain_h, WINDOW_H // grain_h * grain_h))
+            if end > first:
+                return per_host, grain_h, first, end, ""
+        return None
+
+    def merged(self, per_host: bool, grain_h: int, end: int, last_host: str | None) -> None:
+        """The window's hosts up to `last_host` are merged (None: all of them, the window is done)."""
+        if last_host is None:
+            self.done[(per_host, grain_h)] = end
+            self.begun.pop((per_host, grain_h), None)
+        else:
+            self.begun[(per_host, grain_h)] = (end, last_host)
 
 
 def one_key(q: TrendQuery) -> None:
@@ -196,21 +218,23 @@ class MemoryTrends:
                  for _, hour, h in self._matching(q)]
         return sorted(hours, key=lambda t: (t.min_gbps, t.start))
 
-    def downsample_trends(self, now: float) -> int:
+    def downsample_trends(self, now: float) -> bool:
         rows = self._trend_rows
+        state: Downsampling = self.__dict__.setdefault("_downsampling", Downsampling())
         oldest = int(now // HOUR_S) - KEEP_H
         for k in [k for k in rows if k[5] < oldest]:
             del rows[k]
-        n = 0
-        for per_host, grain_h, first, end in windows(now, self.__dict__.setdefault("_trends_done", {})):
-            found = {k: h for k, h in rows.items() if bool(k[0]) == per_host and first <= k[5] < end}
-            gone, merged = downsample([(k[0], k[1], k[5], *k[2:5], h.n, h.total, h.low, h.high, h.worst_job, tuple(h.jobs))
-                                       for k, h in found.items()], grain_h)
-            replaced = set(gone)
-            for k in found:
-                if (k[0], k[1], k[5]) in replaced:
-                    del rows[k]
-            for host, key, hour, model, op, link, count, total, low, high, worst, jobs in merged:
-                rows[(host, key, model, op, link, hour)] = _Hour(count, total, low, high, worst, list(jobs))
-            n += len(gone)
-        return n
+        if (window := state.next(now)) is None:
+            return False
+        per_host, grain_h, first, end, _ = window
+        found = {k: h for k, h in rows.items() if bool(k[0]) == per_host and first <= k[5] < end}
+        gone, merged = downsample([(k[0], k[1], k[5], *k[2:5], h.n, h.total, h.low, h.high, h.worst_job, tuple(h.jobs))
+                                   for k, h in found.items()], grain_h)
+        replaced = set(gone)
+        for k in found:
+            if (k[0], k[1], k[5]) in replaced:
+                del rows[k]
+        for host, key, hour, model, op, link, count, total, low, high, worst, jobs in merged:
+            rows[(host, key, model, op, link, hour)] = _Hour(count, total, low, high, worst, list(jobs))
+        state.merged(per_host, grain_h, end, None)  # in memory: every host at once
+        return True

@@ -63,8 +63,13 @@ class SqliteTrends:
                           jobs=tuple(dict.fromkeys(jobs.split()))[:JOBS_KEPT]) for hour, n, low, worst, jobs in rows]
 
     def downsample_trends(self, now: float) -> bool:
-        state: Downsampling = self.__dict__.setdefault("_downsampling", Downsampling())
-        hour, window = int(now // HOUR_S), state.next(now)
+        hour = int(now // HOUR_S)
+        if "_downsampling" not in self.__dict__:
+            with self._tx() as c:  # type: ignore[attr-defined]
+                oldest = c.execute("SELECT MIN(hour) FROM trend_hours").fetchone()[0]
+            self.__dict__["_downsampling"] = Downsampling(oldest=hour if oldest is None else oldest)
+        state: Downsampling = self.__dict__["_downsampling"]
+        window = state.next(now)
         if window is None and state.deleted_at == hour:
             return False  # nothing due: no transaction
         with self._tx(write=True) as c:  # type: ignore[attr-defined]

@@ -7,13 +7,15 @@ Two rollups, each row summing one hour: per baseline key (the fleet's view), and
 and max of busbw, the job of the lowest result (where a regression leads) and the first
 JOBS_KEPT jobs of its hour (the jobs behind a point).
 
-History is bounded (`downsample_trends(now)`, once an hour): rows older than a grain's age are
-merged into one row per period of that grain, kept at the period's first hour, so a bucket that
-holds that hour holds all of it and a marked point keeps its low result and its worst job. The
-fleet's rows stay hourly for a month (the longest range drawn at 3 h buckets), then daily; a
-host's hourly for a week, daily for a month, then weekly; nothing older than KEEP_H is kept. A
-key then holds at most 31 x 24 + 369 rows for the fleet and 7 x 24 + 24 + 53 per host, whatever
-the number of jobs and however long the coordinator runs.
+History is bounded (`downsample_trends(now)`, a short share each tick of the coordinator: see
+Downsampling): rows older than a grain's age are merged into one row per period of that grain,
+kept at the period's first hour, so a bucket that holds that hour holds all of it and a marked
+point keeps its low result and its worst job. The fleet's rows stay hourly for a month (the
+longest range drawn at 3 h buckets), then daily; a host's hourly for a week, daily for a month,
+then weekly; nothing older than KEEP_H is kept. A key then holds at most 31 x 24 + 369 rows for
+the fleet and 7 x 24 + 24 + 53 per host, whatever the number of jobs and however long the
+coordinator runs. (A point written later with a time older than a window already merged stays at
+its grain until KEEP_H removes it.)
 
 The parameter and result types of the store's trend methods (coordinator/store/api.py) live
 here, with the in-memory implementation (MemoryTrends, a mixin of MemoryJobStore); the SQL one is
@@ -158,13 +160,14 @@ class Downsampling:
     done: dict[tuple[bool, int], int] = field(default_factory=dict)
     begun: dict[tuple[bool, int], tuple[int, str]] = field(default_factory=dict)
     deleted_at: int = -1
+    oldest: int = 0  # the oldest row's hour when the store first looked: no window starts before it
 
     def next(self, now: float) -> tuple[bool, int, int, int, str] | None:
         """The next window (per host, grain, first hour, end hour, the last host merged in it),
         finest grain first; None when every grain is merged up to its age."""
         hour = int(now // HOUR_S)
         for per_host, age_h, grain_h in GRAINS:
-            first = max(self.done.get((per_host, grain_h), 0), (hour - KEEP_H) // grain_h * grain_h)
+            first = max(self.done.get((per_host, grain_h), 0), max(hour - KEEP_H, self.oldest) // grain_h * grain_h)
             if (per_host, grain_h) in self.begun:
                 end, host = self.begun[(per_host, grain_h)]
                 return per_host, grain_h, first, end, host
@@ -220,7 +223,9 @@ class MemoryTrends:
 
     def downsample_trends(self, now: float) -> bool:
         rows = self._trend_rows
-        state: Downsampling = self.__dict__.setdefault("_downsampling", Downsampling())
+        if "_downsampling" not in self.__dict__:
+            self.__dict__["_downsampling"] = Downsampling(oldest=min((k[5] for k in rows), default=int(now // HOUR_S)))
+        state: Downsampling = self.__dict__["_downsampling"]
         oldest = int(now // HOUR_S) - KEEP_H
         for k in [k for k in rows if k[5] < oldest]:
             del rows[k]

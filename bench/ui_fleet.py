@@ -52,18 +52,23 @@ from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc  # noqa: E402
 
 
-def stand_in_verdicts(list_workers, verdicts: dict[str, pb.WorkerHealth]):
-    """Test-only (tests/browser/test_fleet_health_view.py): the facade's worker list with these
-    verdicts set, for a test that changes verdicts while the page is open."""
+def stand_in_verdicts(book, verdicts: dict[str, pb.WorkerHealth]) -> None:
+    """Test-only (tests/browser/test_fleet_health_view.py): the health book's reads (`get`, what
+    the worker listing shows, and `peek`, what the fleet page's feed reads) answer these verdicts
+    (replacing any earlier stand-in), for a test that changes verdicts while the page is open."""
+    book.__dict__.pop("get", None)
+    book.__dict__.pop("peek", None)
+    get, peek = book.get, book.peek
 
-    def listed(*args, **kwargs):
-        page = list_workers(*args, **kwargs)
-        for info in page.workers:
-            if info.worker_id in verdicts:
-                info.health.CopyFrom(verdicts[info.worker_id])
-        return page
+    def got(worker_id: str) -> pb.WorkerHealth:
+        if worker_id not in verdicts:
+            return get(worker_id)
+        out = pb.WorkerHealth()
+        out.CopyFrom(verdicts[worker_id])
+        return out
 
-    return listed
+    book.get = got
+    book.peek = lambda worker_id: verdicts.get(worker_id) or peek(worker_id)
 
 
 def fleet_verdicts(n: int) -> dict[str, pb.WorkerHealth]:

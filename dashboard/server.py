@@ -4,7 +4,9 @@ The listening socket is made here (so port 0 reports the real port) with the TCP
 asyncio sets TCP_NODELAY only on accepted sockets whose proto is IPPROTO_TCP, and without it a
 small response on a kept-alive connection waits about 40 ms (Nagle's algorithm meeting the
 client's delayed ACK). Responses over GZIP_MIN_BYTES are gzipped for clients that accept it
-(event streams excepted: Starlette's middleware passes text/event-stream through).
+(event streams excepted: Starlette's middleware passes text/event-stream through), at GZIP_LEVEL:
+the coordinator's loop compresses every answer, and Starlette's default (9) took 69 ms for the
+fleet's first answer at 5,000 workers (506 KB -> 29 KB) where level 1 takes 3 ms (-> 38 KB).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from dashboard import tls_sniff
 
 GZIP_MIN_BYTES = 1024
+GZIP_LEVEL = 1
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -41,8 +44,9 @@ class HttpServer:
         self.url = f"{'https' if tls else 'http'}://{host}:{self._sock.getsockname()[1]}"
         # TLS is the sniffing protocol's (dashboard/tls_sniff.py), not uvicorn's ssl_* settings.
         http = tls_sniff.sniffing(AutoHTTPProtocol, tls_sniff.server_context(*tls)) if tls else "auto"
-        self._server = _EmbeddedServer(uvicorn.Config(GZipMiddleware(app, minimum_size=GZIP_MIN_BYTES), http=http,
-                                                      log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
+        gzipped = GZipMiddleware(app, minimum_size=GZIP_MIN_BYTES, compresslevel=GZIP_LEVEL)
+        self._server = _EmbeddedServer(uvicorn.Config(gzipped, http=http, log_level="warning", lifespan="off",
+                                                      timeout_graceful_shutdown=2))
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:

@@ -144,6 +144,7 @@ class Coordinator:
             await asyncio.sleep(self.timings.tick_s)
             try:
                 self.tick()
+                self.store.downsample_trends(time.time())  # the trends' history bounded, a short share a tick
             except Exception:  # a bug here must not stop failure detection for good
                 log.exception("coordinator tick failed")
 

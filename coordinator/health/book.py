@@ -62,6 +62,11 @@ class HealthBook:
             out.CopyFrom(self._by_worker[worker_id])
         return out
 
+    def peek(self, worker_id: str) -> pb.WorkerHealth | None:
+        """The worker's health record itself, not a copy (None: never checked), for a reader that
+        only reads it: the dashboard's fleet feed reads every worker's once a second."""
+        return self._by_worker.get(worker_id)
+
     def quarantined(self, worker_id: str) -> bool:
         h = self._by_worker.get(worker_id)
         return h is not None and quarantined(h)

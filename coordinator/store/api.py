@@ -59,6 +59,10 @@ class JobStore(abc.ABC):
       then time, each with the count, mean, min and max; `trend_hours(query)` returns the hours of
       one key (query.key MUST be set, else ValueError) with the job of the lowest result and the
       first jobs of the hour, lowest first. Their cost grows with keys x hours, never with jobs.
+      `downsample_trends(now)` bounds them (coordinator/store/trends.py's GRAINS and KEEP_H): the
+      rows older than each grain's age merged into one per period at its first hour (counts, sums,
+      min, max and the worst job kept), those older than KEEP_H deleted; one call does a bounded
+      share and returns whether more is due (call again until False).
     - What was written before `close` is there after reopening the same path (SQL store).
     - Durability: a write is durable when its method returns, unless `defer_commits(pending)` was
       called: then writes are grouped, visible at once to this store's reads but durable only
@@ -142,6 +146,9 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def trend_hours(self, query: TrendQuery) -> list[TrendHour]: ...
+
+    @abc.abstractmethod
+    def downsample_trends(self, now: float) -> bool: ...
 
     def defer_commits(self, pending: Callable[[], None]) -> None:  # noqa: B027 - see the contract
         pass

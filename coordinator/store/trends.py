@@ -7,6 +7,16 @@ Two rollups, each row summing one hour: per baseline key (the fleet's view), and
 and max of busbw, the job of the lowest result (where a regression leads) and the first
 JOBS_KEPT jobs of its hour (the jobs behind a point).
 
+History is bounded (`downsample_trends(now)`, a short share each tick of the coordinator: see
+Downsampling): rows older than a grain's age are merged into one row per period of that grain,
+kept at the period's first hour, so a bucket that holds that hour holds all of it and a marked
+point keeps its low result and its worst job. The fleet's rows stay hourly for a month (the
+longest range drawn at 3 h buckets), then daily; a host's hourly for a week, daily for a month,
+then weekly; nothing older than KEEP_H is kept. A key then holds at most 31 x 24 + 369 rows for
+the fleet and 7 x 24 + 24 + 53 per host, whatever the number of jobs and however long the
+coordinator runs. (A point written later with a time older than a window already merged stays at
+its grain until KEEP_H removes it.)
+
 The parameter and result types of the store's trend methods (coordinator/store/api.py) live
 here, with the in-memory implementation (MemoryTrends, a mixin of MemoryJobStore); the SQL one is
 coordinator/store/sqlite_trends.py.
@@ -15,9 +25,17 @@ coordinator/store/sqlite_trends.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 HOUR_S = 3600
 JOBS_KEPT = 8  # job ids an hour's row keeps
+DAY_H, WEEK_H = 24, 168
+# (per host, older than this many hours, merged into periods of this many hours), finest first.
+GRAINS = ((False, 31 * DAY_H, DAY_H), (True, 7 * DAY_H, DAY_H), (True, 31 * DAY_H, WEEK_H))
+KEEP_H = 400 * DAY_H  # the longest range the trends answer (dashboard/trends_api.py's MAX_DAYS)
+WINDOW_H, HOSTS_AT_ONCE = 7 * DAY_H, 16  # one call's share (Downsampling)
+# One stored row: (host, key, hour, gpu_model, op, link, n, total, min, max, worst_job, jobs).
+Row = tuple
 
 
 @dataclass(frozen=True)
@@ -112,6 +130,61 @@ def buckets(rows, step_h: int) -> list[TrendBucket]:
             for (k, h), (n, t, lo, hi) in sorted(out.items())]
 
 
+def downsample(rows: Iterable[Row], grain_h: int) -> tuple[list[tuple[str, str, int]], list[Row]]:
+    """`rows` merged into one per (host, key, period of `grain_h` hours): the (host, key, hour) of
+    the rows replaced, and the merged rows (a period that is one row at its start is left as is)."""
+    periods: dict[tuple[str, str, int], list[Row]] = {}
+    for r in rows:
+        periods.setdefault((r[0], r[1], r[2] // grain_h * grain_h), []).append(r)
+    gone: list[tuple[str, str, int]] = []
+    merged: list[Row] = []
+    for (host, key, start), rs in periods.items():
+        if len(rs) == 1 and rs[0][2] == start:
+            continue
+        rs.sort(key=lambda r: r[2])
+        worst = min(rs, key=lambda r: r[8])
+        jobs = tuple(dict.fromkeys(j for r in rs for j in r[11]))[:JOBS_KEPT]
+        gone += [(host, key, r[2]) for r in rs]
+        merged.append((host, key, start, *rs[0][3:6], sum(r[6] for r in rs), sum(r[7] for r in rs), worst[8],
+                       max(r[9] for r in rs), worst[10], jobs))
+    return gone, merged
+
+
+@dataclass
+class Downsampling:
+    """Where a store's downsampling stands: per grain, the hour up to which its rows are merged
+    and, in a window of hosts' rows begun, its end and the last host merged; the hour rows older
+    than KEEP_H were last deleted. A call merges one window of at most WINDOW_H hours of one
+    grain, and of the hosts' rows HOSTS_AT_ONCE hosts, so each call stays short on the loop."""
+
+    done: dict[tuple[bool, int], int] = field(default_factory=dict)
+    begun: dict[tuple[bool, int], tuple[int, str]] = field(default_factory=dict)
+    deleted_at: int = -1
+    oldest: int = 0  # the oldest row's hour when the store first looked: no window starts before it
+
+    def next(self, now: float) -> tuple[bool, int, int, int, str] | None:
+        """The next window (per host, grain, first hour, end hour, the last host merged in it),
+        finest grain first; None when every grain is merged up to its age."""
+        hour = int(now // HOUR_S)
+        for per_host, age_h, grain_h in GRAINS:
+            first = max(self.done.get((per_host, grain_h), 0), max(hour - KEEP_H, self.oldest) // grain_h * grain_h)
+            if (per_host, grain_h) in self.begun:
+                end, host = self.begun[(per_host, grain_h)]
+                return per_host, grain_h, first, end, host
+            end = min((hour - age_h) // grain_h * grain_h, first + max(grain_h, WINDOW_H // grain_h * grain_h))
+            if end > first:
+                return per_host, grain_h, first, end, ""
+        return None
+
+    def merged(self, per_host: bool, grain_h: int, end: int, last_host: str | None) -> None:
+        """The window's hosts up to `last_host` are merged (None: all of them, the window is done)."""
+        if last_host is None:
+            self.done[(per_host, grain_h)] = end
+            self.begun.pop((per_host, grain_h), None)
+        else:
+            self.begun[(per_host, grain_h)] = (end, last_host)
+
+
 def one_key(q: TrendQuery) -> None:
     if not q.key:
         raise ValueError("key: the hours behind a point are those of one baseline key")
@@ -147,3 +220,26 @@ class MemoryTrends:
         hours = [TrendHour(start=float(hour * HOUR_S), n=h.n, min_gbps=h.low, worst_job=h.worst_job, jobs=tuple(h.jobs))
                  for _, hour, h in self._matching(q)]
         return sorted(hours, key=lambda t: (t.min_gbps, t.start))
+
+    def downsample_trends(self, now: float) -> bool:
+        rows = self._trend_rows
+        if "_downsampling" not in self.__dict__:
+            self.__dict__["_downsampling"] = Downsampling(oldest=min((k[5] for k in rows), default=int(now // HOUR_S)))
+        state: Downsampling = self.__dict__["_downsampling"]
+        oldest = int(now // HOUR_S) - KEEP_H
+        for k in [k for k in rows if k[5] < oldest]:
+            del rows[k]
+        if (window := state.next(now)) is None:
+            return False
+        per_host, grain_h, first, end, _ = window
+        found = {k: h for k, h in rows.items() if bool(k[0]) == per_host and first <= k[5] < end}
+        gone, merged = downsample([(k[0], k[1], k[5], *k[2:5], h.n, h.total, h.low, h.high, h.worst_job, tuple(h.jobs))
+                                   for k, h in found.items()], grain_h)
+        replaced = set(gone)
+        for k in found:
+            if (k[0], k[1], k[5]) in replaced:
+                del rows[k]
+        for host, key, hour, model, op, link, count, total, low, high, worst, jobs in merged:
+            rows[(host, key, model, op, link, hour)] = _Hour(count, total, low, high, worst, list(jobs))
+        state.merged(per_host, grain_h, end, None)  # in memory: every host at once
+        return True

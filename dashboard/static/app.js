@@ -361,20 +361,48 @@
     node.textContent = text;
   }
 
+  // ---- scripts loaded when first needed -----------------------------------------------------
+
+  const UPLOT = "/static/vendor/uplot/uPlot.iife.min.js";
+  const TRENDS = "/static/trends.js";
+  const loading = new Map();  // src -> its promise: each script is loaded once
+
+  function loadScript(src) {
+    if (!loading.has(src)) {
+      loading.set(src, new Promise((resolve, reject) => {
+        const node = h("script", { src });
+        node.addEventListener("load", resolve);
+        node.addEventListener("error", () => reject(new Error(`cannot load ${src}`)));
+        document.head.append(node);
+      }));
+    }
+    return loading.get(src);
+  }
+
   // ---- routing ------------------------------------------------------------------------------
 
   async function route() {
+    const match = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
+    // The overview asks for the fleet at once, beside the kinds: at 5,000 workers its answer is
+    // the page's longest wait, and it needs nothing from the kinds table.
+    if (!match) showView("overview-view");
+    if (!match) RingleaderFleet.mount({ getJSON, h, jobLink, fmtTime, fmtAge });
+    const charts = match ? loadScript(UPLOT) : null;  // a job's page draws with uPlot
     try {
       KINDS = (await getJSON("/api/v1/kinds")).kinds;
     } catch (err) {
       console.warn("job kinds:", err);  // the pages still work; jobs show their kind as "unknown"
     }
-    const match = location.pathname.match(/^\/jobs\/([^/]+)\/?$/);
     if (match) {
+      try {
+        await charts;
+      } catch (err) {
+        showError(err.message);
+        return;
+      }
       showView("job-view");
       new JobPage(decodeURIComponent(match[1])).start();
     } else {
-      showView("overview-view");
       new Overview().start();
     }
   }
@@ -404,7 +432,6 @@
 
     start() {
       document.title = "ringleader";
-      this.fleet = RingleaderFleet.mount({ getJSON, h, jobLink, fmtTime, fmtAge });
       // Rows come and go only when the user asks (a filter, "older jobs", the "N new jobs" bar);
       // events patch rows in place. Redraws the user asked for still wait while the pointer is in
       // the table, so a click never loses its row.
@@ -448,7 +475,11 @@
       this.tab = tab;
       if (tab === "jobs") this.tickAges();
       // The trends are read when first asked for: the jobs and the fleet do not wait for them.
-      if (tab === "trends" && !this.trends) this.trends = RingleaderTrends.mount({ getJSON, h, jobLink, fmtSize, fmtTime });
+      if (tab === "trends" && !this.trends) {
+        this.trends = loadScript(UPLOT).then(() => loadScript(TRENDS))
+          .then(() => RingleaderTrends.mount({ getJSON, h, jobLink, fmtSize, fmtTime }))
+          .catch((err) => { $("trends-summary").textContent = err.message; this.trends = null; });
+      }
     }
 
     tickAges() {

@@ -3,8 +3,8 @@ HTTP on loopback, SQLite) and 64 simulated worker daemons on the real WorkerServ
 (bench/simfleet.py), one of them with an unresponsive executor and one disconnected.
 
 Until the fleet checks give verdicts on main, one worker's failed verdict comes from
-`stand_in_verdicts` (bench/ui_fleet.py, test-only: it wraps the facade's worker list, as the fleet helper's
-`health` field will fill it); the link matrix is a finished link_matrix job in the store, as a
+`stand_in_verdicts` (bench/ui_fleet.py, test-only: it wraps the health book's reads, as a check's
+verdict will fill it); the link matrix is a finished link_matrix job in the store, as a
 check leaves it.
 """
 
@@ -96,9 +96,7 @@ class Served:
         self.gone.set()  # sim-h0006-d8 leaves: listed as DISCONNECTED
 
     def set_verdicts(self, verdicts: dict[str, pb.WorkerHealth]) -> None:
-        core = self.rc.core
-        core.__dict__.pop("list_workers", None)
-        core.list_workers = stand_in_verdicts(core.list_workers, verdicts)
+        stand_in_verdicts(self.rc.core.fleet.book, verdicts)
 
     def submit(self, spec: pb.JobSpec) -> None:
         async def go() -> None:

@@ -1,7 +1,8 @@
 """The "Bandwidth over time" tab in headless Chromium, on a real coordinator process whose SQLite
 store holds a month of history for 5,000 simulated GPUs with one regression injected
-(bench/trends_history.py): the regressed key comes first with its low buckets marked, and a click
-on a mark, then on the job it names, opens that job's page."""
+(bench/trends_history.py), downsampled by the coordinator as it runs: the month loads in under a
+second, the regressed key comes first with its low buckets marked, and a click on a mark, then on
+the job it names, opens that job's page."""
 
 from __future__ import annotations
 
@@ -47,8 +48,16 @@ def test_a_marked_point_leads_to_its_job(served, page, tmp_path):
     c, history = served
     page.get(f"{c.http_url}/#trends")
     wait_for(page, "document.querySelectorAll('.trend-card').length > 0")
-    Select(page.find_element(By.ID, "trends-days")).select_by_value("30")
-    wait_for(page, "window.ringleaderTrends.answer && window.ringleaderTrends.answer.step_s === 10800")
+    # The month loads (request, answer, every chart drawn, as the page times it) in under 1 s: the
+    # best of three, since the machine is shared (bench/ui_trends.py records each).
+    month_s = []
+    for days, step in (("30", 10800), ("7", 3600), ("30", 10800), ("7", 3600), ("30", 10800)):
+        Select(page.find_element(By.ID, "trends-days")).select_by_value(days)
+        wait_for(page, f"window.ringleaderTrends.answer && window.ringleaderTrends.answer.step_s === {step} && "
+                       "document.querySelectorAll('.trend-card').length === window.ringleaderTrends.answer.keys.length")
+        if days == "30":
+            month_s.append(page.execute_script("return window.ringleaderTrends.loadedMs") / 1000)
+    assert min(month_s) < 1.0, month_s
     cards = page.execute_script("return [...document.querySelectorAll('.trend-card')].map((c) => c.dataset.key)")
     assert len(cards) == history.keys and cards[0] == history.key
     marks = wait_for(page, "document.querySelectorAll('.trend-card.trend-low .trend-mark').length")

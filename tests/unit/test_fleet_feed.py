@@ -163,15 +163,18 @@ def test_a_waiting_tab_is_answered_at_the_next_change(fleet):
     assert [(w["id"], w["st"]) for w in got["workers"]] == [("hb-0", "DISCONNECTED")]
 
 
-def test_a_record_carries_the_verdict_and_its_evidence_and_leaves_out_the_heartbeat_time():
-    info = pb.WorkerInfo(worker_id="w7", host="h", device=pb.Device(type="cuda", index=3, name="H200"),
-                         state=pb.QUARANTINED, executor_health=pb.EXECUTOR_STOPPED, last_heartbeat=100.0,
-                         health=pb.WorkerHealth(verdict=pb.UNHEALTHY, check="sdc_check", figure="checksum 9f3e",
-                                                expected="majority 1a2b", at=90.0, job_id="j1", recheck_at=400.0))
-    r = record(info, now=101.0)
-    assert r == {"id": "w7", "host": "h", "dev": "H200", "type": "cuda", "idx": 3, "st": "QUARANTINED",
+def test_a_record_carries_the_verdict_and_its_evidence_and_leaves_out_the_heartbeat_time(fleet):
+    core, conns, *_ = fleet
+    conn = conns["hb-3"]
+    conn.executor_health, conn.last_heartbeat_wall = pb.EXECUTOR_STOPPED, 100.0
+    health = pb.WorkerHealth(verdict=pb.UNHEALTHY, check="sdc_check", figure="checksum 9f3e", expected="majority 1a2b",
+                             at=90.0, job_id="j1", recheck_at=400.0)
+    r = record(conn, pb.QUARANTINED, health, now=101.0)
+    assert r == {"id": "hb-3", "host": "hb", "dev": "cpu", "type": "cpu", "idx": 3, "st": "QUARANTINED",
                  "ex": "EXECUTOR_STOPPED", "v": "UNHEALTHY", "check": "sdc_check", "fig": "checksum 9f3e",
                  "exp": "majority 1a2b", "at": 90.0, "vjob": "j1", "cord": False, "re": 400.0}
-    # A later heartbeat alone changes nothing a tab is sent.
-    info.last_heartbeat = 101.0
-    assert record(info, now=101.5) == r
+    # A later heartbeat alone changes nothing a tab is sent; a silent worker is marked stale.
+    conn.last_heartbeat_wall = 101.0
+    assert record(conn, pb.QUARANTINED, health, now=101.5) == r
+    assert record(conn, pb.IDLE, None, now=101.0 + STALE_S + 1) == {
+        "id": "hb-3", "host": "hb", "dev": "cpu", "type": "cpu", "idx": 3, "st": "IDLE", "ex": "EXECUTOR_STOPPED", "stale": True}

@@ -7,7 +7,7 @@ import pytest
 
 from coordinator.store.memory import MemoryJobStore
 from coordinator.store.sqlite import SqliteJobStore
-from coordinator.store.trends import HOUR_S, JOBS_KEPT, TrendPoint, TrendQuery
+from coordinator.store.trends import HOSTS_AT_ONCE, HOUR_S, JOBS_KEPT, KEEP_H, TrendPoint, TrendQuery
 
 KEY_A = "H100|all_reduce|float32|2^20|r8|h1|local|eager|"
 KEY_B = "H100|all_gather|float32|2^20|r16|h2|cross|eager|"
@@ -80,3 +80,60 @@ def test_sqlite_keeps_trends_across_a_reopen(tmp_path):
         assert [b.n for b in s.trend(TrendQuery(since=T0, until=T0 + HOUR_S))] == [1]
     finally:
         s.close()
+
+
+DAY_S, WEEK_S = 24 * HOUR_S, 168 * HOUR_S
+
+
+def test_old_history_is_downsampled_and_keeps_its_low_point(store):
+    """A fleet's hourly rows older than a month become one a day, a host's older than a week one
+    a day and older than a month one a week; counts, means, min, max and the worst job survive;
+    rows older than KEEP_H go. Rows younger than a week stay hourly."""
+    now = T0 + 60 * DAY_S
+    day40 = (T0 + 20 * DAY_S) // DAY_S * DAY_S  # 40 days old: weekly per host, daily for the fleet
+    day10 = (T0 + 50 * DAY_S) // DAY_S * DAY_S  # 10 days old: daily per host, hourly for the fleet
+    for day in (day40, day10):
+        for i, gbps in enumerate([10.0, 2.0, 30.0]):  # three hours of one day
+            store.add_trend(point(KEY_A, day + i * HOUR_S + 5, gbps, f"d{day}-{i}"))
+    store.add_trend(point(KEY_A, now - HOUR_S, 7.0, "recent"))
+    store.add_trend(point(KEY_A, now - (KEEP_H + 2) * HOUR_S, 7.0, "ancient"))
+    whole = TrendQuery(since=now - 400 * DAY_S, until=now)
+    weekly = TrendQuery(since=now - 400 * DAY_S, until=now, step_s=WEEK_S)
+    ancient = TrendQuery(since=now - (KEEP_H + 3) * HOUR_S, until=now - KEEP_H * HOUR_S)
+    before = [(b.start, b.n, b.mean_gbps, b.min_gbps, b.max_gbps) for b in store.trend(weekly)]
+    assert len(store.trend(ancient)) == 1
+
+    calls = 0
+    while store.downsample_trends(now):
+        calls += 1
+    assert 0 < calls < 200  # bounded shares: windows of a week, 16 hosts at a time
+
+    fleet = [(b.start, b.n, b.mean_gbps, b.min_gbps, b.max_gbps) for b in store.trend(whole)]
+    assert fleet == [(day40, 3, 14.0, 2.0, 30.0)] + [
+        (day10 + i * HOUR_S, 1, g, g, g) for i, g in enumerate([10.0, 2.0, 30.0])] + [(now - HOUR_S, 1, 7.0, 7.0, 7.0)]
+    host = [(b.start, b.n, b.min_gbps) for b in store.trend(TrendQuery(**{**whole.__dict__, "host": "h1"}))]
+    assert host == [(day40 // WEEK_S * WEEK_S, 3, 2.0), (day10, 3, 2.0), (now - HOUR_S, 1, 7.0)]
+    # Drawn a week a point, the history reads as before.
+    assert [(b.start, b.n, b.mean_gbps, b.min_gbps, b.max_gbps) for b in store.trend(weekly)] == before
+    # The hours behind the merged point: the worst job first, the period's jobs kept.
+    [day] = store.trend_hours(TrendQuery(since=day40, until=day40 + DAY_S, key=KEY_A))
+    assert (day.start, day.n, day.min_gbps, day.worst_job) == (day40, 3, 2.0, f"d{day40}-1")
+    assert day.jobs == tuple(f"d{day40}-{i}" for i in range(3))
+    assert store.trend(ancient) == []
+    # Nothing left to merge in this hour.
+    assert not store.downsample_trends(now)
+    assert [(b.start, b.n) for b in store.trend(whole)] == [(s, n) for s, n, *_ in fleet]
+
+
+def test_downsampling_reaches_every_host_over_its_calls(store):
+    """A call merges HOSTS_AT_ONCE hosts' rows at most; the calls that follow reach the others."""
+    now = T0 + 60 * DAY_S
+    day10 = (T0 + 50 * DAY_S) // DAY_S * DAY_S
+    hosts = [f"h{i:02}" for i in range(HOSTS_AT_ONCE + 4)]
+    for i in range(2):
+        store.add_trend(point(KEY_B, day10 + (i + 1) * HOUR_S, 5.0 + i, f"j{i}", hosts=hosts))
+    while store.downsample_trends(now):
+        pass
+    q = TrendQuery(since=day10, until=day10 + DAY_S)
+    assert {h: [(b.start, b.n) for b in store.trend(TrendQuery(**{**q.__dict__, "host": h}))] for h in hosts} == {
+        h: [(day10, 2)] for h in hosts}

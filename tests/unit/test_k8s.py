@@ -545,7 +545,8 @@ def test_node_taints_component_grants_nodes_get_patch_and_turns_the_flag_on(tmp_
     docs = with_component(tmp_path, "node-taints")
     sa = one(docs, "ServiceAccount", "ringleader-coordinator")
     role = one(docs, "ClusterRole", "ringleader-node-taints")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+                             {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]
     binding = one(docs, "ClusterRoleBinding", "ringleader-node-taints")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],

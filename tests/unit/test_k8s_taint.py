@@ -11,11 +11,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from coordinator.health.k8s_taint import LABEL, TAINT, NodeTainter
+from coordinator.health.k8s_taint import CONDITION, LABEL, TAINT, NodeTainter
 from ringleader.app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 
 FOREIGN = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
+READY = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
 
 
 class FakeKubeAPI:
@@ -23,7 +24,7 @@ class FakeKubeAPI:
 
     def __init__(self) -> None:
         self.nodes = {"node-a": {"metadata": {"name": "node-a", "labels": {"zone": "x"}},
-                                 "spec": {"taints": [FOREIGN]}}}
+                                 "spec": {"taints": [FOREIGN]}, "status": {"conditions": [READY]}}}
         self.calls: list[tuple[str, str, str, dict | None]] = []
         self.fail = False
         self.auth: list[str | None] = []  # each request's Authorization header
@@ -52,6 +53,10 @@ class FakeKubeAPI:
             def do_PATCH(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.calls.append(("PATCH", self.path, self.headers["Content-Type"], body))
+                if self.path.endswith("/status"):  # the status subresource: only its conditions here
+                    node = fake.nodes[self.path.rsplit("/", 2)[-2]]
+                    node.setdefault("status", {})["conditions"] = body["status"]["conditions"]
+                    return self._answer(200, node)
                 node = fake.nodes[self.path.rsplit("/", 1)[-1]]
                 labels = node["metadata"].setdefault("labels", {})
                 for k, v in body["metadata"]["labels"].items():
@@ -81,26 +86,42 @@ def tainter(fake_api, tmp_path):
     t.close()
 
 
-def info(worker_id: str, verdict: int, check: str = "gpu", host: str = "node-a") -> pb.WorkerInfo:
-    return pb.WorkerInfo(worker_id=worker_id, host=host, health=pb.WorkerHealth(verdict=verdict, check=check))
+def info(worker_id: str, verdict: int, check: str = "gpu", host: str = "node-a", figure: str = "") -> pb.WorkerInfo:
+    return pb.WorkerInfo(worker_id=worker_id, host=host,
+                         health=pb.WorkerHealth(verdict=verdict, check=check, figure=figure))
 
 
-def test_a_failed_worker_taints_its_node_keeping_other_taints_and_healthy_removes_them(fake_api, tainter):
-    tainter.observe(info("node-a-cuda0", pb.UNHEALTHY, "gpu"))
-    tainter.observe(info("node-a-cuda1", pb.UNHEALTHY, "nccl"))  # the node is already tainted: no call
-    tainter.observe(info("node-a-cuda0", pb.HEALTHY))  # cuda1 still failed: the taint stays
+def ours(node: dict) -> dict:
+    (c,) = [c for c in node["status"]["conditions"] if c["type"] == CONDITION]
+    return c
+
+
+def test_a_failed_worker_taints_its_node_says_why_in_a_condition_keeping_others_and_healthy_removes_them(fake_api, tainter):
+    tainter.observe(info("node-a-cuda0", pb.UNHEALTHY, "gpu", figure="412 TFLOP/s"))
     tainter.close()
-    (get, patch) = fake_api.calls
+    (get, patch, status) = fake_api.calls
     assert get[:2] == ("GET", "/api/v1/nodes/node-a")
     assert patch[:3] == ("PATCH", "/api/v1/nodes/node-a", "application/merge-patch+json")
+    assert status[:3] == ("PATCH", "/api/v1/nodes/node-a/status", "application/merge-patch+json")
     node = fake_api.nodes["node-a"]
     assert node["metadata"]["labels"] == {"zone": "x", LABEL: "unhealthy"}
     assert node["spec"]["taints"] == [FOREIGN, {"key": TAINT, "value": "gpu", "effect": "NoSchedule"}]
+    assert node["status"]["conditions"][0] == READY  # kept
+    c = ours(node)
+    assert (c["status"], c["reason"], c["message"]) == ("False", "CheckFailed", "worker node-a-cuda0 failed gpu: 412 TFLOP/s")
     t2 = NodeTainter(fake_api.url, token_path="", ca_path=None)
-    t2.observe(info("node-a-cuda1", pb.UNHEALTHY, "nccl"))
-    t2.observe(info("node-a-cuda1", pb.SUSPECT, "nccl"))  # uncordoned: released by hand to SUSPECT
+    t2.observe(info("node-a-cuda0", pb.UNHEALTHY, "gpu", figure="412 TFLOP/s"))
+    t2.observe(info("node-a-cuda1", pb.UNHEALTHY, "nccl"))  # a second reason: the message says both
+    t2.observe(info("node-a-cuda0", pb.HEALTHY))  # cuda1 still failed: the taint stays
     t2.close()
+    assert node["spec"]["taints"] == [FOREIGN, {"key": TAINT, "value": "nccl", "effect": "NoSchedule"}]
+    assert ours(node)["message"] == "worker node-a-cuda1 failed nccl"
+    t3 = NodeTainter(fake_api.url, token_path="", ca_path=None)
+    t3.observe(info("node-a-cuda1", pb.UNHEALTHY, "nccl"))
+    t3.observe(info("node-a-cuda1", pb.SUSPECT, "nccl"))  # uncordoned: released by hand to SUSPECT
+    t3.close()
     assert node["metadata"]["labels"] == {"zone": "x"} and node["spec"]["taints"] == [FOREIGN]
+    assert node["status"]["conditions"][0] == READY and (ours(node)["status"], ours(node)["reason"]) == ("True", "ChecksPass")
 
 
 def test_the_service_account_token_is_sent_when_there_is_one(fake_api, tainter):

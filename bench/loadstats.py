@@ -129,3 +129,18 @@ def table(results: dict) -> str:
     lines += ["", "Load average (1 min) before / after each run: "
               + ", ".join(f"{r['loadavg_before'][0]:.1f} / {r['loadavg_after'][0]:.1f}" for r in results["runs"])]
     return "\n".join(lines) + "\n"
+
+
+def emit(result: dict, out: Path | None, invalid: list[str]) -> None:
+    """Print a bench's figures as JSON, write them to `out` too, and exit 1 naming why the run is
+    invalid if it is (a bench asserts its own scenario)."""
+    import json
+    import sys
+
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    if invalid:
+        sys.exit(f"invalid run: {'; '.join(invalid)}")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import sys
@@ -43,7 +42,7 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import loadstats  # noqa: E402,F401
+from bench import loadstats  # noqa: E402
 from bench.control_plane import machine, start_coordinator  # noqa: E402
 from bench.simfleet import SimFleet, fleet_specs  # noqa: E402
 from bench.ui_fleet_browser import Browser  # noqa: E402
@@ -270,13 +269,7 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rl-ui-") as tmp:
         result = measure(a, Path(tmp))
-    text = json.dumps(result, indent=1)
-    print(text)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n")
-    if result["invalid"]:
-        sys.exit(f"invalid run: {'; '.join(result['invalid'])}")
+    loadstats.emit(result, a.out, result["invalid"])
 
 
 if __name__ == "__main__":

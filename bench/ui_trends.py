@@ -18,7 +18,6 @@ The run is invalid (exit 1) unless the month's answer lists the regressed key fi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import loadstats  # noqa: E402
 from bench.control_plane import machine, start_coordinator  # noqa: E402
 from bench.trends_history import REGRESSED_DAYS, write_month  # noqa: E402
 from bench.ui_fleet_browser import Browser  # noqa: E402
@@ -124,13 +124,7 @@ def main() -> None:
     out["shown"] = {"first_card": shown["cards"][0], "marked_keys": marked, "marks_drawn": shown["marks"]}
     out["invalid"] = [] if (shown["cards"][0] == history.key and list(marked) == [history.key]
                             and 1 <= marked[history.key] <= REGRESSED_DAYS) else ["the regression is not what the tab marks"]
-    text = json.dumps(out, indent=1)
-    print(text)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n")
-    if out["invalid"]:
-        sys.exit(f"invalid run: {out['invalid']}")
+    loadstats.emit(out, a.out, out["invalid"])
 
 
 if __name__ == "__main__":

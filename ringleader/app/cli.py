@@ -123,10 +123,8 @@ def _add_servers(sub) -> None:
                    help="circuit breaker: automatic quarantine takes at most this share of a GPU model's workers "
                         "(at least 1; default 0.1); beyond it failed workers stay in service for an operator")
     c.add_argument("--worker-msgs-per-turn", type=argtypes.non_negative, default=256, metavar="N",
-                   help="apply at most N worker messages per turn of the event loop, so users' calls wait behind "
-                        "a bounded share of a busy fleet's traffic (default 256; 0: no bound). Smaller shortens "
-                        "their wait while a fleet drains a queue (5,000 workers: submit p99 262 ms at 256, 76 ms at "
-                        "16, docs/benchmarks.md)")
+                   help="apply at most N worker messages per turn of the event loop: users' calls wait behind at most "
+                        "that share of a busy fleet's traffic; smaller, less wait (default 256; 0: no bound)")
     c.add_argument("--shed-lag", type=argtypes.seconds_or_off, default=2.0, metavar="SECONDS",
                    help="while the event loop runs this far behind, refuse calls that add work (submit, checks, "
                         "localize, imports) at once: RESOURCE_EXHAUSTED / 429 with a retry-after (default 2; 0: never)")

@@ -199,7 +199,7 @@ def _check(c, rogue: str, kind: str) -> tuple[pb.Job, dict[str, pb.WorkerHealth]
     # their fixed costs and a scheduling delay or two, not by a multiple, on a busy 2-core machine.
     answer = c.client.run_check(pb.RunCheckRequest(worker_ids=HONEST + [rogue], kinds=[kind], wait=True,
                                                    timeout_s=180, link_matrix=pb.LinkMatrixSpec(iters=20)))
-    (job,) = answer.jobs; print("SPEC", job.spec.link_matrix, [(x.a, x.b, round(x.gbps_a,2), round(x.gbps_b,2), round(x.latency_us)) for x in job.link_matrix.links], job.link_matrix.size_reason)
+    (job,) = answer.jobs
     assert job.state == pb.SUCCEEDED, job.reason
     rank = {w.worker_id: w.rank for w in job.workers}
     assert rank[rogue] != 0  # rank 0 assembles the outcome (see the report: it is trusted)

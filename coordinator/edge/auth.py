@@ -13,6 +13,8 @@ and never logged. The REST side (dashboard/guard.py) asks the same `Access`.
 
 from __future__ import annotations
 
+import asyncio
+
 import hmac
 
 import grpc
@@ -100,10 +102,25 @@ def _refusal(handler: grpc.RpcMethodHandler, exc: RingleaderError) -> grpc.RpcMe
     async def refuse(request, context):
         await context.abort(code, details)
 
+    async def refuse_stream(requests, context):
+        await take_first(context)
+        await context.abort(code, details)
+
     if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(refuse)
+        return grpc.stream_stream_rpc_method_handler(refuse_stream)
     if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(refuse)
+        return grpc.stream_unary_rpc_method_handler(refuse_stream)
     if handler.response_streaming:
         return grpc.unary_stream_rpc_method_handler(refuse)
     return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+async def take_first(context, timeout_s: float = 1.0) -> None:
+    """Read a streaming call's first message (or wait up to `timeout_s` for it) before refusing
+    the call: a client that writes it as the call opens (a worker's Register) otherwise has that
+    write fail, with INTERNAL "Failed execute_batch" in place of the refusal it must read (seen 2
+    times in 3 once the gRPC server ran on its own loop and refused at once)."""
+    try:
+        await asyncio.wait_for(context.read(), timeout_s)
+    except Exception:  # noqa: BLE001 - nothing sent, or the caller gone: refuse all the same
+        pass

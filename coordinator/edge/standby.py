@@ -11,6 +11,7 @@ from typing import Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from coordinator.edge.auth import take_first
 from coordinator.edge.hop import EdgeLoop
 from coordinator.edge.server import SERVICE_NAMES, EdgeServer, listen
 from ringleader.grpc_options import SERVER_OPTIONS
@@ -29,8 +30,9 @@ class _Refuse(grpc.GenericRpcHandler):
         if details.method.rsplit("/", 1)[0].lstrip("/") not in SERVICE_NAMES:
             return None  # UNIMPLEMENTED, as from any server
 
-        # One handler kind serves every method: it refuses before reading a message.
+        # One handler kind serves every method (a unary call's request is its first message).
         async def refuse(requests, context: grpc.aio.ServicerContext) -> None:
+            await take_first(context)  # a worker's Register, written as the call opens
             await context.abort(grpc.StatusCode.UNAVAILABLE, standby_message(self._leader()))
 
         return grpc.stream_stream_rpc_method_handler(refuse)

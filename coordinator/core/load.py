@@ -5,7 +5,7 @@ in arrival order: when thousands of workers report at once (a fleet draining a d
 user's call waits behind every worker message that arrived before it. Measured on a 2-core
 machine before this: submit p99 of 16-22 s, and calls that timed out after 30 s.
 
-- `IntakeGate`: at most `per_turn` worker messages are applied per turn of the loop; the readers
+- `IntakeGate`: at most `per_turn` worker messages are applied per turn of the loop; the messages
   past that wait for the next turn, behind the user calls that arrived meanwhile. A turn's worker
   work is bounded (`per_turn` x a message's cost), so a user call waits for a few turns at most,
   whatever the backlog. Throughput is not capped: turns are short and follow one another.
@@ -34,49 +34,30 @@ DEFAULT_SHED_LAG_S = 2.0
 
 
 class IntakeGate:
-    """`if not gate.take(): await gate.wait()` before applying a worker message."""
+    """`gate.take()` before applying a worker message; when it says no, the rest wait for the next
+    turn (coordinator/edge/worker_stream.py's inbox drains the workers' messages so)."""
 
     def __init__(self, per_turn: int = DEFAULT_PER_TURN) -> None:
         self.per_turn = per_turn  # 0: no bound
         self._used = 0
         self._reset_due = False
-        self._waiting: collections.deque[asyncio.Future] = collections.deque()
-        self.deferred = 0  # messages that waited for a later turn (a metric)
+        self.deferred = 0  # messages that waited for a later turn (a metric, counted by the caller)
 
     def take(self) -> bool:
         """Whether a message may be applied in this turn (counted if so)."""
         if not self.per_turn:
             return True
-        self._schedule_reset()
-        if self._waiting or self._used >= self.per_turn:  # first come, first served
+        if not self._reset_due:  # the count starts again early in the next turn
+            self._reset_due = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
+        if self._used >= self.per_turn:
             return False
         self._used += 1
         return True
 
-    async def wait(self) -> None:
-        """Wait for a turn with room (call after `take()` said no)."""
-        fut = asyncio.get_running_loop().create_future()
-        self._waiting.append(fut)
-        self.deferred += 1
-        self._schedule_reset()
-        await fut
-
-    def _schedule_reset(self) -> None:
-        if not self._reset_due:
-            self._reset_due = True
-            asyncio.get_running_loop().call_soon(self._next_turn)
-
     def _next_turn(self) -> None:
-        """Early in the next turn: the waiters first (in order), up to the bound."""
         self._reset_due = False
         self._used = 0
-        while self._waiting and self._used < self.per_turn:
-            fut = self._waiting.popleft()
-            if not fut.done():  # a cancelled reader (its stream ended) takes no room
-                fut.set_result(None)
-                self._used += 1
-        if self._waiting or self._used:
-            self._schedule_reset()
 
 
 class PassPacer:

@@ -10,9 +10,10 @@ seconds while their handlers took under a millisecond. With the server on a loop
 bodies hopped to that same busy loop: 0.23 s and 0.07 s. The edge loop does nothing but gRPC's
 plumbing; the hop costs a wake-up of each loop (call_soon_threadsafe).
 
-What crosses: a handler's coroutine runs on the core loop with an `EdgeContext`, whose reads,
-writes and aborts run on the edge loop (grpc.aio objects belong to the loop that made them); what
-it only reads or sets (peer, auth_context, trailing metadata) it reads directly. A cancelled RPC
+What crosses: a handler's coroutine runs on the core loop with an `EdgeContext`, whose aborts run
+on the edge loop (grpc.aio objects belong to the loop that made them); what it only reads or sets
+(peer, auth_context, trailing metadata) it reads directly. The workers' streams, which read and
+write, stay on the edge (coordinator/edge/worker_stream.py). A cancelled RPC
 cancels its core task (run_coroutine_threadsafe chains cancellation).
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from typing import Any, Awaitable, Callable, Coroutine
+from typing import Awaitable, Callable, Coroutine
 
 import grpc
 
@@ -67,12 +68,6 @@ class EdgeContext:
 
     def __init__(self, context: grpc.aio.ServicerContext, edge: asyncio.AbstractEventLoop) -> None:
         self._context, self._edge = context, edge
-
-    async def read(self) -> Any:
-        return await on(self._edge, self._context.read())
-
-    async def write(self, message) -> None:
-        await on(self._edge, self._context.write(message))
 
     async def abort(self, code, details: str = "", trailing_metadata=()) -> None:
         # Raises the context's AbortError (the same object), which the edge handler re-raises.

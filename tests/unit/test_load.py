@@ -1,5 +1,6 @@
-"""coordinator/core/load.py: the intake gate puts users' calls ahead of a burst of worker
-messages, first come first served; the lag meter says when to shed and for how long."""
+"""coordinator/core/load.py: the intake gate, as the workers' inbox uses it, puts users' calls ahead
+of a burst of worker messages, first come first served, and a stream's end after its messages;
+the lag meter says when to shed and for how long."""
 
 from __future__ import annotations
 
@@ -8,29 +9,43 @@ import asyncio
 import pytest
 
 from coordinator.core.load import IntakeGate, LagMeter
+from coordinator.edge.worker_stream import _GONE as GONE
+from coordinator.edge.worker_stream import Inbox
 from ringleader.errors import Overloaded, answer
+from ringleader.v1 import workers_pb2 as wpb
+
+
+class Core:
+    """What the inbox calls on the coordinator (coordinator/edge/worker_stream.py): the real gate,
+    and a record of what was applied, in order."""
+
+    def __init__(self, per_turn: int) -> None:
+        self.intake, self.served = IntakeGate(per_turn), []
+
+    def on_message(self, conn, msg) -> None:
+        self.served.append(msg.heartbeat.op_seq)
+
+    def disconnect(self, conn, why: str) -> None:
+        self.served.append(why)
+
+
+def heartbeat(i: int) -> wpb.WorkerMessage:
+    return wpb.WorkerMessage(heartbeat=wpb.Heartbeat(op_seq=i))
 
 
 def run_burst(per_turn: int, n: int = 20) -> list:
     """n worker messages arrive at once, then a user's call: the order they are served in."""
-    served: list = []
+    async def main() -> list:
+        core = Core(per_turn)
+        inbox = Inbox(core, identities=None, core=asyncio.get_running_loop())
+        for i in range(n):
+            inbox.put("conn", heartbeat(i))
+        asyncio.get_running_loop().call_soon(core.served.append, "user")
+        while len(core.served) < n + 1:
+            await asyncio.sleep(0)
+        return core.served
 
-    async def worker_message(gate: IntakeGate, i: int) -> None:
-        if not gate.take():
-            await gate.wait()
-        served.append(i)
-
-    async def user_call() -> None:
-        served.append("user")
-
-    async def main() -> None:
-        gate = IntakeGate(per_turn)
-        tasks = [asyncio.create_task(worker_message(gate, i)) for i in range(n)]
-        tasks.append(asyncio.create_task(user_call()))
-        await asyncio.gather(*tasks)
-
-    asyncio.run(main())
-    return served
+    return asyncio.run(main())
 
 
 def test_a_user_call_waits_behind_one_turn_of_worker_messages_not_the_whole_burst():
@@ -40,22 +55,20 @@ def test_a_user_call_waits_behind_one_turn_of_worker_messages_not_the_whole_burs
     assert [s for s in served if s != "user"] == list(range(20))  # every message, in arrival order
 
 
-def test_a_reader_that_goes_away_while_waiting_takes_no_room():
-    async def main() -> list[int]:
-        gate, served = IntakeGate(2), []
+def test_a_streams_end_is_applied_after_every_message_it_read():
+    async def main() -> tuple[list, int]:
+        core = Core(2)
+        inbox = Inbox(core, identities=None, core=asyncio.get_running_loop())
+        for i in range(5):
+            inbox.put("conn", heartbeat(i))
+        inbox.put("conn", GONE, "stream closed by the worker")
+        while len(core.served) < 6:
+            await asyncio.sleep(0)
+        return core.served, core.intake.deferred
 
-        async def message(i: int) -> None:
-            if not gate.take():
-                await gate.wait()
-            served.append(i)
-
-        tasks = [asyncio.create_task(message(i)) for i in range(6)]
-        await asyncio.sleep(0)  # 0 and 1 served, 2-5 waiting
-        tasks[2].cancel()  # its stream ended
-        await asyncio.gather(*tasks, return_exceptions=True)
-        return served
-
-    assert asyncio.run(main()) == [0, 1, 3, 4, 5]
+    served, deferred = asyncio.run(main())
+    assert served == [0, 1, 2, 3, 4, "stream closed by the worker"]  # over three turns of 2
+    assert deferred > 0
 
 
 def test_the_lag_meter_sheds_past_its_threshold_and_says_when_to_come_back():

@@ -2416,7 +2416,7 @@ class LocalizeRequest(_message.Message):
     tolerance: _builtins.float
     """a group below this fraction of a clean one is slow (default 0.8)"""
     repeats: _builtins.int
-    """each group measured this many times, its best counts (default 2)"""
+    """each group measured this many times: a test group's best counts, the control's worst (default 2)"""
     @_builtins.property
     def known_good(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """workers to pad test groups with (default: idle healthy workers)"""

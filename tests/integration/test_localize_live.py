@@ -59,6 +59,8 @@ def test_localize_of_a_clean_job_names_nobody(fresh_cluster):
     assert p.returncode == 0, p.stderr
     result = json.loads(p.stdout)
     print(result["verdict"])
+    for r in result["history"]:  # what each round measured: on failure, says why a clean worker read slow
+        print(r["round"], r["reference_gbps"], [(g["worker_ids"], g["busbw_gbps"], g.get("slow", False)) for g in r["groups"]])
     assert result.get("culprits", []) == [], result
     # Whatever looked slow on the way is reported, with why, never dropped silently.
     assert all(s["why"] for s in result.get("unresolved", []))

@@ -153,9 +153,16 @@ def test_gpu_figures_their_turn_cannot_explain_are_refused():
     figures = [(800.0, 4000.0), (800.0, 4000.0), (800.0, 4000.0)]
     seen = [gpu_check.claimed_s(800.0, 4000.0, 8192, 1 << 30, 10) * k for k in (1.2, 8.0, 1.1)]
     r = gpu_check.gpu_result(["H100"] * 3, _honest(figures, seen=seen), 8192, "bfloat16", 1 << 30, 10)
-    # Rank 1 claims what rank 0 does, but its turn took 8x: it is judged on what the clocks saw.
+    # Rank 1 claims what rank 0 does, but its turn took 8x: it is judged on what the clocks saw,
+    # at the pace the other turns ran against their claims (1.2 and 1.1: 1.15).
     assert [w.refused for w in r.workers] == [False, True, False]
-    assert r.workers[1].tflops == pytest.approx(100.0) and [w.flagged for w in r.workers] == [False, True, False]
+    assert r.workers[1].tflops == pytest.approx(800.0 * 1.15 / 8) and [w.flagged for w in r.workers] == [False, True, False]
+    # A busy host stretches every turn 6x (CPU workers claim CPU time): nobody is refused; a
+    # rank whose turn ran 8x longer than that still is, and is judged at an eighth.
+    busy = [gpu_check.claimed_s(800.0, 4000.0, 8192, 1 << 30, 10) * k for k in (6.0, 6.2, 5.8, 48.0)]
+    r = gpu_check.gpu_result(["H100"] * 4, _honest(figures + [(800.0, 4000.0)], seen=busy), 8192, "bfloat16", 1 << 30, 10)
+    assert [w.refused for w in r.workers] == [False, False, False, True]
+    assert r.workers[3].tflops == pytest.approx(100.0) and [w.flagged for w in r.workers] == [False, False, False, True]
     # Two ranks in one turn: the slowest claim must explain it; the turn's other rank is not named.
     turn = [1.5 * gpu_check.claimed_s(80.0, 400.0, 8192, 1 << 30, 1)]
     shared = [(0, (800.0, 4000.0, 0), turn), (0, (80.0, 400.0, 0), turn), (0, (800.0, 4000.0, 0), turn)]

@@ -11,11 +11,12 @@ before and after), not each product's own device time, so a second process shari
 halves the figure; the best of ROUNDS loops counts (a busy host's burst slows some loops, a
 slowed device every one), each loop in another pass over the turns. Every loop's last product must equal the first bit for bit (same
 inputs, same kernel), else it counts as wrong. On a CPU worker the same check runs on one CPU
-core, so it is tested without a GPU. Ranks that share a device or a machine's CPUs take turns.
+core, so it is tested without a GPU, timed by that thread's CPU clock (_loop_s says why). Ranks
+that share a device or a machine's CPUs take turns.
 
 Evidence no rank can forge: every rank's clock times every turn (barrier to barrier), and a
 rank's figures claim how long its loops took at least; a claim far below the turn its peers saw
-(more than SLACK times, plus ALLOW) is refused. A refused rank alone in its turn is judged on the
+(more than SLACK times the pace of the other turns against their claims, plus ALLOW) is refused. A refused rank alone in its turn is judged on the
 figures its turn implies (what its peers saw), else its figures are left out (verdicts: suspect).
 """
 
@@ -46,13 +47,18 @@ def resolved(spec: pb.GpuCheckSpec, device_type: str) -> tuple[int, str, int]:
 
 
 def _loop_s(run, iters: int, device) -> float:
-    """One loop of `iters` calls, by the clock with the device drained before and after."""
+    """One loop of `iters` calls, by the clock with the device drained before and after. On a
+    CPU worker, by the thread's CPU clock: its device is the core its one thread runs on, and
+    other work on the host (a test suite beside the bed: 1 false verdict in 3 default checks at
+    load 11 by the wall clock) descheduling that thread is the host's load, not the device's
+    speed. A slower core, or more work per call, still shows."""
+    clock = time.perf_counter if device.type == "cuda" else time.thread_time
     _drain(device)
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(iters):
         run()
     _drain(device)
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def _best_loop_s(run, iters: int, device) -> float:
@@ -190,16 +196,22 @@ def gpu_result(models: list[str], reports: list[tuple], n: int, dtype: str, nbyt
     turn_of = [t for t, _, _ in reports]
     # A rank's account of the turns counts only as one voice of the median (a short one: none).
     witnessed = [peers.median([seen[t] for _, _, seen in reports if len(seen) > t]) for t in range(max(turn_of) + 1)]
+    claims = [claimed_s(*figures[:2], n, nbytes, iters) for _, figures, _ in reports]
     rows = []
     for rank, (turn, (tflops, gbps, wrong), _) in enumerate(reports):
-        claim = claimed_s(tflops, gbps, n, nbytes, iters)
+        claim = claims[rank]
         mates = [r for r, t in enumerate(turn_of) if t == turn]
-        slowest = max(claimed_s(*reports[r][1][:2], n, nbytes, iters) for r in mates)
-        unexplained = witnessed[turn] > SLACK * slowest + allow_s  # the turn took far longer than any claim
-        refused = unexplained and witnessed[turn] > SLACK * claim + allow_s
+        # How much longer than their claims the other turns ran (at least 1): a busy host's
+        # load stretches every turn, not one rank's, and a CPU worker's claims are CPU time.
+        pace = max(1.0, peers.median([witnessed[t] / claims[r] for r, t in enumerate(turn_of)
+                                      if t != turn and claims[r] > 0]))
+        slowest = max(claims[r] for r in mates)
+        unexplained = witnessed[turn] > SLACK * pace * slowest + allow_s  # far longer than any claim
+        refused = unexplained and witnessed[turn] > SLACK * pace * claim + allow_s
         if refused and len(mates) == 1 and witnessed[turn] > 0:
-            # Alone in its turn: what its peers saw bounds what it did (the whole turn as its loops).
-            scale = claim / witnessed[turn]
+            # Alone in its turn: what its peers saw bounds what it did (the whole turn as its
+            # loops, at the pace the other turns ran).
+            scale = min(1.0, pace * claim / witnessed[turn])
             tflops, gbps = tflops * scale, gbps * scale
         rows.append(dict(rank=rank, device=models[rank], tflops=tflops, copy_gbps=gbps, wrong=wrong,
                          witnessed_s=witnessed[turn], claimed_s=claim, refused=refused,

@@ -45,6 +45,7 @@ class Faults:
     corrupt_share: int = 0  # 1: the corruption check's exact collectives get this rank's share off by one
     write_peer_row: float = 0.0  # the link check: add this many us to every link of the others, in its report
     inflate_figures: float = 1.0  # the GPU and link checks: report figures this many times better
+    stretch_turns_s: float = 0.0  # the GPU check: add this many seconds to every other turn, in its account
 
     @property
     def any(self) -> bool:

@@ -9,7 +9,8 @@ here those flags become verdicts on workers, with their evidence (figure and exp
   bytes, and that no failed worker explains, makes both its ends suspect; a link that is only
   slow stays flagged in the result but names nobody. The others are healthy.
 - gpu_check: a flagged worker (below its same-model peers' noise-aware bound, or a product unlike
-  the first) is failed; a worker whose figures its turn cannot explain (peers' clocks) is suspect.
+  the first) is failed; a worker whose figures its turn cannot explain (peers' clocks) is suspect;
+  so is one refused on a turn longer than the job ran by the coordinator's clock (a forged account).
 - sdc_check: a checksum other than the majority of its model's is failed, and so is the sender of
   wrong data in the exact collectives that a strict majority of its receivers name (a receiver
   of wrong data is not the culprit). With no checksum majority, the disagreeing workers are
@@ -34,6 +35,8 @@ def of_job(job: pb.Job) -> dict[str, pb.WorkerHealth]:
         return {}
     ranks = {w.rank: w for w in job.workers}
     found = kinds.get(kind).resolve("verdicts")(getattr(job, kind), ranks)  # the kind table's column
+    if kind == "gpu_check":
+        found.update(_beyond_the_clock(job))
     at = job.finished_at
     return {ranks[r].worker_id: pb.WorkerHealth(verdict=v, check=kind, figure=fig, expected=exp, at=at, job_id=job.id)
             for r, (v, fig, exp) in found.items() if r in ranks}
@@ -134,6 +137,24 @@ def _gpus(r: pb.GpuCheckResult, ranks: dict[int, pb.WorkerRef]) -> Found:
                     f"flagged below {w.flag_tflops:.4g} TFLOP/s or {w.flag_copy_gbps:.4g} GB/s (median - max(4 x "
                     "1.4826 MAD, 0.3 x median)); products equal bit for bit; figures its turn can explain")
         out[w.rank] = (FAILED if w.flagged else SUSPECT if w.refused else HEALTHY, figure, expected)
+    return out
+
+
+CLOCK_ALLOW_S = 1.0  # the workers' and the coordinator's clocks, and the result's trip to it
+
+
+def _beyond_the_clock(job: pb.Job) -> Found:
+    """The coordinator's own clock bounds what the ranks said of each other: no turn can have
+    lasted longer than the whole job ran (dispatched to finished, by this clock). A refusal that
+    rests on such a turn rests on a forged account (with two ranks, one liar is half the median);
+    that rank is not judged on it: suspect, never failed."""
+    ran = job.finished_at - job.started_at
+    out: Found = {}
+    for w in job.gpu_check.workers:
+        if w.refused and job.started_at and w.witnessed_s > ran + CLOCK_ALLOW_S:
+            out[w.rank] = (SUSPECT, f"refused on a turn of {w.witnessed_s:.3g} s by its peers' account, but the "
+                           f"whole job ran {ran:.3g} s by the coordinator's clock: an account is forged",
+                           "turn accounts the coordinator's clock allows")
     return out
 
 

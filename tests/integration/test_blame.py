@@ -174,6 +174,7 @@ ROGUES = {  # the fault injector's rogue modes (worker/faults.py), one worker ea
     "r-share": "corrupt_share=1",  # sends a corrupted share in the corruption check's collectives
     "r-row": "write_peer_row=1000000",  # writes 1 s one way into every other link's row of the link check
     "r-inflate": "slow_compute=8,inflate_figures=8",  # 8x slower, reports 8x its figures
+    "r-stretch": "stretch_turns_s=100",  # says every other rank's GPU-check turn took 100 s longer
 }
 
 
@@ -251,3 +252,18 @@ def test_a_slowed_worker_inflating_its_gpu_figures_is_refused_and_judged_on_its_
     assert rogue.refused and rogue.witnessed_s > 4 * rogue.claimed_s, rogue
     assert health["r-inflate"].verdict in (pb.UNHEALTHY, pb.SUSPECT) and "refused" in health["r-inflate"].figure
     assert all(health[w].verdict == pb.HEALTHY for w in HONEST), health
+
+
+def test_a_rank_stretching_its_peers_turns_gets_nobody_failed(rogues):
+    # Among four, its account is one voice of each turn's median: nobody is refused on it.
+    job, health = _check(rogues, "r-stretch", "gpu_check")
+    assert not any(w.refused for w in job.gpu_check.workers), job.gpu_check
+    assert all(health[w].verdict == pb.HEALTHY for w in HONEST), health
+    # With two, it is half the median: b0 is refused on a 50 s turn of a job that ran a few
+    # seconds by the coordinator's clock, so it is suspect (never failed) and the result says why.
+    answer = rogues.client.run_check(pb.RunCheckRequest(worker_ids=["b0", "r-stretch"], kinds=["gpu_check"],
+                                                        wait=True, timeout_s=180))
+    (job,) = answer.jobs
+    assert job.state == pb.SUCCEEDED, job.reason
+    b0 = next(w for w in answer.workers if w.worker_id == "b0").health
+    assert b0.verdict == pb.SUSPECT and "coordinator's clock" in b0.figure, b0

@@ -74,6 +74,21 @@ def test_clean_links_give_healthy_verdicts_and_unfinished_jobs_none():
     assert verdicts.of_job(failed) == {} and verdicts.of_job(pb.Job(state=pb.SUCCEEDED)) == {}
 
 
+def test_a_refusal_on_a_turn_longer_than_the_job_ran_fails_nobody():
+    # Two ranks: the other's account of rank 0's turn is 100 s longer, so the median (their mean)
+    # refuses rank 0 and judges it at a fiftieth. The coordinator saw the whole job run 3 s.
+    claim = gpu_check.claimed_s(800.0, 4300.0, 8192, 1 << 30, 10)
+    reports = [(0, (800.0, 4300.0, 0), [claim, claim]), (1, (800.0, 4300.0, 0), [claim + 100.0, claim])]
+    job = _job("gpu_check", gpu_check.gpu_result(["H200"] * 2, reports, 8192, "bfloat16", 1 << 30, 10), ["a", "b"])
+    assert job.gpu_check.workers[0].refused and job.gpu_check.workers[0].flagged
+    job.started_at, job.finished_at = 1000.0, 1003.0
+    found = verdicts.of_job(job)
+    assert _by_verdict(found) == {pb.HEALTHY: ["w1"], pb.SUSPECT: ["w0"], pb.UNHEALTHY: []}
+    assert "coordinator's clock" in found["w0"].figure
+    job.finished_at = 1200.0  # a job that ran long enough for that turn: judged on it
+    assert _by_verdict(verdicts.of_job(job))[pb.UNHEALTHY] == ["w0"]
+
+
 def test_gpu_and_sdc_verdicts_carry_figures_and_expectations():
     g = gpu_check.gpu_result(["H200"] * 3, _honest([(800.0, 4300.0), (100.0, 4300.0), (790.0, 4200.0)], 8192, 1 << 30),
                              8192, "bfloat16", 1 << 30, 10)

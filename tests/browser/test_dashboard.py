@@ -174,7 +174,8 @@ def test_overview_lists_workers_and_jobs(web_cluster, jobs, browser):
     for wid in ("w0", "w1"):
         cls, title = workers[wid]
         assert "cell-unchecked" in cls and title.startswith(f"{wid} · ") and " · idle" in title, (wid, cls, title)
-    assert "on 1 host" in browser.find_element(By.ID, "fleet-summary").text
+    # The summary is drawn after the cells (at load 19 it was still empty when they appeared).
+    wait_for(browser, "document.getElementById('fleet-summary').innerText.includes('on 1 host')")
 
     browser.find_element(By.ID, "tab-jobs").click()
     wait_for(browser, "document.querySelectorAll('#jobs-body tr[data-job]').length >= 2")

@@ -1421,9 +1421,12 @@ class GpuCheckResult(_message.Message):
     MATMUL_N_FIELD_NUMBER: _builtins.int
     DTYPE_FIELD_NUMBER: _builtins.int
     COPY_BYTES_FIELD_NUMBER: _builtins.int
+    SERIES_FIELD_NUMBER: _builtins.int
     matmul_n: _builtins.int
     dtype: _builtins.str
     copy_bytes: _builtins.int
+    series: _builtins.int
+    """Measurement series run: 2 when the first flagged a rank's figures low (best of both counts)."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuFigures]: ...
     def __init__(
@@ -1433,10 +1436,11 @@ class GpuCheckResult(_message.Message):
         matmul_n: _builtins.int = ...,
         dtype: _builtins.str = ...,
         copy_bytes: _builtins.int = ...,
+        series: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_bytes", b"copy_bytes", "dtype", b"dtype", "matmul_n", b"matmul_n", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_bytes", b"copy_bytes", "dtype", b"dtype", "matmul_n", b"matmul_n", "series", b"series", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

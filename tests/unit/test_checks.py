@@ -175,6 +175,22 @@ def test_gpu_figures_their_turn_cannot_explain_are_refused():
     assert [w.refused for w in r2.workers] == [True, True, False] and not any(w.flagged for w in r2.workers)
 
 
+def test_a_rank_low_in_one_series_only_is_not_flagged_by_the_best_of_both():
+    figures = [(800.0, 4000.0), (400.0, 4000.0), (790.0, 4100.0)]  # rank 1 at half, the first time
+    first = _honest(figures)
+    assert [w.flagged for w in gpu_check.gpu_result(["H100"] * 3, first, 8192, "bfloat16", 1 << 30, 10).workers] == \
+        [False, True, False]
+    again = _honest([(800.0, 4000.0), (795.0, 4000.0), (790.0, 4100.0)])
+    both = gpu_check.merged(first, again)
+    assert both[1][1] == (795.0, 4000.0, 0) and both[1][2] == [a + b for a, b in zip(first[1][2], again[1][2])]
+    r = gpu_check.gpu_result(["H100"] * 3, both, 8192, "bfloat16", 1 << 30, 10, series=2)
+    assert not any(w.flagged or w.refused for w in r.workers) and r.series == 2
+    # A device that is slow reads low in both series, and is flagged on the best of them.
+    still = gpu_check.merged(first, _honest(figures))
+    assert [w.flagged for w in gpu_check.gpu_result(["H100"] * 3, still, 8192, "bfloat16", 1 << 30, 10,
+                                                    series=2).workers] == [False, True, False]
+
+
 def _sdc(*ranks):
     """(model, checksum) or (model, checksum, reduce wrong, wrong per sender) per rank."""
     n = len(ranks)

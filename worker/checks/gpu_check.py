@@ -38,6 +38,11 @@ ROUNDS = 3
 # worker a busy machine deschedules a rank for a good part of a second (seen at load 33, 8 ranks
 # on 2 cores: a clean rank refused with 0.05 s); an 8x slower rank still exceeds it.
 SLACK, ALLOW_S, ALLOW_CPU_S = 4.0, 0.05, 0.5
+# A rank whose figures the first series flags low is measured again, with every rank (a second
+# series of passes), and the best of both counts: nobody is failed on one noisy figure. At load
+# 10-15 on the namespace bed a clean CPU worker read 0.7 of its peers once in 19 checks; a slowed
+# device reads low in both.
+SERIES = 2
 
 
 def resolved(spec: pb.GpuCheckSpec, device_type: str) -> tuple[int, str, int]:
@@ -141,12 +146,26 @@ def run_gpu_check(job: ValidJob, ctx: RunContext) -> Outcome:
     n, dtype, nbytes = resolved(g, ctx.device.type)
     everyone = peers.gather(peers.me(ctx.device))
     turn, turns = peers.turns(everyone, ctx.rank)
+    allow = ALLOW_S if ctx.device.type == "cuda" else ALLOW_CPU_S
+    reports: list[tuple] = []
     # One thread for the warm-up too: the same kernel (and reduction order) as the timed loops.
     with _one_cpu_thread(ctx.device):
-        mine, seen = _take_turns(ctx, turn, turns, n, dtype, nbytes, g.iters)
-    reports = peers.gather((turn, mine, seen))
-    allow = ALLOW_S if ctx.device.type == "cuda" else ALLOW_CPU_S
-    return Outcome(message=gpu_result([p.model for p in everyone], reports, n, dtype, nbytes, g.iters, allow))
+        for series in range(1, SERIES + 1):
+            mine, seen = _take_turns(ctx, turn, turns, n, dtype, nbytes, g.iters)
+            reports = merged(reports, peers.gather((turn, mine, seen)))
+            # Every rank judges the same reports alike, so all agree on whether to measure again.
+            result = gpu_result([p.model for p in everyone], reports, n, dtype, nbytes, g.iters, allow, series)
+            if not any(w.flagged and not w.wrong for w in result.workers):
+                break
+    return Outcome(message=result)
+
+
+def merged(before: list[tuple], reports: list[tuple]) -> list[tuple]:
+    """Two series' reports as one: each rank's best figures, wrong loops and turn seconds summed."""
+    if not before:
+        return reports
+    return [(turn, (max(a[0], b[0]), max(a[1], b[1]), a[2] + b[2]), [x + y for x, y in zip(s1, s2)])
+            for (turn, a, s1), (_, b, s2) in zip(before, reports)]
 
 
 def _take_turns(ctx: RunContext, turn: int, turns: int, n: int, dtype: str, nbytes: int, iters: int):
@@ -182,22 +201,23 @@ def _take_turns(ctx: RunContext, turn: int, turns: int, n: int, dtype: str, nbyt
     return (tflops * fault.inflate_figures, gbps * fault.inflate_figures, wrong), seen
 
 
-def claimed_s(tflops: float, gbps: float, n: int, nbytes: int, iters: int) -> float:
-    """The least time a rank's timed loops took, if its figures are true (ROUNDS loops of each)."""
+def claimed_s(tflops: float, gbps: float, n: int, nbytes: int, iters: int, series: int = 1) -> float:
+    """The least time a rank's timed loops took, if its figures are true (ROUNDS loops of each
+    in each series)."""
     if tflops <= 0 or gbps <= 0:
         return 0.0
-    return ROUNDS * iters * (2 * n ** 3 / (tflops * 1e12) + 2 * nbytes / (gbps * 1e9))
+    return series * ROUNDS * iters * (2 * n ** 3 / (tflops * 1e12) + 2 * nbytes / (gbps * 1e9))
 
 
 def gpu_result(models: list[str], reports: list[tuple], n: int, dtype: str, nbytes: int,
-               iters: int, allow_s: float = ALLOW_S) -> pb.GpuCheckResult:
+               iters: int, allow_s: float = ALLOW_S, series: int = 1) -> pb.GpuCheckResult:
     """Each rank's figures (its reports: (turn, (tflops, copy GB/s, wrong), turn seconds seen))
     checked against the turns every rank's clock saw, then against its same-model peers under
     the noise-aware bound. No communication."""
     turn_of = [t for t, _, _ in reports]
     # A rank's account of the turns counts only as one voice of the median (a short one: none).
     witnessed = [peers.median([seen[t] for _, _, seen in reports if len(seen) > t]) for t in range(max(turn_of) + 1)]
-    claims = [claimed_s(*figures[:2], n, nbytes, iters) for _, figures, _ in reports]
+    claims = [claimed_s(*figures[:2], n, nbytes, iters, series) for _, figures, _ in reports]
     rows = []
     for rank, (turn, (tflops, gbps, wrong), _) in enumerate(reports):
         claim = claims[rank]
@@ -217,7 +237,7 @@ def gpu_result(models: list[str], reports: list[tuple], n: int, dtype: str, nbyt
         rows.append(dict(rank=rank, device=models[rank], tflops=tflops, copy_gbps=gbps, wrong=wrong,
                          witnessed_s=witnessed[turn], claimed_s=claim, refused=refused,
                          judged=not refused or len(mates) == 1))
-    out = pb.GpuCheckResult(matmul_n=n, dtype=dtype, copy_bytes=nbytes)
+    out = pb.GpuCheckResult(matmul_n=n, dtype=dtype, copy_bytes=nbytes, series=series)
     for row in rows:
         same = [x for x in rows if x["device"] == row["device"] and x["judged"]]
         med_t, med_c = peers.median([x["tflops"] for x in same]), peers.median([x["copy_gbps"] for x in same])

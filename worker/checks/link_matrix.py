@@ -34,6 +34,10 @@ DISAGREE = 2.0
 # ...plus this much: on a quiet machine a few round trips of 512 KiB take about a millisecond, and
 # the two ends' fixed costs (a Python call, a gloo op each way) differ by a good part of it.
 DISAGREE_ALLOW_US = 500.0
+# Passes over the links still flagged after the first: one was not enough beside a test suite at
+# load 12 on the namespace bed (a clean host's worker failed with 4 of 7 links at 0.24 of the
+# median, 1 clean run in 12); a rate-limited link reads slow in every pass.
+AGAIN = 2
 
 
 def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
@@ -46,19 +50,21 @@ def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
     rounds = [[k for k, link in enumerate(links) if link[2] == r] for r in range(len(schedule))]
     rows = _rows(links, sizes, _measure(s, sizes, ctx, links, rounds))
     result = link_result(rows, hosts, max(sizes), len(schedule), reason)
-    # A second pass over the flagged links, one at a time (the same list on every rank: every
+    # More passes over the flagged links, one at a time (the same list on every rank: every
     # rank holds the same figures): a link that was slow only because its ends waited for a
     # CPU (a busy host) is fast now, while a slow link is slow again. Each keeps its best.
-    again = [k for k, x in enumerate(result.links) if x.flagged]
-    if not again:
-        return Outcome(message=result)
     # Three times the round trips: a rank starved of CPU for a moment gets more chances to run.
     longer = pb.LinkMatrixSpec(iters=3 * s.iters, warmup=s.warmup)
-    second = _rows(links, sizes, _measure(longer, sizes, ctx, links, [[k] for k in again]))
-    for k in again:
-        best = max(rows[k], second[k], key=lambda x: x["gbps"])
-        rows[k] = {**best, "wrong": rows[k]["wrong"] + second[k]["wrong"]}
-    return Outcome(message=link_result(rows, hosts, max(sizes), len(schedule), reason))
+    for _ in range(AGAIN):
+        again = [k for k, x in enumerate(result.links) if x.flagged]
+        if not again:
+            break
+        second = _rows(links, sizes, _measure(longer, sizes, ctx, links, [[k] for k in again]))
+        for k in again:
+            best = max(rows[k], second[k], key=lambda x: x["gbps"])
+            rows[k] = {**best, "wrong": rows[k]["wrong"] + second[k]["wrong"]}
+        result = link_result(rows, hosts, max(sizes), len(schedule), reason)
+    return Outcome(message=result)
 
 
 def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,

@@ -21,7 +21,21 @@ from coordinator.store.sqlite_trends import TREND_UPSERT, trend_rows
 from coordinator.store.trends import (HOSTS_AT_ONCE, HOUR_S, JOBS_KEPT, KEEP_H, Downsampling, TrendBucket, TrendHour,
                                      TrendPoint, TrendQuery)
 
-HOSTS_SQL = "SELECT DISTINCT host FROM trend_hours WHERE host > %s ORDER BY host LIMIT %s"
+
+def _hosts(first: str) -> str:
+    """The distinct hosts from the first one that meets `first`, in order, found one index probe
+    each (a loose index scan, which PostgreSQL does not plan by itself): the whole-table statements
+    below cost (hosts), not (rows), on the writer's thread."""
+    return f"""WITH RECURSIVE hosts (host) AS (
+        (SELECT host FROM trend_hours WHERE {first} ORDER BY host LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.host FROM trend_hours t WHERE t.host > hosts.host ORDER BY t.host LIMIT 1)
+        FROM hosts WHERE hosts.host IS NOT NULL)"""
+
+
+HOSTS_SQL = _hosts("host > %s") + " SELECT host FROM hosts WHERE host IS NOT NULL LIMIT %s"
+OLDEST_SQL = _hosts("TRUE") + " SELECT min((SELECT min(t.hour) FROM trend_hours t WHERE t.host = hosts.host)) FROM hosts"
+EXPIRED_SQL = _hosts("TRUE") + " DELETE FROM trend_hours t USING hosts WHERE t.host = hosts.host AND t.hour < %s"
 # trends.downsample in SQL: the periods of the window that are more than one row at their start;
 # their rows deleted (a statement's own deletes free their keys for its inserts) and merged: the
 # first hour's key fields, the sums, the lowest min with the job behind it (the earliest on a tie),
@@ -60,10 +74,10 @@ def downsample_share(state: Downsampling | None, now: float, cur) -> tuple[Downs
     its transaction: the state it leaves, and whether it merged a window."""
     hour = int(now // HOUR_S)
     if state is None:  # the first share of this store: no window starts before the oldest row
-        oldest = cur.execute("SELECT MIN(hour) FROM trend_hours").fetchone()[0]
+        oldest = cur.execute(OLDEST_SQL).fetchone()[0]
         state = Downsampling(oldest=hour if oldest is None else oldest)
     if state.deleted_at != hour:
-        cur.execute("DELETE FROM trend_hours WHERE hour < %s", [hour - KEEP_H])
+        cur.execute(EXPIRED_SQL, [hour - KEEP_H])
         state.deleted_at = hour
     window = state.next(now)
     if window is None:

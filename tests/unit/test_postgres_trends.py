@@ -1,20 +1,27 @@
 """The PostgreSQL store's trend downsampling (coordinator/store/postgres_trends.py) where it differs
 from the other stores: a share goes to the writer with the turn's group, so the caller never waits
 for the server; it is fenced as the group is; its failure is its own. A real PostgreSQL
-(tests/conftest.py); what downsampling keeps is tests/unit/test_store_trends.py's, on every store."""
+(tests/conftest.py); what downsampling keeps is tests/unit/test_store_trends.py's, on every store.
+And the dashboard's trend pages, whose store reads wait for that server: off the loop."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 
+import httpx
 import psycopg
 import pytest
+from fastapi import FastAPI
 from pgserver import schema_name
 
+from coordinator.core.facade import Coordinator
 from coordinator.store import postgres_trends
 from coordinator.store.factory import open_store
 from coordinator.store.lease import Deposed, Lease
 from coordinator.store.trends import HOUR_S, TrendPoint, TrendQuery
+from dashboard import trends_api
 from ringleader.v1 import jobs_pb2 as pb
 
 KEY = "H100|all_reduce|float32|2^20|r8|h1|local|eager|"
@@ -123,3 +130,36 @@ def test_a_deposed_leaders_share_is_rolled_back(dsn):
         a.stop()
         if b is not None:
             b.stop()
+
+
+@pytest.mark.parametrize("path, params, table", [
+    ("/api/v1/trends", {"days": 1}, "trend_hours"),
+    ("/api/v1/trends/jobs", {"key": KEY, "start": OLD_DAY}, "trend_hours"),
+    ("/api/v1/trends/links", {"host": "h1"}, "jobs"),
+])
+def test_the_trend_pages_never_hold_the_loop_while_the_server_stalls(dsn, path, params, table):
+    store = open_store(dsn)
+    blocker = psycopg.connect(dsn, autocommit=True)
+    blocker.execute("BEGIN")
+    blocker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+
+    async def call_and_watch_the_loop():
+        app = FastAPI()
+        app.include_router(trends_api.router(Coordinator(store)))
+        gaps, last = [], time.monotonic()
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rest") as client:
+            threading.Timer(1.5, blocker.execute, ["ROLLBACK"]).start()  # the server answers 1.5 s from now
+            call = asyncio.ensure_future(client.get(path, params=params))
+            while not call.done():
+                await asyncio.sleep(0.02)
+                gaps.append(time.monotonic() - last)
+                last = time.monotonic()
+            return await call, sum(gaps), max(gaps)
+
+    try:
+        answer, waited, longest = asyncio.run(call_and_watch_the_loop())
+    finally:
+        blocker.close()
+        store.close()
+    assert answer.status_code == 200, answer.text
+    assert waited > 1.2 and longest < 0.75, (waited, longest)  # the read waited; the loop kept turning

@@ -1,10 +1,10 @@
 """The PostgreSQL store's (coordinator/store/postgres.py) bandwidth trends: written with the group,
 read from the server once the groups before are durable, and downsampled in the database.
 
-Downsampling keeps the SQL stores' rules and shares (coordinator/store/trends.py: Downsampling
-says which window of which grain, and which 16 hosts, a call merges), but each share is one
-set-based statement on the server: the window's periods found, their rows deleted and merged
-into one row each, the jobs of the hour kept in order, in one pass. A call on the coordinator's
+Downsampling takes SQLite's steps (coordinator/store/trends.py's sql_share: which window of which
+grain, and which 16 hosts, a call merges), but the merge is one set-based statement on the server:
+the window's periods found, their rows deleted and merged into one row each, the jobs kept in
+order, in one pass. A call on the coordinator's
 loop never waits for it: it hands the share to the writer with the turn's group
 (postgres_writer.Share: the same transaction, the same fence), and the next call takes up the
 state the share left once it is durable. A mixin of PostgresJobStore, which provides _mem,
@@ -13,13 +13,12 @@ _write, _written, _sync, _pending, _record.
 
 from __future__ import annotations
 
-import copy
 import functools
 
 from coordinator.store.postgres_writer import Share
 from coordinator.store.sqlite_trends import TREND_UPSERT, trend_rows
-from coordinator.store.trends import (HOSTS_AT_ONCE, HOUR_S, JOBS_KEPT, KEEP_H, Downsampling, TrendBucket, TrendHour,
-                                     TrendPoint, TrendQuery)
+from coordinator.store.trends import (JOBS_KEPT, Downsampling, TrendBucket, TrendHour, TrendPoint, TrendQuery,
+                                     sql_share)
 
 
 def _hosts(first: str) -> str:
@@ -69,32 +68,32 @@ GROUP BY g.host, g.key, g.start
 """
 
 
+class _Share:
+    """trends.sql_share's statements on the server, on the writer's cursor inside its transaction."""
+
+    def __init__(self, cur) -> None:
+        self.cur = cur
+
+    def oldest(self) -> int | None:
+        return self.cur.execute(OLDEST_SQL).fetchone()[0]
+
+    def expire(self, before: int) -> None:
+        self.cur.execute(EXPIRED_SQL, [before])
+
+    def hosts_after(self, after: str, limit: int) -> list[str]:
+        return [h for (h,) in self.cur.execute(HOSTS_SQL, [after, limit]).fetchall()]
+
+    def merge(self, grain_h: int, first: int, end: int, hosts: tuple[str, str] | None) -> None:
+        args = {"grain": grain_h, "first": first, "end": end, "kept": JOBS_KEPT}
+        if hosts:
+            args.update(after=hosts[0], upto=hosts[1])
+        where = "host > %(after)s AND host <= %(upto)s" if hosts else "host = ''"
+        self.cur.execute(MERGE_SQL.format(hosts=where), args)
+
+
 def downsample_share(state: Downsampling | None, now: float, cur) -> tuple[Downsampling, bool]:
-    """One call's share (SqliteTrends.downsample_trends' steps), on the writer's connection inside
-    its transaction: the state it leaves, and whether it merged a window."""
-    hour = int(now // HOUR_S)
-    if state is None:  # the first share of this store: no window starts before the oldest row
-        oldest = cur.execute(OLDEST_SQL).fetchone()[0]
-        state = Downsampling(oldest=hour if oldest is None else oldest)
-    if state.deleted_at != hour:
-        cur.execute(EXPIRED_SQL, [hour - KEEP_H])
-        state.deleted_at = hour
-    window = state.next(now)
-    if window is None:
-        return state, False
-    per_host, grain_h, first, end, after = window
-    last: str | None = None
-    args = {"grain": grain_h, "first": first, "end": end, "kept": JOBS_KEPT}
-    if per_host:  # the next HOSTS_AT_ONCE hosts after the last one merged
-        hosts = [h for (h,) in cur.execute(HOSTS_SQL, [after, HOSTS_AT_ONCE]).fetchall()]
-        last = hosts[-1] if len(hosts) == HOSTS_AT_ONCE else None
-        where = "host > %(after)s AND host <= %(upto)s"
-        args.update(after=after, upto=hosts[-1] if hosts else after)
-    else:
-        where = "host = ''"
-    cur.execute(MERGE_SQL.format(hosts=where), args)
-    state.merged(per_host, grain_h, end, last)
-    return state, True
+    """One call's share (trends.sql_share), run by the writer inside its transaction."""
+    return sql_share(state, now, _Share(cur))
 
 
 class PostgresTrends:
@@ -124,9 +123,9 @@ class PostgresTrends:
                     return True  # the last share is still being written: the next call goes on
                 self._take_up()
             state = self._downsampled
-            if state is not None and state.next(now) is None and state.deleted_at == int(now // HOUR_S):
+            if state is not None and not state.due(now):
                 return False  # nothing due: no share
-            self._share = Share(functools.partial(downsample_share, copy.deepcopy(state), now))
+            self._share = Share(functools.partial(downsample_share, state, now))
             self._write("", self._share)  # type: ignore[attr-defined]
         if self._pending is not None:  # type: ignore[attr-defined]
             return True

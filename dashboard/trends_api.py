@@ -5,13 +5,16 @@
     GET /trends/links the link matrix over time for one host (dashboard/link_history.py)
 
 Read from the store's hourly rollups (coordinator/store/trends.py), so a month of a 5,000-worker
-fleet costs (keys x buckets), never (jobs). The band is the key's baseline now (median, and the
-threshold below which a result is low: coordinator/health/baselines.py); a point is marked when its
-lowest result falls below that threshold. The same series go to Prometheus (trends_metrics.py).
+fleet costs (keys x buckets), never (jobs); the store's reads run on a thread, off the
+coordinator's loop (on PostgreSQL they wait for the groups in flight and the server). The band is
+the key's baseline now (median, and the threshold below which a result is low:
+coordinator/health/baselines.py); a point is marked when its lowest result falls below that
+threshold. The same series go to Prometheus (trends_metrics.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Annotated
 
@@ -62,9 +65,10 @@ def series(key: str, points: list[TrendBucket], entry) -> dict:
             "marked": [p.start for p in points if threshold > 0 and p.min_gbps < threshold]}
 
 
-def trends(store, q: TrendQuery) -> dict:
+def trends(store, q: TrendQuery, rows: list[TrendBucket]) -> dict:
+    """The answer for `q` from its buckets (`store.trend(q)`, read beforehand off the loop)."""
     by_key: dict[str, list[TrendBucket]] = {}
-    for b in store.trend(q):
+    for b in rows:
         by_key.setdefault(b.key, []).append(b)
     entries = {e.key: e for e in store.baselines()}
     out = [series(k, pts, entries.get(k)) for k, pts in by_key.items()]
@@ -92,7 +96,8 @@ def router(core: Coordinator) -> APIRouter:
         host: Filter = "", gpu_model: Filter = "", op: Filter = "", link: Filter = "", key: KeyFilter = "",
     ) -> JSON:
         q = query(days, until, host=host, gpu_model=gpu_model, op=op, link=link, key=key)
-        return JSON(trends(core.store, q), headers={"Cache-Control": "no-store"})
+        rows = await asyncio.to_thread(core.store.trend, q)  # PostgreSQL: its server, never waited for on the loop
+        return JSON(trends(core.store, q, rows), headers={"Cache-Control": "no-store"})
 
     @r.get("/trends/jobs", tags=["baselines"], operation_id="getTrendJobs",
            summary="The jobs behind one point of a key: its hours, the job of the lowest result first")
@@ -106,7 +111,7 @@ def router(core: Coordinator) -> APIRouter:
             q = TrendQuery(since=start, until=start + step_s, step_s=HOUR_S * max(1, step_s // HOUR_S), host=host, key=key)
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
-        hours = core.store.trend_hours(q)
+        hours = await asyncio.to_thread(core.store.trend_hours, q)
         return JSON({"key": key, "start": start, "step_s": step_s,
                      "hours": [{"start": h.start, "n": h.n, "min_gbps": h.min_gbps, "worst_job": h.worst_job,
                                 "jobs": list(h.jobs)} for h in hours]})
@@ -119,6 +124,7 @@ def router(core: Coordinator) -> APIRouter:
         until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
     ) -> JSON:
         end = until if until is not None else time.time()
-        return JSON(link_history.history(core.store, host, end - max(days * 86400, HOUR_S), end))
+        # Only the store is read (its listings), so a thread may: off the loop, as the jobs' pages.
+        return JSON(await asyncio.to_thread(link_history.history, core.store, host, end - max(days * 86400, HOUR_S), end))
 
     return r

@@ -11,12 +11,18 @@ RINGLEADER_REQUIRE_POSTGRES=1, as .ci/run sets, fail).
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import pwd
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+
+def schema_name(nodeid: str) -> str:
+    """A schema name for one test (PostgreSQL names: at most 63 bytes)."""
+    return "t" + hashlib.sha1(nodeid.encode()).hexdigest()[:20]
 
 
 class Unavailable(RuntimeError):

@@ -62,7 +62,9 @@ class JobStore(abc.ABC):
       `downsample_trends(now)` bounds them (coordinator/store/trends.py's GRAINS and KEEP_H): the
       rows older than each grain's age merged into one per period at its first hour (counts, sums,
       min, max and the worst job kept), those older than KEEP_H deleted; one call does a bounded
-      share and returns whether more is due (call again until False).
+      share and returns whether more is due (call again until False). With deferred commits a
+      store may write the share with the next group (PostgreSQL): the call then returns True at
+      once, and the next one, once the share is durable, goes on from it.
     - What was written before `close` is there after reopening the same path (SQL store).
     - Durability: a write is durable when its method returns, unless `defer_commits(pending)` was
       called: then writes are grouped, visible at once to this store's reads but durable only

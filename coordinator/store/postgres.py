@@ -11,7 +11,8 @@ connection, fenced by the lease) and returns a Future done once it is durable, w
 awaits before it answers. A finished job is dropped from memory only once its writes are
 durable; later reads of it (and listings, trends) go to the server through PostgresRecord
 (coordinator/store/postgres_record.py). Listings and trends first wait for the groups already
-written, so they show every write made before them. `resident()` tells whether a read would go
+written, so they show every write made before them. Trends are downsampled on the server, a
+share with a group (coordinator/store/postgres_trends.py). `resident()` tells whether a read would go
 to the server; `prefetch()` does that read, off the loop, beforehand (coordinator/core/facade.py).
 A request id never seen (coordinator/store/seen.py holds them all, in about a byte each) needs no read.
 
@@ -30,9 +31,10 @@ from typing import Callable, Iterable
 from coordinator.store.api import job_op
 from coordinator.store.memory import MemoryJobStore, _copy
 from coordinator.store.postgres_record import PostgresRecord, to_postgres  # noqa: F401 - to_postgres: its home for tests
-from coordinator.store.postgres_writer import GroupWriter, Op
+from coordinator.store.postgres_writer import GroupWriter, Op, Share
 from coordinator.store.seen import Seen
 from coordinator.store.postgres_fleet import PostgresFleet
+from coordinator.store.postgres_trends import PostgresTrends
 from ringleader import states as job_states
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import NotFound
@@ -42,7 +44,7 @@ HOT_FINISHED = 10_000  # finished jobs kept in memory (once durable) before the 
 ABSENT_MAX = 10_000  # ids and request ids the server was asked about and does not have
 
 
-class PostgresJobStore(PostgresFleet, MemoryJobStore):
+class PostgresJobStore(PostgresFleet, PostgresTrends, MemoryJobStore):
     def __init__(self, dsn: str) -> None:
         super().__init__()
         self._mem = threading.RLock()  # memory: the loop writes it, prefetch threads and the writer read it
@@ -124,8 +126,8 @@ class PostgresJobStore(PostgresFleet, MemoryJobStore):
 
     # ---- writes: memory at once, the server with the group ---------------------------------------
 
-    def _write(self, job_id: str, sql: str, *rows: tuple) -> None:
-        """Add a statement to the open group (the caller holds _mem and has changed memory)."""
+    def _write(self, job_id: str, sql: str | Share, *rows: tuple) -> None:
+        """Add a statement (or a Share) to the open group (the caller holds _mem and has changed memory)."""
         first = not self._ops
         if self._ops and self._ops[-1][0] == sql:
             self._ops[-1][1].extend(rows)  # one executemany for a run of the same statement

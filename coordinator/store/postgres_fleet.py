@@ -1,12 +1,10 @@
 """The PostgreSQL store's (coordinator/store/postgres.py) fleet tables: worker verdicts,
-credentials and baselines answered from memory and written with the group, as its jobs are;
-bandwidth trends written with the group and read from the server once the groups before are
-durable. A mixin of PostgresJobStore, which provides _mem, _write, _written, _sync, _record."""
+credentials and baselines answered from memory and written with the group, as its jobs are (its
+bandwidth trends: coordinator/store/postgres_trends.py). A mixin of PostgresJobStore, which
+provides _mem, _write and _written."""
 
 from __future__ import annotations
 
-from coordinator.store.sqlite_trends import TREND_UPSERT, trend_rows
-from coordinator.store.trends import TrendBucket, TrendHour, TrendPoint, TrendQuery
 from ringleader.v1 import jobs_pb2 as pb
 
 
@@ -38,16 +36,3 @@ class PostgresFleet:
             super().put_baseline(entry)
             self._write("", "INSERT OR REPLACE INTO baselines (key, blob) VALUES (?, ?)", (entry.key, entry.SerializeToString()))
         self._written()
-
-    def add_trend(self, point: TrendPoint) -> None:
-        with self._mem:  # type: ignore[attr-defined]  # not kept in memory: trend reads go to the server
-            self._write("", TREND_UPSERT, *trend_rows(point))
-        self._written()
-
-    def trend(self, query: TrendQuery) -> list[TrendBucket]:
-        self._sync()
-        return self._record.trend(query)
-
-    def trend_hours(self, query: TrendQuery) -> list[TrendHour]:
-        self._sync()
-        return self._record.trend_hours(query)

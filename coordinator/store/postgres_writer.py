@@ -9,12 +9,18 @@ Fencing: with a lease set (`lease`), every group checks, just before its COMMIT,
 coordinator's lease token is still the current, unexpired one, holding the lease row FOR SHARE
 so no standby can take the lease over between the check and the commit. A deposed leader's
 group is rolled back and raises `Deposed`.
+
+A group may also carry a `Share`: the store's own upkeep (the trends' downsampling) that needs the
+server's answers as it goes. It runs in the group's transaction, after the group's statements and
+before the fence, so it is fenced as they are and takes the writer's turn like any group; a
+savepoint keeps its failure its own, so a bad share never fails the writes beside it.
 """
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
+from typing import Any, Callable
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -26,8 +32,35 @@ from coordinator.store.postgres_record import to_postgres
 # its row FOR SHARE until COMMIT: no round trip of its own, and the COMMIT after it never runs.
 FENCE_OR_FAIL = "SELECT 1 / (SELECT count(*) FROM ({fence}) AS held)::int"
 
-# One statement of a group, with the rows it is run for (in order).
-Op = tuple[str, list[tuple]]
+# One statement of a group, with the rows it is run for (in order); or a Share and no rows.
+Op = tuple["str | Share", list[tuple]]
+
+
+class Share:
+    """`fn(cursor)`, run inside the transaction of the group it is handed over with; `done` holds
+    what it returned once that transaction commits, or why it did not."""
+
+    def __init__(self, fn: Callable[[psycopg.Cursor], Any]) -> None:
+        self.fn = fn
+        self.done: Future = Future()
+        self._outcome: Any = None
+        self._error: BaseException | None = None
+
+    def run(self, cur: psycopg.Cursor) -> None:
+        cur.execute("SAVEPOINT share")
+        try:
+            self._outcome = self.fn(cur)
+        except Exception as exc:  # noqa: BLE001 - its own failure: handed to whoever waits on it
+            cur.execute("ROLLBACK TO SAVEPOINT share")  # a broken connection raises here: the group fails too
+            self._error = exc
+        cur.execute("RELEASE SAVEPOINT share")
+
+    def settle(self, failed: BaseException | None) -> None:
+        """The transaction committed (`failed` None) or did not."""
+        if failed is not None or self._error is not None:
+            self.done.set_exception(failed or self._error)
+        else:
+            self.done.set_result(self._outcome)
 
 
 class GroupWriter:
@@ -63,27 +96,39 @@ class GroupWriter:
                 if not self._queue:
                     return
                 batch, self._queue = self._queue, []
+            ops = merged(ops for ops, _ in batch)
+            shares = [sql for sql, _ in ops if isinstance(sql, Share)]
             try:
-                self._write(merged(ops for ops, _ in batch))
+                self._write(ops, shares)
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the groups
+                for share in shares:
+                    share.settle(exc)
                 for _, done in batch:
                     done.set_exception(exc)
             else:
+                for share in shares:  # before the groups': a caller waiting on its group sees its share done
+                    share.settle(None)
                 for _, done in batch:
                     done.set_result(None)
 
-    def _write(self, ops: list[Op]) -> None:
+    def _write(self, ops: list[Op], shares: list[Share]) -> None:
         if self._conn.closed or self._conn.broken:  # the last transaction lost its connection: a new one
             self._conn = self._connect()
         conn, lease = self._conn, self.lease
         try:
-            with conn.pipeline(), conn.cursor() as cur:  # one round trip: sent together, synced at the end
-                cur.execute("BEGIN")
-                for sql, rows in ops:
-                    cur.executemany(to_postgres(sql), rows)
-                if lease is not None:
-                    cur.execute(FENCE_OR_FAIL.format(fence=lease.FENCE_SQL), lease.fence_args())
-                cur.execute("COMMIT")  # skipped by the server after any error above
+            with conn.cursor() as cur:
+                with conn.pipeline():  # one round trip: sent together, synced at the end
+                    cur.execute("BEGIN")
+                    for sql, rows in ops:
+                        if isinstance(sql, str):
+                            cur.executemany(to_postgres(sql), rows)
+                    if not shares:
+                        self._fence_and_commit(cur, lease)
+                if shares:  # a share reads as it goes: out of the pipeline, then a second one to commit
+                    for share in shares:
+                        share.run(cur)
+                    with conn.pipeline():
+                        self._fence_and_commit(cur, lease)
         except BaseException as exc:
             if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
                 conn.execute("ROLLBACK")
@@ -92,6 +137,12 @@ class GroupWriter:
                 raise Deposed(f"deposed: lease token {lease.token} is no longer current; "
                               "the write was rolled back") from exc
             raise
+
+    @staticmethod
+    def _fence_and_commit(cur: psycopg.Cursor, lease: Lease | None) -> None:
+        if lease is not None:
+            cur.execute(FENCE_OR_FAIL.format(fence=lease.FENCE_SQL), lease.fence_args())
+        cur.execute("COMMIT")  # skipped by the server after any error above
 
     def close(self) -> None:
         with self._wake:

@@ -4,8 +4,8 @@ ON CONFLICT ... DO UPDATE, CASE instead of two-argument MIN/MAX, `?` placeholder
 
 from __future__ import annotations
 
-from coordinator.store.trends import (HOSTS_AT_ONCE, HOUR_S, JOBS_KEPT, KEEP_H, Downsampling, TrendBucket, TrendHour,
-                                     TrendPoint, TrendQuery, buckets, downsample, one_key)
+from coordinator.store.trends import (HOUR_S, JOBS_KEPT, Downsampling, TrendBucket, TrendHour, TrendPoint, TrendQuery,
+                                     buckets, downsample, one_key, sql_share)
 
 # host is "" in the fleet's rollup; one table keeps both, its primary key led by host.
 TREND_UPSERT = f"""
@@ -66,35 +66,36 @@ class SqliteTrends:
                           jobs=tuple(dict.fromkeys(jobs.split()))[:JOBS_KEPT]) for hour, n, low, worst, jobs in rows]
 
     def downsample_trends(self, now: float) -> bool:
-        hour = int(now // HOUR_S)
-        if "_downsampling" not in self.__dict__:
-            with self._tx() as c:  # type: ignore[attr-defined]
-                oldest = c.execute("SELECT MIN(hour) FROM trend_hours").fetchone()[0]
-            self.__dict__["_downsampling"] = Downsampling(oldest=hour if oldest is None else oldest)
-        state: Downsampling = self.__dict__["_downsampling"]
-        window = state.next(now)
-        if window is None and state.deleted_at == hour:
+        state: Downsampling | None = self.__dict__.get("_downsampling")
+        if state is not None and not state.due(now):
             return False  # nothing due: no transaction
         with self._tx(write=True) as c:  # type: ignore[attr-defined]
-            if state.deleted_at != hour:
-                c.execute("DELETE FROM trend_hours WHERE hour < ?", [hour - KEEP_H])
-                state.deleted_at = hour
-            if window is None:
-                return False
-            per_host, grain_h, first, end, after = window
-            last: str | None = None
-            if per_host:  # the next HOSTS_AT_ONCE hosts after the last one merged
-                hosts = [h for (h,) in c.execute("SELECT DISTINCT host FROM trend_hours WHERE host > ? ORDER BY host LIMIT ?",
-                                                 [after, HOSTS_AT_ONCE])]
-                last = hosts[-1] if len(hosts) == HOSTS_AT_ONCE else None
-                where, args = "host > ? AND host <= ?", [after, hosts[-1] if hosts else after]
-            else:
-                where, args = "host = ?", [""]
-            rows = c.execute(f"SELECT {_COLUMNS} FROM trend_hours WHERE {where} AND hour >= ? AND hour < ?",
-                             [*args, first, end]).fetchall()
-            gone, merged = downsample([(*r[:11], tuple(r[11].split())) for r in rows], grain_h)
-            c.executemany("DELETE FROM trend_hours WHERE host = ? AND key = ? AND hour = ?", gone)
-            c.executemany(f"INSERT INTO trend_hours ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                          [(*m[:11], " ".join(m[11])) for m in merged])
-            state.merged(per_host, grain_h, end, last)
-        return True
+            state, merged = sql_share(state, now, _Share(c))
+        self.__dict__["_downsampling"] = state
+        return merged
+
+
+class _Share:
+    """trends.sql_share's statements in SQLite: the merge itself in Python (trends.downsample)."""
+
+    def __init__(self, c) -> None:
+        self.c = c
+
+    def oldest(self) -> int | None:
+        return self.c.execute("SELECT MIN(hour) FROM trend_hours").fetchone()[0]
+
+    def expire(self, before: int) -> None:
+        self.c.execute("DELETE FROM trend_hours WHERE hour < ?", [before])
+
+    def hosts_after(self, after: str, limit: int) -> list[str]:
+        return [h for (h,) in self.c.execute("SELECT DISTINCT host FROM trend_hours WHERE host > ? ORDER BY host LIMIT ?",
+                                             [after, limit])]
+
+    def merge(self, grain_h: int, first: int, end: int, hosts: tuple[str, str] | None) -> None:
+        where, args = ("host > ? AND host <= ?", list(hosts)) if hosts else ("host = ?", [""])
+        rows = self.c.execute(f"SELECT {_COLUMNS} FROM trend_hours WHERE {where} AND hour >= ? AND hour < ?",
+                              [*args, first, end]).fetchall()
+        gone, merged = downsample([(*r[:11], tuple(r[11].split())) for r in rows], grain_h)
+        self.c.executemany("DELETE FROM trend_hours WHERE host = ? AND key = ? AND hour = ?", gone)
+        self.c.executemany(f"INSERT INTO trend_hours ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           [(*m[:11], " ".join(m[11])) for m in merged])

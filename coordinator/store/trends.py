@@ -24,6 +24,7 @@ coordinator/store/sqlite_trends.py.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -183,6 +184,37 @@ class Downsampling:
             self.begun.pop((per_host, grain_h), None)
         else:
             self.begun[(per_host, grain_h)] = (end, last_host)
+
+    def due(self, now: float) -> bool:
+        """Whether a call at `now` has anything to do: a window, or this hour's delete."""
+        return self.next(now) is not None or self.deleted_at != int(now // HOUR_S)
+
+
+def sql_share(state: Downsampling | None, now: float, db) -> tuple[Downsampling, bool]:
+    """One call's share on an SQL store, inside its transaction `db` (SqliteTrends' and the
+    PostgreSQL store's: `oldest()`, `expire(hour)`, `hosts_after(host, limit)` and
+    `merge(grain_h, first, end, hosts)`, hosts (after, up to) or None for the fleet's rows): the
+    state it leaves (a copy: the store keeps it once the transaction commits) and whether it merged
+    a window."""
+    hour = int(now // HOUR_S)
+    if state is None:  # the store's first share: no window starts before its oldest row
+        oldest = db.oldest()
+        state = Downsampling(oldest=hour if oldest is None else oldest)
+    state = copy.deepcopy(state)
+    if state.deleted_at != hour:
+        db.expire(hour - KEEP_H)
+        state.deleted_at = hour
+    if (window := state.next(now)) is None:
+        return state, False
+    per_host, grain_h, first, end, after = window
+    last, hosts = None, None
+    if per_host:  # the next HOSTS_AT_ONCE hosts after the last one merged
+        chunk = db.hosts_after(after, HOSTS_AT_ONCE)
+        last = chunk[-1] if len(chunk) == HOSTS_AT_ONCE else None
+        hosts = (after, chunk[-1] if chunk else after)
+    db.merge(grain_h, first, end, hosts)
+    state.merged(per_host, grain_h, end, last)
+    return state, True
 
 
 def one_key(q: TrendQuery) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 import time
 
 import pytest
+from pgserver import schema_name
 
 from coordinator.store.api import JobStore
 from coordinator.store.factory import open_store
@@ -22,7 +22,7 @@ from ringleader.v1 import jobs_pb2 as pb
 def store(request, tmp_path):
     if request.param.startswith("postgres"):
         # The session's PostgreSQL (tests/conftest.py), a schema of this test's own.
-        s: JobStore = open_store(request.getfixturevalue("postgres").new_schema(pg_name(request)))
+        s: JobStore = open_store(request.getfixturevalue("postgres").new_schema(schema_name(request.node.nodeid)))
     elif request.param == "memory":
         s = MemoryJobStore()
     else:
@@ -33,11 +33,6 @@ def store(request, tmp_path):
         s.defer_commits(lambda: None)
     yield s
     s.close()
-
-
-def pg_name(request) -> str:
-    """A schema name for this test (PostgreSQL names: at most 63 bytes)."""
-    return "t" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
 
 
 def make_job(job_id: str, op: str = "all_reduce", state: int = pb.QUEUED, t: float = 1.0) -> pb.Job:

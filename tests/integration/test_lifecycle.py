@@ -11,6 +11,7 @@ import time
 import pytest
 
 from cluster import executor_pid
+from kept_fleet import cancel_unfinished
 from ringleader.v1 import jobs_pb2 as pb
 
 pytestmark = pytest.mark.integration
@@ -19,10 +20,20 @@ LONG = dict(op="all_reduce", sizes=[1 << 20], iters=100000, warmup=0)  # runs un
 SHORT = dict(op="all_reduce", sizes=[4096, 1 << 20], iters=5, warmup=1)
 
 
+@pytest.fixture(scope="module")
+def fleet(own_cluster):
+    """One coordinator and four workers for the module (each start costs a daemon and a forkserver
+    importing torch): every test ends with its daemons up and idle, and checks so on entry."""
+    return own_cluster
+
+
 def _start(c, n: int) -> list[str]:
-    ids = [f"w{i}" for i in range(n)]
-    c.start(ids)
-    return ids
+    """The first `n` workers, after checking that the whole fleet is up and idle."""
+    every = [f"w{i}" for i in range(4)]
+    cancel_unfinished(c)  # what an earlier test's failure left running: one failure, not three
+    assert all(p.poll() is None for p in c.workers.values()), "a daemon of the module's fleet exited"
+    c.wait_idle(every, timeout=30)
+    return every[:n]
 
 
 def _partial_groups(c) -> dict[str, list[str]]:
@@ -34,8 +45,8 @@ def _partial_groups(c) -> dict[str, list[str]]:
     return {k: v for k, v in holders.items() if len(v) != int(k.rsplit("/", 1)[1])}
 
 
-def test_gangs_of_every_shape_in_a_row_and_side_by_side(fresh_cluster):
-    c = fresh_cluster
+def test_gangs_of_every_shape_in_a_row_and_side_by_side(fleet):
+    c = fleet
     ids = _start(c, 4)
     for n in (4, 2, 4, 2, 3, 4, 2, 2, 4, 1, 3, 4):
         done = c.wait_job(c.submit(world_size=n, **SHORT).id)
@@ -57,8 +68,8 @@ def test_gangs_of_every_shape_in_a_row_and_side_by_side(fresh_cluster):
     assert all(p.poll() is None for p in c.workers.values())
 
 
-def test_200_submit_then_cancel_cycles_leave_every_daemon_up_and_idle(fresh_cluster):
-    c = fresh_cluster
+def test_200_submit_then_cancel_cycles_leave_every_daemon_up_and_idle(fleet):
+    c = fleet
     ids = _start(c, 2)
     slowest = 0.0
     for cycle in range(200):
@@ -76,8 +87,8 @@ def test_200_submit_then_cancel_cycles_leave_every_daemon_up_and_idle(fresh_clus
     assert done.state == pb.SUCCEEDED, done.reason
 
 
-def test_a_stopped_executor_is_named_within_op_timeout_plus_5_s(fresh_cluster):
-    c = fresh_cluster
+def test_a_stopped_executor_is_named_within_op_timeout_plus_5_s(fleet):
+    c = fleet
     ids = _start(c, 2)
     job = c.submit(workers=ids, **LONG)
     spec = c.client.get(job.id).spec

@@ -6,14 +6,17 @@ N simulated workers, with jobs arriving, and where its time went.
 The world is bench/ui_fleet.py's: a real coordinator process, N simulated daemons (8 per host),
 100 GPU workers held by endless jobs, short jobs at --rate a second, 3 failed and 4 suspect
 verdicts. Each load starts a new browser on a new profile, opens /healthz (the browser's own
-start is not the page's), then "/" (the jobs tab), and times the first render as
+start is not the page's), then, at once or --settle seconds later, "/" (the jobs tab; --reloads
+more in the same browser after it), and times the first render as
 bench/ui_fleet_browser.py does: navigation start to the frame after every worker's cell is in
 the page. Beside it, from the page: navigation timing, every resource's request/first byte/last
 byte and sizes, paints, the page's marks, when the first job row was in the table, and how long
 each JSON body took to read and parse; with --trace, the renderer's main thread from Chromium's
 trace (busy time by event, the longest tasks); with --py-spy, the coordinator's samples while
-the page loaded (py-spy record, raw stacks: what its loop did). The 1-minute load average is
-recorded before and after each load: the machine is shared.
+the page loaded (py-spy record, raw stacks: what its loop did); always, the CPU time each kind
+of Chromium process spent while the page loaded (a browser started a moment before is still
+busy with its own start). The 1-minute load average is recorded before and after each load: the
+machine is shared.
 
 --feed cold waits FEED_IDLE_S before each load, with nothing asking for the fleet, so the
 coordinator's fleet feed has gone idle and its first read falls inside the page's request (an
@@ -148,12 +151,37 @@ def py_spy_summary(raw: Path, top: int = 30) -> dict:
             "self": own.most_common(top)}
 
 
+def chromium_cpu_s(b: Browser) -> collections.Counter:
+    """CPU seconds of each kind of process (browser, renderer, gpu-process, NetworkService, ...)
+    under the browser's driver."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(pid)
+    out: collections.Counter = collections.Counter()
+    todo = list(children.get(b.driver.service.process.pid, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        kind, sub = re.search(r"--type=(\S+)", cmd), re.search(r"--utility-sub-type=(\S+)", cmd)
+        out[sub.group(1).rsplit(".", 1)[-1] if sub else kind.group(1) if kind else "browser"] += loadstats.cpu_seconds(pid)
+    return out
+
+
 def load_once(a: argparse.Namespace, tmp: Path, url: str, coord_pid: int, i: int) -> dict:
     spy = None
     trace = tmp / f"trace-{i}.json"
     with Browser(tmp / f"chromium-{i}", a.workers, trace=(TRACE, trace, TRACE_S) if a.trace else None) as b:
         b.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": EXTRA_PROBE})
         b.driver.get(f"{url}/healthz")
+        time.sleep(a.settle)
         if a.py_spy:
             spy_out = tmp / f"spy-{i}.txt"
             spy = subprocess.Popen([a.py_spy, "record", "--pid", str(coord_pid), "--rate", "200", "--duration",
@@ -161,11 +189,15 @@ def load_once(a: argparse.Namespace, tmp: Path, url: str, coord_pid: int, i: int
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # py-spy attached
         load = {"loadavg_before": os.getloadavg()}
-        cpu0 = loadstats.cpu_seconds(coord_pid)
+        cpu0, chromium0 = loadstats.cpu_seconds(coord_pid), chromium_cpu_s(b)
         load.update(b.first_render(f"{url}/"))
         load["coordinator_cpu_s"] = round(loadstats.cpu_seconds(coord_pid) - cpu0, 2)
+        chromium = chromium_cpu_s(b)
+        load["chromium_cpu_s"] = {k: round(v - chromium0[k], 2) for k, v in chromium.items() if v - chromium0[k] > 0}
         load["page"] = b.js(STEPS)
         load["loadavg_after"] = os.getloadavg()
+        # Then the same page again in the same browser (its cache and compiled scripts warm).
+        load["reloads_s"] = [round(b.first_render(f"{url}/")["first_render_s"], 3) for _ in range(a.reloads)]
         if a.trace:
             wait_until(trace.exists, "Chromium's trace", TRACE_S + 30)
             time.sleep(2)  # written
@@ -192,7 +224,7 @@ def measure(a: argparse.Namespace, tmp: Path) -> dict:
     seed_verdicts(tmp / "jobs.db", fleet_verdicts(a.workers))
     coord, address, url = start_coordinator(tmp)
     sims, traffic, stop = SimFleet(address, a.workers), None, threading.Event()
-    out: dict = {"workers": a.workers, "feed": a.feed, "rate_jobs_per_s": a.rate, "machine": machine(),
+    out: dict = {"workers": a.workers, "feed": a.feed, "settle_s": a.settle, "rate_jobs_per_s": a.rate, "machine": machine(),
                  "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": a.commit, "loads": []}
     try:
         wait_until(lambda: sims.stats().registered >= a.workers, f"{a.workers} registrations")
@@ -230,6 +262,9 @@ def main() -> None:
     ap.add_argument("--feed", choices=("cold", "warm"), default="cold")
     ap.add_argument("--rate", type=float, default=2.0, help="short jobs submitted a second")
     ap.add_argument("--holds", type=int, default=100, help="GPU workers kept BUSY by an endless job")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds between the browser's start (its /healthz) and the page; 0: at once, as ui_fleet.py")
+    ap.add_argument("--reloads", type=int, default=0, help="reloads timed after each first load, same browser")
     ap.add_argument("--trace", action="store_true", help="record the renderer's main thread (Chromium's trace)")
     ap.add_argument("--py-spy", default="", help="py-spy's path: sample the coordinator while the page loads")
     ap.add_argument("--spy-s", type=int, default=3, help="seconds py-spy samples, from just before navigation")

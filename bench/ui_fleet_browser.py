@@ -33,7 +33,8 @@ REST_S = 0.6  # "rest": the pointer stays on the target this long before pressin
 
 
 class Browser:
-    def __init__(self, profile: Path, workers: int) -> None:
+    def __init__(self, profile: Path, workers: int, trace: tuple[str, Path, int] | None = None) -> None:
+        """`trace`: (categories, file, seconds): Chromium records a trace of its first seconds to file."""
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
 
@@ -44,6 +45,10 @@ class Browser:
                     "--no-first-run", "--force-device-scale-factor=1", f"--window-size={WIDTH},{HEIGHT}",
                     f"--user-data-dir={profile}"):
             options.add_argument(arg)
+        if trace:
+            for arg in (f"--trace-startup={trace[0]}", f"--trace-startup-file={trace[1]}",
+                        f"--trace-startup-duration={trace[2]}", "--trace-startup-format=json"):
+                options.add_argument(arg)
         self.driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
         self.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": PROBE % workers})
         # A page starved of CPU on a loaded machine answers late, not never.

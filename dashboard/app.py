@@ -29,11 +29,12 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     # refused requests included. One app per registry.
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
     # Every API router declares the users' bearer scheme in OpenAPI (the guard checks it).
-    for router in (api.router(core), fleet_api.router(core), fleet_view.router(core),
+    feed = fleet_view.FleetFeed(core)
+    for router in (api.router(core), fleet_api.router(core), fleet_view.router(feed),
                    baselines_api.router(core), identity_api.router(core, identities or WorkerIdentities(core.store)),
                    trends_api.router(core)):
         app.include_router(router, dependencies=[Security(BEARER)])
-    ui.mount(app)
+    ui.mount(app, on_overview=feed.warm)
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["health"])
     def healthz() -> str:

@@ -361,16 +361,17 @@
     node.textContent = text;
   }
 
-  // ---- scripts loaded when first needed -----------------------------------------------------
+  // ---- scripts (and styles) loaded when first needed ----------------------------------------
 
   const UPLOT = "/static/vendor/uplot/uPlot.iife.min.js";
+  const UPLOT_CSS = "/static/vendor/uplot/uPlot.min.css";
   const TRENDS = "/static/trends.js";
-  const loading = new Map();  // src -> its promise: each script is loaded once
+  const loading = new Map();  // src -> its promise: each file is loaded once
 
   function loadScript(src) {
     if (!loading.has(src)) {
       loading.set(src, new Promise((resolve, reject) => {
-        const node = h("script", { src });
+        const node = src.endsWith(".css") ? h("link", { rel: "stylesheet", href: src }) : h("script", { src });
         node.addEventListener("load", resolve);
         node.addEventListener("error", () => reject(new Error(`cannot load ${src}`)));
         document.head.append(node);
@@ -378,6 +379,9 @@
     }
     return loading.get(src);
   }
+
+  // uPlot's script and its style, which only its charts use.
+  const loadCharts = () => Promise.all([loadScript(UPLOT), loadScript(UPLOT_CSS)]);
 
   // ---- routing ------------------------------------------------------------------------------
 
@@ -387,7 +391,7 @@
     // the page's longest wait, and it needs nothing from the kinds table.
     if (!match) showView("overview-view");
     if (!match) RingleaderFleet.mount({ getJSON, h, jobLink, fmtTime, fmtAge });
-    const charts = match ? loadScript(UPLOT) : null;  // a job's page draws with uPlot
+    const charts = match ? loadCharts() : null;  // a job's page draws with uPlot
     try {
       KINDS = (await getJSON("/api/v1/kinds")).kinds;
     } catch (err) {
@@ -476,7 +480,7 @@
       if (tab === "jobs") this.tickAges();
       // The trends are read when first asked for: the jobs and the fleet do not wait for them.
       if (tab === "trends" && !this.trends) {
-        this.trends = loadScript(UPLOT).then(() => loadScript(TRENDS))
+        this.trends = loadCharts().then(() => loadScript(TRENDS))
           .then(() => RingleaderTrends.mount({ getJSON, h, jobLink, fmtSize, fmtTime }))
           .catch((err) => { $("trends-summary").textContent = err.message; this.trends = null; });
       }

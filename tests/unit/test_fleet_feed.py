@@ -4,12 +4,14 @@ registered and heard from as the gRPC servicer does, a clock the test moves."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
 
 from coordinator.core.facade import Coordinator
 from coordinator.store.memory import MemoryJobStore
+from dashboard import fleet_view
 from dashboard.fleet_view import POLL_S, STALE_S, FleetFeed, by_host, record
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -178,3 +180,70 @@ def test_a_record_carries_the_verdict_and_its_evidence_and_leaves_out_the_heartb
     assert record(conn, pb.QUARANTINED, health, now=101.5) == r
     assert record(conn, pb.IDLE, None, now=101.0 + STALE_S + 1) == {
         "id": "hb-3", "host": "hb", "dev": "cpu", "type": "cpu", "idx": 3, "st": "IDLE", "ex": "EXECUTOR_STOPPED", "stale": True}
+
+
+def test_a_full_answer_is_the_records_kept_json_and_follows_each_change(fleet):
+    core, conns, feed, clock, _ = fleet
+    feed.read()
+    first = feed.since(0)
+    assert json.loads(feed.body(first)) == first
+    assert feed.body(feed.since(0)) is feed.body(feed.since(0))  # kept for the version
+    core.on_message(conns["ha-1"], wpb.WorkerMessage(heartbeat=wpb.Heartbeat(executor=pb.EXECUTOR_STOPPED)))
+    core.disconnect(conns["hb-3"], "test")
+    clock.tick()
+    feed.read()
+    full = feed.since(0)
+    assert json.loads(feed.body(full)) == full
+    shown = {w["id"]: w for w in json.loads(feed.body(full))["workers"]}
+    assert shown["ha-1"]["ex"] == "EXECUTOR_STOPPED" and shown["hb-3"]["st"] == "DISCONNECTED"
+    delta = feed.since(first["version"])
+    assert json.loads(feed.body(delta)) == delta
+
+
+def test_what_json_cannot_carry_is_replaced_not_refused(fleet):
+    core, conns, feed, clock, _ = fleet
+    feed.read()
+    feed.records["ha-0"] = {**feed.records["ha-0"], "at": float("nan"), "host": "h\ud800"}
+    feed._encoded["ha-0"] = fleet_view.encode(feed.records["ha-0"])
+    feed._full = (-1, b"")
+    shown = {w["id"]: w for w in json.loads(feed.body(feed.since(0)))["workers"]}
+    assert shown["ha-0"]["at"] is None and shown["ha-0"]["host"] == "h\\ud800"
+
+
+def test_opening_the_overview_wakes_an_idle_feed_before_any_tab_asks(fleet):
+    core, conns, feed, clock, _ = fleet
+
+    async def main() -> int:
+        feed.warm()
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if feed.version:
+                break
+        return feed.version
+
+    assert asyncio.run(main()) == 1 and set(feed.records) == set(conns)
+
+
+def test_a_long_read_lets_other_requests_in_and_callers_share_it(fleet, monkeypatch):
+    core, conns, feed, clock, _ = fleet
+    monkeypatch.setattr(fleet_view, "SLICE", 3)  # 8 workers: 3 slices
+    made = []
+    real_record = fleet_view.record
+    monkeypatch.setattr(fleet_view, "record", lambda *a: made.append(a[0]) or real_record(*a))
+    seen: list[int] = []
+
+    async def other_request(read: asyncio.Future) -> None:
+        while not read.done():
+            seen.append(len(made))
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        first = asyncio.ensure_future(feed.refresh())
+        await asyncio.sleep(0)
+        clock.tick()  # a poll interval later, a second caller comes during the read
+        second = asyncio.ensure_future(feed.refresh())
+        await asyncio.gather(first, second, other_request(first))
+
+    asyncio.run(main())
+    assert any(0 < n < len(conns) for n in seen), seen  # it ran between slices of the read
+    assert len(made) == len(conns) and feed.version == 1  # one read, shared

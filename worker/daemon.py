@@ -83,7 +83,11 @@ class WorkerDaemon:
         self._ticker = asyncio.create_task(self._tick())  # held: the loop keeps only weak references
         self.logs.open()
         try:
+            began = time.monotonic()
             await self._start_executor()
+            # Said once: a daemon that is slow to appear says where its first seconds went.
+            log.info("worker %s: executor ready on %s in %.1f s; registering with %s", self.worker_id,
+                     self.config.device, time.monotonic() - began, self.link.address)
             self.telemetry = telemetry.open_for(self.device)
             await self.link.run(self._stopping)
         finally:

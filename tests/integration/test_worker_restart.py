@@ -15,10 +15,12 @@ from ringleader.v1 import jobs_pb2 as pb
 pytestmark = pytest.mark.integration
 
 
-def _wait_log(path, said: str, timeout: float = 60) -> None:
+def _wait_log(path, said: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while said not in path.read_text():
-        assert time.monotonic() < deadline, path.read_text()[-2000:]
+        # What both sides said: a daemon that never answers is told apart from a refusal unsaid.
+        assert time.monotonic() < deadline, (path.read_text()[-2000:] + "\n--- coordinator ---\n"
+                                             + path.with_name("coordinator.log").read_text()[-4000:])
         time.sleep(0.1)
 
 

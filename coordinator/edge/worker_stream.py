@@ -126,6 +126,11 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             msg = await context.read()
             if msg is grpc.aio.EOF:
                 return
+            if msg.WhichOneof("msg") == "done":
+                # A rank's late report of a job the store has let go of from memory (PostgreSQL:
+                # one finished more than HOT_FINISHED jobs ago) is read here, off the core loop,
+                # before the core stores its log; this stream's later messages wait behind it.
+                await self.c.prefetch(job_id=msg.done.job_id)
             self.inbox.put(conn, msg)
 
     async def _pump(self, conn, out: asyncio.Queue) -> None:

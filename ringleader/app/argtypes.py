@@ -59,6 +59,14 @@ def seconds(text: str) -> float:
     return value
 
 
+def heartbeat_timeout(text: str) -> float:
+    """Seconds, at least 2: workers beat every second, so a shorter wait loses them between beats."""
+    value = seconds(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected at least 2 seconds (workers beat every second), got {text!r}")
+    return value
+
+
 def seconds_or_off(text: str) -> float:
     """Seconds, or 0 for off."""
     if text.strip() in ("0", "0.0"):

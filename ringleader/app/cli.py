@@ -117,6 +117,9 @@ def _add_servers(sub) -> None:
                         "(default: --grpc-address, a wildcard host replaced by this machine's name)")
     c.add_argument("--worker-ttl", type=argtypes.seconds, default=600.0, metavar="SECONDS",
                    help="how long a disconnected worker stays listed (default 600)")
+    c.add_argument("--heartbeat-timeout", type=argtypes.heartbeat_timeout, default=5.0, metavar="SECONDS",
+                   help="a connected worker silent this long is declared lost and its job failed, naming it "
+                        "(workers beat every second; at least 2; default 5: raise it where hosts are overloaded)")
     c.add_argument("--check-every", type=argtypes.seconds, default=0.0, metavar="SECONDS",
                    help="sweep the fleet's health checks over idle workers this often (e.g. 300; default 0: off)")
     c.add_argument("--quarantine-max-share", type=argtypes.share, default=0.1, metavar="SHARE",

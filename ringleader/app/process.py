@@ -45,6 +45,7 @@ class CoordinatorConfig:
     db: str = ""
     timings: Timings | None = None  # None: the defaults, with worker_ttl
     worker_ttl: float = 600.0  # seconds a disconnected worker stays listed (--worker-ttl)
+    heartbeat_timeout: float = 5.0  # seconds of silence before a worker is declared lost (--heartbeat-timeout)
     drain_s: float = 5.0
     security: ServerSecurity = field(default_factory=ServerSecurity)
     insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
@@ -91,7 +92,8 @@ class RunningCoordinator:
         # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/health/k8s_taint.py).
         self.tainter = NodeTainter() if config.k8s_taint_nodes else None
         self.core = Coordinator(self.store, config.timings or Timings(
-            worker_ttl_s=config.worker_ttl, worker_msgs_per_turn=config.worker_msgs_per_turn, shed_lag_s=config.shed_lag),
+            worker_ttl_s=config.worker_ttl, heartbeat_timeout_s=config.heartbeat_timeout,
+            worker_msgs_per_turn=config.worker_msgs_per_turn, shed_lag_s=config.shed_lag),
                                 health_observers=[self.tainter.observe] if self.tainter else [],
                                 quarantine_max_share=config.quarantine_max_share)
         self.metrics = CoordinatorMetrics(self.core)

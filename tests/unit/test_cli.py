@@ -104,6 +104,7 @@ SAMPLES = {
     "metrics_address": ("0.0.0.0:9401", "0.0.0.0:9401"),
     "verbose": ("yes", True),
     "worker_ttl": ("90", 90.0),
+    "heartbeat_timeout": ("30", 30.0),
     "check_every": ("300", 300.0),
     "quarantine_max_share": ("0.25", 0.25),
     "lease_ttl": ("15", 15.0),

@@ -407,3 +407,14 @@ def test_a_job_no_connected_backend_can_run_names_its_field_not_the_world_size()
                                           r"needs 3 workers, 2 connected; add --queue$"):
         fleet_fit.check(big, two, "add --queue")
     fleet_fit.check(jobspec.normalize(submit("--op", "all_reduce", "--world-size", "2")), two, "add --queue")
+
+
+def test_a_heartbeat_timeout_shorter_than_two_beats_is_refused_and_a_longer_one_reaches_the_core(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["coordinator", "--heartbeat-timeout", "1"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "at least 2 seconds" in err and len(err.strip().splitlines()) <= 2, err
+    from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+    coord = RunningCoordinator(CoordinatorConfig(db=":memory:", heartbeat_timeout=30))
+    assert coord.core.timings.heartbeat_timeout_s == 30
+    coord.store.close()

@@ -92,6 +92,7 @@ class FleetFeed:
         self.version = 0
         self.records: dict[str, Record] = {}
         self._encoded: dict[str, bytes] = {}  # each record's JSON, encoded when it changed
+        self._inputs: dict[str, tuple[tuple, Record]] = {}  # what each record was made of, and it
         self._full: tuple[int, bytes] = (-1, b"")  # the full answer's JSON at a version
         self.jobs = {"running": 0, "queued": 0}
         self.links_job = ""  # the latest finished link matrix job
@@ -110,9 +111,7 @@ class FleetFeed:
         if now - self._read_at < POLL_S:
             return
         self._read_at = now
-        book, core = self.core.fleet.book, self.core
-        fresh = {c.worker_id: record(c, core.listed_state(c), book.peek(c.worker_id), now) for c in core.workers.all()}
-        changed = {i for i, r in fresh.items() if self.records.get(i) != r} | (self.records.keys() - fresh.keys())
+        fresh, changed = self._records(now)
         jobs = {"running": len(self.core.running_jobs()), "queued": len(self.core.queued_jobs())}
         if not self.links_job and not self.version:
             self.links_job = self._latest_link_matrix()
@@ -124,6 +123,32 @@ class FleetFeed:
                 else:
                     self._encoded.pop(i, None)
             self._bump(changed)
+
+    def _records(self, now: float) -> tuple[dict[str, Record], set[str]]:
+        """Every worker's record, and the ids whose record changed or is gone. A record is built
+        again only when what it is made of changed: its registration, listed state, executor
+        health, job, staleness or health record (the health book replaces a record, never changes
+        it in place). Building all 5,000 took 12 ms of CPU a read; on the coordinator's loop,
+        beside the worker streams' thread, that became 100-500 ms of a first fleet request."""
+        book, core, inputs = self.core.fleet.book, self.core, self._inputs
+        fresh: dict[str, Record] = {}
+        changed: set[str] = set()
+        for c in core.workers.all():
+            reg = c.reg
+            wid, state, h, beat = reg.worker_id, core.listed_state(c), book.peek(reg.worker_id), c.last_heartbeat_wall
+            made_of = (reg, state, c.executor_health, c.job_id, state != pb.DISCONNECTED and bool(beat) and now - beat > STALE_S, h)
+            known = inputs.get(wid)
+            if known is not None and known[0] == made_of:
+                fresh[wid] = known[1]
+                continue
+            r = fresh[wid] = record(c, state, h, now)
+            inputs[wid] = (made_of, r)
+            if self.records.get(wid) != r:
+                changed.add(wid)
+        gone = self.records.keys() - fresh.keys()
+        for wid in gone:
+            inputs.pop(wid, None)
+        return fresh, changed | gone
 
     def _latest_link_matrix(self) -> str:
         page = self.core.list_jobs(states=[pb.SUCCEEDED], limit=PAGE_MAX)

@@ -208,3 +208,30 @@ def test_what_json_cannot_carry_is_replaced_not_refused(fleet):
     feed._full = (-1, b"")
     shown = {w["id"]: w for w in json.loads(feed.body(feed.since(0)))["workers"]}
     assert shown["ha-0"]["at"] is None and shown["ha-0"]["host"] == "h\\ud800"
+
+
+def test_a_record_is_built_again_only_when_what_it_is_made_of_changes(fleet, monkeypatch):
+    core, conns, feed, clock, _ = fleet
+    feed.read()
+    built = []
+    real_record = fleet_view.record
+    monkeypatch.setattr(fleet_view, "record", lambda conn, *a: built.append(conn.worker_id) or real_record(conn, *a))
+    for conn in conns.values():  # heartbeats alone: nothing a tab is sent
+        core.on_message(conn, wpb.WorkerMessage(heartbeat=wpb.Heartbeat()))
+    clock.tick()
+    feed.read()
+    assert built == []
+    # A verdict (the book puts a new record), a cordon and a disconnection each rebuild theirs.
+    core.fleet.book.record({"ha-2": pb.WorkerHealth(verdict=pb.SUSPECT, check="link_matrix", at=clock())})
+    core.cordon("hb-1", True)
+    core.disconnect(conns["ha-3"], "test")
+    clock.tick()
+    feed.read()
+    assert sorted(built) == ["ha-2", "ha-3", "hb-1"]
+    shown = {w["id"]: w for w in json.loads(feed.body(feed.since(0)))["workers"]}
+    assert (shown["ha-2"]["v"], shown["hb-1"]["st"], shown["ha-3"]["st"]) == ("SUSPECT", "QUARANTINED", "DISCONNECTED")
+    # Silence past STALE_S makes a worker stale without any message.
+    clock.tick(fleet_view.STALE_S + 1)
+    conns["hb-0"].last_heartbeat_wall = clock() - fleet_view.STALE_S - 1
+    feed.read()
+    assert {w["id"]: w for w in feed.since(0)["workers"]}["hb-0"].get("stale") is True

@@ -130,11 +130,19 @@ def trace_summary(events: list[dict], probe_ms: float, window_ms: float) -> dict
                               for t in sorted(longest, key=lambda t: t["start_ms"])]}
 
 
-def py_spy_summary(raw: Path, top: int = 30) -> dict:
-    """py-spy's raw stacks: samples, those waiting in the selector (idle loops), and the functions
-    most often on the stack (inclusive) and on top of it (self) in the others."""
+# What the coordinator was doing, by a frame its stack holds (a sample counts in each that matches).
+SPY_PARTS = {"HTTP requests": "RequestResponseCycle.run_asgi", "fleet feed read": "FleetFeed.read",
+             "fleet answer JSON": "FleetFeed.body", "gzip": "GZipResponder", "static files": "StaticFiles",
+             "worker streams (edge loop)": "EdgeLoop._run", "worker messages (main loop)": "Inbox._drain",
+             "control tick": "Coordinator._tick_forever"}
+
+
+def py_spy_summary(raw: Path, top: int = 40) -> dict:
+    """py-spy's raw stacks: samples, those waiting in the selector (idle loops), samples by part
+    (SPY_PARTS), and the functions most often on the stack (inclusive) and on top of it (self)."""
     inclusive: collections.Counter = collections.Counter()
     own: collections.Counter = collections.Counter()
+    parts: collections.Counter = collections.Counter()
     total = idle = 0
     for line in raw.read_text().splitlines() if raw.exists() else []:
         stack, _, count = line.rpartition(" ")
@@ -144,10 +152,12 @@ def py_spy_summary(raw: Path, top: int = 30) -> dict:
         if frames and frames[-1].startswith(("EpollSelector.select", "select ")):
             idle += n
             continue
+        for part, frame in SPY_PARTS.items():
+            parts[part] += n if frame in stack else 0
         for f in set(frames):
             inclusive[f] += n
         own[frames[-1]] += n
-    return {"samples": total, "idle_in_selector": idle, "inclusive": inclusive.most_common(top),
+    return {"samples": total, "idle_in_selector": idle, "parts": dict(parts), "inclusive": inclusive.most_common(top),
             "self": own.most_common(top)}
 
 

@@ -34,7 +34,7 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
                    baselines_api.router(core), identity_api.router(core, identities or WorkerIdentities(core.store)),
                    trends_api.router(core)):
         app.include_router(router, dependencies=[Security(BEARER)])
-    ui.mount(app, on_overview=feed.warm)
+    ui.mount(app)
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["health"])
     def healthz() -> str:

@@ -23,8 +23,6 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
 
@@ -100,16 +98,11 @@ def respond(request: Request, file: Asset, cache: str) -> Response:
     return Response(file.body, media_type=file.media_type, headers=headers)
 
 
-def mount(app: FastAPI, on_overview: Callable[[], None] = lambda: None, root: Path = STATIC_DIR) -> None:
-    """Serve the page and its files (from `root`); `on_overview` is called as the overview ("/")
-    is asked for, before its scripts ask for anything."""
+def mount(app: FastAPI, root: Path = STATIC_DIR) -> None:
+    """Serve the page (at / and /jobs/{id}) and its files (from `root`)."""
     files = Assets(root)
 
-    async def overview(request: Request) -> Response:
-        on_overview()
-        return respond(request, files.page(), REVALIDATE)
-
-    async def job_page(request: Request, job_id: str) -> Response:
+    async def page(request: Request) -> Response:
         return respond(request, files.page(), REVALIDATE)
 
     async def static(request: Request, path: str) -> Response:
@@ -118,6 +111,6 @@ def mount(app: FastAPI, on_overview: Callable[[], None] = lambda: None, root: Pa
             raise HTTPException(404)
         return respond(request, file, KEEP if request.query_params.get("v") == file.version else REVALIDATE)
 
-    app.add_api_route("/", overview, methods=["GET", "HEAD"], include_in_schema=False)
-    app.add_api_route("/jobs/{job_id}", job_page, methods=["GET", "HEAD"], include_in_schema=False)
+    app.add_api_route("/", page, methods=["GET", "HEAD"], include_in_schema=False)
+    app.add_api_route("/jobs/{job_id}", page, methods=["GET", "HEAD"], include_in_schema=False)
     app.add_api_route("/static/{path:path}", static, methods=["GET", "HEAD"], include_in_schema=False)

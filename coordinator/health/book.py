@@ -64,7 +64,8 @@ class HealthBook:
 
     def peek(self, worker_id: str) -> pb.WorkerHealth | None:
         """The worker's health record itself, not a copy (None: never checked), for a reader that
-        only reads it: the dashboard's fleet feed reads every worker's once a second."""
+        only reads it: the dashboard's fleet feed reads every worker's once a second. A record is
+        replaced (_put), never changed in place, so a reader may tell a change by identity."""
         return self._by_worker.get(worker_id)
 
     def quarantined(self, worker_id: str) -> bool:

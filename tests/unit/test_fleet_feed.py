@@ -210,40 +210,28 @@ def test_what_json_cannot_carry_is_replaced_not_refused(fleet):
     assert shown["ha-0"]["at"] is None and shown["ha-0"]["host"] == "h\\ud800"
 
 
-def test_opening_the_overview_wakes_an_idle_feed_before_any_tab_asks(fleet):
+def test_a_record_is_built_again_only_when_what_it_is_made_of_changes(fleet, monkeypatch):
     core, conns, feed, clock, _ = fleet
-
-    async def main() -> int:
-        feed.warm()
-        for _ in range(50):
-            await asyncio.sleep(0.01)
-            if feed.version:
-                break
-        return feed.version
-
-    assert asyncio.run(main()) == 1 and set(feed.records) == set(conns)
-
-
-def test_a_long_read_lets_other_requests_in_and_callers_share_it(fleet, monkeypatch):
-    core, conns, feed, clock, _ = fleet
-    monkeypatch.setattr(fleet_view, "SLICE", 3)  # 8 workers: 3 slices
-    made = []
+    feed.read()
+    built = []
     real_record = fleet_view.record
-    monkeypatch.setattr(fleet_view, "record", lambda *a: made.append(a[0]) or real_record(*a))
-    seen: list[int] = []
-
-    async def other_request(read: asyncio.Future) -> None:
-        while not read.done():
-            seen.append(len(made))
-            await asyncio.sleep(0)
-
-    async def main() -> None:
-        first = asyncio.ensure_future(feed.refresh())
-        await asyncio.sleep(0)
-        clock.tick()  # a poll interval later, a second caller comes during the read
-        second = asyncio.ensure_future(feed.refresh())
-        await asyncio.gather(first, second, other_request(first))
-
-    asyncio.run(main())
-    assert any(0 < n < len(conns) for n in seen), seen  # it ran between slices of the read
-    assert len(made) == len(conns) and feed.version == 1  # one read, shared
+    monkeypatch.setattr(fleet_view, "record", lambda conn, *a: built.append(conn.worker_id) or real_record(conn, *a))
+    for conn in conns.values():  # heartbeats alone: nothing a tab is sent
+        core.on_message(conn, wpb.WorkerMessage(heartbeat=wpb.Heartbeat()))
+    clock.tick()
+    feed.read()
+    assert built == []
+    # A verdict (the book puts a new record), a cordon and a disconnection each rebuild theirs.
+    core.fleet.book.record({"ha-2": pb.WorkerHealth(verdict=pb.SUSPECT, check="link_matrix", at=clock())})
+    core.cordon("hb-1", True)
+    core.disconnect(conns["ha-3"], "test")
+    clock.tick()
+    feed.read()
+    assert sorted(built) == ["ha-2", "ha-3", "hb-1"]
+    shown = {w["id"]: w for w in json.loads(feed.body(feed.since(0)))["workers"]}
+    assert (shown["ha-2"]["v"], shown["hb-1"]["st"], shown["ha-3"]["st"]) == ("SUSPECT", "QUARANTINED", "DISCONNECTED")
+    # Silence past STALE_S makes a worker stale without any message.
+    clock.tick(fleet_view.STALE_S + 1)
+    conns["hb-0"].last_heartbeat_wall = clock() - fleet_view.STALE_S - 1
+    feed.read()
+    assert {w["id"]: w for w in feed.since(0)["workers"]}["hb-0"].get("stale") is True

@@ -23,8 +23,8 @@ import argcomplete
 import grpc
 
 from ringleader import __version__, defaults, kinds
-from ringleader.app import (argtypes, baseline_cmds, check_cmds, commands, completion, config, hints, k8s_secrets,
-                            security_flags, submit_args)
+from ringleader.app import (argtypes, baseline_cmds, check_cmds, commands, completion, config, coordinator_flags, hints,
+                            k8s_secrets, security_flags, submit_args)
 from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
@@ -115,22 +115,7 @@ def _add_servers(sub) -> None:
     c.add_argument("--advertise-address", default="", metavar="HOST:PORT",
                    help="on PostgreSQL: the gRPC address standbys send clients to while this one leads "
                         "(default: --grpc-address, a wildcard host replaced by this machine's name)")
-    c.add_argument("--worker-ttl", type=argtypes.seconds, default=600.0, metavar="SECONDS",
-                   help="how long a disconnected worker stays listed (default 600)")
-    c.add_argument("--heartbeat-timeout", type=argtypes.heartbeat_timeout, default=5.0, metavar="SECONDS",
-                   help="a connected worker silent this long is declared lost and its job failed, naming it "
-                        "(workers beat every second; at least 2; default 5: raise it where hosts are overloaded)")
-    c.add_argument("--check-every", type=argtypes.seconds, default=0.0, metavar="SECONDS",
-                   help="sweep the fleet's health checks over idle workers this often (e.g. 300; default 0: off)")
-    c.add_argument("--quarantine-max-share", type=argtypes.share, default=0.1, metavar="SHARE",
-                   help="circuit breaker: automatic quarantine takes at most this share of a GPU model's workers "
-                        "(at least 1; default 0.1); beyond it failed workers stay in service for an operator")
-    c.add_argument("--worker-msgs-per-turn", type=argtypes.non_negative, default=256, metavar="N",
-                   help="apply at most N worker messages per turn of the event loop: users' calls wait behind at most "
-                        "that share of a busy fleet's traffic; smaller, less wait (default 256; 0: no bound)")
-    c.add_argument("--shed-lag", type=argtypes.seconds_or_off, default=2.0, metavar="SECONDS",
-                   help="while the event loop runs this far behind, refuse calls that add work (submit, checks, "
-                        "localize, imports) at once: RESOURCE_EXHAUSTED / 429 with a retry-after (default 2; 0: never)")
+    coordinator_flags.add_fleet_flags(c)
     c.add_argument("--k8s-taint-nodes", action="store_true",
                    help="in Kubernetes: label and taint (NoSchedule) the Node of a failed worker, "
                         "untaint it when healthy (needs deploy/k8s/components/node-taints)")

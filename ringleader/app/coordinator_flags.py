@@ -1,0 +1,28 @@
+"""The coordinator's flags for its fleet and its load: how long workers are kept, when a silent
+one is lost, health sweeps, the quarantine breaker, and how much worker traffic a turn of the loop
+applies (ringleader/app/cli.py's `coordinator`; each also a RINGLEADER_* variable)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ringleader.app import argtypes
+
+
+def add_fleet_flags(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--worker-ttl", type=argtypes.seconds, default=600.0, metavar="SECONDS",
+                   help="how long a disconnected worker stays listed (default 600)")
+    c.add_argument("--heartbeat-timeout", type=argtypes.heartbeat_timeout, default=5.0, metavar="SECONDS",
+                   help="a connected worker silent this long is declared lost and its job failed, naming it "
+                        "(workers beat every second; at least 2; default 5: raise it where hosts are overloaded)")
+    c.add_argument("--check-every", type=argtypes.seconds, default=0.0, metavar="SECONDS",
+                   help="sweep the fleet's health checks over idle workers this often (e.g. 300; default 0: off)")
+    c.add_argument("--quarantine-max-share", type=argtypes.share, default=0.1, metavar="SHARE",
+                   help="circuit breaker: automatic quarantine takes at most this share of a GPU model's workers "
+                        "(at least 1; default 0.1); beyond it failed workers stay in service for an operator")
+    c.add_argument("--worker-msgs-per-turn", type=argtypes.non_negative, default=256, metavar="N",
+                   help="apply at most N worker messages per turn of the event loop: users' calls wait behind at most "
+                        "that share of a busy fleet's traffic; smaller, less wait (default 256; 0: no bound)")
+    c.add_argument("--shed-lag", type=argtypes.seconds_or_off, default=2.0, metavar="SECONDS",
+                   help="while the event loop runs this far behind, refuse calls that add work (submit, checks, "
+                        "localize, imports) at once: RESOURCE_EXHAUSTED / 429 with a retry-after (default 2; 0: never)")

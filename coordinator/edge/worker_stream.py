@@ -24,6 +24,7 @@ from ringleader.errors import RingleaderError
 from ringleader.v1 import workers_pb2_grpc
 
 _GONE = object()  # in the inbox after a stream's last message: its disconnect, in order
+WRITER_GRACE_S = 1.0  # how long an ended stream's handler waits for its cancelled tasks
 
 
 class Inbox:
@@ -100,8 +101,15 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             for task in (reader, writer):
                 task.cancel()
             pump.cancel()
-            await asyncio.gather(reader, writer, return_exceptions=True)
-            self.inbox.put(conn, _GONE, why)  # after every message it read
+            # The reader, cancelled, puts nothing more: the disconnect goes in now, after every
+            # message it read. Waiting for the writer first held it back: a writer inside
+            # context.write to a daemon killed mid-stream ends only once this handler returns and
+            # gRPC ends the call, so the worker stayed connected until its heartbeats timed out
+            # (2 of 20 daemons killed together, tests/integration/test_worker_restart.py).
+            self.inbox.put(conn, _GONE, why)
+            await asyncio.wait({reader, writer}, timeout=WRITER_GRACE_S)
+            for task in (reader, writer):
+                task.add_done_callback(_retrieved)
 
     async def _register(self, reg, context: EdgeContext):
         """On the core loop: who the daemon is, then its registration; (conn, secret to issue)."""
@@ -151,6 +159,12 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             if secret and msg.WhichOneof("msg") == "registered":  # the first message: it carries the secret
                 msg.registered.worker_secret, secret = secret, ""
             await context.write(msg)
+
+
+def _retrieved(task: asyncio.Task) -> None:
+    """Consume an ended stream task's outcome (a write that failed once the call ended)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _put_all(queue: asyncio.Queue, items: list) -> None:

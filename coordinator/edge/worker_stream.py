@@ -118,15 +118,15 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             await identity.check_address(reg, context.peer())
             vouched = await self.identities.kubernetes(reg)
             known = self.c.workers.get(reg.worker_id)
-            secret = self.identities.check(reg, identity.peer_identity(context), vouched,
-                                           connected=bool(known and known.connected))
+            cert = identity.peer_identity(context)
+            secret = self.identities.check(reg, cert, vouched, connected=bool(known and known.connected))
             reg.worker_secret = reg.k8s_token = ""  # they go no further than these checks
             conn = self.c.register(reg)
         except RingleaderError as exc:
             self.identities.log_refusal(reg.worker_id, str(exc))
             await abort_with(context, exc)
-        if secret:  # bound once the daemon acknowledges storing it (Inbox._apply)
-            self.identities.issued(reg.worker_id, secret)
+        if secret:  # bound once the daemon acknowledges storing it (Inbox._apply), or now (`issued`)
+            self.identities.issued(reg.worker_id, secret, cert)
         return conn, secret
 
     async def _read(self, conn, context) -> None:

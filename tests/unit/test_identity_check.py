@@ -173,3 +173,21 @@ def test_a_kubernetes_token_vouches_only_for_its_own_nodes_ids(answer, said):
     assert (said in why) if said else why == "", why
     if not said:  # a pod of node-a cannot speak for another node's id, even naming that host
         assert reviewer.refuse(wpb.Register(worker_id="node-b-cuda0", host="node-a"), answer)
+
+
+def test_a_secret_issued_to_a_worker_certificate_binds_at_once(caplog):
+    """Killed before it acknowledged: the id is not anyone's, as it is for a daemon that has only
+    the workers' token; the certificate that names it still brings it back."""
+    store = MemoryJobStore()
+    ids = WorkerIdentities(store)
+    own = CertIdentity("worker", "w0")
+    secret = ids.check(reg(), own)
+    ids.issued("w0", secret, own)
+    assert store.worker_credential("w0") == digest(secret)
+    for impostor in (CertIdentity(), None):  # the DaemonSet's shared certificate, or none
+        with pytest.raises(PermissionDenied, match="worker id w0 is bound to another daemon's credential"):
+            ids.check(reg(), impostor)
+    with caplog.at_level(logging.WARNING, logger="ringleader.coordinator"):
+        assert not ids.stored("w0", digest(secret))  # its late acknowledgement: already bound, no warning
+    assert not caplog.records
+    assert ids.check(reg(), own)  # back with its certificate, without the secret: a new one

@@ -319,6 +319,8 @@ def main() -> None:
     ap.add_argument("--db", choices=["sqlite", "postgres", "both"], default="sqlite",
                     help="the coordinator's store; postgres: a server of the bench's own (tests/pgserver.py); "
                          "both: each configuration on SQLite, then on PostgreSQL, in the same run")
+    ap.add_argument("--rounds", type=int, default=1, help="run the configurations this many times (with --db both: "
+                    "the stores' order alternates, ABBA)")
     a = ap.parse_args()
     configs = [MATRIX[i] for i in (a.only or range(len(MATRIX)))] if a.matrix else \
         [Config(a.workers, a.queue, a.rate, a.duration, a.heartbeat_window, churn=a.churn, sweep=not a.no_sweep)]
@@ -326,8 +328,10 @@ def main() -> None:
     if cpus:
         os.sched_setaffinity(0, set(os.sched_getaffinity(0)) - set(cpus))  # inherited by the load generator
         configs = [dataclasses.replace(c, coordinator_cpus=cpus) for c in configs]
-    stores = ["sqlite", "postgres"] if a.db == "both" else [a.db]
-    configs = [dataclasses.replace(c, db=db) for c in configs for db in stores]
+    # --db both with --rounds N: the two stores alternate ABBA (SQLite, PostgreSQL, PostgreSQL,
+    # SQLite, ...), so a load that drifts during the run weighs on both alike.
+    orders = [["sqlite", "postgres"], ["postgres", "sqlite"]] if a.db == "both" else [[a.db]]
+    configs = [dataclasses.replace(c, db=db) for r in range(a.rounds) for c in configs for db in orders[r % len(orders)]]
     results = {"machine": machine(), "runs": []}
     pg = postgres_server() if a.db != "sqlite" else None
     for i, cfg in enumerate(configs):
@@ -336,7 +340,7 @@ def main() -> None:
             run = asyncio.run(run_config(cfg, Path(tmp), pg.new_schema(f"run{i}") if cfg.db == "postgres" else ""))
             if a.logs:
                 a.logs.mkdir(parents=True, exist_ok=True)
-                shutil.copy(Path(tmp) / "coordinator.log", a.logs / f"coordinator-{cfg.workers}-{cfg.queue}.log")
+                shutil.copy(Path(tmp) / "coordinator.log", a.logs / f"coordinator-{i}-{cfg.db}-{cfg.workers}-{cfg.queue}.log")
         run["loadavg_before"], run["loadavg_after"] = load, os.getloadavg()
         results["runs"].append(run)
         print(f"db={cfg.db} | {loadstats.row(run)}", flush=True)

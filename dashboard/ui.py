@@ -81,8 +81,8 @@ class Assets:
         return known
 
     def page(self, preload: tuple[str, ...] = ()) -> Asset:
-        """index.html with each file it names carrying its hash (`?v=`), and a preload link in its
-        head for each URL of `preload`."""
+        """index.html with each file it names carrying its hash (`?v=`), and a preload link at the
+        end of its head for each URL of `preload`."""
         raw = self.get(INDEX)
         if raw is None:
             raise HTTPException(404)
@@ -92,6 +92,8 @@ class Assets:
         known = self._pages.get(preload)
         if known is None or known[0] != key:
             named = REF.sub(lambda m: f"/static/{m[1]}?v={files[m[1]].version}" if files[m[1]] else m[0], text)
+            # At the end of the head, after the (deferred) scripts: the browser asks for those first,
+            # so the coordinator's loop serves them (from memory) before the fleet's answer holds it.
             links = "".join(PRELOAD.format(html.escape(url)) for url in preload)
             known = self._pages[preload] = (key, asset(named.replace("</head>", links + "</head>", 1).encode(), "text/html"))
         return known[1]

@@ -8,7 +8,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from coordinator.core.facade import Coordinator
 from coordinator.edge.metrics import CoordinatorMetrics
-from coordinator.edge.auth import Access
+from coordinator.edge.auth import USERS, Access
 from coordinator.edge.identity import WorkerIdentities
 from dashboard import api, baselines_api, bearer, fleet_api, fleet_view, identity_api, trends_api, ui
 from dashboard.bearer import BEARER
@@ -24,7 +24,8 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     app = FastAPI(title="ringleader", version="1", description="Orchestrate GPU collective jobs.",
                   docs_url=None, redoc_url=None)
     app.add_middleware(BodyLimit)  # inside the guard and the metrics: a refused body is counted
-    app.add_middleware(Guard, config=guard or GuardConfig(Access(), any_host=False))
+    guard = guard or GuardConfig(Access(), any_host=False)
+    app.add_middleware(Guard, config=guard)
     # Outermost (added last), on the coordinator's registry: /metrics shows REST next to gRPC,
     # refused requests included. One app per registry.
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
@@ -34,7 +35,8 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
                    baselines_api.router(core), identity_api.router(core, identities or WorkerIdentities(core.store)),
                    trends_api.router(core)):
         app.include_router(router, dependencies=[Security(BEARER)])
-    ui.mount(app)
+    # The overview preloads the fleet's first answer where the API is open (a token would be missing from it).
+    ui.mount(app, preload=() if guard.access.needs_token(USERS) else (fleet_view.FIRST,))
 
     @app.get("/healthz", response_class=PlainTextResponse, tags=["health"])
     def healthz() -> str:

@@ -220,3 +220,19 @@ def test_the_feed_refuses_a_bad_version_naming_it(served):
         urllib.request.urlopen(f"{served.url}/api/v1/fleet?since=-1", timeout=10)
     assert err.value.code == 422
     assert json.load(err.value)["detail"][0]["loc"] == ["query", "since"]
+
+
+def test_the_overview_asks_for_the_fleet_once_while_its_scripts_load(served, tmp_path):
+    """Where the API needs no token, the page preloads the fleet's first answer and its script
+    takes that response: one request, made by the preload link (not once the scripts ran)."""
+    driver = chromium(tmp_path / "chromium-profile")
+    try:
+        driver.get(f"{served.url}/#fleet")
+        wait_for(driver, f"document.querySelectorAll('#fleet [data-worker]').length === {len(SIMS) + 2}")
+        entries = driver.execute_script(
+            "return performance.getEntriesByType('resource').map((e) => ({url: e.name, by: e.initiatorType}))")
+        assert driver.execute_script("return window.cspViolations") == []
+    finally:
+        driver.quit()
+    fleet = [e for e in entries if "/api/v1/fleet?since=0" in e["url"]]
+    assert [e["by"] for e in fleet] == ["link"], entries

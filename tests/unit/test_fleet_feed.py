@@ -4,14 +4,18 @@ registered and heard from as the gRPC servicer does, a clock the test moves."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
 
+import httpx
 import pytest
+from fastapi import FastAPI
+from starlette.middleware.gzip import GZipMiddleware
 
 from coordinator.core.facade import Coordinator
 from coordinator.store.memory import MemoryJobStore
-from dashboard import fleet_view
+from dashboard import fleet_view, server
 from dashboard.fleet_view import POLL_S, STALE_S, FleetFeed, by_host, record
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -235,3 +239,30 @@ def test_a_record_is_built_again_only_when_what_it_is_made_of_changes(fleet, mon
     conns["hb-0"].last_heartbeat_wall = clock() - fleet_view.STALE_S - 1
     feed.read()
     assert {w["id"]: w for w in feed.since(0)["workers"]}["hb-0"].get("stale") is True
+
+
+def test_a_full_answer_is_sent_gzipped_once_per_version_and_follows_each_change(fleet):
+    core, conns, feed, clock, _ = fleet
+    app = FastAPI()
+    app.include_router(fleet_view.router(feed))
+    served = GZipMiddleware(app, minimum_size=server.GZIP_MIN_BYTES, compresslevel=server.GZIP_LEVEL)  # as served
+
+    async def get(url: str, encoding: str = "gzip") -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://c") as c:
+            return await c.get(url, headers={"accept-encoding": encoding})
+
+    first = asyncio.run(get("/api/v1/fleet?since=0"))
+    assert first.headers["content-encoding"] == "gzip" and first.json() == feed.since(0)  # gzipped once
+    assert feed.gzipped(feed.since(0)) is feed.gzipped(feed.since(0))  # kept for the version
+    assert gzip.decompress(feed.gzipped(feed.since(0))) == feed.body(feed.since(0))
+    plain = asyncio.run(get("/api/v1/fleet?since=0", "identity"))
+    assert "content-encoding" not in plain.headers and plain.json() == first.json()
+
+    core.disconnect(conns["hb-1"], "test")
+    clock.tick()
+    again = asyncio.run(get("/api/v1/fleet?since=0")).json()
+    assert again["version"] == first.json()["version"] + 1
+    assert {w["id"]: w for w in again["workers"]}["hb-1"]["st"] == "DISCONNECTED"
+    delta = asyncio.run(get(f"/api/v1/fleet?since={first.json()['version']}")).json()
+    assert not delta["full"] and [w["id"] for w in delta["workers"]] == ["hb-1"]
+    assert feed.gzipped(feed.since(first.json()["version"])) is None  # changes only: the middleware's

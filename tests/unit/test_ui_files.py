@@ -100,3 +100,23 @@ def test_a_name_that_leaves_the_directory_finds_nothing(site):
     files = ui.Assets(root)
     assert files.get("vendor/../app.js") is files.get("app.js") is not None  # one file, one entry
     assert files.get("../secret.txt") is None and files.get("vendor/../../secret.txt") is None
+
+
+def test_the_overview_preloads_what_it_is_told_to_and_a_jobs_page_does_not(tmp_path):
+    root = tmp_path / "static"
+    root.mkdir()
+    (root / "index.html").write_text("<html><head>" + PAGE + "</head><body></body></html>")
+    (root / "app.js").write_text("console.log('one');\n")
+    (root / "style.css").write_text("body { color: red }\n")
+    app = FastAPI()
+    ui.mount(app, root=root, preload=("/api/v1/fleet?since=0&wait=0",))
+    client = Client(app)
+    page = client.get("/").text
+    assert re.findall(r"<link rel=\"preload\"[^>]*>", page) == [
+        '<link rel="preload" href="/api/v1/fleet?since=0&amp;wait=0" as="fetch" crossorigin>']
+    assert page.index("/static/app.js") < page.index('rel="preload"')  # asked for after the scripts
+    assert "preload" not in client.get("/jobs/abc").text
+    assert re.search(r'"/static/app.js\?v=\w+"', client.get("/").text)  # still names its files by hash
+    bare = FastAPI()
+    ui.mount(bare, root=root)
+    assert "preload" not in Client(bare).get("/").text

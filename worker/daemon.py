@@ -279,13 +279,11 @@ class WorkerDaemon:
 async def run_daemons(configs: list[WorkerConfig], metrics=None) -> None:
     """Run one daemon per device in this process until SIGINT/SIGTERM; `metrics` (a started
     worker.metrics.WorkerMetrics) serves their metrics."""
-    import signal
+    from ringleader.signals import on_stop_signals
 
     daemons = [WorkerDaemon(c) for c in configs]
     if metrics is not None:
         metrics.add(daemons)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: [d.stop() for d in daemons])
+    on_stop_signals(asyncio.get_running_loop(), lambda: [d.stop() for d in daemons])
     await asyncio.gather(*(d.run() for d in daemons))
 

@@ -114,12 +114,10 @@ async def run_demo(max_bytes: int | None = None, http_address: str = "127.0.0.1:
 
 
 async def _until_interrupted() -> None:
-    import signal
+    from ringleader.signals import on_stop_signals
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    on_stop_signals(asyncio.get_running_loop(), stop.set)
     await stop.wait()
 
 

@@ -8,7 +8,6 @@ import asyncio
 import gc
 import logging
 import os
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from coordinator.health.sweeper import Sweeper
 from ringleader import defaults
 from ringleader.errors import InvalidSpec
 from ringleader.security import ServerSecurity, is_loopback
+from ringleader.signals import on_stop_signals
 
 log = logging.getLogger("ringleader.coordinator")
 
@@ -200,7 +200,6 @@ async def serve(config: CoordinatorConfig) -> None:
         log.info("draining (signal again to force exit)")
         stop.set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
+    on_stop_signals(loop, on_signal)
     await stop.wait()
     await running.stop()

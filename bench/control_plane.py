@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -319,6 +320,9 @@ def main() -> None:
     ap.add_argument("--db", choices=["sqlite", "postgres", "both"], default="sqlite",
                     help="the coordinator's store; postgres: a server of the bench's own (tests/pgserver.py); "
                          "both: each configuration on SQLite, then on PostgreSQL, in the same run")
+    ap.add_argument("--pg-options", default="", help="server settings for the PostgreSQL runs' sessions, e.g. "
+                    "'-c synchronous_commit=off' (commits not flushed before the answer, as SQLite's WAL with "
+                    "synchronous=NORMAL: durable across a coordinator crash, not an operating system's)")
     ap.add_argument("--rounds", type=int, default=1, help="run the configurations this many times (with --db both: "
                     "the stores' order alternates, ABBA)")
     a = ap.parse_args()
@@ -337,7 +341,9 @@ def main() -> None:
     for i, cfg in enumerate(configs):
         load = os.getloadavg()
         with tempfile.TemporaryDirectory(prefix="rl-cp-") as tmp:
-            run = asyncio.run(run_config(cfg, Path(tmp), pg.new_schema(f"run{i}") if cfg.db == "postgres" else ""))
+            # new_schema's DSN ends in its options parameter: --pg-options continue it.
+            dsn = pg.new_schema(f"run{i}") + urllib.parse.quote(" " + a.pg_options) if cfg.db == "postgres" else ""
+            run = asyncio.run(run_config(cfg, Path(tmp), dsn))
             if a.logs:
                 a.logs.mkdir(parents=True, exist_ok=True)
                 shutil.copy(Path(tmp) / "coordinator.log", a.logs / f"coordinator-{i}-{cfg.db}-{cfg.workers}-{cfg.queue}.log")

@@ -108,11 +108,20 @@ def test_link_matrix_measures_every_pair_once_in_rounds_of_disjoint_pairs(ranks)
         assert x.wrong == 0 and x.gbps > 0 and x.latency_us > 0 and x.size_bytes == 64 << 10
         assert x.gbps == pytest.approx((64 << 10) / x.latency_us / 1e3, rel=1e-6)
         assert x.gbps == min(x.gbps_a, x.gbps_b) and x.gbps_a > 0 and x.gbps_b > 0  # both ends timed it
-        assert x.ratio == pytest.approx(x.gbps / r.median_same_host_gbps, rel=1e-6)
         assert r.matrix[x.a].gbps[x.b] == r.matrix[x.b].gbps[x.a] == x.gbps
     assert [r.matrix[i].gbps[i] for i in range(N)] == [-1.0] * N
     assert r.median_cross_host_gbps == 0  # one host
-    assert r.size_reason.startswith("given") and 0 < r.flag_same_host_gbps < r.median_same_host_gbps
+    assert r.size_reason.startswith("given")
+    # The reference is the median of the links whose two ends agree on how long they took. On a
+    # loaded machine (two test processes on two cores) every link's ends disagreed once: then
+    # there is no reference, no ratio, and no link flagged on its figure.
+    if any(not x.ends_disagree for x in r.links):
+        assert 0 < r.flag_same_host_gbps < r.median_same_host_gbps
+        for x in r.links:
+            assert x.ratio == pytest.approx(x.gbps / r.median_same_host_gbps, rel=1e-6)
+    else:
+        assert r.median_same_host_gbps == r.flag_same_host_gbps == 0
+        assert all(x.ratio == 0 and not x.flagged for x in r.links)
     assert all(p["ops"] > 0 for p in ranks)
 
 

@@ -24,6 +24,10 @@ IMAGES := coordinator worker
 # The tests `make test` leaves to `make test-all`: the REST API's long fuzzing, and the beds of
 # hosts made of network namespaces (root only; skipped elsewhere).
 QUICK_TESTS ?= -m "not slow and not multihost"
+# make test runs the files on this many processes (pytest-xdist), a file's tests together in one
+# (module fixtures stay shared): the suite is CPU-bound but one process kept two cores half idle
+# while its daemons started or its tests waited. TEST_PROCS=0: one process, as before.
+TEST_PROCS ?= 2
 
 .PHONY: setup demo test test-slow test-all tools protos images push-images
 setup: $(VENV)/.installed
@@ -39,7 +43,7 @@ demo: setup
 
 test: setup tools
 	$(PY) scripts/genproto.py --check
-	$(PY) -m pytest $(QUICK_TESTS)
+	$(PY) -m pytest $(QUICK_TESTS) $(if $(filter-out 0,$(TEST_PROCS)),-n $(TEST_PROCS) --dist loadfile)
 
 # The long fuzzing and the multihost beds: what `make test` leaves out. CI runs both targets.
 test-slow: setup tools

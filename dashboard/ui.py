@@ -30,14 +30,16 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
+
+from dashboard.server import GZIP_MIN_BYTES
 
 STATIC_DIR = Path(__file__).parent / "static"
 INDEX = "index.html"
 KEEP = "public, max-age=31536000, immutable"  # a hashed name's content never changes
 REVALIDATE = "no-cache"
-GZIP_MIN_BYTES = 1024
 REF = re.compile(r'(?<=")/static/([^"?#]+)(?=")')  # the page's names of its files
 # crossorigin: the mode and credentials of a fetch() (cors, same-origin); without it Chromium asks twice
 PRELOAD = '<link rel="preload" href="{}" as="fetch" crossorigin>'

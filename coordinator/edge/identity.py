@@ -238,8 +238,10 @@ class WorkerIdentities:
     def stored(self, worker_id: str, secret_sha256: str) -> bool:
         """The daemon acknowledged storing its secret: bind it if it is the one issued (True)."""
         issued = self._issued.get(worker_id)
-        if issued is None and hmac.compare_digest(secret_sha256, self.store.worker_credential(worker_id) or "-"):
-            return False  # bound when issued (its certificate names it): nothing more to do
+        if issued is None:
+            bound = self.store.worker_credential(worker_id)
+            if bound and hmac.compare_digest(secret_sha256, bound):
+                return False  # bound when issued (its certificate names it): nothing more to do
         if issued is None or not hmac.compare_digest(secret_sha256, issued):
             log.warning("worker %s acknowledged a secret it was not issued: nothing bound", worker_id)
             return False

@@ -105,7 +105,7 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             # message it read. Waiting for the writer first held it back: a writer inside
             # context.write to a daemon killed mid-stream ends only once this handler returns and
             # gRPC ends the call, so the worker stayed connected until its heartbeats timed out
-            # (2 of 20 daemons killed together, tests/integration/test_worker_restart.py).
+            # (7 of 50 rounds of two daemons killed together, as test_worker_restart.py does).
             self.inbox.put(conn, _GONE, why)
             await asyncio.wait({reader, writer}, timeout=WRITER_GRACE_S)
             for task in (reader, writer):

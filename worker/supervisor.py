@@ -135,9 +135,18 @@ class ExecutorHandle:
 
         Its pipe closes a moment before the kernel reports the exit, so the code read right after
         the pipe's EOF can still be None."""
-        if self._proc:
-            await asyncio.to_thread(self._proc.join, timeout)
+        await self._exited(timeout)
         return self.exitcode
+
+    async def _exited(self, timeout: float) -> None:
+        """Wait up to `timeout` for the process to be gone, polling on the loop's thread. Not
+        Process.join on a thread: the heartbeat's `health` polls the same process on the loop,
+        and two threads reading its exit status from the forkserver's pipe race: the loser
+        reads the pipe's end and takes it for a lost forkserver (exit code 255, where the
+        executor was killed by signal 9: test_failures.py, once under two test processes)."""
+        deadline = time.monotonic() + timeout
+        while self._proc is not None and self._proc.is_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
 
     def send(self, msg) -> None:
         self._conn.send(msg)
@@ -146,8 +155,7 @@ class ExecutorHandle:
         """Kill at once: a hung NCCL call ignores polite requests."""
         if self._proc and self._proc.is_alive():
             self._proc.kill()
-        if self._proc:
-            await asyncio.to_thread(self._proc.join, 10)
+        await self._exited(10)
         if self._conn:
             self._conn.close()
 

@@ -95,6 +95,8 @@ def time_loop(run, units: int, device: torch.device, *, ops_per_unit: int = 1,
     end.record()
     end.synchronize()
     mean_us = start.elapsed_time(end) * 1e3 / (units * ops_per_unit)
+    if units == 1:  # one unit between two events is already its own per-unit time
+        return mean_us, [mean_us]
     events = [torch.cuda.Event(enable_timing=True) for _ in range(units + 1)]
     before()
     for k in range(units):

@@ -111,8 +111,9 @@ class Executor:
             if not warm:
                 self._init_group(a)
             ctx = RunContext(a.job_id, a.rank, self.device, self.ops, self.conn.send)
+            # No closing Progress: the Done below completes the job's progress on the coordinator
+            # (a message less in a warm job's path through the pipe, the daemon and the stream).
             outcome = RUNNERS[job.kind](job, ctx)
-            ctx.progress(job.progress_total, job.progress_total, 0)
         except Exception as exc:  # reported to the coordinator, which fails the job
             traceback.print_exc()  # the whole of it goes into the rank's log; the reason gets one line
             self.broken = True

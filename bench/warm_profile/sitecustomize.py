@@ -1,59 +1,103 @@
-"""bench/warm_start.py --profile DIR puts this directory on the workers' PYTHONPATH: every process
-(daemon, forkserver, executors) then stamps the steps of each job into DIR/PID.ts and profiles
-the executor's Run (cProfile, DIR/PID-TIME.prof). Measurement only: it wraps methods, changes
-nothing they do."""
+"""bench/warm_start.py --profile DIR puts this directory on every process's PYTHONPATH: the
+coordinator, the daemons, their forkservers and executors then stamp each step of a job into
+DIR/PID.ts ("tag unix-time" lines), which warm_start.py lines up against each job's started_at.
+Measurement only: it wraps functions and changes nothing they do. A stamp costs a list append;
+the buffer goes to disk when a job ends in that process (off the path it measures)."""
 
 import importlib.abc
 import importlib.util
+import inspect
 import os
 import sys
 import time
 
 DIR = os.environ.get("RL_WARM_PROFILE", "")
+_buf: list[str] = []
+_FLUSH = {"e_run>", "d_done_sent", "c_end"}
 
 
 def _stamp(tag: str) -> None:
-    with open(os.path.join(DIR, f"{os.getpid()}.ts"), "a") as f:
-        f.write(f"{tag} {time.time():.6f}\n")
+    _buf.append(f"{tag} {time.time():.6f}\n")
+    if tag in _FLUSH or len(_buf) > 500:
+        with open(os.path.join(DIR, f"{os.getpid()}.ts"), "a") as f:
+            f.writelines(_buf)
+        _buf.clear()
 
 
-def _wrap(cls, name: str, before: str, after: str, profile: bool = False) -> None:
-    orig = getattr(cls, name)
-
-    def sync(self, *a, **k):
-        _stamp(before)
-        prof = None
-        if profile:
-            import cProfile
-            prof = cProfile.Profile()
-            prof.enable()
-        try:
-            return orig(self, *a, **k)
-        finally:
-            if prof:
-                prof.disable()
-                prof.dump_stats(os.path.join(DIR, f"{os.getpid()}-{time.time():.6f}.prof"))
-            _stamp(after)
-    setattr(cls, name, sync)
-
-
-def _patch(module) -> None:
-    if module.__name__ == "worker.executor":
-        _wrap(module.Executor, "run", "e_run", "e_ran", profile=True)
+def _around(owner, name: str, tag: str, label=None) -> None:
+    """Stamp `tag<` and `tag>` around owner.name (a function or method; async too); `label(*args)`
+    adds to the tag (a message's kind)."""
+    orig = getattr(owner, name)
+    if inspect.iscoroutinefunction(orig):
+        async def wrapped(*a, **k):
+            _stamp(tag + "<")
+            try:
+                return await orig(*a, **k)
+            finally:
+                _stamp(tag + ">")
     else:
-        _wrap(module.WorkerDaemon, "on_executor", "d_exec_msg", "d_exec_msg_done")
-        orig = module.WorkerDaemon._assign
+        def wrapped(*a, **k):
+            t = tag + (label(*a) if label else "")
+            _stamp(t + "<")
+            try:
+                return orig(*a, **k)
+            finally:
+                _stamp(t + ">")
+    setattr(owner, name, wrapped)
 
-        async def assign(self, a):
-            _stamp("d_assign")
-            await orig(self, a)
-            _stamp("d_assigned")
-        module.WorkerDaemon._assign = assign
+
+def _msg_kind(msg) -> str:
+    return "_" + (msg.WhichOneof("msg") if hasattr(msg, "WhichOneof") else "gone")
+
+
+def _patch(m) -> None:
+    n = m.__name__
+    if n == "worker.executor":
+        _around(m.Executor, "run", "e_run")  # e_run< ... e_run>: the Run message's whole handling
+        _around(m.Executor, "_run", "e_job")
+    elif n == "worker.collectives":
+        for f, t in (("measure", "measure"), ("summarize", "summarize"), ("sync", "sync"),
+                     ("time_loop", "loop"), ("check_fits", "fits"), ("_plan", "plan")):
+            _around(m, f, t)
+        _around(m.datacheck, "count_wrong", "wrong")
+        _around(m.OpSetup, "fill", "fill")
+        _around(m.OpSetup, "__init__", "setup")
+    elif n == "worker.kinds":
+        _around(m.RunContext, "progress", "progress")
+    elif n == "worker.daemon":
+        _around(m.WorkerDaemon, "_assign", "d_assign")
+        orig = m.WorkerDaemon.on_executor
+
+        def on_executor(self, handle, msg):
+            _stamp("d_" + type(msg).__name__)
+            orig(self, handle, msg)
+            if type(msg).__name__ == "Done":
+                _stamp("d_done_sent")
+        m.WorkerDaemon.on_executor = on_executor
+    elif n == "coordinator.core.jobs":
+        _around(m.JobBook, "start", "c_start")
+        orig_t = m.JobBook.transition
+
+        def transition(self, job, to, reason):
+            orig_t(self, job, to, reason)
+            _stamp("c_end" if to in (3, 4, 5) else f"c_state{to}")  # SUCCEEDED, FAILED, CANCELLED
+        m.JobBook.transition = transition
+    elif n == "coordinator.core.facade":
+        _around(m.Coordinator, "submit", "c_submit")
+        _around(m.Coordinator, "_commit", "c_commit")
+    elif n == "coordinator.edge.worker_stream":
+        _around(m.Inbox, "put", "c_in", label=lambda self, conn, msg, *r: _msg_kind(msg))
+        _around(m.Inbox, "_apply", "c_apply", label=lambda self, conn, msg, *r: _msg_kind(msg))
+        _around(m, "_put_all", "c_edge_out")
+
+
+MODULES = {"worker.executor", "worker.daemon", "worker.collectives", "worker.kinds", "coordinator.core.jobs",
+           "coordinator.core.facade", "coordinator.edge.worker_stream"}
 
 
 class _Hook(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name not in ("worker.executor", "worker.daemon"):
+        if name not in MODULES:
             return None
         sys.meta_path.remove(self)
         try:

@@ -92,21 +92,7 @@ def service_methods(descriptor) -> list[str]:
 
 def _hopped(method: Callable, core: asyncio.AbstractEventLoop, edge: asyncio.AbstractEventLoop) -> Callable:
     if inspect.isasyncgenfunction(method):
-        async def stream(request, context):
-            items = method(request, EdgeContext(context, edge))
-
-            async def step():
-                return await items.__anext__()
-            try:
-                while True:
-                    try:
-                        item = await on(core, step())
-                    except StopAsyncIteration:
-                        return
-                    yield item
-            finally:
-                await on(core, items.aclose())
-        return stream
+        return _hopped_stream(method, core, edge)
 
     async def unary(request, context):
         async def body():
@@ -114,3 +100,47 @@ def _hopped(method: Callable, core: asyncio.AbstractEventLoop, edge: asyncio.Abs
             return (await answer) if inspect.isawaitable(answer) else answer
         return await on(core, body())
     return unary
+
+
+def _hopped_stream(method: Callable, core: asyncio.AbstractEventLoop, edge: asyncio.AbstractEventLoop) -> Callable:
+    """A server stream whose generator runs on `core`, one item ahead: the next item is sought on
+    the core while the edge writes this one, so a stream that ends after its last item (WatchJob
+    after the terminal event) ends one hop after it, not three (the next item's, its end's and
+    aclose's, each a round trip between the loops). A generator that ran to its end is not
+    closed again; one left early is closed on the core once its step in flight is cancelled (a
+    generator cannot be closed while it runs)."""
+    async def stream(request, context):
+        items = method(request, EdgeContext(context, edge))
+        steps: list[asyncio.Task] = []
+
+        async def step():
+            steps[:] = [asyncio.current_task()]
+            return await items.__anext__()
+
+        async def close():
+            for task in steps:
+                if not task.done():
+                    task.cancel()
+                    await asyncio.wait([task])
+            await items.aclose()
+
+        ended, ahead = False, on(core, step())
+        try:
+            while True:
+                try:
+                    item = await ahead
+                except StopAsyncIteration:
+                    ended = True
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except BaseException:
+                    ended = True  # the generator raised: it is finished
+                    raise
+                ahead = on(core, step())
+                yield item
+        finally:
+            if not ended:
+                ahead.cancel()
+                await on(core, close())
+    return stream

@@ -7,6 +7,8 @@ and compare against the per-element formula, which needs no tiling.
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 
@@ -18,6 +20,7 @@ from worker.ops import torch_dtype
 @pytest.fixture
 def small_period(monkeypatch):
     monkeypatch.setattr(datacheck, "PERIOD", 37)
+    monkeypatch.setattr(datacheck, "_PERIODS", collections.OrderedDict())  # periods of 37 stay here
     monkeypatch.setattr(datacheck, "CHUNK", 100)  # blocks of 2 periods: several blocks per buffer
 
 
@@ -77,6 +80,7 @@ def test_the_formula_runs_over_one_period_not_the_buffer(monkeypatch):
     """What makes a size cheap: the closed form is evaluated on at most PERIOD indices per
     segment, whatever the buffer's size; the rest is copying and comparing."""
     monkeypatch.setattr(datacheck, "PERIOD", 1000)
+    monkeypatch.setattr(datacheck, "_PERIODS", collections.OrderedDict())  # none kept from other tests
     seen: list[int] = []
     real = datacheck._hash
 
@@ -101,3 +105,25 @@ def test_every_op_has_expected_segments_covering_its_output():
         segs = datacheck.expected_segments(op, "sum", "float32", rank=1, world_size=n, root=0, count=count, seed=1)
         covered = sorted((s, s + length) for s, length, _v, _i in segs)
         assert covered[0][0] == 0 and all(a[1] == b[0] for a, b in zip(covered, covered[1:])), (op, covered)
+
+
+def test_a_warm_repeat_of_a_fill_and_a_check_reuses_their_periods(monkeypatch):
+    """A warm job repeats its fills and its check: the formula runs once per distinct period, the
+    results stay exact, and the periods kept are bounded."""
+    monkeypatch.setattr(datacheck, "_PERIODS", collections.OrderedDict())
+    calls: list[int] = []
+    real = datacheck._hash
+    monkeypatch.setattr(datacheck, "_hash", lambda idx, seed: calls.append(seed) or real(idx, seed))
+    check = dict(op="all_reduce", dtype="float32", reduce_op="sum", rank=0, world_size=1, root=0, count=64)
+    for _ in range(3):
+        buf = torch.empty(64)
+        datacheck.fill(buf, kind="sum", dtype="float32", src=0, n=1, seed=1)
+        assert datacheck.count_wrong(buf, **check, seed=1) == 0
+        buf[5] += 1
+        assert datacheck.count_wrong(buf, **check, seed=1) == 1  # a kept period still catches a wrong element
+    assert calls == [1, 1]  # the fill's period and the check's, once each
+    datacheck.fill(buf, kind="sum", dtype="float32", src=0, n=1, seed=2)
+    assert calls == [1, 1, 2]
+    for seed in range(3, 3 + 2 * datacheck.PERIODS_KEPT):
+        datacheck.fill(buf, kind="sum", dtype="float32", src=0, n=1, seed=seed)
+    assert len(datacheck._PERIODS) == datacheck.PERIODS_KEPT

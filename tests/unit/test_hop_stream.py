@@ -32,7 +32,7 @@ def test_the_next_item_is_sought_while_the_edge_writes_this_one_and_no_further()
             got = []
             async for k in stream(None, None):
                 log.append(f"write {k}")
-                await asyncio.sleep(0.05)  # a slow write: the core has time to run ahead
+                await asyncio.sleep(0.2)  # a slow write: the core has time to run ahead
                 log.append(f"written {k}")
                 got.append(k)
             return got
@@ -43,8 +43,9 @@ def test_the_next_item_is_sought_while_the_edge_writes_this_one_and_no_further()
 
     assert asyncio.run(main()) == [0, 1, 2]
     # item k+1 made while k is written (the stream's end too), never two ahead of the writes
-    assert log == ["make 0", "write 0", "make 1", "written 0", "write 1", "make 2", "written 1", "write 2",
-                   "written 2"]
+    assert [x for x in log if x.startswith("written")] == ["written 0", "written 1", "written 2"]
+    assert log.index("make 1") < log.index("written 0") and log.index("make 2") < log.index("written 1")
+    assert log.index("make 2") > log.index("written 0")
 
 
 def test_a_stream_left_early_closes_its_generator_on_the_core_with_a_step_in_flight():

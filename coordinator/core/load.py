@@ -5,13 +5,16 @@ in arrival order: when thousands of workers report at once (a fleet draining a d
 user's call waits behind every worker message that arrived before it. Measured on a 2-core
 machine before this: submit p99 of 16-22 s, and calls that timed out after 30 s.
 
-- `IntakeGate`: at most `per_turn` worker messages are applied per turn of the loop; the messages
-  past that wait for the next turn, behind the user calls that arrived meanwhile. A turn's worker
-  work is bounded (`per_turn` x a message's cost), so a user call waits for a few turns at most,
-  whatever the backlog. Throughput is not capped: turns are short and follow one another.
+- `IntakeGate`: at most `per_turn` worker messages, and at most `budget_s` of them, are applied per
+  turn of the loop; the messages past that wait for the next turn, behind the user calls that
+  arrived meanwhile. A count alone did not bound the turn: a message that ends a job of many ranks
+  costs far more than a heartbeat (2,000 simulated workers draining a queue on 2 cores: 256-message
+  turns of 60-77 ms). Throughput is not capped: turns are short and follow one another.
 - `PassPacer`: the placement pass that inputs ask for runs once at the end of the loop's turn,
   for all of them (a pass per message took a third of a draining coordinator's CPU:
-  bench/results/2026-11-25-churn), and passes take at most a quarter of the loop.
+  bench/results/2026-11-25-churn), and passes take at most a quarter of the loop. A pass that
+  places many jobs stops after PASS_BUDGET_S and goes on in a later turn (`deadline`): whole
+  passes held the loop up to 79 ms at a time in that drain.
 - `LagMeter`: how late the loop runs a timer (sampled every `period_s`, the worst of the last
   `window_s`). Past `shed_lag_s`, calls that add work (submit, checks, localize, imports) are
   refused at once with `Overloaded` (RESOURCE_EXHAUSTED / 429 and a Retry-After) instead of
@@ -29,7 +32,9 @@ from typing import Callable
 from ringleader.errors import Overloaded
 
 DEFAULT_PER_TURN = 256
+DEFAULT_BUDGET_S = 0.004  # a turn's worker messages stop once they have taken this long
 PASS_SPACING = 3.0  # after a pass of t seconds, the next waits until 3t have passed
+PASS_BUDGET_S = 0.003  # a pass's placements stop after this; its starts cost about as much again
 DEFAULT_SHED_LAG_S = 2.0
 
 
@@ -37,9 +42,11 @@ class IntakeGate:
     """`gate.take()` before applying a worker message; when it says no, the rest wait for the next
     turn (coordinator/edge/worker_stream.py's inbox drains the workers' messages so)."""
 
-    def __init__(self, per_turn: int = DEFAULT_PER_TURN) -> None:
-        self.per_turn = per_turn  # 0: no bound
+    def __init__(self, per_turn: int = DEFAULT_PER_TURN, budget_s: float = DEFAULT_BUDGET_S) -> None:
+        self.per_turn = per_turn  # 0: no bound (neither count nor time)
+        self.budget_s = budget_s  # 0: no time bound
         self._used = 0
+        self._since = 0.0  # when this turn's first message was taken
         self._reset_due = False
         self.deferred = 0  # messages that waited for a later turn (a metric, counted by the caller)
 
@@ -50,8 +57,11 @@ class IntakeGate:
         if not self._reset_due:  # the count starts again early in the next turn
             self._reset_due = True
             asyncio.get_running_loop().call_soon(self._next_turn)
+            self._since = time.perf_counter()
         if self._used >= self.per_turn:
             return False
+        if self._used and self.budget_s and time.perf_counter() - self._since >= self.budget_s:
+            return False  # at least one a turn, however slow: the backlog always moves
         self._used += 1
         return True
 
@@ -60,11 +70,19 @@ class IntakeGate:
         self._used = 0
 
 
+def deadline(seconds: float) -> Callable[[], bool]:
+    """A `go_on` for Scheduler.place: true until `seconds` from now."""
+    until = time.perf_counter() + seconds
+    return lambda: time.perf_counter() < until
+
+
 class PassPacer:
     """`soon()`: run `pass_` once at the end of this turn of the loop, however many ask. After a
     pass of t seconds the next waits until PASS_SPACING x t have passed: a cheap pass (~0.1 ms)
     is not held back; one that walks the thousands of workers a fleet-wide check holds no longer
-    runs every turn."""
+    runs every turn. `pass_(bounded)` returns whether more is due (it stopped at its budget, which
+    it keeps only when bounded): another pass follows, paced alike. With no loop (a test driving
+    the facade), the passes run at once, unbounded."""
 
     def __init__(self, pass_: Callable[[], object], spacing: float = PASS_SPACING) -> None:
         self._pass, self.spacing = pass_, spacing
@@ -77,7 +95,8 @@ class PassPacer:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # a caller with no loop (a test driving the facade): no turn to wait for
-            self._now()
+            while self._pass(False):
+                pass
             return
         self._due = True
         wait = self._last_end + self.spacing * self._last_s - time.monotonic()
@@ -89,9 +108,11 @@ class PassPacer:
     def _now(self) -> None:
         self._due = False
         t0 = time.monotonic()
-        self._pass()
+        more = self._pass(True)
         self._last_end = time.monotonic()
         self._last_s = self._last_end - t0
+        if more:
+            self.soon()
 
 
 class LagMeter:

@@ -28,6 +28,30 @@ def is_terminal(event: pb.JobEvent) -> bool:
     return event.WhichOneof("event") == "state" and states.is_terminal(event.state.state)
 
 
+class _Sink:
+    """A follower of a job's events, as the bus's watcher sets hold them (put_nowait)."""
+
+    def __init__(self, deliver: Callable[[pb.JobEvent | None], None]) -> None:
+        self.put_nowait = deliver
+
+
+async def until_terminal(stored: list, queue: asyncio.Queue) -> AsyncIterator[pb.JobEvent]:
+    """A watch's events: `stored` (replayed), then those `queue` receives (live; None ends it)
+    that were not among them, up to the terminal state."""
+    last = -1
+    for event in stored:
+        last = event.seq
+        yield event
+        if is_terminal(event):
+            return
+    while (event := await queue.get()) is not None:
+        if event.seq and event.seq <= last:
+            continue  # recorded while the stored ones were read
+        yield event
+        if is_terminal(event):
+            return
+
+
 class EventBus:
     def __init__(self, store: JobStore) -> None:
         self.store = store
@@ -72,26 +96,29 @@ class EventBus:
     async def watch(self, job_id: str) -> AsyncIterator[pb.JobEvent]:
         """Stored events, then live ones, until the job reaches a terminal state."""
         queue: asyncio.Queue = asyncio.Queue()
-        self._watchers.setdefault(job_id, set()).add(queue)
+        stored, stop = self.follow(job_id, queue.put_nowait)  # NotFound for an unknown job
         try:
-            last = -1
-            for event in self.store.events(job_id):  # NotFound for an unknown job
-                last = event.seq
+            async for event in until_terminal(stored, queue):
                 yield event
-                if is_terminal(event):
-                    return
-            while (event := await queue.get()) is not None:
-                if event.seq and event.seq <= last:
-                    continue  # recorded while we replayed the stored ones
-                yield event
-                if is_terminal(event):
-                    return
         finally:
+            stop()
+
+    def follow(self, job_id: str, deliver: Callable[[pb.JobEvent | None], None]) -> tuple[list, Callable[[], None]]:
+        """(the job's stored events, stop): `deliver` is then called with each event published
+        for the job, as it is published, on this loop, and with None when the bus closes; it
+        must not block (a watch on another loop hands the event over: coordinator/edge/watch.py).
+        An event handed over is never changed after: it may be read on another thread."""
+        stored = self.store.events(job_id)  # NotFound for an unknown job (before anything is registered)
+        sink = _Sink(deliver)
+        self._watchers.setdefault(job_id, set()).add(sink)
+
+        def stop() -> None:
             watchers = self._watchers.get(job_id)
             if watchers is not None:
-                watchers.discard(queue)
+                watchers.discard(sink)
                 if not watchers:
                     del self._watchers[job_id]
+        return stored, stop
 
     def close(self) -> None:
         """End every watch (the coordinator is stopping)."""

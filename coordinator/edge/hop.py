@@ -12,9 +12,10 @@ plumbing; the hop costs a wake-up of each loop (call_soon_threadsafe).
 
 What crosses: a handler's coroutine runs on the core loop with an `EdgeContext`, whose aborts run
 on the edge loop (grpc.aio objects belong to the loop that made them); what it only reads or sets
-(peer, auth_context, trailing metadata) it reads directly. The workers' streams, which read and
-write, stay on the edge (coordinator/edge/worker_stream.py). A cancelled RPC
-cancels its core task (run_coroutine_threadsafe chains cancellation).
+(peer, auth_context, trailing metadata) it reads directly. The streams stay on the edge: the
+workers', which read and write (coordinator/edge/worker_stream.py), and WatchJob, to which the
+core pushes events (coordinator/edge/watch.py). A cancelled RPC cancels its core task
+(run_coroutine_threadsafe chains cancellation).
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ def service_methods(descriptor) -> list[str]:
 
 
 def _hopped(method: Callable, core: asyncio.AbstractEventLoop, edge: asyncio.AbstractEventLoop) -> Callable:
-    if inspect.isasyncgenfunction(method):
-        return _hopped_stream(method, core, edge)
+    if inspect.isasyncgenfunction(method):  # a stream waits on the core's events: see watch.py
+        raise TypeError(f"{method.__name__}: a server stream is served on the edge (coordinator/edge/watch.py)")
 
     async def unary(request, context):
         async def body():
@@ -100,47 +101,3 @@ def _hopped(method: Callable, core: asyncio.AbstractEventLoop, edge: asyncio.Abs
             return (await answer) if inspect.isawaitable(answer) else answer
         return await on(core, body())
     return unary
-
-
-def _hopped_stream(method: Callable, core: asyncio.AbstractEventLoop, edge: asyncio.AbstractEventLoop) -> Callable:
-    """A server stream whose generator runs on `core`, one item ahead: the next item is sought on
-    the core while the edge writes this one, so a stream that ends after its last item (WatchJob
-    after the terminal event) ends one hop after it, not three (the next item's, its end's and
-    aclose's, each a round trip between the loops). A generator that ran to its end is not
-    closed again; one left early is closed on the core once its step in flight is cancelled (a
-    generator cannot be closed while it runs)."""
-    async def stream(request, context):
-        items = method(request, EdgeContext(context, edge))
-        steps: list[asyncio.Task] = []
-
-        async def step():
-            steps[:] = [asyncio.current_task()]
-            return await items.__anext__()
-
-        async def close():
-            for task in steps:
-                if not task.done():
-                    task.cancel()
-                    await asyncio.wait([task])
-            await items.aclose()
-
-        ended, ahead = False, on(core, step())
-        try:
-            while True:
-                try:
-                    item = await ahead
-                except StopAsyncIteration:
-                    ended = True
-                    return
-                except asyncio.CancelledError:
-                    raise
-                except BaseException:
-                    ended = True  # the generator raised: it is finished
-                    raise
-                ahead = on(core, step())
-                yield item
-        finally:
-            if not ended:
-                ahead.cancel()
-                await on(core, close())
-    return stream

@@ -14,6 +14,7 @@ from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.rpc_parse import MalformedRequestInterceptor
 from coordinator.core.facade import Coordinator
 from coordinator.edge.servicers import JobServicer
+from coordinator.edge.watch import EdgeWatch
 from coordinator.edge.worker_stream import WorkerServicer
 from ringleader.grpc_options import SERVER_OPTIONS
 from ringleader.v1 import jobs_pb2, jobs_pb2_grpc, workers_pb2, workers_pb2_grpc
@@ -40,7 +41,9 @@ async def start_server(coordinator: Coordinator, address: str,
     for worker_id in forget_workers:
         identities.forget(worker_id)
     core, edge = asyncio.get_running_loop(), EdgeLoop()
-    jobs = HoppedServicer(JobServicer(coordinator, identities), service_methods(JOBS), core, edge.loop)
+    jobs = HoppedServicer(JobServicer(coordinator, identities), [m for m in service_methods(JOBS) if m != "WatchJob"],
+                          core, edge.loop)
+    jobs.WatchJob = EdgeWatch(coordinator, core).WatchJob  # on the edge, events pushed from the core
     workers = WorkerServicer(coordinator, identities, core, edge.loop)  # its streams' own edge/core split
 
     async def build() -> tuple[grpc.aio.Server, int]:

@@ -40,20 +40,9 @@ def guarded(durable: bool = False, adds_work: bool = False):
     the users' API, coordinator/edge/identity.py), domain errors to statuses (`abort_with`), and,
     for an RPC that changes jobs or workers (`durable`), an answer only once the change is
     committed to the store. An RPC that `adds_work` is refused at once while the coordinator is
-    saturated (coordinator/core/load.py). It takes plain methods, coroutines and async
-    generators (streams)."""
+    saturated (coordinator/core/load.py). It takes plain methods and coroutines (WatchJob, the
+    one stream, is coordinator/edge/watch.py's)."""
     def wrap(method):
-        if inspect.isasyncgenfunction(method):
-            @functools.wraps(method)
-            async def stream(self, request, context):
-                try:
-                    identity.caller_may_use_jobs(context)
-                    async for item in method(self, request, context):
-                        yield item
-                except RingleaderError as exc:
-                    await abort_with(context, exc)
-            return stream
-
         @functools.wraps(method)
         async def unary(self, request, context):
             try:
@@ -126,11 +115,6 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     @guarded(adds_work=True)
     async def RunCheck(self, request, context):
         return await run_check(self.c, self.c.fleet, request)
-
-    @guarded()
-    async def WatchJob(self, request, context):
-        async for event in self.c.watch(request.job_id):
-            yield event
 
     @guarded(adds_work=True)
     async def Localize(self, request, context):

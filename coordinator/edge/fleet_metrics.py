@@ -9,8 +9,6 @@ from typing import Iterable
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from coordinator.edge.scrape import live
-
 VERDICTS = ("HEALTHY", "SUSPECT", "UNHEALTHY")  # names of ringleader.v1.Verdict
 
 
@@ -34,12 +32,11 @@ class FleetHealthCollector(Collector):
 
     def collect(self) -> Iterable:
         verdicts, quarantined, held = self._families()
-        book = self.fleet.book  # read from the scrape thread (coordinator/edge/scrape.py)
-        counts = live(book.counts)
+        counts = self.fleet.book.counts()
         for v in VERDICTS:  # every verdict, zeros included, so an alert sees the first failure
             verdicts.add_metric([v.lower()], counts.get(v, 0))
-        quarantined.add_metric([], len(live(book.quarantined_ids)))
-        held.add_metric([], len(live(book.held_ids)))
+        quarantined.add_metric([], len(self.fleet.book.quarantined_ids()))
+        held.add_metric([], len(self.fleet.book.held_ids()))
         return [verdicts, quarantined, held]
 
 

@@ -19,7 +19,7 @@ Three sources:
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -30,12 +30,12 @@ from coordinator.edge.baseline_metrics import BaselineRegressionsCollector
 from coordinator.core.facade import Coordinator
 from coordinator.edge.fleet_metrics import FleetHealthCollector
 from coordinator.edge.rpc_metrics import RpcMetricsInterceptor
-from coordinator.edge.scrape import live
 from coordinator.edge.trend_metrics import TrendCollector
 from coordinator.edge.load_metrics import LoadCollector
 from ringleader import __version__, states
 from ringleader.v1 import jobs_pb2 as pb
 
+T = TypeVar("T")
 
 # Upper bounds (inclusive) of the size buckets that label collective metrics, nccl-tests sizes in
 # binary units. Five buckets keep the label set small while separating latency-bound small
@@ -81,6 +81,17 @@ def _worker_state_name(state: int) -> str:
     return pb.WorkerState.Name(state).lower()
 
 
+def _retry(read: Callable[[], T], attempts: int = 5) -> T:
+    """Read the coordinator's in-memory state from the scrape thread (the web framework may run
+    the /metrics handler off the loop): a dict resized mid-iteration raises; read it again."""
+    for _ in range(attempts - 1):
+        try:
+            return read()
+        except RuntimeError:
+            continue
+    return read()
+
+
 class CoordinatorStateCollector(Collector):
     """Gauges computed when Prometheus scrapes, from the coordinator's in-memory state."""
 
@@ -109,15 +120,15 @@ class CoordinatorStateCollector(Collector):
 
     def collect(self) -> Iterable:
         jobs, depth, oldest, workers = self._families()
-        queued = live(self.core.queued_jobs)
-        running = live(self.core.running_jobs)
+        queued = _retry(self.core.queued_jobs)
+        running = _retry(self.core.running_jobs)
         jobs.add_metric([_state_name(pb.QUEUED)], len(queued))
         jobs.add_metric([_state_name(pb.RUNNING)], len(running))
         depth.add_metric([], len(queued))
         created = [j.created_at for j in queued if j.created_at]
         oldest.add_metric([], max(0.0, self.clock() - min(created)) if created else 0.0)
         counts: dict[tuple[str, str], int] = {}
-        for w in live(self.core.workers.all):
+        for w in _retry(self.core.workers.all):
             backend = w.reg.backend
             for s in WORKER_STATES:  # every state of a backend that exists, zeros included
                 counts.setdefault((_worker_state_name(s), backend), 0)
@@ -125,7 +136,7 @@ class CoordinatorStateCollector(Collector):
         for (state, backend), n in sorted(counts.items()):
             workers.add_metric([state, backend], n)
         rejected = self._rejected()
-        counted = live(lambda: dict(self.core.dispatch.rejected))
+        counted = _retry(lambda: dict(self.core.dispatch.rejected))
         for kind in sorted({*REJECTED_KINDS, *counted}):  # keys are the proto's message names: bounded
             rejected.add_metric([kind], counted.get(kind, 0))
         return [jobs, depth, oldest, workers, rejected]

@@ -8,13 +8,13 @@ and returns what to send.
 warm groups (groups.Groups), the scheduler (scheduler.Scheduler) and the health book
 (coordinator/health/book.py: verdicts, cordons, rechecks; the one home of a worker's quarantine).
 Nothing called from inside `handle` may call `handle` again: a re-entry raises (it would lose the
-outer input's placement pass and events). Each change updates the scheduler's indexes right beside
-it (`_enqueue`, `_unqueue`, `_set_state`); nothing installs a callback on another object. A
-placement pass (`schedule`, called only from `handle` and `place_due`, which may spread it over
-several calls) runs once at the end of an input that changed the queue, the idle set or the warm
-groups. A tick asks liveness (a pure function of the clock, the running jobs and the workers) for
-its verdicts, which are inputs too (Lost, Fail, Requeue) and are applied in the same turn; it also
-cancels queued jobs past their queue_timeout_s and forgets workers gone longer than the TTL.
+outer input's placement pass and events). Each change updates the
+scheduler's indexes right beside it (`_enqueue`, `_unqueue`, `_set_state`); nothing installs a
+callback on another object. A placement pass (`schedule`, called only from `handle`) runs once at
+the end of an input that changed the queue, the idle set or the warm groups. A tick asks liveness
+(a pure function of the clock, the running jobs and the workers) for its verdicts, which are
+inputs too (Lost, Fail, Requeue) and are applied in the same turn; it also cancels queued jobs
+past their queue_timeout_s and forgets workers gone longer than the registry's TTL.
 
 The worker protocol (what the daemons report, how jobs end, warm-group bookkeeping) is the other
 half of this class, in coordinator/core/dispatch.py. Store writes happen as the change is applied;
@@ -102,29 +102,26 @@ class Control(WorkerProtocol, HealthProtocol):
             self._placement_due = self._placement_due or self._dirty
             return self._end(out, place)
 
-    def place_due(self, go_on: Callable[[], bool] | None = None) -> Out:
-        """The placement pass that inputs handled with place=False deferred (none: nothing); with
-        `go_on`, what it places before `go_on()` says no, and `placement_due` tells of the rest."""
+    def place_due(self) -> Out:
+        """The placement pass that inputs handled with place=False deferred (none: nothing)."""
         with self._guard.entered("place_due"):
             self._out = Out()
-            return self._end(self._out, True, go_on)
+            return self._end(self._out, True)
 
-    @property
-    def placement_due(self) -> bool:
-        return self._placement_due
-
-    def _end(self, out: Out, place: bool, go_on: Callable[[], bool] | None = None) -> Out:
+    def _end(self, out: Out, place: bool) -> Out:
         if self._placement_due and place:
             self._placement_due = False
-            self.schedule(go_on)
+            self.schedule()
         out.events = self.events.drain()
         return out
 
-    def schedule(self, go_on: Callable[[], bool] | None = None) -> None:
-        """The placement pass: start every queued job that can start now (`place_due`'s go_on)."""
-        for decision in self.scheduler.place(self.groups.warm(), go_on):
+    def _apply(self, inp: Input) -> None:
+        self._handlers[type(inp)](inp)
+
+    def schedule(self) -> None:
+        """The placement pass: start every queued job that can start now."""
+        for decision in self.scheduler.place(self.groups.warm()):
             self._start(decision)
-        self._placement_due = self._placement_due or self.scheduler.cut  # stopped early: the rest later
 
     # ---- reading (no input: nothing changes) -----------------------------------------------
 
@@ -254,7 +251,7 @@ class Control(WorkerProtocol, HealthProtocol):
         self._queue_timeouts(inp.wall or time.time())
         for verdict in liveness.verdicts(now, self.book.running.values(), self.workers, self.timings):
             try:
-                self._handlers[type(verdict)](verdict)
+                self._apply(verdict)
             except Exception:  # a bug in one verdict must not keep the others (or their sends) back
                 log.exception("applying %s failed", verdict)
 

@@ -7,8 +7,9 @@ Pure (no I/O, no clock), so it is tested without servers. Rules:
   one backend are connected) reserves the eligible idle workers of such backends, so later
   (smaller) jobs cannot starve it; a job the connected fleet cannot run (too few workers, or
   enough only across backends, which a gang never mixes) reserves nothing and blocks nobody;
-- a gang equal to a warm group (every member's executor holds the same initialised process group,
-  coordinator/core/groups.py) is preferred and keeps its rank order: the job needs no NCCL init;
+- a gang equal to a warm group (every member's executor holds the same initialised process
+  group, coordinator/core/groups.py) is preferred and keeps that group's rank order, so the job
+  starts without a new NCCL init;
 - ranks on one host are adjacent (by host, then device index), on the hosts with most idle workers;
   workers whose latest verdict is HEALTHY are preferred over suspect or never-checked ones.
 
@@ -133,7 +134,6 @@ class Scheduler:
         self._queues = KindQueues()
         self._queues_epoch = -1
         self._cordoned_ids = cordoned_ids  # the health book's: waiting reasons count them apart
-        self.cut = False  # the last pass stopped early (`place`'s go_on)
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self._jobs
@@ -175,11 +175,10 @@ class Scheduler:
 
     # ---- decisions -------------------------------------------------------------------------
 
-    def place(self, warm: WarmGroups | None = None, go_on: Callable[[], bool] | None = None) -> list[Decision]:
+    def place(self, warm: WarmGroups | None = None) -> list[Decision]:
         """Decide which queued jobs start now (they leave the queue); `warm` holds the warm
-        groups a job may reuse, by size. After a placement it stops if `go_on()` says no, setting
-        `cut`: the next pass goes on from the queue's head (a pass that stops has placed a job)."""
-        self._pass, self.cut = self._pass + 1, False
+        groups a job may reuse, by size."""
+        self._pass += 1
         claims = Claims(self._fleet.n_idle)
         if not claims.free:
             return []
@@ -205,9 +204,6 @@ class Scheduler:
             for wid in decision.worker_ids:
                 claims.take(fleet.views[wid])
             self.remove(job.job_id)  # its need's next job, if any, joins the walk
-            if go_on is not None and not go_on():
-                self.cut = True
-                break
         walk.close()
         return decisions
 
@@ -268,14 +264,17 @@ class Scheduler:
         chosen: list[WorkerView] = []
         while len(chosen) < n:
             chosen += self._fleet.idle_on(need, backend, heapq.heappop(fullest)[-1], claims)[: n - len(chosen)]
-        chosen.sort(key=lambda w: (w.host, w.device_index, w.worker_id))  # rank order
-        return Decision(job.job_id, tuple(w.worker_id for w in chosen), backend, "")
+        return Decision(job.job_id, _rank_order(chosen), backend, "")
 
     def _reserve(self, need: Need, pools: dict[str, dict[str, int]], claims: Claims) -> int:
         held = [w for b, hosts in pools.items() for w in self._fleet.idle_in(need, b, hosts, claims)]
         for w in held:
             claims.take(w)
         return len(held)
+
+
+def _rank_order(workers: list[WorkerView]) -> tuple[str, ...]:
+    return tuple(w.worker_id for w in sorted(workers, key=lambda w: (w.host, w.device_index, w.worker_id)))
 
 
 def by_size(groups: Mapping[str, tuple[str, ...]]) -> dict[int, dict[str, tuple[str, ...]]]:

@@ -4,7 +4,7 @@ import dataclasses
 import random
 
 from coordinator.core.groups import new_key
-from coordinator.core.scheduler import AGING_S, Need, PendingJob, Scheduler, WorkerView, by_size, plan
+from coordinator.core.scheduler import AGING_S, Need, PendingJob, Scheduler, WorkerView, plan
 from ringleader.spec import BACKENDS
 from ringleader import jobspec
 from ringleader.v1 import jobs_pb2 as pb
@@ -357,33 +357,3 @@ def test_healthy_workers_are_preferred_over_suspect_or_never_checked_ones():
     assert p.decisions[0].worker_ids == ("w9",)
     # A gang that needs it still gets it.
     assert plan([job("a", n=2)], [doubtful, w("w9", host="h9")]).decisions[0].worker_ids == ("w0", "w9")
-
-
-def test_a_pass_cut_after_each_placement_and_resumed_places_as_one_whole_pass():
-    """A pass spread over turns (`place`'s go_on) places the same jobs, in the same order, on the
-    same workers, as one whole pass: spreading it changes when jobs start, never which or where."""
-    rng = random.Random(7)
-    cuts = 0
-    for _ in range(1000):
-        queue, fleet, groups = random_case(rng)
-        whole = plan(queue, fleet, groups).decisions
-        s = Scheduler()
-        for v in fleet:
-            s.put_worker(v)
-        for j in queue:
-            s.add(j)
-        views = {v.worker_id: v for v in fleet}
-        spread: list = []
-        while True:
-            got = s.place(by_size(groups), go_on=lambda: False)
-            assert len(got) <= 1 and s.cut == bool(got)  # it stops after each placement, never before one
-            spread += got
-            cuts += s.cut
-            for d in got:  # the control core marks a started job's workers busy
-                for wid in d.worker_ids:
-                    views[wid] = dataclasses.replace(views[wid], idle=False)
-                    s.put_worker(views[wid])
-            if not s.cut:
-                break
-        assert spread == whole, (queue, fleet, groups)
-    assert cuts > 500  # the cases did place jobs, and the passes did stop

@@ -36,7 +36,7 @@ from coordinator.core.inputs import (Cancel, Cordon, Disconnect, Input, Out, Reg
                                      WorkerMsg)
 from coordinator.core.jobs import Page
 from coordinator.core.liveness import Timings
-from coordinator.core.load import PASS_BUDGET_S, IntakeGate, LagMeter, PassPacer, deadline
+from coordinator.core.load import IntakeGate, LagMeter, PassPacer
 from coordinator.core.registry import WorkerConn, encode_token
 from ringleader import jobspec, kinds
 from ringleader.errors import InvalidSpec
@@ -73,7 +73,7 @@ class Coordinator:
         # The health book's readers (coordinator/health/fleet.py); observers hear of quarantine changes.
         self.fleet = FleetHealth(self, observers=health_observers)
         self.alerts: list[str] = []  # what the circuit breaker asked an operator to decide, newest last
-        self.passes = PassPacer(self._pass)  # the deferred passes
+        self.passes = PassPacer(lambda: self._send(self.control.place_due()))  # the deferred passes
         # User calls ahead of bulk worker traffic, and refused promptly when saturated (load.py).
         self.intake = IntakeGate(self.timings.worker_msgs_per_turn)
         self.lag = LagMeter(self.timings.shed_lag_s)
@@ -165,11 +165,6 @@ class Coordinator:
         if out.health:
             self.fleet.notify(out.health)  # after the input: an observer may read the facade
         return out
-
-    def _pass(self, bounded: bool) -> bool:
-        """A placement pass (PassPacer's): within PASS_BUDGET_S if `bounded`; whether more is due."""
-        self._send(self.control.place_due(deadline(PASS_BUDGET_S) if bounded else None))
-        return self.control.placement_due
 
     def _soon(self, inp: Input) -> Out:
         """`_do`, its placement pass shared with every input of this turn of the loop."""

@@ -18,6 +18,7 @@ Three sources:
 
 from __future__ import annotations
 
+import collections
 import time
 from typing import Callable, Iterable, TypeVar
 
@@ -127,12 +128,11 @@ class CoordinatorStateCollector(Collector):
         depth.add_metric([], len(queued))
         created = [j.created_at for j in queued if j.created_at]
         oldest.add_metric([], max(0.0, self.clock() - min(created)) if created else 0.0)
-        counts: dict[tuple[str, str], int] = {}
-        for w in _retry(self.core.workers.all):
-            backend = w.reg.backend
-            for s in WORKER_STATES:  # every state of a backend that exists, zeros included
-                counts.setdefault((_worker_state_name(s), backend), 0)
-            counts[(_worker_state_name(w.state), backend)] = counts.get((_worker_state_name(w.state), backend), 0) + 1
+        # Counted by (state number, backend), named once per label set: naming each worker's state
+        # (and every state, per worker) was three quarters of a scrape's CPU with 2,000 workers.
+        by_state = collections.Counter(_retry(lambda: [(w.state, w.reg.backend) for w in self.core.workers.all()]))
+        counts = {(_worker_state_name(s), backend): by_state.get((s, backend), 0)
+                  for backend in {b for _, b in by_state} for s in WORKER_STATES}  # zeros included
         for (state, backend), n in sorted(counts.items()):
             workers.add_metric([state, backend], n)
         rejected = self._rejected()

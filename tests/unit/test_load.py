@@ -33,10 +33,18 @@ def heartbeat(i: int) -> wpb.WorkerMessage:
     return wpb.WorkerMessage(heartbeat=wpb.Heartbeat(op_seq=i))
 
 
-def run_burst(per_turn: int, n: int = 20) -> list:
-    """n worker messages arrive at once, then a user's call: the order they are served in."""
+def run_burst(per_turn: int, n: int = 20, budget_s: float | None = None, cost_s: float = 0.0) -> list:
+    """n worker messages arrive at once, then a user's call: the order they are served in.
+    `budget_s`: the intake's time budget (default: the gate's); `cost_s`: what each message takes
+    (a job's end over many ranks costs far more than a heartbeat)."""
+    import time
+
     async def main() -> list:
         core = Core(per_turn)
+        if budget_s is not None:
+            core.intake.budget_s = budget_s
+        if cost_s:
+            core.on_message = lambda conn, msg: (time.sleep(cost_s), core.served.append(msg.heartbeat.op_seq))
         inbox = Inbox(core, identities=None, core=asyncio.get_running_loop())
         for i in range(n):
             inbox.put("conn", heartbeat(i))
@@ -126,28 +134,9 @@ def test_without_a_loop_a_pass_runs_at_once():
     assert runs == [1]
 
 
-def slow_burst(budget_s: float, cost_s: float = 0.002, n: int = 20) -> list:
-    """`run_burst` with messages that each take `cost_s` (a job's end over many ranks), the count
-    bound far above the burst: only the time budget can cut the turn."""
-    import time
-
-    async def main() -> list:
-        core = Core(per_turn=256)
-        core.intake.budget_s = budget_s
-        core.on_message = lambda conn, msg: (time.sleep(cost_s), core.served.append(msg.heartbeat.op_seq))
-        inbox = Inbox(core, identities=None, core=asyncio.get_running_loop())
-        for i in range(n):
-            inbox.put("conn", heartbeat(i))
-        asyncio.get_running_loop().call_soon(core.served.append, "user")
-        while len(core.served) < n + 1:
-            await asyncio.sleep(0)
-        return core.served
-
-    return asyncio.run(main())
-
-
 def test_slow_worker_messages_stop_a_turn_at_its_time_budget():
-    assert slow_burst(budget_s=0.0).index("user") == 20  # no time bound: behind the whole burst
-    served = slow_burst(budget_s=0.005)
+    # The count bound far above the burst: only the time budget can cut the turn.
+    assert run_burst(256, budget_s=0.0, cost_s=0.002).index("user") == 20  # no time bound: behind the whole burst
+    served = run_burst(256, budget_s=0.005, cost_s=0.002)
     assert 1 <= served.index("user") <= 3  # 2 ms each: the turn stopped after 5-6 ms of them
     assert [s for s in served if s != "user"] == list(range(20))  # every message, in arrival order

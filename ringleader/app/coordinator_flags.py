@@ -21,8 +21,9 @@ def add_fleet_flags(c: argparse.ArgumentParser) -> None:
                    help="circuit breaker: automatic quarantine takes at most this share of a GPU model's workers "
                         "(at least 1; default 0.1); beyond it failed workers stay in service for an operator")
     c.add_argument("--worker-msgs-per-turn", type=argtypes.non_negative, default=256, metavar="N",
-                   help="apply at most N worker messages per turn of the event loop: users' calls wait behind at most "
-                        "that share of a busy fleet's traffic; smaller, less wait (default 256; 0: no bound)")
+                   help="apply at most N worker messages, and at most 4 ms of them, per turn of the event loop: "
+                        "users' calls wait behind at most that share of a busy fleet's traffic; smaller, less wait "
+                        "(default 256; 0: no bound)")
     c.add_argument("--shed-lag", type=argtypes.seconds_or_off, default=2.0, metavar="SECONDS",
                    help="while the event loop runs this far behind, refuse calls that add work (submit, checks, "
                         "localize, imports) at once: RESOURCE_EXHAUSTED / 429 with a retry-after (default 2; 0: never)")

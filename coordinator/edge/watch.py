@@ -44,4 +44,7 @@ class EdgeWatch:
             async for event in until_terminal(stored, queue):
                 yield event
         finally:
-            self.core.call_soon_threadsafe(stop)
+            try:
+                self.core.call_soon_threadsafe(stop)
+            except RuntimeError:  # the core loop is closed: the bus went with it
+                pass

@@ -89,7 +89,7 @@ def _disputed_reporters(mine: dict[int, list[pb.LinkRow]]) -> dict[int, tuple[in
     more would otherwise make it look like a liar too)."""
     found: dict[int, tuple[int, int]] = {}
     while True:
-        counts = {}
+        counts, claimed_more = {}, {}
         for rank, links in mine.items():
             if rank in found:
                 continue
@@ -97,10 +97,21 @@ def _disputed_reporters(mine: dict[int, list[pb.LinkRow]]) -> dict[int, tuple[in
             disputed = sum(x.ends_disagree for x in kept)
             if len(kept) >= 2 and 2 * disputed > len(kept):
                 counts[rank] = (disputed, len(kept))
+                claimed_more[rank] = sum(x.ends_disagree and _claims_more(x, rank) for x in kept)
         if not counts:
             return found
-        rank = max(counts, key=lambda k: (counts[k][0] / counts[k][1], -k))
+        # Equally disputed ranks (a liar's 2 of 3 links, and an honest peer's link with it plus one
+        # more that scheduling noise split): the one that claimed the faster figure in more of its
+        # disputes. Inflating claims faster; noise makes the delayed end read slower. (The lowest
+        # rank was taken before: an honest rank 0 was named in a loaded run, the liar cleared.)
+        rank = max(counts, key=lambda k: (counts[k][0] / counts[k][1], claimed_more[k], -k))
         found[rank] = counts[rank]
+
+
+def _claims_more(link: pb.LinkRow, rank: int) -> bool:
+    """Whether `rank`'s end of the link reported the faster figure."""
+    mine, other = (link.gbps_a, link.gbps_b) if link.a == rank else (link.gbps_b, link.gbps_a)
+    return mine > other
 
 
 def _most_flagged(links: list[pb.LinkRow]) -> bool:

@@ -125,6 +125,19 @@ def test_a_rank_whose_peers_dispute_its_link_figures_is_suspect_and_no_link_is_n
     assert "disagree with the other end's on 3 of 3 links" in found["w2"].figure
 
 
+def test_of_equally_disputed_ranks_the_one_claiming_the_faster_figures_is_the_liar():
+    """Rank 2 inflates its figures, disputed on 2 of its 3 links (its link with 3 read alike);
+    noise split link 0-1 (rank 1's end delayed, slower). Ranks 0, 1 and 2 are each disputed on 2
+    of 3: the liar is the one whose end claimed the faster figure in its disputes."""
+    hosts = [f"h{i}" for i in range(4)]
+    disputed = {(0, 1): (2.0, 1.0), (0, 2): (1.0, 3.0), (1, 2): (1.0, 3.0)}  # (gbps_a, gbps_b)
+    rows = [dict(a=a, b=b, round=0, latency_us=1.0, gbps=1.0, wrong=0, ends_disagree=(a, b) in disputed,
+                 gbps_a=disputed.get((a, b), (1.0, 1.0))[0], gbps_b=disputed.get((a, b), (1.0, 1.0))[1])
+            for a in range(4) for b in range(a + 1, 4)]
+    found = verdicts.of_job(_job("link_matrix", link_matrix.link_result(rows, hosts, 8, 3), hosts))
+    assert _by_verdict(found) == {pb.HEALTHY: ["w0", "w1", "w3"], pb.SUSPECT: ["w2"], pb.UNHEALTHY: []}
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0

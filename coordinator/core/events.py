@@ -22,17 +22,11 @@ from ringleader.v1 import jobs_pb2 as pb
 log = logging.getLogger("ringleader.coordinator")
 
 Listener = Callable[[pb.JobEvent, pb.Job], None]
+Deliver = Callable[[pb.JobEvent | None], None]  # a follower of one job's events (EventBus.follow)
 
 
 def is_terminal(event: pb.JobEvent) -> bool:
     return event.WhichOneof("event") == "state" and states.is_terminal(event.state.state)
-
-
-class _Sink:
-    """A follower of a job's events, as the bus's watcher sets hold them (put_nowait)."""
-
-    def __init__(self, deliver: Callable[[pb.JobEvent | None], None]) -> None:
-        self.put_nowait = deliver
 
 
 async def until_terminal(stored: list, queue: asyncio.Queue) -> AsyncIterator[pb.JobEvent]:
@@ -55,7 +49,7 @@ async def until_terminal(stored: list, queue: asyncio.Queue) -> AsyncIterator[pb
 class EventBus:
     def __init__(self, store: JobStore) -> None:
         self.store = store
-        self._watchers: dict[str, set[asyncio.Queue]] = {}
+        self._watchers: dict[str, set[Deliver]] = {}  # per job, its followers' `deliver` (follow)
         self._listeners: list[Listener] = []
         self._next_seq: dict[str, int] = {}
         self._emitted: list[pb.JobEvent] = []  # published since the last drain
@@ -80,8 +74,8 @@ class EventBus:
         """Tell watchers and listeners, without storing (progress, waiting reasons)."""
         event.time = event.time or time.time()
         self._emitted.append(event)
-        for q in self._watchers.get(event.job_id, ()):
-            q.put_nowait(event)
+        for deliver in self._watchers.get(event.job_id, ()):
+            deliver(event)
         for fn in self._listeners:
             try:
                 fn(event, job)
@@ -103,25 +97,24 @@ class EventBus:
         finally:
             stop()
 
-    def follow(self, job_id: str, deliver: Callable[[pb.JobEvent | None], None]) -> tuple[list, Callable[[], None]]:
+    def follow(self, job_id: str, deliver: Deliver) -> tuple[list, Callable[[], None]]:
         """(the job's stored events, stop): `deliver` is then called with each event published
         for the job, as it is published, on this loop, and with None when the bus closes; it
         must not block (a watch on another loop hands the event over: coordinator/edge/watch.py).
         An event handed over is never changed after: it may be read on another thread."""
         stored = self.store.events(job_id)  # NotFound for an unknown job (before anything is registered)
-        sink = _Sink(deliver)
-        self._watchers.setdefault(job_id, set()).add(sink)
+        self._watchers.setdefault(job_id, set()).add(deliver)
 
         def stop() -> None:
             watchers = self._watchers.get(job_id)
             if watchers is not None:
-                watchers.discard(sink)
+                watchers.discard(deliver)
                 if not watchers:
                     del self._watchers[job_id]
         return stored, stop
 
     def close(self) -> None:
         """End every watch (the coordinator is stopping)."""
-        for queues in self._watchers.values():
-            for q in queues:
-                q.put_nowait(None)
+        for followers in self._watchers.values():
+            for deliver in followers:
+                deliver(None)

@@ -28,10 +28,7 @@ class EdgeWatch:
         edge, queue = asyncio.get_running_loop(), asyncio.Queue()
 
         def deliver(event) -> None:  # on the core, inside EventBus.publish
-            try:
-                edge.call_soon_threadsafe(queue.put_nowait, event)
-            except RuntimeError:  # the edge loop is closed (stopping): the stream went with it
-                pass
+            _call_soon(edge, queue.put_nowait, event)
 
         async def follow():  # on the core: the bus and the store are its alone
             return self.c.events.follow(request.job_id, deliver)
@@ -44,7 +41,12 @@ class EdgeWatch:
             async for event in until_terminal(stored, queue):
                 yield event
         finally:
-            try:
-                self.core.call_soon_threadsafe(stop)
-            except RuntimeError:  # the core loop is closed: the bus went with it
-                pass
+            _call_soon(self.core, stop)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn, *args) -> None:
+    """`fn(*args)` on the other loop; nothing if it is closed (stopping: what it served went with it)."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -112,14 +111,14 @@ def kind_of(op: str, reduce_op: str) -> str:
     return reduce_op if op in spec.REDUCING_OPS else "copy"
 
 
-Values = Callable[[torch.Tensor], torch.Tensor]  # int64 values at int64 element indices
 REDUCED = -1  # Formula.src of the reduction over every rank
 
 
 @dataclass(frozen=True)
 class Formula:
-    """Values: source rank `src`'s inputs, or (src REDUCED) the closed-form reduction over all n
-    ranks. A value, not a closure, so that a period of it can be kept (_period)."""
+    """int64 values at int64 element indices: source rank `src`'s inputs, or (src REDUCED) the
+    closed-form reduction over all n ranks. A value, not a closure, so that a period of it can be
+    kept (_period)."""
     kind: str
     dtype: str
     src: int
@@ -140,27 +139,20 @@ _PERIODS: collections.OrderedDict = collections.OrderedDict()
 PERIODS_KEPT = 32
 
 
-def _period(values: Values, start: int, length: int, dtype: torch.dtype, device) -> torch.Tensor:
+def _period(values: Formula, start: int, length: int, dtype: torch.dtype, device) -> torch.Tensor:
     """values(idx) for the first min(length, PERIOD) indices from `start`, in `dtype`: what every
-    later period of the range repeats (the values are exact integers in every dtype). Kept for
-    a Formula: never write into what this returns."""
+    later period of the range repeats (the values are exact integers in every dtype). Kept: never
+    write into what this returns."""
     p = min(length, PERIOD)
-    key = (values, start % PERIOD, p, dtype, torch.device(device)) if isinstance(values, Formula) else None
-    if key is not None and (kept := _PERIODS.get(key)) is not None:
+    key = (values, start % PERIOD, p, dtype, torch.device(device))  # values depend on the index mod PERIOD only
+    if (kept := _PERIODS.get(key)) is not None:
         _PERIODS.move_to_end(key)
         return kept
     idx = torch.arange(start, start + p, device=device, dtype=torch.int64)
-    out = values(idx).to(dtype)
-    if key is not None:  # the values depend on the index modulo PERIOD only (_hash)
-        _PERIODS[key] = out
-        while len(_PERIODS) > PERIODS_KEPT:
-            _PERIODS.popitem(last=False)
+    out = _PERIODS[key] = values(idx).to(dtype)
+    while len(_PERIODS) > PERIODS_KEPT:
+        _PERIODS.popitem(last=False)
     return out
-
-
-def forget_periods() -> None:
-    """Drop the kept periods (tests that count the formula's work)."""
-    _PERIODS.clear()
 
 
 def _tiles(flat: torch.Tensor, period: torch.Tensor):
@@ -186,7 +178,7 @@ def fill(buf: torch.Tensor, *, kind: str, dtype: str, src: int, n: int, seed: in
 
 
 def expected_segments(op: str, reduce_op: str, dtype: str, *, rank: int, world_size: int, root: int,
-                      count: int, seed: int) -> list[tuple[int, int, Values, int]]:
+                      count: int, seed: int) -> list[tuple[int, int, Formula, int]]:
     """This rank's expected output as segments (output start, length, values, index start):
     output element out_start + k holds values(index_start + k).
 
@@ -196,7 +188,7 @@ def expected_segments(op: str, reduce_op: str, dtype: str, *, rank: int, world_s
     c = count // n
     kind = kind_of(op, reduce_op)
 
-    def src(s: int) -> Values:
+    def src(s: int) -> Formula:
         return Formula(kind, dtype, s, n, seed)
 
     reduced = Formula(kind, dtype, REDUCED, n, seed)

@@ -50,8 +50,7 @@ async def _scenario(tmp_path) -> dict:
         ended = asyncio.get_running_loop().create_future()
 
         def cancel_and_hold() -> None:  # one callback of the core: the end published, then more work
-            c.cancel(job.id, "test")
-            c.passes._now()  # the cancel's input is applied in this callback too
+            c.cancel(job.id, "test")  # applied here: the job ends, its watchers hear of it
             end = time.perf_counter() + HELD_S
             while time.perf_counter() < end:
                 pass
@@ -68,6 +67,7 @@ async def _scenario(tmp_path) -> dict:
             if other.id not in c.events._watchers:
                 break
             await asyncio.sleep(0.01)
+        out["left_first"] = left[0][1] if left else None  # its stored QUEUED: it was followed, then left
         out["left_watchers"] = other.id in c.events._watchers
         missing: list = []
         await asyncio.get_running_loop().run_in_executor(None, _watch, rc.grpc_target, "nosuchjob", missing)
@@ -82,5 +82,6 @@ def test_a_watch_gets_the_end_before_the_core_turn_that_published_it_is_over(tmp
     cancelled_at = out["seen"][-1][0]
     # Hopped to the core, the stream's generator ran only after that callback: HELD_S later.
     assert cancelled_at < out["turn_end"] - HELD_S / 2, "the end reached the client only after the core's turn"
+    assert isinstance(out["left_first"], pb.JobEvent) and out["left_first"].state.state == pb.QUEUED
     assert out["left_watchers"] is False  # the watch that left is no longer followed on the core
     assert [x for _, x in out["missing"]] == [grpc.StatusCode.NOT_FOUND]

@@ -36,6 +36,7 @@ from coordinator.core.inputs import (Cancel, Cordon, Disconnect, Input, Out, Reg
                                      WorkerMsg)
 from coordinator.core.jobs import Page
 from coordinator.core.liveness import Timings
+from coordinator.core.stallwatch import StallWatch
 from coordinator.core.load import IntakeGate, LagMeter, PassPacer
 from coordinator.core.registry import WorkerConn, encode_token
 from ringleader import jobspec, kinds
@@ -77,6 +78,7 @@ class Coordinator:
         # User calls ahead of bulk worker traffic, and refused promptly when saturated (load.py).
         self.intake = IntakeGate(self.timings.worker_msgs_per_turn)
         self.lag = LagMeter(self.timings.shed_lag_s)
+        self.stalls = StallWatch(self.lag)  # names what stalled the loop, in the log
 
     # ---- process ---------------------------------------------------------------------------
 
@@ -96,8 +98,10 @@ class Coordinator:
         """Called once the servers are up: from now the loop's lag is measured (the start-up's
         own stalls, building the HTTP app, are not a saturation to shed for)."""
         self.lag.start()
+        self.stalls.start()
 
     async def stop(self) -> None:
+        self.stalls.stop()
         await self.lag.stop()
         if self._ticker:
             self._ticker.cancel()

@@ -1,5 +1,6 @@
 """The coordinator's load (coordinator/core/load.py) as metrics, read at each scrape: how late its
-event loop runs, calls refused while saturated, worker messages that waited for a later turn."""
+event loop runs, calls refused while saturated, worker messages that waited for a later turn,
+the loop's stalls."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from coordinator.core.load import IntakeGate, LagMeter
+from coordinator.core.stallwatch import StallWatch
 
 
 class LoadCollector(Collector):
-    def __init__(self, lag: LagMeter, intake: IntakeGate) -> None:
-        self.lag, self.intake = lag, intake
+    def __init__(self, lag: LagMeter, intake: IntakeGate, stalls: StallWatch) -> None:
+        self.lag, self.intake, self.stalls = lag, intake, stalls
 
     def collect(self):
         yield GaugeMetricFamily("ringleader_loop_lag_seconds",
@@ -22,3 +24,6 @@ class LoadCollector(Collector):
         yield CounterMetricFamily("ringleader_worker_messages_deferred",
                                   "Worker messages applied in a later turn of the loop (--worker-msgs-per-turn)",
                                   value=float(self.intake.deferred))
+        yield CounterMetricFamily("ringleader_loop_stalls",
+                                  "Stalls of the event loop past 0.2 s (each named in the log: its garbage collection "
+                                  "and the loop's stack)", value=float(self.stalls.stalls))

@@ -153,7 +153,7 @@ class CoordinatorMetrics:
         r.register(BaselineRegressionsCollector(core.store))
         self.trends = TrendCollector(core.store)
         r.register(self.trends)
-        r.register(LoadCollector(core.lag, core.intake))
+        r.register(LoadCollector(core.lag, core.intake, core.stalls))
 
         # Jobs, from state-change events.
         self.jobs_submitted = Counter("ringleader_jobs_submitted_total", "Jobs accepted", registry=r)

@@ -1,0 +1,98 @@
+"""Who stalled the coordinator's event loop (issue 27: a 10,000-worker fleet showed one stall of
+0.3-0.5 s a run, and nothing said what it was).
+
+A thread watches the loop's lag sampler (coordinator/core/load.py's LagMeter). While the sampler
+is overdue by `threshold_s` or more, the thread samples the loop thread's stack; garbage
+collection passes are timed as they happen (gc.callbacks: a pass holds the GIL, so no stack is
+sampled during one). Once the loop runs again, one warning names the stall's length, the
+collection passes inside it and the stack seen most, and `stalls` counts it (a metric).
+Costs nothing the loop sees: the thread wakes every `period_s`, a GC callback is two clock reads.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import logging
+import sys
+import threading
+import time
+import traceback
+
+from coordinator.core.load import LagMeter
+
+log = logging.getLogger("ringleader.coordinator")
+
+DEFAULT_THRESHOLD_S = 0.2
+STACK_FRAMES = 8  # innermost frames of a stack in the warning
+
+
+class StallWatch:
+    def __init__(self, lag: LagMeter, threshold_s: float = DEFAULT_THRESHOLD_S, period_s: float = 0.02) -> None:
+        self.lag, self.threshold_s, self.period_s = lag, threshold_s, period_s
+        self.stalls = 0  # stalls reported (a metric)
+        self.gc_pauses: collections.deque[tuple[float, float, int]] = collections.deque(maxlen=256)  # (end, s, generation)
+        self._gc_start = 0.0
+        self._loop_thread = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
+
+    def start(self) -> None:
+        """From the loop's thread."""
+        self._loop_thread = threading.get_ident()
+        gc.callbacks.append(self._gc)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._gc in gc.callbacks:
+            gc.callbacks.remove(self._gc)
+        if self._thread.is_alive():
+            self._thread.join(1.0)
+
+    def _gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        elif self._gc_start:
+            end = time.perf_counter()
+            self.gc_pauses.append((end, end - self._gc_start, info.get("generation", -1)))
+
+    def _overdue(self) -> float:
+        due = self.lag._pending_since  # when the sampler in flight was due; 0 before it started
+        return time.monotonic() - due if due else 0.0
+
+    def _run(self) -> None:
+        stacks: collections.Counter[tuple[str, ...]] = collections.Counter()
+        began = worst = 0.0
+        while not self._stop.wait(self.period_s):
+            late = self._overdue()
+            if late >= self.threshold_s:
+                if not began:
+                    began, stacks = time.perf_counter() - late, collections.Counter()
+                worst = max(worst, late)
+                frame = sys._current_frames().get(self._loop_thread)
+                if frame is not None:
+                    stacks[stack_of(frame)] += 1
+            elif began:
+                self.report(began, time.perf_counter(), worst, stacks)
+                began = worst = 0.0
+
+    def report(self, began: float, ended: float, worst: float, stacks: collections.Counter) -> None:
+        self.stalls += 1
+        pauses = [(s, g) for end, s, g in list(self.gc_pauses) if began <= end <= ended]
+        gc_part = (f"garbage collection {sum(s for s, _ in pauses) * 1e3:.0f} ms in {len(pauses)} passes "
+                   f"(generations {sorted({g for _, g in pauses})})" if pauses else "no garbage collection")
+        where = "no stack sampled"
+        if stacks:
+            stack, seen = stacks.most_common(1)[0]
+            where = f"the loop's stack in {seen} of {sum(stacks.values())} samples:\n  " + "\n  ".join(stack)
+        log.warning("event loop stalled %.0f ms: %s; %s", worst * 1e3, gc_part, where)
+
+
+def stack_of(frame) -> tuple[str, ...]:
+    """The innermost STACK_FRAMES frames, innermost first, as `file:line function`."""
+    out = []
+    for f in reversed(traceback.extract_stack(frame)[-STACK_FRAMES:]):
+        path = f.filename.rsplit("site-packages/", 1)[-1]
+        out.append(f"{path}:{f.lineno} {f.name}")
+    return tuple(out)

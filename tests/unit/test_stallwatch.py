@@ -1,0 +1,74 @@
+"""The stall watch (coordinator/core/stallwatch.py) names what stalled the loop: a callback that
+holds it (its stack), garbage collection (its passes), and stays quiet on a loop that runs."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+
+from coordinator.core.load import LagMeter
+from coordinator.core.stallwatch import StallWatch
+
+
+def hold_the_loop(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def collect_for(seconds: float) -> int:
+    """Full collections over a heap of many objects, for at least `seconds`; the passes made."""
+    heap = [[(i, str(i))] for i in range(300_000)]
+    end, passes = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end:
+        gc.collect()
+        passes += 1
+    del heap
+    return passes
+
+
+async def watched(stall, quiet_s: float = 0.3) -> StallWatch:
+    lag = LagMeter(shed_lag_s=0)
+    watch = StallWatch(lag, threshold_s=0.1, period_s=0.01)
+    lag.start()
+    watch.start()
+    try:
+        await asyncio.sleep(0.2)
+        if stall is not None:
+            asyncio.get_running_loop().call_soon(stall)
+        await asyncio.sleep(quiet_s)  # the loop runs again: the watch reports
+    finally:
+        watch.stop()
+        await lag.stop()
+    return watch
+
+
+def test_a_callback_that_holds_the_loop_is_named_with_its_stack(caplog):
+    caplog.set_level(logging.WARNING, "ringleader.coordinator")
+    watch = asyncio.run(watched(lambda: hold_the_loop(0.4)))
+    assert watch.stalls == 1
+    (line,) = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
+    ms = int(line.split("stalled ")[1].split(" ms")[0])
+    assert 250 <= ms <= 600, line
+    assert "hold_the_loop" in line and "test_stallwatch.py" in line
+
+
+def test_garbage_collection_inside_a_stall_is_counted(caplog):
+    caplog.set_level(logging.WARNING, "ringleader.coordinator")
+    passes = []
+    watch = asyncio.run(watched(lambda: passes.append(collect_for(0.4))))
+    assert watch.stalls == 1
+    (line,) = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
+    gc_ms = int(line.split("garbage collection ")[1].split(" ms")[0])
+    assert gc_ms >= 200, line  # most of the 0.4 s was collection
+    counted = int(line.split(" passes")[0].rsplit(" ", 1)[1])
+    assert counted >= passes[0] and "2]" in line.split("generations [")[1]  # the full ones, and the heap's own
+
+
+def test_a_loop_that_runs_is_not_reported(caplog):
+    caplog.set_level(logging.WARNING, "ringleader.coordinator")
+    watch = asyncio.run(watched(lambda: hold_the_loop(0.03), quiet_s=0.5))
+    assert watch.stalls == 0
+    assert not [r for r in caplog.records if "stalled" in r.getMessage()]

@@ -24,7 +24,7 @@ from coordinator.core.load import LagMeter
 log = logging.getLogger("ringleader.coordinator")
 
 DEFAULT_THRESHOLD_S = 0.2
-STACK_FRAMES = 8  # innermost frames of a stack in the warning
+STACK_FRAMES = 12  # innermost frames of a stack in the warning
 
 
 class StallWatch:

@@ -78,7 +78,7 @@ class Coordinator:
         # User calls ahead of bulk worker traffic, and refused promptly when saturated (load.py).
         self.intake = IntakeGate(self.timings.worker_msgs_per_turn)
         self.lag = LagMeter(self.timings.shed_lag_s)
-        self.stalls = StallWatch(self.lag)  # names what stalled the loop, in the log
+        self.stalls = StallWatch(self.lag, self.timings.stall_warn_s)  # names what stalled the loop, in the log
 
     # ---- process ---------------------------------------------------------------------------
 
@@ -98,7 +98,8 @@ class Coordinator:
         """Called once the servers are up: from now the loop's lag is measured (the start-up's
         own stalls, building the HTTP app, are not a saturation to shed for)."""
         self.lag.start()
-        self.stalls.start()
+        if self.timings.stall_warn_s:
+            self.stalls.start()
 
     async def stop(self) -> None:
         self.stalls.stop()

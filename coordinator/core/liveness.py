@@ -46,6 +46,7 @@ class Timings:
     # and the loop lag past which calls that add work are refused (0: never).
     worker_msgs_per_turn: int = 256
     shed_lag_s: float = 2.0
+    stall_warn_s: float = 0.2  # a stall of the loop this long is named in the log (0: never)
 
 
 def verdicts(now: float, running: Iterable[Running], workers: WorkerRegistry, timings: Timings) -> list[Input]:

@@ -25,5 +25,5 @@ class LoadCollector(Collector):
                                   "Worker messages applied in a later turn of the loop (--worker-msgs-per-turn)",
                                   value=float(self.intake.deferred))
         yield CounterMetricFamily("ringleader_loop_stalls",
-                                  "Stalls of the event loop past 0.2 s (each named in the log: its garbage collection "
-                                  "and the loop's stack)", value=float(self.stalls.stalls))
+                                  "Stalls of the event loop past --stall-warn (each named in the log: its garbage "
+                                  "collection and the loop's stack)", value=float(self.stalls.stalls))

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import NamedTuple
 
 from coordinator.core.load import LagMeter
 
@@ -27,12 +28,20 @@ DEFAULT_THRESHOLD_S = 0.2
 STACK_FRAMES = 12  # innermost frames of a stack in the warning
 
 
+class Pause(NamedTuple):
+    end: float  # perf_counter
+    s: float
+    generation: int
+    young: int  # allocations net of frees since the last pass (gc.get_count()[0]) when it began
+    collected: int
+
+
 class StallWatch:
     def __init__(self, lag: LagMeter, threshold_s: float = DEFAULT_THRESHOLD_S, period_s: float = 0.02) -> None:
         self.lag, self.threshold_s, self.period_s = lag, threshold_s, period_s
         self.stalls = 0  # stalls reported (a metric)
-        self.gc_pauses: collections.deque[tuple[float, float, int]] = collections.deque(maxlen=256)  # (end, s, generation)
-        self._gc_start = 0.0
+        self.gc_pauses: collections.deque[Pause] = collections.deque(maxlen=256)
+        self._gc_start, self._gc_young = 0.0, 0
         self._loop_thread = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
@@ -52,10 +61,11 @@ class StallWatch:
 
     def _gc(self, phase: str, info: dict) -> None:
         if phase == "start":
-            self._gc_start = time.perf_counter()
+            self._gc_start, self._gc_young = time.perf_counter(), gc.get_count()[0]
         elif self._gc_start:
             end = time.perf_counter()
-            self.gc_pauses.append((end, end - self._gc_start, info.get("generation", -1)))
+            self.gc_pauses.append(Pause(end, end - self._gc_start, info.get("generation", -1), self._gc_young,
+                                        info.get("collected", 0)))
 
     def _overdue(self) -> float:
         due = self.lag._pending_since  # when the sampler in flight was due; 0 before it started
@@ -79,9 +89,14 @@ class StallWatch:
 
     def report(self, began: float, ended: float, worst: float, stacks: collections.Counter) -> None:
         self.stalls += 1
-        pauses = [(s, g) for end, s, g in list(self.gc_pauses) if began <= end <= ended]
-        gc_part = (f"garbage collection {sum(s for s, _ in pauses) * 1e3:.0f} ms in {len(pauses)} passes "
-                   f"(generations {sorted({g for _, g in pauses})})" if pauses else "no garbage collection")
+        pauses = [p for p in list(self.gc_pauses) if began <= p.end <= ended]
+        gc_part = "no garbage collection"
+        if pauses:
+            longest = max(pauses, key=lambda p: p.s)
+            gc_part = (f"garbage collection {sum(p.s for p in pauses) * 1e3:.0f} ms in {len(pauses)} passes "
+                       f"(generations {sorted({p.generation for p in pauses})}; the longest {longest.s * 1e3:.0f} ms, "
+                       f"generation {longest.generation}, {longest.young:,} new objects since the last pass, "
+                       f"{longest.collected:,} collected)")
         where = "no stack sampled"
         if stacks:
             stack, seen = stacks.most_common(1)[0]

@@ -72,18 +72,9 @@ class PostgresServer:
             self.sockets.mkdir()
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", self.user, "--no-sync", "-E", "UTF8")
         # fsync stays on: the failover tests count on a commit being durable. No TCP listener.
-        self._pg_ctl_start()
-        return self
-
-    def _pg_ctl_start(self) -> None:
         options = f"-k {self.sockets} -c listen_addresses='' -c max_connections=200"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options, "-w", "-t", "60", "start")
-
-    def crash_and_restart(self) -> None:
-        """Stop the server as a crash would (no shutdown checkpoint, WAL not yet flushed is lost)
-        and start it again on the same data."""
-        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
-        self._pg_ctl_start()
+        return self
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():

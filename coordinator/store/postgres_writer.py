@@ -2,9 +2,8 @@
 their own, so nothing waits for the server on the coordinator's loop. Group commit: the groups
 (one per turn of the loop) handed over while the last transaction was committing are written
 together as the next one, in the order they came, sent in pipeline mode (BEGIN, the statements
-the fence and COMMIT in one round trip). A transaction that fails fails every group in it. Where
-commits flush, the flush is waited for beside the writes, not before the next transaction
-(coordinator/store/postgres_flush.py): a group's Future is done once it is flushed.
+the fence and COMMIT in one round trip), so the server's disk is waited for once per
+transaction however many turns it holds. A transaction that fails fails every group in it.
 
 Fencing: with a lease set (`lease`), every group checks, just before its COMMIT, that this
 coordinator's lease token is still the current, unexpired one, holding the lease row FOR SHARE
@@ -19,7 +18,6 @@ savepoint keeps its failure its own, so a bad share never fails the writes besid
 
 from __future__ import annotations
 
-import functools
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable
@@ -28,7 +26,6 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from coordinator.store.lease import Deposed, Lease
-from coordinator.store.postgres_flush import Flusher, flushes
 from coordinator.store.postgres_record import to_postgres
 
 # The fence as a statement that fails (division by zero) unless this lease still leads, holding
@@ -70,11 +67,7 @@ class GroupWriter:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self.lease: Lease | None = None
-        self._flusher: Flusher | None = None
         self._conn = self._connect()
-        if flushes(self._conn):  # the flush is waited for beside the writes (postgres_flush.py)
-            self._flusher = Flusher(dsn)
-            self._conn.execute("SET synchronous_commit TO off")
         self._queue: list[tuple[list[Op], Future]] = []
         self._wake = threading.Condition()
         self._closing = False
@@ -82,10 +75,7 @@ class GroupWriter:
         self._thread.start()
 
     def _connect(self) -> psycopg.Connection:
-        conn = psycopg.connect(self.dsn, autocommit=True, application_name="ringleader-writer")
-        if self._flusher is not None:
-            conn.execute("SET synchronous_commit TO off")
-        return conn
+        return psycopg.connect(self.dsn, autocommit=True, application_name="ringleader-writer")
 
     def write(self, ops: list[Op]) -> Future:
         """Write `ops` after every group handed over before; the Future is done once they are
@@ -111,12 +101,15 @@ class GroupWriter:
             try:
                 self._write(ops, shares)
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the groups
-                settled(batch, shares, exc)
+                for share in shares:
+                    share.settle(exc)
+                for _, done in batch:
+                    done.set_exception(exc)
             else:
-                if self._flusher is None:
-                    settled(batch, shares, None)
-                else:  # committed, not yet known flushed
-                    self._flusher.after(functools.partial(settled, batch, shares))
+                for share in shares:  # before the groups': a caller waiting on its group sees its share done
+                    share.settle(None)
+                for _, done in batch:
+                    done.set_result(None)
 
     def _write(self, ops: list[Op], shares: list[Share]) -> None:
         if self._conn.closed or self._conn.broken:  # the last transaction lost its connection: a new one
@@ -156,18 +149,7 @@ class GroupWriter:
             self._closing = True
             self._wake.notify()
         self._thread.join()  # the groups handed over first
-        if self._flusher is not None:
-            self._flusher.close()
         self._conn.close()
-
-
-def settled(batch: list[tuple[list[Op], Future]], shares: list[Share], failed: BaseException | None) -> None:
-    """Done: the groups of one transaction, and its shares (theirs first: a caller waiting on its
-    group sees its share done)."""
-    for share in shares:
-        share.settle(failed)
-    for _, done in batch:
-        done.set_exception(failed) if failed is not None else done.set_result(None)
 
 
 def merged(groups) -> list[Op]:

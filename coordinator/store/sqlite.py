@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator
 
 from coordinator.store.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
 from coordinator.store.schema import MIGRATIONS
-from coordinator.store.sqlite_health import SqliteBaselines, SqliteWorkerHealth
+from coordinator.store.sqlite_health import SqliteBaselines, SqliteCredentials, SqliteWorkerHealth
 from coordinator.store.sqlite_trends import SqliteTrends
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
@@ -34,7 +34,7 @@ log = logging.getLogger("ringleader.coordinator")
 CHECKPOINT_S = 1.0  # how often the checkpoint thread copies the WAL back into the database
 
 
-class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteTrends, JobStore):
+class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, SqliteTrends, JobStore):
     def __init__(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: the module never opens transactions behind our back; _tx opens
@@ -277,17 +277,3 @@ class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteTrends, JobStore
                 "SELECT id FROM jobs WHERE state IN (?, ?) ORDER BY seq", UNFINISHED
             ).fetchall()
             return [self._load(c, r[0], with_results=True) for r in ids]
-
-    def worker_credential(self, worker_id: str) -> str:
-        with self._tx() as c:
-            row = c.execute("SELECT digest FROM worker_credentials WHERE worker_id = ?", (worker_id,)).fetchone()
-        return row[0] if row else ""
-
-    def set_worker_credential(self, worker_id: str, digest: str) -> None:
-        with self._tx(write=True) as c:
-            c.execute("INSERT OR REPLACE INTO worker_credentials (worker_id, digest) VALUES (?, ?)",
-                      (worker_id, digest))
-
-    def forget_worker_credential(self, worker_id: str) -> bool:
-        with self._tx(write=True) as c:
-            return c.execute("DELETE FROM worker_credentials WHERE worker_id = ?", (worker_id,)).rowcount > 0

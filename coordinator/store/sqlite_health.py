@@ -1,6 +1,7 @@
 """The SQLite store's fleet-health tables, as mixins of SqliteJobStore (which provides `_tx`):
 baselines (put_baseline/baseline/baselines: one serialized pb.BaselineEntry per key) and worker
-verdicts (set_worker_health/worker_health: one serialized pb.WorkerHealth per worker id)."""
+verdicts (set_worker_health/worker_health: one serialized pb.WorkerHealth per worker id), worker
+credentials (one digest per worker id, answered from memory)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,35 @@ class SqliteWorkerHealth:
     def worker_health(self) -> dict[str, pb.WorkerHealth]:
         with self._tx() as c:  # type: ignore[attr-defined]
             return {w: pb.WorkerHealth.FromString(b) for w, b in c.execute("SELECT worker_id, blob FROM worker_health")}
+
+
+class SqliteCredentials:
+    """Each registration asks for its id's credential: during a burst of 10,000 registrations a
+    third of the loop's time went to these reads, one SQLite transaction each (the stall watch,
+    bench/results/2026-11-26-h200x4-r7). Only this process writes the table (one coordinator per
+    SQLite file; `--forget-worker` runs inside it), so the copy read at first use stays true."""
+
+    _credentials: dict[str, str] | None = None
+
+    def _bound(self) -> dict[str, str]:
+        if self._credentials is None:
+            with self._tx() as c:  # type: ignore[attr-defined]
+                self._credentials = dict(c.execute("SELECT worker_id, digest FROM worker_credentials").fetchall())
+        return self._credentials
+
+    def worker_credential(self, worker_id: str) -> str:
+        return self._bound().get(worker_id, "")
+
+    def set_worker_credential(self, worker_id: str, digest: str) -> None:
+        bound = self._bound()
+        with self._tx(write=True) as c:  # type: ignore[attr-defined]
+            c.execute("INSERT OR REPLACE INTO worker_credentials (worker_id, digest) VALUES (?, ?)",
+                      (worker_id, digest))
+        bound[worker_id] = digest  # once the statement took
+
+    def forget_worker_credential(self, worker_id: str) -> bool:
+        bound = self._bound()
+        with self._tx(write=True) as c:  # type: ignore[attr-defined]
+            gone = c.execute("DELETE FROM worker_credentials WHERE worker_id = ?", (worker_id,)).rowcount > 0
+        bound.pop(worker_id, None)
+        return gone

@@ -110,6 +110,7 @@ SAMPLES = {
     "lease_ttl": ("15", 15.0),
     "worker_msgs_per_turn": ("64", 64),
     "shed_lag": ("0", 0.0),
+    "stall_warn": ("0.05", 0.05),
 }
 
 

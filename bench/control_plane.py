@@ -197,6 +197,8 @@ async def run_config(cfg: Config, tmp: Path, db: str = "") -> dict:
     out["workers_declared_lost"] = len(re.findall(r"left: no heartbeat", log))
     out["streams_ended_by_coordinator"] = final.dropped
     out["rendezvous_timeouts"] = len(re.findall(r"did not form within", log))
+    if "window_wall" in out:  # the stalls the coordinator's stall watch named in the measured window
+        out["loop_stalls"] = loadstats.stalls(log, *out["window_wall"])
     out["invalid"] = scenario_problems(cfg, out)
     return out
 
@@ -265,6 +267,7 @@ async def measured_window(cfg: Config, stub, watch: loadstats.ProcessWatch, sims
         await timed(lister, stub.ListWorkers(pb.ListWorkersRequest(), timeout=DEADLINE_S))
 
     sampler = asyncio.create_task(watch.sample_forever())
+    wall0 = time.time()
     done0, sims_cpu0, cpu0, t0 = sims.stats().done, sims.cpu_s(), watch.cpu_s(), time.perf_counter()
     await asyncio.gather(paced(cfg.rate, cfg.duration, one_submit), paced(cfg.rate, cfg.duration, one_get),
                          paced(cfg.list_rate, cfg.duration, one_list))
@@ -272,7 +275,7 @@ async def measured_window(cfg: Config, stub, watch: loadstats.ProcessWatch, sims
     sampler.cancel()
     return {"submit": submit.summary(t0), "get": get.summary(t0), "list_workers": lister.summary(t0),
             "elapsed_s": elapsed, "cpu_s": cpu, "cpu_percent": cpu / elapsed * 100,
-            "rss_mb_max": watch.rss_max_mb, "ranks_done": sims.stats().done - done0,
+            "rss_mb_max": watch.rss_max_mb, "ranks_done": sims.stats().done - done0, "window_wall": [wall0, time.time()],
             "load_generator_cpu_percent": (sims.cpu_s() - sims_cpu0) / elapsed * 100}
 
 

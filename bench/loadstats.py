@@ -7,6 +7,7 @@ import asyncio
 import collections
 import os
 import re
+import time
 import urllib.request
 from pathlib import Path
 
@@ -86,7 +87,21 @@ def metric(http_url: str, name: str) -> float | None:
 
 
 COLUMNS = ("workers", "queued", "submit p50 / p99 ms", "get p50 / p99 ms", "list p50 / p99 ms", "errors",
-           "coord CPU %", "RSS MB", "CPU us / heartbeat", "CPU us / job", "lost", "scenario")
+           "coord CPU %", "RSS MB", "CPU us / heartbeat", "CPU us / job", "lost", "loop stalls (gc)", "scenario")
+STALL = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \S+ \S+ event loop stalled (\d+) ms: "
+                   r"(?:garbage collection (\d+) ms)?(.*)$", re.M)
+
+
+def stalls(log: str, since: float = 0.0, until: float = float("inf")) -> list[dict]:
+    """The stall watch's warnings (coordinator/core/stallwatch.py) in a coordinator's log that
+    ended between `since` and `until` (time.time()): when, how long, how much of it collection."""
+    out = []
+    for m in STALL.finditer(log):
+        at = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + int(m.group(2)) / 1e3
+        if since <= at <= until:
+            out.append({"at_s": round(at - since, 3) if since else at, "ms": int(m.group(3)),
+                        "gc_ms": int(m.group(4) or 0), "what": m.group(5).split("; the loop's stack")[0].strip("; ")[:300]})
+    return out
 
 
 def cells(run: dict) -> list[str]:
@@ -109,7 +124,17 @@ def cells(run: dict) -> list[str]:
     return [f"{cfg['workers']:,}" + (f" ({cfg['duration']:.0f} s)" if cfg["duration"] != 60 else ""), queued,
             lat("submit"), lat("get"), lat("list_workers"), str(errors), f"{run['cpu_percent']:.0f}",
             f"{run['rss_mb_max']:.0f}", f"{hb['cpu_us_per_heartbeat']:.0f}", f"{per_job:.0f}",
-            str(run["workers_declared_lost"]), scenario]
+            str(run["workers_declared_lost"]), stall_cell(run.get("loop_stalls")), scenario]
+
+
+def stall_cell(found: list[dict] | None) -> str:
+    """`n (longest ms, its collection ms)`; "-" where the run did not look."""
+    if found is None:
+        return "-"
+    if not found:
+        return "0"
+    worst = max(found, key=lambda s: s["ms"])
+    return f"{len(found)} ({worst['ms']} ms, gc {worst['gc_ms']})"
 
 
 def row(run: dict) -> str:

@@ -72,3 +72,23 @@ def test_a_loop_that_runs_is_not_reported(caplog):
     watch = asyncio.run(watched(lambda: hold_the_loop(0.03), quiet_s=0.5))
     assert watch.stalls == 0
     assert not [r for r in caplog.records if "stalled" in r.getMessage()]
+
+
+def test_the_bench_reads_the_warning_as_the_coordinator_logs_it(caplog):
+    """bench/control_plane.py counts the stalls of its measured window from the coordinator's log
+    (bench/loadstats.py): the warning's wording and the log's format must stay readable to it."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench import loadstats
+
+    caplog.set_level(logging.WARNING, "ringleader.coordinator")
+    since = time.time()
+    asyncio.run(watched(lambda: collect_for(0.3)))
+    form = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")  # ringleader/app/cli.py's
+    log = "\n".join(form.format(r) for r in caplog.records)
+    (found,) = loadstats.stalls(log, since - 1, time.time() + 1)
+    assert 200 <= found["ms"] <= 900 and found["gc_ms"] >= 100, found
+    assert found["what"].startswith("in ") and "generation" in found["what"]
+    assert loadstats.stalls(log, time.time() + 5) == []  # outside the window

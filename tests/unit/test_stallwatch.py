@@ -50,7 +50,7 @@ def test_a_callback_that_holds_the_loop_is_named_with_its_stack(caplog):
     assert watch.stalls == 1
     (line,) = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
     ms = int(line.split("stalled ")[1].split(" ms")[0])
-    assert 250 <= ms <= 600, line
+    assert 250 <= ms <= 1500, line  # the 0.4 s hold, and what a loaded machine adds
     innermost = line.split("samples:\n")[1].split("\n")[0]
     assert "test_stallwatch.py" in innermost and innermost.endswith(" hold_the_loop")
 

@@ -137,12 +137,17 @@ class LagMeter:
         while self._samples and self._samples[0][0] < now - self.window_s:
             self._samples.popleft()
 
+    def overdue_s(self, now: float | None = None) -> float:
+        """How late the sample in flight already is (negative while it is not yet due; 0 before
+        sampling started): read from another thread by coordinator/core/stallwatch.py too."""
+        now = time.monotonic() if now is None else now
+        return now - self._pending_since if self._pending_since else 0.0
+
     def lag_s(self, now: float | None = None) -> float:
         """The worst lag of the window, or how late the sample in flight already is."""
         now = time.monotonic() if now is None else now
-        late = now - self._pending_since if self._pending_since else 0.0
         worst = max((lag for at, lag in self._samples if at >= now - self.window_s), default=0.0)
-        return max(worst, late)
+        return max(worst, self.overdue_s(now))
 
     def check(self, what: str, now: float | None = None) -> None:
         """Raise Overloaded when the loop is `shed_lag_s` or more behind."""

@@ -67,15 +67,11 @@ class StallWatch:
             self.gc_pauses.append(Pause(end, end - self._gc_start, info.get("generation", -1), self._gc_young,
                                         info.get("collected", 0)))
 
-    def _overdue(self) -> float:
-        due = self.lag._pending_since  # when the sampler in flight was due; 0 before it started
-        return time.monotonic() - due if due else 0.0
-
     def _run(self) -> None:
         stacks: collections.Counter[tuple[str, ...]] = collections.Counter()
         began = worst = 0.0
         while not self._stop.wait(self.period_s):
-            late = self._overdue()
+            late = self.lag.overdue_s()
             if late >= self.threshold_s:
                 if not began:
                     began, stacks = time.perf_counter() - late, collections.Counter()

@@ -38,6 +38,10 @@ DISAGREE_ALLOW_US = 500.0
 # load 12 on the namespace bed (a clean host's worker failed with 4 of 7 links at 0.24 of the
 # median, 1 clean run in 12); a rate-limited link reads slow in every pass.
 AGAIN = 2
+# Passes over every link, at most, after a first pass too noisy to judge (below). Under bursts of
+# two busy processes on the 2-core machine beside the namespace bed one more was not enough: the
+# band stayed wider than the floor after it in 3 checks of 4 at half rate.
+NOISY_AGAIN = 3
 
 
 def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
@@ -50,6 +54,17 @@ def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
     rounds = [[k for k, link in enumerate(links) if link[2] == r] for r in range(len(schedule))]
     rows = _rows(links, sizes, _measure(s, sizes, ctx, links, rounds))
     result = link_result(rows, hosts, max(sizes), len(schedule), reason)
+    # Every link again while a pass leaves the figures too noisy to judge a link at half its peers
+    # (the band wider than the floor's): waiting for a CPU only ever slows a round trip, so each
+    # link's best over passes nears what it can do, and the band narrows. A fresh CI machine's bed
+    # read its clean links so unevenly that the bound fell to 0.25 x the median, twice in a row,
+    # and a 2x slower host was named by nobody (1 first pass in 8 locally, at load 2).
+    for _ in range(NOISY_AGAIN):
+        if not _noisy(result):
+            break
+        again = _rows(links, sizes, _measure(s, sizes, ctx, links, rounds))
+        rows = [_best(rows[k], again[k]) for k in range(len(rows))]
+        result = link_result(rows, hosts, max(sizes), len(schedule), reason)
     # More passes over the flagged links, one at a time (the same list on every rank: every
     # rank holds the same figures): a link that was slow only because its ends waited for a
     # CPU (a busy host) is fast now, while a slow link is slow again. Each keeps its best.
@@ -61,10 +76,21 @@ def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
             break
         second = _rows(links, sizes, _measure(longer, sizes, ctx, links, [[k] for k in again]))
         for k in again:
-            best = max(rows[k], second[k], key=lambda x: x["gbps"])
-            rows[k] = {**best, "wrong": rows[k]["wrong"] + second[k]["wrong"]}
+            rows[k] = _best(rows[k], second[k])
         result = link_result(rows, hosts, max(sizes), len(schedule), reason)
     return Outcome(message=result)
+
+
+def _best(first: dict, second: dict) -> dict:
+    """A link measured twice: its faster pass, with every wrong byte of both."""
+    return {**max(first, second, key=lambda x: x["gbps"]), "wrong": first["wrong"] + second["wrong"]}
+
+
+def _noisy(result: pb.LinkMatrixResult) -> bool:
+    """Whether a kind of link's band is set by its noise rather than the floor (flags.py)."""
+    return any(median > 0 and low < (1 - flags.FLOOR) * median * (1 - 1e-9)
+               for median, low in ((result.median_cross_host_gbps, result.flag_cross_host_gbps),
+                                   (result.median_same_host_gbps, result.flag_same_host_gbps)))
 
 
 def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,

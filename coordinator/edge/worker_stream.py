@@ -1,8 +1,8 @@
 """The workers' streams (WorkerService.Connect) on the gRPC edge loop (coordinator/edge/hop.py):
 each daemon's stream is read and written there, and what crosses to the core loop crosses in
 batches: messages read go into one `Inbox` that the core drains once a turn (within the intake
-gate's share, coordinator/core/load.py), and what the core puts in a worker's outbox is moved to
-the edge in one hop per batch. A hop per message cost the core 2.7x its CPU per job with 5,000
+gate's share, coordinator/core/load.py; heartbeats wake it at most HEARTBEAT_BATCH_S late), and
+what the core puts in a worker's outbox is moved to the edge in one hop per batch. A hop per message cost the core 2.7x its CPU per job with 5,000
 simulated workers draining a queue (bench/control_plane.py --churn, 4 x H200 host). The
 registration itself (identity checks, Coordinator.register) runs on the core, once per stream."""
 
@@ -25,22 +25,42 @@ from ringleader.v1 import workers_pb2_grpc
 
 _GONE = object()  # in the inbox after a stream's last message: its disconnect, in order
 WRITER_GRACE_S = 1.0  # how long an ended stream's handler waits for its cancelled tasks
+# A heartbeat wakes the core loop at most this late; any other message wakes it at once and takes
+# the waiting heartbeats along. Woken per heartbeat, an idle core paid a wake-up (the self-pipe, the
+# GIL handed across threads) for nearly every one of a fleet's heartbeats.
+HEARTBEAT_BATCH_S = 0.01
 
 
 class Inbox:
     """Worker messages from the edge loop, applied on the core loop in order, a turn's share at a time."""
 
-    def __init__(self, c: Coordinator, identities: WorkerIdentities, core: asyncio.AbstractEventLoop) -> None:
-        self.c, self.identities, self.core = c, identities, core
+    def __init__(self, c: Coordinator, identities: WorkerIdentities, core: asyncio.AbstractEventLoop,
+                 edge: asyncio.AbstractEventLoop, batch_s: float = HEARTBEAT_BATCH_S) -> None:
+        self.c, self.identities, self.core, self.edge, self.batch_s = c, identities, core, edge, batch_s
         self._items: collections.deque = collections.deque()
         self._lock = threading.Lock()
         self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None  # the edge's wake-up for waiting heartbeats
 
     def put(self, conn, msg, why: str = "") -> None:
         """From the edge loop (`msg` _GONE with `why`: the stream ended)."""
         with self._lock:
             self._items.append((conn, msg, why))
             if self._scheduled:
+                return
+            if self.batch_s and msg is not _GONE and msg.WhichOneof("msg") == "heartbeat":
+                if self._timer is None:
+                    self._timer = self.edge.call_later(self.batch_s, self._wake)
+                return
+        self._wake()
+
+    def _wake(self) -> None:
+        """On the edge loop: the core drains what has come (once, however many ask before it does)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._scheduled or not self._items:
                 return
             self._scheduled = True
         self.core.call_soon_threadsafe(self._drain)
@@ -76,7 +96,7 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
     def __init__(self, coordinator: Coordinator, identities: WorkerIdentities,
                  core: asyncio.AbstractEventLoop, edge: asyncio.AbstractEventLoop) -> None:
         self.c, self.identities, self.core, self.edge = coordinator, identities, core, edge
-        self.inbox = Inbox(coordinator, identities, core)
+        self.inbox = Inbox(coordinator, identities, core, edge)
 
     async def Connect(self, request_iterator, context):
         first = await context.read()

@@ -45,7 +45,8 @@ def run_burst(per_turn: int, n: int = 20, budget_s: float | None = None, cost_s:
             core.intake.budget_s = budget_s
         if cost_s:
             core.on_message = lambda conn, msg: (time.sleep(cost_s), core.served.append(msg.heartbeat.op_seq))
-        inbox = Inbox(core, identities=None, core=asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0)  # heartbeats wake it at once
         for i in range(n):
             inbox.put("conn", heartbeat(i))
         asyncio.get_running_loop().call_soon(core.served.append, "user")
@@ -66,7 +67,8 @@ def test_a_user_call_waits_behind_one_turn_of_worker_messages_not_the_whole_burs
 def test_a_streams_end_is_applied_after_every_message_it_read():
     async def main() -> tuple[list, int]:
         core = Core(2)
-        inbox = Inbox(core, identities=None, core=asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        inbox = Inbox(core, identities=None, core=loop, edge=loop)
         for i in range(5):
             inbox.put("conn", heartbeat(i))
         inbox.put("conn", GONE, "stream closed by the worker")
@@ -77,6 +79,34 @@ def test_a_streams_end_is_applied_after_every_message_it_read():
     served, deferred = asyncio.run(main())
     assert served == [0, 1, 2, 3, 4, "stream closed by the worker"]  # over three turns of 2
     assert deferred > 0
+
+
+def test_heartbeats_wake_the_core_once_a_batch_and_any_other_message_at_once():
+    """Heartbeats wait up to batch_s for one wake-up of the core; a job's end does not wait, and
+    the heartbeats before it are applied with it, in order."""
+    async def main() -> tuple[list, list]:
+        loop, core = asyncio.get_running_loop(), Core(0)
+        inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0.05)
+        drains, drain = [], inbox._drain
+        inbox._drain = lambda: (drains.append(len(core.served)), drain())
+        t0 = loop.time()
+        for i in range(50):
+            inbox.put("conn", heartbeat(i))
+        while len(core.served) < 50:
+            await asyncio.sleep(0.001)
+        waited = loop.time() - t0
+        for i in range(50, 53):
+            inbox.put("conn", heartbeat(i))
+        inbox.put("conn", wpb.WorkerMessage(done=wpb.JobDone(job_id="j")))
+        t1 = loop.time()
+        while len(core.served) < 54:
+            await asyncio.sleep(0)
+        return drains, [waited, loop.time() - t1], core.served
+
+    drains, (waited, then), served = asyncio.run(main())
+    assert len(drains) == 2  # fifty heartbeats, one wake-up; the job's end, another
+    assert 0.04 <= waited and then < 0.04, (waited, then)
+    assert served[:53] == list(range(53)) and len(served) == 54
 
 
 def test_the_lag_meter_sheds_past_its_threshold_and_says_when_to_come_back():

@@ -2,8 +2,9 @@
 each daemon's stream is read and written there, and what crosses to the core loop crosses in
 batches: messages read go into one `Inbox` that the core drains once a turn (within the intake
 gate's share, coordinator/core/load.py; heartbeats wake it at most HEARTBEAT_BATCH_S late), and
-what the core puts in a worker's outbox is moved to the edge in one hop per batch. A hop per message cost the core 2.7x its CPU per job with 5,000
-simulated workers draining a queue (bench/control_plane.py --churn, 4 x H200 host). The
+what the core puts in the workers' outboxes is moved to the edge in one hop per turn
+(`Outgoing`). A hop per message cost the core 2.7x its CPU per job with 5,000 simulated workers
+draining a queue (bench/control_plane.py --churn, 4 x H200 host). The
 registration itself (identity checks, Coordinator.register) runs on the core, once per stream."""
 
 from __future__ import annotations
@@ -89,6 +90,27 @@ class Inbox:
             self.c.on_message(conn, msg)
 
 
+class Outgoing:
+    """The workers' batches from the core loop to the edge's queues: one hop a turn for all of them.
+    A hop per worker's batch wrote the core's self-pipe once per rank: a job's start or end over
+    hundreds of ranks woke the edge hundreds of times in one turn."""
+
+    def __init__(self, core: asyncio.AbstractEventLoop, edge: asyncio.AbstractEventLoop) -> None:
+        self.core, self.edge = core, edge
+        self._pending: list[tuple[asyncio.Queue, list]] = []
+
+    def put(self, out: asyncio.Queue, batch: list) -> None:
+        """On the core loop: `batch` for the edge queue `out`, after the rest of this turn's."""
+        if not self._pending:
+            self.core.call_soon(self._flush)
+        self._pending.append((out, batch))
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if not self.edge.is_closed():  # at shutdown the streams are gone with it
+            self.edge.call_soon_threadsafe(_deliver, pending)
+
+
 class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
     """One long-lived stream per daemon: the first message registers, the rest flow both ways.
     Its methods run on the edge loop; `core` is the coordinator's."""
@@ -97,6 +119,7 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
                  core: asyncio.AbstractEventLoop, edge: asyncio.AbstractEventLoop) -> None:
         self.c, self.identities, self.core, self.edge = coordinator, identities, core, edge
         self.inbox = Inbox(coordinator, identities, core, edge)
+        self.outgoing = Outgoing(core, edge)
 
     async def Connect(self, request_iterator, context):
         first = await context.read()
@@ -167,7 +190,7 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             batch = [await conn.outbox.get()]
             while not conn.outbox.empty():
                 batch.append(conn.outbox.get_nowait())
-            self.edge.call_soon_threadsafe(_put_all, out, batch)
+            self.outgoing.put(out, batch)
             if batch[-1] is None:  # the coordinator dropped this worker
                 return
 
@@ -187,6 +210,7 @@ def _retrieved(task: asyncio.Task) -> None:
         task.exception()
 
 
-def _put_all(queue: asyncio.Queue, items: list) -> None:
-    for item in items:
-        queue.put_nowait(item)
+def _deliver(pending: list[tuple[asyncio.Queue, list]]) -> None:
+    for queue, items in pending:
+        for item in items:
+            queue.put_nowait(item)

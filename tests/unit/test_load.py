@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.core.load import IntakeGate, LagMeter
 from coordinator.edge.worker_stream import _GONE as GONE
-from coordinator.edge.worker_stream import Inbox
+from coordinator.edge.worker_stream import Inbox, Outgoing
 from ringleader.errors import Overloaded, answer
 from ringleader.v1 import workers_pb2 as wpb
 
@@ -107,6 +107,33 @@ def test_heartbeats_wake_the_core_once_a_batch_and_any_other_message_at_once():
     assert len(drains) == 2  # fifty heartbeats, one wake-up; the job's end, another
     assert 0.04 <= waited and then < 0.04, (waited, then)
     assert served[:53] == list(range(53)) and len(served) == 54
+
+
+def test_the_workers_batches_of_one_turn_reach_the_edge_in_one_hop():
+    class Edge:  # records the hops; delivers at once
+        def __init__(self) -> None:
+            self.hops = 0
+
+        def is_closed(self) -> bool:
+            return False
+
+        def call_soon_threadsafe(self, fn, *args) -> None:
+            self.hops += 1
+            fn(*args)
+
+    async def main() -> tuple[int, list, list]:
+        edge, queues = Edge(), [asyncio.Queue(), asyncio.Queue()]
+        outgoing = Outgoing(asyncio.get_running_loop(), edge)
+        for k in range(3):  # three workers' batches in one turn (two to the same stream)
+            outgoing.put(queues[k % 2], [f"m{k}", f"n{k}"])
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return edge.hops, [q.get_nowait() for _ in range(4) for q in queues[:1]], \
+            [queues[1].get_nowait() for _ in range(2)]
+
+    hops, first, second = asyncio.run(main())
+    assert hops == 1
+    assert first == ["m0", "n0", "m2", "n2"] and second == ["m1", "n1"]  # each stream's in order
 
 
 def test_the_lag_meter_sheds_past_its_threshold_and_says_when_to_come_back():

@@ -52,17 +52,22 @@ def main() -> None:
         calls = {"submit": lambda i: stub.SubmitJob(pb.SubmitJobRequest(spec=spec(), request_id=uuid.uuid4().hex)),
                  "get": lambda i: stub.GetJob(pb.GetJobRequest(job_id=ids[i % len(ids)])),
                  "list": lambda i: stub.ListWorkers(pb.ListWorkersRequest())}
+        invalid = []
         for name in a.calls.split(","):
             took, c0 = [], cpu_s()
             for i in range(a.n):
                 t = time.perf_counter()
-                calls[name](i)
+                answer = calls[name](i)
                 took.append(time.perf_counter() - t)
+                if name == "submit" and answer.state != pb.QUEUED:  # the scenario: nothing placed
+                    invalid.append(f"job {answer.id} {pb.JobState.Name(answer.state)}")
             time.sleep(0.3)  # the last call's bookkeeping (a commit) lands before the CPU is read
             cpu, n = cpu_s() - c0, len(took)
             took.sort()
             print(f"{name}: coordinator CPU {cpu / n * 1e6:.0f} us/call  p50 {took[n // 2] * 1e3:.2f} ms  "
                   f"p99 {took[int(n * 0.99)] * 1e3:.2f} ms  ({n:,} calls)")
+        if invalid:
+            sys.exit(f"INVALID: {len(invalid)} submits were not queued (first: {invalid[0]})")
     finally:
         proc.terminate()
         proc.wait(10)

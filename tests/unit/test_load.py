@@ -128,8 +128,7 @@ def test_the_workers_batches_of_one_turn_reach_the_edge_in_one_hop():
             outgoing.put(queues[k % 2], [f"m{k}", f"n{k}"])
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        return edge.hops, [q.get_nowait() for _ in range(4) for q in queues[:1]], \
-            [queues[1].get_nowait() for _ in range(2)]
+        return edge.hops, [queues[0].get_nowait() for _ in range(4)], [queues[1].get_nowait() for _ in range(2)]
 
     hops, first, second = asyncio.run(main())
     assert hops == 1

@@ -34,6 +34,12 @@ def bound(values: list[float]) -> float:
     return max(med - max(K_MAD * MAD_SIGMA * mad, FLOOR * med), CEILING * med)
 
 
+def set_by_noise(median: float, low: float) -> bool:
+    """Whether `low` (bound's answer for figures of this median) is below the floor's bound: the
+    comparable figures were too noisy for the floor to decide (a figure at half its peers may pass)."""
+    return median > 0 and low < (1 - FLOOR) * median * (1 - 1e-9)  # float slack: the floor alone is not noise
+
+
 def describe(median: float, low: float) -> str:
     """The rule, for a verdict's `expected`."""
     share = low / median if median > 0 else 0.0

@@ -62,8 +62,7 @@ def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
     for _ in range(NOISY_AGAIN):
         if not _noisy(result):
             break
-        again = _rows(links, sizes, _measure(s, sizes, ctx, links, rounds))
-        rows = [_best(rows[k], again[k]) for k in range(len(rows))]
+        rows = _again(rows, s, sizes, ctx, links, rounds)
         result = link_result(rows, hosts, max(sizes), len(schedule), reason)
     # More passes over the flagged links, one at a time (the same list on every rank: every
     # rank holds the same figures): a link that was slow only because its ends waited for a
@@ -74,11 +73,17 @@ def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
         again = [k for k, x in enumerate(result.links) if x.flagged]
         if not again:
             break
-        second = _rows(links, sizes, _measure(longer, sizes, ctx, links, [[k] for k in again]))
-        for k in again:
-            rows[k] = _best(rows[k], second[k])
+        rows = _again(rows, longer, sizes, ctx, links, [[k] for k in again])
         result = link_result(rows, hosts, max(sizes), len(schedule), reason)
     return Outcome(message=result)
+
+
+def _again(rows: list[dict], s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,
+           batches: list[list[int]]) -> list[dict]:
+    """The links of `batches` measured once more, each keeping the best of its passes."""
+    second = _rows(links, sizes, _measure(s, sizes, ctx, links, batches))
+    measured = {k for batch in batches for k in batch}
+    return [_best(row, second[k]) if k in measured else row for k, row in enumerate(rows)]
 
 
 def _best(first: dict, second: dict) -> dict:
@@ -88,9 +93,8 @@ def _best(first: dict, second: dict) -> dict:
 
 def _noisy(result: pb.LinkMatrixResult) -> bool:
     """Whether a kind of link's band is set by its noise rather than the floor (flags.py)."""
-    return any(median > 0 and low < (1 - flags.FLOOR) * median * (1 - 1e-9)
-               for median, low in ((result.median_cross_host_gbps, result.flag_cross_host_gbps),
-                                   (result.median_same_host_gbps, result.flag_same_host_gbps)))
+    return (flags.set_by_noise(result.median_cross_host_gbps, result.flag_cross_host_gbps)
+            or flags.set_by_noise(result.median_same_host_gbps, result.flag_same_host_gbps))
 
 
 def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,

@@ -7,15 +7,11 @@
 
 Behind it: control.Control, the control core as one reactor: every call, worker message and
 clock tick becomes one input (coordinator/core/inputs.py) that `Control.handle` applies; the facade
-puts what comes back on the workers' streams (`_do`). Control owns jobs.JobBook (queue, running
-jobs, the job state machine), events.EventBus (stored and live events, watchers, listeners),
-registry.WorkerRegistry (connections), groups.Groups (warm groups) and the scheduler; liveness
-(heartbeats, stalls, blame, requeue) is a pure function it asks on each tick. Everything runs on
-one asyncio loop: no locks.
-
-Store writes are grouped: once started, the store commits once per turn of the loop (`_commit`),
-and `durable()` waits for that commit, which the servicers await before they acknowledge a
-submit or a cancel, so a job acknowledged is a job stored.
+puts what comes back on the workers' streams (`_do`). Control owns the job book, the events, the
+worker registry, the warm groups and the scheduler; liveness is a pure function it asks on each
+tick. Everything runs on one asyncio loop: no locks. Store writes are grouped: the store commits
+once per turn (`_commit`), and `durable()`, which the servicers await before they acknowledge a
+submit or a cancel, waits for that commit: a job acknowledged is a job stored.
 """
 
 from __future__ import annotations
@@ -40,7 +36,7 @@ from coordinator.core.stallwatch import StallWatch
 from coordinator.core.load import IntakeGate, LagMeter, PassPacer
 from coordinator.core.registry import WorkerConn, encode_token
 from ringleader import jobspec, kinds
-from ringleader.errors import InvalidSpec
+from ringleader.errors import InvalidSpec, Overloaded
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
@@ -69,6 +65,7 @@ class Coordinator:
         self.workers, self.groups = self.control.workers, self.control.groups
         self.dispatch = self.control  # its `rejected` counter, under the name metrics read
         self._ticker: asyncio.Task | None = None
+        self.stopping = False  # see stop()
         self._uncommitted = False  # store writes wait for the next _commit
         self._commit_waiters: list[asyncio.Future] = []
         # The health book's readers (coordinator/health/fleet.py); observers hear of quarantine changes.
@@ -102,6 +99,9 @@ class Coordinator:
             self.stalls.start()
 
     async def stop(self) -> None:
+        """Stop the clock and commit. From here worker traffic is dropped (worker_stream.Inbox), as a
+        killed coordinator drops it: the streams the servers cancel next end by our leaving."""
+        self.stopping = True
         self.stalls.stop()
         await self.lag.stop()
         if self._ticker:
@@ -276,6 +276,8 @@ class Coordinator:
 
     def register(self, reg: wpb.Register) -> WorkerConn:
         admission.check_registration(reg)
+        if self.stopping:
+            raise Overloaded("the coordinator is stopping: register with the next one", retry_after_s=1.0)
         return self._soon(Register(reg)).conn
 
     def disconnect(self, conn: WorkerConn, why: str) -> None:

@@ -92,13 +92,16 @@ def test_workers_reconnect_after_coordinator_restart(fresh_cluster):
     assert done.state == pb.SUCCEEDED, done.reason
 
 
-def test_running_job_survives_coordinator_restart(fresh_cluster):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
+def test_running_job_survives_coordinator_restart(fresh_cluster, sig):
+    """Killed or stopped: a coordinator that stops drops its streams, and their ends must not fail
+    the running job in the store (a graceful stop once did, after the core had stopped)."""
     c = fresh_cluster
     address = c.start(["r0", "r1"])
     job = c.submit(op="all_reduce", sizes=[1 << 20, 2 << 20], iters=2000, warmup=0)
     c.wait_job(job.id, states=(pb.RUNNING,))
     time.sleep(1)
-    c.stop_coordinator(signal.SIGKILL)
+    c.stop_coordinator(sig)
     c.start_coordinator(port=int(address.rsplit(":", 1)[1]))
     # The workers re-register with the job they are running; the coordinator re-attaches it.
     done = c.wait_job(job.id, timeout=120)

@@ -209,8 +209,8 @@ PROCESS_NAME = b"rl-executor"  # what ps and /proc/PID/comm show
 
 
 def _die_with_parent() -> None:
-    """Linux: have the kernel kill this process when its parent dies, even by SIGKILL (the
-    parent is the forkserver, which exits when its daemon does); and name it for ps."""
+    """Linux: have the kernel kill this process when its parent, the forkserver, dies, even by
+    SIGKILL (its daemon is watched by _die_with_daemon); and name it for ps."""
     try:
         import ctypes
         import signal
@@ -223,6 +223,32 @@ def _die_with_parent() -> None:
         pass  # not Linux: the executor notices the closed pipe at its next receive instead
 
 
+def _die_with_daemon(daemon_pid: int) -> None:
+    """Kill this process as soon as its daemon exits, however it does. The parent death signal
+    is not enough: the parent is the forkserver, which exits only once every process holding its
+    daemon's end of the alive pipe has, and each executor it forked holds one. An executor waiting
+    in a collective whose peer is gone (NCCL spins) kept itself and its forkserver alive: measured
+    on 2 x H200, a killed daemon's executor at 100 % of its GPU for minutes, quarantining the GPU
+    it left behind. A pidfd is readable once the process it names has exited."""
+    if not daemon_pid or not hasattr(os, "pidfd_open"):
+        return  # not Linux 5.3+: the parent death signal and the closed pipe remain
+    import select
+    import signal
+
+    try:
+        fd = os.pidfd_open(daemon_pid)
+    except ProcessLookupError:
+        os._exit(1)  # the daemon is gone already
+    except OSError:
+        return
+
+    def watch() -> None:
+        select.select([fd], [], [])
+        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup: a wedged communicator's could block exit
+
+    threading.Thread(target=watch, daemon=True, name="daemon-watch").start()
+
+
 def _beat(beats) -> None:
     """Tick a shared counter while this process runs: the daemon reads a stopped count as a
     stopped or wedged executor."""
@@ -231,9 +257,10 @@ def _beat(beats) -> None:
         time.sleep(BEAT_S)
 
 
-def main(conn, device_arg: str, ops, beats, advertise: str = "") -> None:
+def main(conn, device_arg: str, ops, beats, advertise: str = "", daemon_pid: int = 0) -> None:
     """Entry point of the executor process (a multiprocessing target)."""
     _die_with_parent()
+    _die_with_daemon(daemon_pid)
     threading.Thread(target=_beat, args=(beats,), daemon=True, name="beat").start()
     from worker.graphs import set_comm_env
 

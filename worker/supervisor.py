@@ -68,7 +68,7 @@ class ExecutorHandle:
         parent, child = ctx.Pipe()
         self._ops, self._beats = ctx.Value("q", 0, lock=False), ctx.Value("q", 0, lock=False)
         self._proc = ctx.Process(target=executor.main, args=(child, self.device, self._ops, self._beats,
-                                                             self.advertise),
+                                                             self.advertise, os.getpid()),
                                  name=f"ringleader-executor-{self.device}", daemon=True)
         self._proc.start()
         child.close()

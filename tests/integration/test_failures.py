@@ -43,6 +43,41 @@ def test_worker_killed_mid_job_fails_it_naming_the_rank(cluster):
     assert not nxt.warm_start
 
 
+def test_a_killed_daemon_leaves_no_executor_behind_even_one_waiting_on_a_wedged_peer(fresh_cluster):
+    """An executor waiting in a collective on a peer that never answers (a dead NCCL peer spins)
+    never reads its daemon's closed pipe, and it kept its forkserver, and so itself, alive: on
+    2 x H200 a killed daemon's executor held its GPU at 100 % for minutes. It must die with its
+    daemon."""
+    c = fresh_cluster
+    c.start(["r0", "r1"])
+    job = c.submit(workers=["r0", "r1"], **LONG)
+    c.wait_job(job.id, states=(pb.RUNNING,))
+    time.sleep(1.5)
+    peer_daemon = c.workers["r0"].pid
+    peer, orphan = executor_pid(peer_daemon), executor_pid(c.workers["r1"].pid)
+    os.kill(peer_daemon, signal.SIGSTOP)  # the peer wedged, and its daemon cannot replace it
+    os.kill(peer, signal.SIGSTOP)
+    try:
+        time.sleep(0.5)  # r1's executor now waits in its collective
+        c.kill_worker("r1")
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/{orphan}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        state = _state(orphan)
+        assert state in ("", "Z"), f"r1's executor {orphan} outlived its daemon by 5 s (state {state})"
+    finally:
+        os.kill(peer, signal.SIGCONT)
+        os.kill(peer_daemon, signal.SIGCONT)
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
 def test_executor_killed_fails_job_but_daemon_survives(cluster):
     cluster.wait_idle(["w0", "w1"])
     job = cluster.submit(workers=["w0", "w1"], **LONG)

@@ -143,12 +143,16 @@ def test_the_trend_pages_never_hold_the_loop_while_the_server_stalls(dsn, path, 
     blocker.execute("BEGIN")
     blocker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
 
+    # The server answers 1.5 s from now. Joined before the blocker closes: the call returns as soon
+    # as the server has the ROLLBACK, maybe before the timer's thread has read the answer.
+    release = threading.Timer(1.5, blocker.execute, ["ROLLBACK"])
+
     async def call_and_watch_the_loop():
         app = FastAPI()
         app.include_router(trends_api.router(Coordinator(store)))
         gaps, last = [], time.monotonic()
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://rest") as client:
-            threading.Timer(1.5, blocker.execute, ["ROLLBACK"]).start()  # the server answers 1.5 s from now
+            release.start()
             call = asyncio.ensure_future(client.get(path, params=params))
             while not call.done():
                 await asyncio.sleep(0.02)
@@ -159,6 +163,8 @@ def test_the_trend_pages_never_hold_the_loop_while_the_server_stalls(dsn, path, 
     try:
         answer, waited, longest = asyncio.run(call_and_watch_the_loop())
     finally:
+        if release.is_alive():
+            release.join(10)
         blocker.close()
         store.close()
     assert answer.status_code == 200, answer.text

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Iterable
 
-from coordinator.core import admission
+from coordinator.core import admission, paging
 from coordinator.store.api import JobStore
 from coordinator.core.control import Control
 from coordinator.core.events import Listener
@@ -44,8 +44,6 @@ log = logging.getLogger("ringleader.coordinator")
 
 __all__ = ["Coordinator", "Timings", "WorkerPage"]
 
-PAGE_BYTES = 2 << 20  # a listing page stops here, well under the 4 MiB message limit
-
 
 @dataclass
 class WorkerPage:
@@ -65,7 +63,7 @@ class Coordinator:
         self.workers, self.groups = self.control.workers, self.control.groups
         self.dispatch = self.control  # its `rejected` counter, under the name metrics read
         self._ticker: asyncio.Task | None = None
-        self.stopping = False  # see stop()
+        self.stopping = self.closed = False  # see stop() and close()
         self._uncommitted = False  # store writes wait for the next _commit
         self._commit_waiters: list[asyncio.Future] = []
         # The health book's readers (coordinator/health/fleet.py); observers hear of quarantine changes.
@@ -99,8 +97,8 @@ class Coordinator:
             self.stalls.start()
 
     async def stop(self) -> None:
-        """Stop the clock and commit. From here worker traffic is dropped (worker_stream.Inbox), as a
-        killed coordinator drops it: the streams the servers cancel next end by our leaving."""
+        """Stop the clock and commit. While the servers drain next, workers' messages still apply (a
+        StoreReady dropped left its job's group unformed), not their streams' ends (worker_stream.Inbox)."""
         self.stopping = True
         self.stalls.stop()
         await self.lag.stop()
@@ -109,6 +107,11 @@ class Coordinator:
             await asyncio.gather(self._ticker, return_exceptions=True)
         self.events.close()
         self._commit()
+
+    def close(self) -> None:
+        """The servers have stopped: the last commit; what still comes is dropped, as if killed."""
+        self._commit()
+        self.closed = True
 
     async def prefetch(self, job_id: str = "", request_id: str = "") -> None:
         """Where the store would wait on a server to read this job or request id (PostgreSQL, a
@@ -217,13 +220,8 @@ class Coordinator:
         kinds.check_listed(op)
         jobspec.check_text("before_id", before_id)
         page = self.control.page(states, op, limit, before_id, rows)
-        size, keep = 0, len(page.jobs)
-        for i, job in enumerate(page.jobs):
-            size += job.ByteSize()
-            if size > PAGE_BYTES and i:  # the page is full before its limit: continue after i - 1
-                keep = i
-                break
-        if keep < len(page.jobs):
+        keep = paging.fitting(job.ByteSize() for job in page.jobs)
+        if keep < len(page.jobs):  # full before its limit: continue after the last one kept
             return Page(page.jobs[:keep], page.jobs[keep - 1].id)
         return page
 
@@ -249,15 +247,17 @@ class Coordinator:
         """A page of workers in (host, device index, id) order; `next_page_token` continues it."""
         health = self.control.health
         conns, token = self.workers.page(states, limit, page_token, self.listed_state)
-        infos, size = [], 0
-        for conn in conns:
-            info = conn.info()
-            info.state = self.listed_state(conn)
-            info.health.CopyFrom(health.get(conn.worker_id))
-            size += info.ByteSize()
-            if size > PAGE_BYTES and infos:
-                return WorkerPage(infos, encode_token(conns[len(infos) - 1].sort_key))
-            infos.append(info)
+        infos: list[pb.WorkerInfo] = []
+
+        def sizes():
+            for conn in conns:
+                infos.append(info := conn.info())
+                info.state = self.listed_state(conn)
+                info.health.CopyFrom(health.get(conn.worker_id))
+                yield info.ByteSize()
+        keep = paging.fitting(sizes())
+        if keep < len(conns):
+            return WorkerPage(infos[:keep], encode_token(conns[keep - 1].sort_key))
         return WorkerPage(infos, token)
 
     def queued_jobs(self) -> list[pb.Job]:

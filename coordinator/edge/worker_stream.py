@@ -81,8 +81,8 @@ class Inbox:
         self.core.call_soon(self._drain)
 
     def _apply(self, conn, msg, why: str) -> None:
-        if self.c.stopping:  # applied, the ends of the streams the stopping servers cancel failed
-            return  # every running job ("lost: stream cancelled") the next coordinator would re-attach
+        if self.c.closed or (msg is _GONE and self.c.stopping):  # facade.stop() says why: applied,
+            return  # those ends failed every running job ("lost: stream cancelled") we would re-attach
         if msg is _GONE:
             self.c.disconnect(conn, why)
         elif msg.WhichOneof("msg") == "credential_stored":  # identity's, not the control core's

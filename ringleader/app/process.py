@@ -165,6 +165,7 @@ class RunningCoordinator:
             await self.http.stop()
         if self.server:
             await self.server.stop(self.config.drain_s if grace is None else grace)
+        self.core.close()
         self.store.close()
         if self.tainter:
             await asyncio.to_thread(self.tainter.close)

@@ -21,7 +21,7 @@ class Core:
 
     def __init__(self, per_turn: int) -> None:
         self.intake, self.served = IntakeGate(per_turn), []
-        self.stopping = False
+        self.stopping = self.closed = False
 
     def on_message(self, conn, msg) -> None:
         self.served.append(msg.heartbeat.op_seq)
@@ -82,24 +82,28 @@ def test_a_streams_end_is_applied_after_every_message_it_read():
     assert deferred > 0
 
 
-def test_a_stopping_coordinator_applies_no_worker_message_nor_stream_end():
+def test_a_stopping_coordinator_applies_messages_but_not_stream_ends_and_a_closed_one_nothing():
     """The streams a stopping coordinator's servers cancel end by its leaving, not the workers':
-    applied, their ends failed the running jobs the next coordinator would re-attach."""
+    applied, their ends failed the running jobs the next coordinator would re-attach. Their
+    messages still count while the servers drain (a rank's StoreReady forms its group)."""
     async def main() -> list:
         core = Core(0)
         loop = asyncio.get_running_loop()
         inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0)
-        inbox.put("conn", heartbeat(1))
-        while not core.served:
-            await asyncio.sleep(0)
+
+        async def put(*item) -> None:
+            inbox.put("conn", *item)
+            for _ in range(20):
+                await asyncio.sleep(0)
+        await put(heartbeat(1))
         core.stopping = True
-        inbox.put("conn", heartbeat(2))
-        inbox.put("conn", GONE, "stream cancelled")
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await put(heartbeat(2))
+        await put(GONE, "stream cancelled")
+        core.closed = True
+        await put(heartbeat(3))
         return core.served
 
-    assert asyncio.run(main()) == [1]
+    assert asyncio.run(main()) == [1, 2]
 
 
 def test_heartbeats_wake_the_core_once_a_batch_and_any_other_message_at_once():

@@ -243,7 +243,10 @@ def _die_with_daemon(daemon_pid: int) -> None:
         return
 
     def watch() -> None:
-        select.select([fd], [], [])
+        waiter = select.poll()  # not select.select: no FD_SETSIZE limit on the descriptor's number
+        waiter.register(fd, select.POLLIN)
+        while not waiter.poll():
+            pass
         os.kill(os.getpid(), signal.SIGKILL)  # no cleanup: a wedged communicator's could block exit
 
     threading.Thread(target=watch, daemon=True, name="daemon-watch").start()

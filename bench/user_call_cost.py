@@ -22,6 +22,7 @@ import grpc
 
 sys.path.insert(0, os.getcwd())
 
+from bench.loadstats import cpu_seconds, pct  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc as rpc  # noqa: E402
 
@@ -43,18 +44,13 @@ def main() -> None:
     try:
         address = proc.stdout.readline().split()[3].rstrip(",")
         stub = rpc.JobServiceStub(grpc.insecure_channel(address))
-
-        def cpu_s() -> float:
-            fields = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
         ids = [stub.SubmitJob(pb.SubmitJobRequest(spec=spec(), request_id=uuid.uuid4().hex)).id for _ in range(200)]
         calls = {"submit": lambda i: stub.SubmitJob(pb.SubmitJobRequest(spec=spec(), request_id=uuid.uuid4().hex)),
                  "get": lambda i: stub.GetJob(pb.GetJobRequest(job_id=ids[i % len(ids)])),
                  "list": lambda i: stub.ListWorkers(pb.ListWorkersRequest())}
         invalid = []
         for name in a.calls.split(","):
-            took, c0 = [], cpu_s()
+            took, c0 = [], cpu_seconds(proc.pid)
             for i in range(a.n):
                 t = time.perf_counter()
                 answer = calls[name](i)
@@ -62,10 +58,10 @@ def main() -> None:
                 if name == "submit" and answer.state != pb.QUEUED:  # the scenario: nothing placed
                     invalid.append(f"job {answer.id} {pb.JobState.Name(answer.state)}")
             time.sleep(0.3)  # the last call's bookkeeping (a commit) lands before the CPU is read
-            cpu, n = cpu_s() - c0, len(took)
+            cpu, n = cpu_seconds(proc.pid) - c0, len(took)
             took.sort()
-            print(f"{name}: coordinator CPU {cpu / n * 1e6:.0f} us/call  p50 {took[n // 2] * 1e3:.2f} ms  "
-                  f"p99 {took[int(n * 0.99)] * 1e3:.2f} ms  ({n:,} calls)")
+            print(f"{name}: coordinator CPU {cpu / n * 1e6:.0f} us/call  p50 {pct(took, 50):.2f} ms  "
+                  f"p99 {pct(took, 99):.2f} ms  ({n:,} calls)")
         if invalid:
             sys.exit(f"INVALID: {len(invalid)} submits were not queued (first: {invalid[0]})")
     finally:

@@ -120,7 +120,7 @@ class ExecutorHandle:
 
         if self._proc is None or not self._proc.is_alive():
             return pb.EXECUTOR_STARTING, "not running"
-        if _process_state(self._proc.pid) in ("T", "t"):
+        if process_state(self._proc.pid) in ("T", "t"):
             return pb.EXECUTOR_STOPPED, "process stopped"
         value, since = self._last_beat
         now = time.monotonic()
@@ -170,7 +170,7 @@ class ExecutorHandle:
         await self.kill()
 
 
-def _process_state(pid: int) -> str:
+def process_state(pid: int) -> str:
     """The state letter of /proc/PID/stat ("R", "S", "T" stopped, ...; "" where unknown)."""
     try:
         with open(f"/proc/{pid}/stat") as f:

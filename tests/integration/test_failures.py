@@ -8,6 +8,7 @@ import pytest
 from cluster import executor_pid
 
 from ringleader.v1 import jobs_pb2 as pb
+from worker.supervisor import process_state
 
 pytestmark = pytest.mark.integration
 
@@ -63,19 +64,11 @@ def test_a_killed_daemon_leaves_no_executor_behind_even_one_waiting_on_a_wedged_
         deadline = time.monotonic() + 5
         while os.path.exists(f"/proc/{orphan}") and time.monotonic() < deadline:
             time.sleep(0.05)
-        state = _state(orphan)
+        state = process_state(orphan)
         assert state in ("", "Z"), f"r1's executor {orphan} outlived its daemon by 5 s (state {state})"
     finally:
         os.kill(peer, signal.SIGCONT)
         os.kill(peer_daemon, signal.SIGCONT)
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return ""
 
 
 def test_executor_killed_fails_job_but_daemon_survives(cluster):

@@ -181,11 +181,11 @@ class FleetIndex:
         """The idle, unclaimed workers of a job's list, walking the shorter side: the list, or the
         idle workers of the kinds it fits. A fleet-wide check names thousands while a busy fleet
         has a few idle: walking its list every pass was a quarter of a draining coordinator's CPU
-        (bench/results/2026-11-26-churn)."""
+        (bench/results/2026-11-26-churn). In no particular order: its users count them, or sort
+        them by host and device."""
         kinds = [k for k in self.idle if k[0] == backend and need.fits(k)]
         if sum(self.idle_n.get(k, 0) for k in kinds) < len(need.worker_ids):
             ws = [w for k in kinds for by_host in self.idle[k].values() for w in by_host.values()]
-            ws.sort(key=lambda w: need.listed_at[w.worker_id] if w.worker_id in need.listed_at else -1)  # the list's order, as when it is walked
         else:
             ws = [w for w in (self.views.get(wid) for wid in need.worker_ids) if w is not None and w.idle]
         return [w for w in ws if w.backend == backend and w.worker_id not in claims.ids and need.admits(w)]

@@ -187,7 +187,16 @@ class Scheduler:
         walk = self._queues.walk(lambda: [k for k, n in fleet.idle_n.items() if n > claims.of_kind.get(k, 0)],
                                  self._head)
         decisions: list[Decision] = []
+        # A waiting job's reservation is claimed only once the walk reaches another need: it
+        # keeps later jobs off those workers, and when none follows (a check naming a whole fleet
+        # waits last, at the lowest priority), claiming them one by one every pass protected
+        # nobody. The walk may then offer a need whose kinds that claim exhausts: it finds no
+        # idle worker and claims nothing, as if it had not been walked.
+        held: tuple[Need, dict[str, dict[str, int]]] | None = None
         for need in walk:
+            if held is not None:
+                self._reserve(*held, claims)
+                held = None
             group = self._groups[need]
             job = self._jobs[group.head()]
             backends = self._runnable_on(group)
@@ -198,7 +207,8 @@ class Scheduler:
             if decision is None:
                 # Feasible later: hold what it can use now, so smaller jobs cannot starve it.
                 group.seen_pass, group.blocked = self._pass, job.job_id
-                group.seen_idle = self._reserve(need, pools, claims)
+                group.seen_idle = sum(n for hosts in pools.values() for n in hosts.values())
+                held = (need, pools)
                 continue
             decisions.append(decision)
             for wid in decision.worker_ids:
@@ -266,11 +276,10 @@ class Scheduler:
             chosen += self._fleet.idle_on(need, backend, heapq.heappop(fullest)[-1], claims)[: n - len(chosen)]
         return Decision(job.job_id, _rank_order(chosen), backend, "")
 
-    def _reserve(self, need: Need, pools: dict[str, dict[str, int]], claims: Claims) -> int:
-        held = [w for b, hosts in pools.items() for w in self._fleet.idle_in(need, b, hosts, claims)]
-        for w in held:
+    def _reserve(self, need: Need, pools: dict[str, dict[str, int]], claims: Claims) -> None:
+        """Claim the idle workers of `pools` (a waiting job's, counted per backend and host)."""
+        for w in [w for b, hosts in pools.items() for w in self._fleet.idle_in(need, b, hosts, claims)]:
             claims.take(w)
-        return len(held)
 
 
 def _rank_order(workers: list[WorkerView]) -> tuple[str, ...]:

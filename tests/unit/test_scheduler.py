@@ -357,3 +357,21 @@ def test_healthy_workers_are_preferred_over_suspect_or_never_checked_ones():
     assert p.decisions[0].worker_ids == ("w9",)
     # A gang that needs it still gets it.
     assert plan([job("a", n=2)], [doubtful, w("w9", host="h9")]).decisions[0].worker_ids == ("w0", "w9")
+
+
+def test_a_job_waiting_last_claims_its_idle_workers_only_when_a_later_job_is_walked(monkeypatch):
+    from coordinator.core.sched_index import Claims
+
+    taken = []
+    real = Claims.take
+    monkeypatch.setattr(Claims, "take", lambda self, v: taken.append(v.worker_id) or real(self, v))
+    s = Scheduler()
+    for i in range(16):
+        s.put_worker(w(f"w{i}", f"h{i // 4}", i % 4, idle=i % 4 != 0))
+    every = tuple(f"w{i}" for i in range(16))  # a fleet-wide check: waits for all 16 at once, last in line
+    s.add(job("check", n=16, prio=-1000, t=0, worker_ids=every))
+    assert s.place() == [] and taken == []  # nobody behind it: nothing to keep off its workers
+    assert s.reason("check") == "needs 16 workers, 12 idle matching worker_ids=" + ",".join(every)
+    s.add(job("late", n=2, t=1, prio=-1001))  # behind it: must not take the workers it waits for
+    assert s.place() == [] and sorted(taken) == sorted(f"w{i}" for i in range(16) if i % 4)
+    assert s.reason("late") == "needs 2 workers, 0 idle"

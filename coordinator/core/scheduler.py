@@ -141,8 +141,6 @@ class Scheduler:
     def __len__(self) -> int:
         return len(self._jobs)
 
-    # ---- the queue and the fleet -----------------------------------------------------------
-
     def add(self, job: PendingJob) -> None:
         self.remove(job.job_id)
         self._jobs[job.job_id] = job
@@ -173,8 +171,6 @@ class Scheduler:
         """A worker that is no longer connected."""
         self._fleet.drop(worker_id)
 
-    # ---- decisions -------------------------------------------------------------------------
-
     def place(self, warm: WarmGroups | None = None) -> list[Decision]:
         """Decide which queued jobs start now (they leave the queue); `warm` holds the warm
         groups a job may reuse, by size."""
@@ -187,11 +183,9 @@ class Scheduler:
         walk = self._queues.walk(lambda: [k for k, n in fleet.idle_n.items() if n > claims.of_kind.get(k, 0)],
                                  self._head)
         decisions: list[Decision] = []
-        # A waiting job's reservation is claimed only once the walk reaches another need: it
-        # keeps later jobs off those workers, and when none follows (a check naming a whole fleet
-        # waits last, at the lowest priority), claiming them one by one every pass protected
-        # nobody. The walk may then offer a need whose kinds that claim exhausts: it finds no
-        # idle worker and claims nothing, as if it had not been walked.
+        # A waiting job's reservation is claimed once the walk reaches a later need (a fleet-wide
+        # check waits last: claiming its idle workers every pass kept nobody off them). A need
+        # offered meanwhile whose kinds the claim exhausts finds no idle worker: as if not walked.
         held: tuple[Need, dict[str, dict[str, int]]] | None = None
         for need in walk:
             if held is not None:
@@ -225,8 +219,6 @@ class Scheduler:
         group = self._groups[job.need]
         idle = group.seen_idle if (group.seen_pass, group.blocked) == (self._pass, job_id) else 0
         return waiting.reason(self._fleet, group.need, self._connected(group), idle, self._cordoned_ids)
-
-    # ---- helpers ---------------------------------------------------------------------------
 
     def _head(self, need: Need) -> tuple | None:
         group = self._groups.get(need)
@@ -277,7 +269,6 @@ class Scheduler:
         return Decision(job.job_id, _rank_order(chosen), backend, "")
 
     def _reserve(self, need: Need, pools: dict[str, dict[str, int]], claims: Claims) -> None:
-        """Claim the idle workers of `pools` (a waiting job's, counted per backend and host)."""
         for w in [w for b, hosts in pools.items() for w in self._fleet.idle_in(need, b, hosts, claims)]:
             claims.take(w)
 

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from coordinator.store.resident import Resident
 from coordinator.store.schema import MIGRATIONS
 from coordinator.store.sqlite import SqliteJobStore
 
@@ -83,6 +84,7 @@ class PostgresRecord(SqliteJobStore):
         self._lock = threading.Lock()
         self._pending = None  # never deferred: each call is its own transaction
         self._checkpoints = None  # PostgreSQL checkpoints itself
+        self._resident = Resident()  # stays empty: the writes go through postgres_writer.py
         try:
             self._migrate()
         except BaseException:

@@ -10,7 +10,7 @@ from ringleader.v1 import jobs_pb2 as pb
 
 class SqliteBaselines:
     def put_baseline(self, entry: pb.BaselineEntry) -> None:
-        with self._tx(write=True) as c:  # type: ignore[attr-defined]
+        with self._tx(write=True, one=True) as c:  # type: ignore[attr-defined]
             c.execute("INSERT OR REPLACE INTO baselines (key, blob) VALUES (?, ?)", (entry.key, entry.SerializeToString()))
 
     def baseline(self, key: str) -> pb.BaselineEntry | None:
@@ -28,7 +28,7 @@ class SqliteBaselines:
 
 class SqliteWorkerHealth:
     def set_worker_health(self, worker_id: str, health: pb.WorkerHealth) -> None:
-        with self._tx(write=True) as c:  # type: ignore[attr-defined]
+        with self._tx(write=True, one=True) as c:  # type: ignore[attr-defined]
             c.execute("INSERT OR REPLACE INTO worker_health (worker_id, blob) VALUES (?, ?)",
                       (worker_id, health.SerializeToString()))
 

@@ -331,6 +331,8 @@ def test_sqlite_deferred_commits_group_writes_until_commit(tmp_path):
         assert outside.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0  # not yet durable
         with pytest.raises(AlreadyExists):
             s.create(make_job("a"))  # a failed write in the group ...
+        with pytest.raises(NotFound):
+            s.add_event(pb.JobEvent(job_id="ghost", seq=1))  # (one statement, no savepoint: its key refuses it)
         s.commit()  # ... does not spoil the rest of it
         assert outside.execute("SELECT id FROM jobs").fetchall() == [("a",)]
         assert [e.seq for e in s.events("a")] == [1]
@@ -572,5 +574,33 @@ def test_sqlite_baselines_survive_reopen(tmp_path):
     s = SqliteJobStore(path)
     try:
         assert s.baselines() == [baseline_entry("k", 5.0, 6.0, 7.0)]
+    finally:
+        s.close()
+
+
+def test_sqlite_a_write_of_an_unfinished_job_is_one_statement(tmp_path):
+    # The sqlite3 module lets go of the GIL in every statement, and taking it back beside the busy
+    # gRPC edge thread can wait a switch interval: a job's update reads no row back, and an event
+    # is one INSERT, its job's existence told by the foreign key (coordinator/store/resident.py).
+    s = SqliteJobStore(tmp_path / "jobs.sqlite")
+    s.defer_commits(lambda: None)
+    try:
+        s.create(make_job("a"))
+        s.commit()
+        sql: list[str] = []
+        s._conn.set_trace_callback(sql.append)
+        s.update(pb.Job(id="a", state=pb.RUNNING, started_at=2.0))
+        s.add_event(pb.JobEvent(job_id="a", seq=1))
+        assert [q.split()[0] for q in sql] == ["BEGIN", "UPDATE", "INSERT"], sql
+        assert s.get("a").state == pb.RUNNING and s.get("a").started_at == 2.0
+        s.update(pb.Job(id="a", state=pb.SUCCEEDED, finished_at=3.0))
+        s.commit()
+        del sql[:]
+        s.update(pb.Job(id="a", state=pb.SUCCEEDED, finished_at=4.0, reason="again"))  # finished: read back
+        assert [q.split()[0] for q in sql] == ["BEGIN", "SELECT", "UPDATE"], sql
+        s.commit()
+        reopened = SqliteJobStore(tmp_path / "jobs.sqlite")
+        assert reopened.get("a").reason == "again" and reopened.get("a").finished_at == 4.0
+        reopened.close()
     finally:
         s.close()

@@ -173,7 +173,10 @@ HONEST = ["b0", "b1", "b2"]
 ROGUES = {  # the fault injector's rogue modes (worker/faults.py), one worker each
     "r-share": "corrupt_share=1",  # sends a corrupted share in the corruption check's collectives
     "r-row": "write_peer_row=1000000",  # writes 1 s one way into every other link's row of the link check
-    "r-inflate": "slow_compute=8,inflate_figures=8",  # 8x slower, reports 8x its figures
+    # 32x slower, reports 32x its figures. (At 8x a CPU check's loops, 0.08 s as claimed, ran
+    # 0.7-1.5 s: the refusal's bound, 4 x its claim + 0.5 s for a CPU's scheduling, missed it
+    # whenever the machine was quiet enough, 3 full suites in 3.)
+    "r-inflate": "slow_compute=32,inflate_figures=32",
     "r-stretch": "stretch_turns_s=100",  # says every other rank's GPU-check turn took 100 s longer
 }
 

@@ -61,14 +61,14 @@ def on(loop: asyncio.AbstractEventLoop, coro: Coroutine) -> asyncio.Future:
     return answer
 
 
+EAGER = sys.version_info >= (3, 12)  # asyncio.Task(..., eager_start=True)
+
+
 def _task(loop: asyncio.AbstractEventLoop, coro: Coroutine) -> asyncio.Task:
     """A task on `loop` (the running one), its first step run now where Python can (3.12+)."""
     if EAGER:
         return asyncio.Task(coro, loop=loop, eager_start=True)
     return loop.create_task(coro)
-
-
-EAGER = sys.version_info >= (3, 12)
 
 
 async def _relay(coro: Coroutine, here: asyncio.AbstractEventLoop, answer: asyncio.Future) -> None:

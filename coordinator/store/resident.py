@@ -38,6 +38,3 @@ class Resident:
     def clear(self) -> None:
         """What the store wrote was not committed after all."""
         self._jobs.clear()
-
-    def __len__(self) -> int:
-        return len(self._jobs)

@@ -56,14 +56,14 @@ class SqliteCredentials:
 
     def set_worker_credential(self, worker_id: str, digest: str) -> None:
         bound = self._bound()
-        with self._tx(write=True) as c:  # type: ignore[attr-defined]
+        with self._tx(write=True, one=True) as c:  # type: ignore[attr-defined]
             c.execute("INSERT OR REPLACE INTO worker_credentials (worker_id, digest) VALUES (?, ?)",
                       (worker_id, digest))
         bound[worker_id] = digest  # once the statement took
 
     def forget_worker_credential(self, worker_id: str) -> bool:
         bound = self._bound()
-        with self._tx(write=True) as c:  # type: ignore[attr-defined]
+        with self._tx(write=True, one=True) as c:  # type: ignore[attr-defined]
             gone = c.execute("DELETE FROM worker_credentials WHERE worker_id = ?", (worker_id,)).rowcount > 0
         bound.pop(worker_id, None)
         return gone

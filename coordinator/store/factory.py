@@ -40,6 +40,6 @@ def open_store(url: str) -> JobStore:
         from coordinator.store.postgres import PostgresJobStore  # here: psycopg is the optional extra
 
         return PostgresJobStore(url)
-    from coordinator.store.sqlite import SqliteJobStore
+    from coordinator.store.sqlite_behind import SqliteBehindStore
 
-    return SqliteJobStore(url)
+    return SqliteBehindStore(url)

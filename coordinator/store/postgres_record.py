@@ -84,7 +84,7 @@ class PostgresRecord(SqliteJobStore):
         self._lock = threading.Lock()
         self._pending = None  # never deferred: each call is its own transaction
         self._checkpoints = None  # PostgreSQL checkpoints itself
-        self._resident = Resident()  # stays empty: the writes go through postgres_writer.py
+        self._resident = Resident()  # stays empty: the writes go through the group writer
         try:
             self._migrate()
         except BaseException:
@@ -105,16 +105,6 @@ class PostgresRecord(SqliteJobStore):
             # Transactional DDL, as in SQLite: a failed migration leaves the old schema and version.
             c.execute("DELETE FROM schema_version")
             c.execute("INSERT INTO schema_version (version) VALUES (?)", (len(MIGRATIONS),))
-
-    def worker_credentials(self) -> dict[str, str]:
-        """Every bound credential digest, by worker id (the store's start-up load)."""
-        with self._tx() as c:
-            return dict(c.execute("SELECT worker_id, digest FROM worker_credentials").fetchall())
-
-    def request_ids(self) -> list[str]:
-        """Every job's request id (the store's start-up load)."""
-        with self._tx() as c:
-            return [r[0] for r in c.execute("SELECT request_id FROM jobs WHERE request_id IS NOT NULL").fetchall()]
 
     def close(self) -> None:
         with self._lock:

@@ -285,6 +285,11 @@ class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, Sql
         row = c.execute("SELECT id FROM jobs WHERE request_id = ?", (request_id,)).fetchone()
         return row[0] if row else ""
 
+    def request_ids(self) -> list[str]:
+        """Every job's request id (a write-behind store's start-up load)."""
+        with self._tx() as c:
+            return [r[0] for r in c.execute("SELECT request_id FROM jobs WHERE request_id IS NOT NULL").fetchall()]
+
     def unfinished(self) -> list[pb.Job]:
         with self._tx() as c:
             ids = c.execute(

@@ -47,9 +47,13 @@ class SqliteCredentials:
 
     def _bound(self) -> dict[str, str]:
         if self._credentials is None:
-            with self._tx() as c:  # type: ignore[attr-defined]
-                self._credentials = dict(c.execute("SELECT worker_id, digest FROM worker_credentials").fetchall())
+            self._credentials = self.worker_credentials()
         return self._credentials
+
+    def worker_credentials(self) -> dict[str, str]:
+        """Every bound credential digest, by worker id, read now (a write-behind store's start-up load)."""
+        with self._tx() as c:  # type: ignore[attr-defined]
+            return dict(c.execute("SELECT worker_id, digest FROM worker_credentials").fetchall())
 
     def worker_credential(self, worker_id: str) -> str:
         return self._bound().get(worker_id, "")

@@ -99,3 +99,9 @@ class _Share:
         self.c.executemany("DELETE FROM trend_hours WHERE host = ? AND key = ? AND hour = ?", gone)
         self.c.executemany(f"INSERT INTO trend_hours ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            [(*m[:11], " ".join(m[11])) for m in merged])
+
+
+def downsample_share(state: Downsampling | None, now: float, c) -> tuple[Downsampling, bool]:
+    """One call's share (trends.sql_share) in SQLite, run by a write-behind store's writer inside
+    its transaction (coordinator/store/behind_trends.py)."""
+    return sql_share(state, now, _Share(c))

@@ -1,6 +1,6 @@
-"""The PostgreSQL store's (coordinator/store/postgres.py) fleet tables: worker verdicts,
+"""A write-behind store's (coordinator/store/behind.py) fleet tables: worker verdicts,
 credentials and baselines answered from memory and written with the group, as its jobs are (its
-bandwidth trends: coordinator/store/postgres_trends.py). A mixin of PostgresJobStore, which
+bandwidth trends: coordinator/store/behind_trends.py). A mixin of WriteBehindStore, which
 provides _mem, _write and _written."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from ringleader.v1 import jobs_pb2 as pb
 
 
-class PostgresFleet:
+class BehindFleet:
     def set_worker_health(self, worker_id: str, health: pb.WorkerHealth) -> None:
         with self._mem:  # type: ignore[attr-defined]
             super().set_worker_health(worker_id, health)

@@ -1,22 +1,44 @@
-"""The PostgreSQL store's memory (coordinator/store/postgres.py): what the coordinator's loop reads
-is in memory; a finished job leaves it only once durable, and is then read from the server, by
-`prefetch` off the loop; a real PostgreSQL (tests/pgserver.py)."""
+"""The write-behind store's memory (coordinator/store/behind.py), on SQLite (the coordinator's
+default) and on a real PostgreSQL (tests/pgserver.py): what the coordinator's loop reads is in
+memory; a finished job leaves it only once durable, and is then read from the database, by
+`prefetch` off the loop; a group the database refuses fails alone."""
 
 from __future__ import annotations
 
-import psycopg
+import sqlite3
+
 import pytest
 
-from coordinator.store import postgres
+from coordinator.store import behind
 from coordinator.store.factory import open_store
 from coordinator.store.seen import Seen
 from ringleader.errors import NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
 
-@pytest.fixture
-def dsn(postgres, request):
-    return postgres.new_schema("p" + str(abs(hash(request.node.nodeid)))[:18])
+class Db:
+    """The database under a store, and statements run on it without the store."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def sql(self, stmt: str, args: tuple = ()) -> list[tuple]:
+        if self.url.startswith("postgresql"):
+            import psycopg  # the optional extra
+
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                cur = conn.execute(stmt.replace("?", "%s"), args)
+                return cur.fetchall() if cur.description else []
+        with sqlite3.connect(self.url, isolation_level=None) as conn:
+            return conn.execute(stmt, args).fetchall()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request, tmp_path):
+    if request.param == "sqlite":
+        return Db(str(tmp_path / "jobs.sqlite"))
+    pg = request.getfixturevalue("postgres")
+    return Db(pg.new_schema("p" + str(abs(hash(request.node.nodeid)))[:18]))
 
 
 def finished(job_id: str, request_id: str = "") -> pb.Job:
@@ -27,9 +49,9 @@ def finished(job_id: str, request_id: str = "") -> pb.Job:
     return j
 
 
-def test_finished_jobs_leave_memory_once_durable_and_are_read_back_from_the_server(dsn, monkeypatch):
-    monkeypatch.setattr(postgres, "HOT_FINISHED", 2)
-    store = open_store(dsn)
+def test_finished_jobs_leave_memory_once_durable_and_are_read_back_from_the_database(db, monkeypatch):
+    monkeypatch.setattr(behind, "HOT_FINISHED", 2)
+    store = open_store(db.url)
     store.defer_commits(lambda: None)
     try:
         for i in range(4):
@@ -44,15 +66,14 @@ def test_finished_jobs_leave_memory_once_durable_and_are_read_back_from_the_serv
         store.commit()  # the next turn drops the oldest durable ones
         assert [store.resident(f"j{i}") for i in range(4)] == [False, False, True, True]
         assert not store.resident(request_id="r0") and store.resident(request_id="r3")
-        with psycopg.connect(dsn, autocommit=True) as conn:  # what the server has, read without the store
-            assert conn.execute("SELECT count(*) FROM jobs WHERE state = %s", (pb.SUCCEEDED,)).fetchone()[0] == 4
+        assert db.sql("SELECT count(*) FROM jobs WHERE state = ?", (pb.SUCCEEDED,)) == [(4,)]
         store.prefetch(job_id="j0", request_id="r1")
         assert store.resident("j0", "r1") and store.resident("j1")
         old = store.get("j0")
         assert old.state == pb.SUCCEEDED and [r.size_bytes for r in old.results] == [8]
         assert [e.seq for e in store.events("j0")] == [1] and store.job_for_request("r1") == "j1"
         store.prefetch(job_id="nope", request_id="never")
-        assert store.resident("nope", "never")  # known absent: no second trip to the server
+        assert store.resident("nope", "never")  # known absent: no second read of the database
         with pytest.raises(NotFound):
             store.get("nope")
         assert store.job_for_request("never") == ""
@@ -60,35 +81,34 @@ def test_finished_jobs_leave_memory_once_durable_and_are_read_back_from_the_serv
         store.close()
 
 
-def test_a_group_the_server_refuses_fails_its_future_and_the_next_group_is_written(dsn):
-    store = open_store(dsn)
+def test_a_group_the_database_refuses_fails_its_future_and_the_next_group_is_written(db):
+    store = open_store(db.url)
     store.defer_commits(lambda: None)
     try:
         store.create(finished("a"))
         store.commit().result()
-        with psycopg.connect(dsn, autocommit=True) as conn:  # another writer took the id meanwhile
-            conn.execute("INSERT INTO jobs (id, state, op, created_at, job) VALUES ('b', 1, 'x', 1, '')")
-        store.create(finished("b"))  # unknown to this store's memory: refused by the server at commit
-        with pytest.raises(psycopg.errors.UniqueViolation):
+        # another writer took the id meanwhile
+        db.sql("INSERT INTO jobs (id, state, op, created_at, job) VALUES ('b', 1, 'x', 1, ?)", (b"",))
+        store.create(finished("b"))  # unknown to this store's memory: refused by the database at commit
+        with pytest.raises(Exception, match="(?i)unique"):
             store.commit().result()
         store.create(finished("c"))  # the next group is a new transaction
         store.commit().result()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            rows = conn.execute("SELECT id, length(job) FROM jobs ORDER BY seq").fetchall()
+        rows = db.sql("SELECT id, length(job) FROM jobs ORDER BY seq")
         assert [r[0] for r in rows] == ["a", "b", "c"] and rows[1][1] == 0  # b: the other writer's row
     finally:
         store.close()
 
 
-def test_a_new_request_id_needs_no_read_and_one_stored_before_a_restart_is_found(dsn):
-    first = open_store(dsn)
+def test_a_new_request_id_needs_no_read_and_one_stored_before_a_restart_is_found(db):
+    first = open_store(db.url)
     old = finished("old", request_id="r-old")
     old.state = pb.SUCCEEDED
     first.create(old)
     first.close()
-    store = open_store(dsn)  # a restart: r-old's job is finished, not in memory
+    store = open_store(db.url)  # a restart: r-old's job is finished, not in memory
     try:
-        assert store.resident(request_id="r-new")  # never seen: known new without the server
+        assert store.resident(request_id="r-new")  # never seen: known new without the database
         assert not store.resident(request_id="r-old")
         store.prefetch(request_id="r-old")
         assert store.resident(request_id="r-old") and store.job_for_request("r-old") == "old"

@@ -32,17 +32,32 @@ def rss_mb(pid: int) -> float:
     return int(m.group(1)) / 1024 if m else 0.0
 
 
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid` (the SQLite store's writer process, for a coordinator)."""
+    out: list[int] = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):  # (/proc/PID/task/*/children needs a kernel option)
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
 class ProcessWatch:
+    """A process and its children, together: the coordinator's CPU and RSS include its store's
+    writer process (coordinator/store/sqlite_writer.py)."""
+
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.rss_max_mb = 0.0
 
     def cpu_s(self) -> float:
-        return cpu_seconds(self.pid)
+        return sum(cpu_seconds(p) for p in (self.pid, *children(self.pid)))
 
     async def sample_forever(self, every_s: float = 1.0) -> None:
         while True:
-            self.rss_max_mb = max(self.rss_max_mb, rss_mb(self.pid))
+            self.rss_max_mb = max(self.rss_max_mb, sum(rss_mb(p) for p in (self.pid, *children(self.pid))))
             await asyncio.sleep(every_s)
 
 

@@ -41,6 +41,10 @@ class Share:
             self._error = exc
         cur.execute("RELEASE SAVEPOINT share")
 
+    def ran(self, outcome=None, error: BaseException | None = None) -> None:
+        """What `fn` came to where it ran elsewhere (another process)."""
+        self._outcome, self._error = outcome, error
+
     def settle(self, failed: BaseException | None) -> None:
         """The transaction committed (`failed` None) or did not."""
         if failed is not None or self._error is not None:

@@ -1,14 +1,18 @@
-"""The SQLite store's writer (coordinator/store/sqlite_writer.py) sends a run of one statement as
-multi-row statements: the database it leaves is the one the row-by-row store leaves, in far fewer
-statements (each is a GIL handoff)."""
+"""The SQLite store's writer (coordinator/store/sqlite_writer.py), a process of its own, sends a
+run of one statement as multi-row statements: the database it leaves is the one the row-by-row
+store leaves, in far fewer statements; a writer process that dies fails its group, and the next
+group is written by a new one."""
 
 from __future__ import annotations
 
 import sqlite3
+import time
+
+import pytest
 
 from coordinator.store.sqlite import SqliteJobStore
 from coordinator.store.sqlite_behind import SqliteBehindStore
-from coordinator.store.sqlite_writer import chunks, statements
+from coordinator.store.sqlite_writer import chunks, statements, transaction
 from coordinator.store.trends import TrendPoint
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -61,12 +65,18 @@ def test_the_writer_leaves_the_database_the_row_by_row_store_leaves_in_a_few_doz
     by_row.close()
 
     behind = SqliteBehindStore(tmp_path / "behind.sqlite")
-    sent: list[str] = []
-    behind._writer._conn.set_trace_callback(sent.append)
     behind.defer_commits(lambda: None)  # the coordinator's mode: one group, committed by the writer
     a_turn_of_work(behind)
+    group = list(behind._ops)
     behind.commit().result()
     behind.close()
+
+    SqliteJobStore(tmp_path / "traced.sqlite").close()  # the schema
+    sent: list[str] = []
+    with sqlite3.connect(tmp_path / "traced.sqlite", isolation_level=None) as conn:
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.set_trace_callback(sent.append)
+        transaction(conn, group, [])  # the group's transaction as the writer process runs it
 
     theirs, ours = dump(tmp_path / "by-row.sqlite"), dump(tmp_path / "behind.sqlite")
     assert {t: len(rows) for t, rows in ours.items()} == {t: len(rows) for t, rows in theirs.items()}
@@ -86,3 +96,30 @@ def test_chunks_are_powers_of_two_up_to_the_cap_and_cover_every_row():
 def test_an_unknown_shape_goes_row_by_row():
     rows = [(1,), (2,)]
     assert list(statements("DELETE FROM results WHERE idx > ?", rows)) == [("DELETE FROM results WHERE idx > ?", rows)]
+
+
+def test_a_writer_process_that_dies_fails_its_group_and_the_next_group_is_written(tmp_path):
+    store = SqliteBehindStore(tmp_path / "jobs.sqlite")
+    store.defer_commits(lambda: None)
+    try:
+        store.create(pb.Job(id="a", state=pb.QUEUED, created_at=1.0))
+        store.commit().result()
+        store._writer._child.kill()  # dead between groups (as the OOM killer would): a new one writes b
+        store._writer._child.wait()
+        store.create(pb.Job(id="b", state=pb.QUEUED, created_at=2.0))
+        store.commit().result()
+        with sqlite3.connect(tmp_path / "jobs.sqlite", isolation_level=None) as other:
+            other.execute("BEGIN IMMEDIATE")  # holds the write lock: the next group waits for it
+            store.create(pb.Job(id="c", state=pb.QUEUED, created_at=3.0))
+            later = store.commit()
+            time.sleep(0.5)
+            store._writer._child.kill()  # dead inside c's transaction
+            with pytest.raises(sqlite3.OperationalError, match="writer process ended"):
+                later.result(timeout=10)
+            other.execute("ROLLBACK")
+        store.create(pb.Job(id="d", state=pb.QUEUED, created_at=4.0))
+        store.commit().result()  # a new process
+    finally:
+        store.close()
+    with sqlite3.connect(tmp_path / "jobs.sqlite") as conn:
+        assert [r[0] for r in conn.execute("SELECT id FROM jobs ORDER BY seq")] == ["a", "b", "d"]

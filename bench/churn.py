@@ -114,13 +114,15 @@ async def run(cfg, stub, sims, watch, http_url: str, rng: random.Random, measure
 
 def profile(pid: int, seconds: float) -> subprocess.Popen | None:
     """With RINGLEADER_BENCH_PROFILE=PATH: py-spy samples the coordinator through the drain
-    (folded stacks in PATH, for a flame graph or `sort -k2 -n`)."""
+    (folded stacks in PATH, for a flame graph or `sort -k2 -n`); RINGLEADER_BENCH_PROFILE_ARGS adds
+    py-spy's own options (`--threads --idle`: each thread's waits as well)."""
     path = os.environ.get("RINGLEADER_BENCH_PROFILE")
     if not path:
         return None
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     return subprocess.Popen([spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200",
-                             "--format", "raw", "--output", path, "--nonblocking"])
+                             "--format", "raw", "--output", path, "--nonblocking",
+                             *os.environ.get("RINGLEADER_BENCH_PROFILE_ARGS", "").split()])
 
 
 def problems(cfg, out: dict) -> list[str]:

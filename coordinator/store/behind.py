@@ -1,6 +1,6 @@
 """The write-behind store: what the coordinator's loop reads and writes is memory; a writer
-thread makes it durable. SQLite's (coordinator/store/sqlite_behind.py, the default) and
-PostgreSQL's (coordinator/store/postgres.py) are this store on their own record and writer.
+thread makes it durable. PostgreSQL's (coordinator/store/postgres.py) and an experimental SQLite
+one (coordinator/store/sqlite_behind.py) are this store on their own record and writer.
 
 Nothing on the coordinator's loop waits for the database. The store answers from memory (the
 in-memory store's own code, MemoryJobStore) for what the coordinator works on: every unfinished
@@ -16,10 +16,6 @@ groups already written, so they show every write made before them. Trends are do
 writer, a share with a group (coordinator/store/behind_trends.py). `resident()` tells whether a
 read would go to the database; `prefetch()` does that read, off the loop, beforehand
 (coordinator/core/facade.py). A request id never seen (coordinator/store/seen.py) needs no read.
-
-Why SQLite runs behind too: the sqlite3 module lets go of the GIL in every statement, and while
-the gRPC edge thread wants it, the loop's thread waited up to a switch interval (5 ms) to take it
-back, per statement: a placement pass starting 5,000 jobs stalled the loop for 0.3-0.8 s.
 
 The one rule that differs: `create` fails at once (AlreadyExists) for an id or request id in
 memory; one known only to the database (an old job) is refused by its unique index at commit,

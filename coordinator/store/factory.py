@@ -8,6 +8,7 @@ from coordinator.store.api import JobStore
 from ringleader.errors import InvalidSpec
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+BEHIND = "sqlite-behind:"  # an experiment, not the default: coordinator/store/sqlite_behind.py says why
 
 
 def is_postgres(url: str) -> bool:
@@ -30,7 +31,8 @@ def require_psycopg(url: str) -> None:
 
 def open_store(url: str) -> JobStore:
     """':memory:' gives the in-memory store, a postgresql:// (or postgres://) URL the PostgreSQL
-    store, anything else is an SQLite path."""
+    store, 'sqlite-behind:PATH' the write-behind SQLite store (an experiment), anything else is an
+    SQLite path."""
     if url == ":memory:":
         from coordinator.store.memory import MemoryJobStore
 
@@ -40,6 +42,10 @@ def open_store(url: str) -> JobStore:
         from coordinator.store.postgres import PostgresJobStore  # here: psycopg is the optional extra
 
         return PostgresJobStore(url)
-    from coordinator.store.sqlite_behind import SqliteBehindStore
+    if url.startswith(BEHIND):
+        from coordinator.store.sqlite_behind import SqliteBehindStore
 
-    return SqliteBehindStore(url)
+        return SqliteBehindStore(url[len(BEHIND):])
+    from coordinator.store.sqlite import SqliteJobStore
+
+    return SqliteJobStore(url)

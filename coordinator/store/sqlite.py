@@ -126,6 +126,7 @@ class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, Sql
             except sqlite3.Error:
                 # Never leave the failed group open: the next write must start (and announce) one.
                 self._resident.clear()  # (it held the group's writes)
+                self._credentials = None  # the same: read again at the next use
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise

@@ -1,5 +1,5 @@
-"""The write-behind store's memory (coordinator/store/behind.py), on SQLite (the coordinator's
-default) and on a real PostgreSQL (tests/pgserver.py): what the coordinator's loop reads is in
+"""The write-behind store's memory (coordinator/store/behind.py), on SQLite (the experimental
+`sqlite-behind:`) and on a real PostgreSQL (tests/pgserver.py): what the coordinator's loop reads is in
 memory; a finished job leaves it only once durable, and is then read from the database, by
 `prefetch` off the loop; a group the database refuses fails alone."""
 
@@ -19,8 +19,8 @@ from ringleader.v1 import jobs_pb2 as pb
 class Db:
     """The database under a store, and statements run on it without the store."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, url: str, path: str = "") -> None:
+        self.url, self.path = url, path  # path: the SQLite file
 
     def sql(self, stmt: str, args: tuple = ()) -> list[tuple]:
         if self.url.startswith("postgresql"):
@@ -29,14 +29,14 @@ class Db:
             with psycopg.connect(self.url, autocommit=True) as conn:
                 cur = conn.execute(stmt.replace("?", "%s"), args)
                 return cur.fetchall() if cur.description else []
-        with sqlite3.connect(self.url, isolation_level=None) as conn:
+        with sqlite3.connect(self.path, isolation_level=None) as conn:
             return conn.execute(stmt, args).fetchall()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def db(request, tmp_path):
     if request.param == "sqlite":
-        return Db(str(tmp_path / "jobs.sqlite"))
+        return Db(f"sqlite-behind:{tmp_path / 'jobs.sqlite'}", str(tmp_path / "jobs.sqlite"))
     pg = request.getfixturevalue("postgres")
     return Db(pg.new_schema("p" + str(abs(hash(request.node.nodeid)))[:18]))
 

@@ -28,7 +28,7 @@ def store(request, tmp_path):
     elif request.param == "memory":
         s = MemoryJobStore()
     elif request.param.startswith("sqlite-behind"):  # the coordinator's SQLite store (open_store's)
-        s = SqliteBehindStore(tmp_path / "db" / "jobs.sqlite")
+        s = open_store(f"sqlite-behind:{tmp_path / 'db' / 'jobs.sqlite'}")
     else:
         s = SqliteJobStore(tmp_path / "db" / "jobs.sqlite")  # parent dir does not exist yet: the store creates it
     if request.param.endswith("-deferred"):
@@ -59,8 +59,10 @@ def ids(jobs: list[pb.Job]) -> list[str]:
 def test_open_store_picks_implementation(tmp_path):
     mem = open_store(":memory:")
     sql = open_store(str(tmp_path / "x.sqlite"))
+    behind = open_store(f"sqlite-behind:{tmp_path / 'y.sqlite'}")
     try:
-        assert isinstance(mem, MemoryJobStore) and isinstance(sql, SqliteBehindStore)
+        assert isinstance(mem, MemoryJobStore) and isinstance(sql, SqliteJobStore)
+        assert isinstance(behind, SqliteBehindStore)
     finally:
         mem.close()
         sql.close()
@@ -353,7 +355,11 @@ def test_sqlite_a_failed_commit_leaves_no_group_open(tmp_path):
     groups = []
     s.defer_commits(lambda: groups.append(1))
     try:
+        s.set_worker_credential("w-old", "digest-old")
+        s.commit()
         s.create(make_job("a"))
+        s.set_worker_credential("w-new", "digest-new")
+        assert s.forget_worker_credential("w-old")
         # A foreign key checked only at COMMIT (an event of no job) makes the commit fail.
         s._conn.execute("PRAGMA defer_foreign_keys = ON")
         s._conn.execute("INSERT INTO events (job_id, seq, blob) VALUES ('ghost', 1, x'')")
@@ -361,8 +367,10 @@ def test_sqlite_a_failed_commit_leaves_no_group_open(tmp_path):
             s.commit()
         with pytest.raises(NotFound):
             s.get("a")  # the failed group is gone whole
+        # and so are its credential writes, also from the copy the store answers from
+        assert s.worker_credential("w-new") == "" and s.worker_credential("w-old") == "digest-old"
         s.create(make_job("b"))
-        assert groups == [1, 1]  # and the next write opened (and announced) a new one
+        assert groups == [1, 1, 1]  # and the next write opened (and announced) a new one
         s.commit()
         assert ids(s.list()) == ["b"]
     finally:

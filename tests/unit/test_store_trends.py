@@ -26,8 +26,8 @@ T0 = 1_700_000_000 // HOUR_S * HOUR_S  # on an hour
 def store(request, tmp_path):
     if request.param.startswith("postgres"):
         s = open_store(request.getfixturevalue("postgres").new_schema(schema_name(request.node.nodeid)))
-    elif request.param.startswith("sqlite-behind"):  # the coordinator's (open_store's)
-        s = open_store(str(tmp_path / "jobs.sqlite"))
+    elif request.param.startswith("sqlite-behind"):
+        s = open_store(f"sqlite-behind:{tmp_path / 'jobs.sqlite'}")
     else:
         s = MemoryJobStore() if request.param == "memory" else SqliteJobStore(tmp_path / "jobs.sqlite")
     if request.param.endswith("-deferred"):

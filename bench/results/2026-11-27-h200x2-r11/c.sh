@@ -29,7 +29,7 @@ for run in ${C_RUNS:-new:churn prev:churn}; do
     churn) args="--workers 5000 --queue 10000 --churn --duration 45"; t=${C_T:-130};;
     churnb) args="--workers 5000 --queue 10000 --churn --duration 45 --db sqlite-behind"; t=${C_T:-130};;
     deep) args="--workers 5000 --queue 10000 --duration 45"; t=110;;
-    w10k) args="--workers 10000 --duration 45"; t=130;;
+    w10k) args="--workers 10000 --duration 45"; t=${C_T:-170};;
   esac
   echo "== $k $which $scen $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/cp.log"
   [ -n "${C_PROF:-}" ] && export RINGLEADER_BENCH_PROFILE=$OUT/logs/prof-$k-$which-$scen.txt

@@ -9,10 +9,10 @@ An experiment, not the default (`--db PATH` is SqliteJobStore, on the loop). Mea
 host (bench/results/2026-11-27-h200x2-r11): it drained the queue (12,251 jobs done in 45 s against
 4,027-6,345 on the default store), and the users' calls starved: submit p50 2.8-4.7 s, p99 13-15 s,
 against 24-26 ms and 155-566 ms. With 3,000 workers on the 2-core development machine: submit p50
-169-486 ms against 29-30 ms. Nothing on the loop waits for SQLite any more, and nothing then holds
-the drain back from taking every turn the gRPC edge needed for the users' calls (the calls' time
-on the core loop stayed under 0.3 s: they waited at the edge). It waits for admission control
-that keeps the users' calls ahead of a drain (issue 27).
+169-486 ms against 29-30 ms. The calls' time on the core loop stayed under 0.3 s
+and the edge loop's timers ran on time: they waited between gRPC receiving them and their
+handlers starting (bench/results/2026-11-27-local-r11). It waits for admission control that keeps
+the users' calls ahead of a drain (issue 27).
 """
 
 from __future__ import annotations

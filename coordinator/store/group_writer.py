@@ -14,6 +14,7 @@ never fails the writes beside it.
 
 from __future__ import annotations
 
+import abc
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable
@@ -33,17 +34,11 @@ class Share:
         self._error: BaseException | None = None
 
     def run(self, cur) -> None:
-        cur.execute("SAVEPOINT share")
-        try:
-            self._outcome = self.fn(cur)
-        except Exception as exc:  # noqa: BLE001 - its own failure: handed to whoever waits on it
-            cur.execute("ROLLBACK TO SAVEPOINT share")  # a broken connection raises here: the group fails too
-            self._error = exc
-        cur.execute("RELEASE SAVEPOINT share")
+        self.ran(*run_share(cur, self.fn))
 
-    def ran(self, outcome=None, error: BaseException | None = None) -> None:
-        """What `fn` came to where it ran elsewhere (another process)."""
-        self._outcome, self._error = outcome, error
+    def ran(self, ok: bool, value: Any) -> None:
+        """What `fn` came to (`value`: its outcome, or its exception), run here or in another process."""
+        self._outcome, self._error = (value, None) if ok else (None, value)
 
     def settle(self, failed: BaseException | None) -> None:
         """The transaction committed (`failed` None) or did not."""
@@ -53,7 +48,20 @@ class Share:
             self.done.set_result(self._outcome)
 
 
-class GroupWriter:
+def run_share(cur, fn: Callable[[Any], Any]) -> tuple[bool, Any]:
+    """`fn(cur)` under a savepoint of its own: (True, its outcome), or (False, its exception) with
+    what it did rolled back."""
+    cur.execute("SAVEPOINT share")
+    try:
+        out = (True, fn(cur))
+    except Exception as exc:  # noqa: BLE001 - its own failure: handed to whoever waits on it
+        cur.execute("ROLLBACK TO SAVEPOINT share")  # a broken connection raises here: the group fails too
+        out = (False, exc)
+    cur.execute("RELEASE SAVEPOINT share")
+    return out
+
+
+class GroupWriter(abc.ABC):
     """The thread and its queue; a subclass writes a batch (`_write`) and closes its connection
     (`_disconnect`)."""
 
@@ -100,12 +108,13 @@ class GroupWriter:
                 for _, done in batch:
                     done.set_result(None)
 
+    @abc.abstractmethod
     def _write(self, ops: list[Op], shares: list[Share]) -> None:
         """One transaction: the statements of `ops` in order, then the shares, then COMMIT."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _disconnect(self) -> None:
-        raise NotImplementedError
+        """Close the connection (the thread has stopped)."""
 
     def close(self) -> None:
         with self._wake:

@@ -70,7 +70,7 @@ class SqliteTrends:
         if state is not None and not state.due(now):
             return False  # nothing due: no transaction
         with self._tx(write=True) as c:  # type: ignore[attr-defined]
-            state, merged = sql_share(state, now, _Share(c))
+            state, merged = downsample_share(state, now, c)
         self.__dict__["_downsampling"] = state
         return merged
 

@@ -35,12 +35,13 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from coordinator.store.group_writer import GroupWriter, Op, Share
+from coordinator.store.group_writer import GroupWriter, Op, Share, run_share
 
 CHUNK_MAX = 256  # rows in one statement: 256 rows of the widest (12 columns) is 3,072 parameters of 32,766
-_INSERT = re.compile(r"^\s*(INSERT (?:OR REPLACE )?INTO \w+ \([^)]*\)\s+VALUES )(\([^()]*\))(.*)$", re.S)
-_UPDATE = re.compile(r"^UPDATE (\w+) SET ((?:\w+ = \?, )*\w+ = \?) WHERE (\w+) = \?$")
-_DELETE = re.compile(r"^(DELETE FROM \w+ WHERE \w+) = \?$")
+_INSERT = re.compile(r"^\s*(?P<head>INSERT (?:OR REPLACE )?INTO (?P<table>\w+) \([^)]*\)\s+VALUES )"
+                     r"(?P<one>\([^()]*\))(?P<tail>.*)$", re.S)
+_UPDATE = re.compile(r"^UPDATE (?P<table>\w+) SET (?P<sets>(?:\w+ = \?, )*\w+ = \?) WHERE (?P<key>\w+) = \?$")
+_DELETE = re.compile(r"^(?P<head>DELETE FROM (?P<table>\w+) WHERE \w+) = \?$")
 UPDATE_FROM = sqlite3.sqlite_version_info >= (3, 33, 0)  # UPDATE ... FROM came in SQLite 3.33
 JOB_ROWS = ("events", "results", "rank_logs")  # tables whose rows need their job's row (a foreign key)
 
@@ -49,12 +50,9 @@ JOB_ROWS = ("events", "results", "rank_logs")  # tables whose rows need their jo
 def _shape(sql: str) -> tuple[str, int] | None:
     """(table, the place of the row's key in its parameters) of a statement `levelled` may move;
     None for any other (it stays between what came before and after it)."""
-    if m := _INSERT.match(sql):
-        return re.search(r"INTO (\w+)", m.group(1)).group(1), 0  # type: ignore[union-attr]
-    if m := _UPDATE.match(sql):
-        return m.group(1), -1
-    if m := _DELETE.match(sql):
-        return m.group(1).split()[2], 0
+    for pattern, at in ((_INSERT, 0), (_UPDATE, -1), (_DELETE, 0)):
+        if m := pattern.match(sql):
+            return m["table"], at
     return None
 
 
@@ -100,11 +98,11 @@ def statements(sql: str, rows: list[tuple]) -> Iterator[tuple[str, list[tuple]]]
     """`sql` run for `rows`, in order, as multi-row statements, each with its one row of
     parameters; or, for a shape it does not know, `sql` itself with the rows."""
     if m := _INSERT.match(sql):
-        head, one, tail = m.groups()
+        head, one, tail = m["head"], m["one"], m["tail"]
         for start, size in chunks(len(rows)):
             yield head + ", ".join([one] * size) + tail, [_flat(rows[start:start + size])]
     elif (m := _UPDATE.match(sql)) and UPDATE_FROM:
-        table, sets, key = m.groups()
+        table, sets, key = m["table"], m["sets"], m["key"]
         cols = [s.split(" = ")[0] for s in sets.split(", ")]
         last = list({row[-1]: row for row in rows}.values())  # a row is a whole new value: the last one counts
         one = "(" + ", ".join(["?"] * (len(cols) + 1)) + ")"
@@ -114,7 +112,7 @@ def statements(sql: str, rows: list[tuple]) -> Iterator[tuple[str, list[tuple]]]
                    f"WHERE {table}.{key} = v.column{len(cols) + 1}", [_flat(last[start:start + size])])
     elif m := _DELETE.match(sql):
         for start, size in chunks(len(rows)):
-            yield f"{m.group(1)} IN ({', '.join(['?'] * size)})", [tuple(row[0] for row in rows[start:start + size])]
+            yield f"{m['head']} IN ({', '.join(['?'] * size)})", [tuple(row[0] for row in rows[start:start + size])]
     else:
         yield sql, rows
 
@@ -133,13 +131,8 @@ def transaction(conn: sqlite3.Connection, ops: list[Op], shares: list) -> list[t
             for stmt, params in statements(sql, rows):
                 conn.executemany(stmt, params)
         for fn in shares:
-            conn.execute("SAVEPOINT share")
-            try:
-                outcomes.append((True, fn(conn)))
-            except Exception as exc:  # noqa: BLE001 - the share's own failure, handed back
-                conn.execute("ROLLBACK TO SAVEPOINT share")
-                outcomes.append((False, portable(exc)))
-            conn.execute("RELEASE SAVEPOINT share")
+            ok, value = run_share(conn, fn)
+            outcomes.append((ok, value if ok else portable(value)))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -234,7 +227,7 @@ class SqliteGroupWriter(GroupWriter):
         if status != "ok":
             raise rebuilt(*outcome)
         for share, (ok, value) in zip(shares, outcome):
-            share.ran(value) if ok else share.ran(error=rebuilt(*value))
+            share.ran(ok, value if ok else rebuilt(*value))
 
     def _reap(self, kill: bool = False) -> int | None:
         """End the child (closing its pipe ends it; `kill`: at once) and its pipes; its exit code."""

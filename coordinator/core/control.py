@@ -8,13 +8,13 @@ and returns what to send.
 warm groups (groups.Groups), the scheduler (scheduler.Scheduler) and the health book
 (coordinator/health/book.py: verdicts, cordons, rechecks; the one home of a worker's quarantine).
 Nothing called from inside `handle` may call `handle` again: a re-entry raises (it would lose the
-outer input's placement pass and events). Each change updates the
-scheduler's indexes right beside it (`_enqueue`, `_unqueue`, `_set_state`); nothing installs a
-callback on another object. A placement pass (`schedule`, called only from `handle`) runs once at
-the end of an input that changed the queue, the idle set or the warm groups. A tick asks liveness
-(a pure function of the clock, the running jobs and the workers) for its verdicts, which are
-inputs too (Lost, Fail, Requeue) and are applied in the same turn; it also cancels queued jobs
-past their queue_timeout_s and forgets workers gone longer than the registry's TTL.
+outer input's placement pass and events). Each change updates the scheduler's indexes right
+beside it (`_enqueue`, `_unqueue`, `_set_state`); nothing installs a callback on another
+object. A placement pass (`schedule`, called only from `handle`) runs once at the end of an
+input that changed the queue, the idle set or the warm groups. A tick asks liveness (a pure
+function of the clock, the running jobs and the workers) for its verdicts, which are inputs too
+(Lost, Fail, Requeue) and are applied in the same turn; it also cancels queued jobs past their
+queue_timeout_s and forgets workers gone longer than the registry's TTL.
 
 The worker protocol (what the daemons report, how jobs end, warm-group bookkeeping) is the other
 half of this class, in coordinator/core/dispatch.py. Store writes happen as the change is applied;
@@ -78,8 +78,8 @@ class Control(WorkerProtocol, HealthProtocol):
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
         self._placement_due = False  # a pass deferred by handle(place=False)
         self._last_tick: float | None = None
-        # (deadline, job id) of queued jobs with a queue_timeout_s, wall clock against created_at
-        # (a restart neither resets nor extends a wait): a tick pops only what is due.
+        # (deadline, job id) of queued jobs with a queue_timeout_s, wall clock against created_at:
+        # a restart neither resets nor extends a wait; a tick pops only what is due.
         self._queue_deadlines: list[tuple[float, str]] = []
         self._handlers: dict[type, Callable] = {
             Submit: self._submit, Cancel: self._cancel, Register: self._register, Disconnect: self._disconnect,
@@ -103,10 +103,14 @@ class Control(WorkerProtocol, HealthProtocol):
             return self._end(out, place)
 
     def place_due(self) -> Out:
-        """The placement pass that inputs handled with place=False deferred (none: nothing)."""
+        """The placement pass that inputs handled with place=False deferred, or the rest of one
+        stopped at its ranks (none due: nothing)."""
         with self._guard.entered("place_due"):
             self._out = Out()
             return self._end(self._out, True)
+
+    def placement_due(self) -> bool:
+        return self._placement_due
 
     def _end(self, out: Out, place: bool) -> Out:
         if self._placement_due and place:
@@ -115,13 +119,11 @@ class Control(WorkerProtocol, HealthProtocol):
         out.events = self.events.drain()
         return out
 
-    def _apply(self, inp: Input) -> None:
-        self._handlers[type(inp)](inp)
-
     def schedule(self) -> None:
-        """The placement pass: start every queued job that can start now."""
-        for decision in self.scheduler.place(self.groups.warm()):
+        """The placement pass: start the queued jobs that can start now, up to Timings.pass_ranks."""
+        for decision in self.scheduler.place(self.groups.warm(), self.timings.pass_ranks):
             self._start(decision)
+        self._placement_due = self._placement_due or self.scheduler.cut
 
     # ---- reading (no input: nothing changes) -----------------------------------------------
 
@@ -251,7 +253,7 @@ class Control(WorkerProtocol, HealthProtocol):
         self._queue_timeouts(inp.wall or time.time())
         for verdict in liveness.verdicts(now, self.book.running.values(), self.workers, self.timings):
             try:
-                self._apply(verdict)
+                self._handlers[type(verdict)](verdict)
             except Exception:  # a bug in one verdict must not keep the others (or their sends) back
                 log.exception("applying %s failed", verdict)
 

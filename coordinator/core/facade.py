@@ -69,7 +69,7 @@ class Coordinator:
         # The health book's readers (coordinator/health/fleet.py); observers hear of quarantine changes.
         self.fleet = FleetHealth(self, observers=health_observers)
         self.alerts: list[str] = []  # what the circuit breaker asked an operator to decide, newest last
-        self.passes = PassPacer(lambda: self._send(self.control.place_due()))  # the deferred passes
+        self.passes = PassPacer(lambda: self._send(self.control.place_due()), more=self.control.placement_due)
         # User calls ahead of bulk worker traffic, and refused promptly when saturated (load.py).
         self.intake = IntakeGate(self.timings.worker_msgs_per_turn)
         self.lag = LagMeter(self.timings.shed_lag_s)

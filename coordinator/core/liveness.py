@@ -45,6 +45,7 @@ class Timings:
     # Load (coordinator/core/load.py): worker messages applied per turn of the loop (0: no bound),
     # and the loop lag past which calls that add work are refused (0: never).
     worker_msgs_per_turn: int = 256
+    pass_ranks: int = 128  # ranks one placement pass starts at most (0: no bound); the next goes on
     shed_lag_s: float = 2.0
     stall_warn_s: float = 0.2  # a stall of the loop this long is named in the log (0: never)
 

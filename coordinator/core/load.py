@@ -16,6 +16,8 @@ machine before this: submit p99 of 16-22 s, and calls that timed out after 30 s.
   time budget and resumed in later turns was tried and measured: it lost a fifth of a drain's
   throughput, 3,470 against 4,295 jobs in 40 s with 3,000 simulated workers on 2 cores; passes
   run whole.)
+  A pass starts at most `Timings.pass_ranks` ranks (--pass-ranks) and the next pass, paced so,
+  goes on: a fleet freed at once (thousands of holds cancelled) made single passes of 100-220 ms.
 - `LagMeter`: how late the loop runs a timer (sampled every `period_s`, the worst of the last
   `window_s`). Past `shed_lag_s`, calls that add work (submit, checks, localize, imports) are
   refused at once with `Overloaded` (RESOURCE_EXHAUSTED / 429 and a Retry-After) instead of
@@ -76,8 +78,9 @@ class PassPacer:
     is not held back; one that walks the thousands of workers a fleet-wide check holds no longer
     runs every turn."""
 
-    def __init__(self, pass_: Callable[[], object], spacing: float = PASS_SPACING) -> None:
-        self._pass, self.spacing = pass_, spacing
+    def __init__(self, pass_: Callable[[], object], spacing: float = PASS_SPACING,
+                 more: Callable[[], bool] = lambda: False) -> None:
+        self._pass, self.spacing, self._more = pass_, spacing, more  # more(): a pass stopped short
         self._due = False
         self._last_end = self._last_s = 0.0
 
@@ -102,6 +105,8 @@ class PassPacer:
         self._pass()
         self._last_end = time.monotonic()
         self._last_s = self._last_end - t0
+        if self._more():  # it started its share of ranks (Timings.pass_ranks): the rest in the next
+            self.soon()
 
 
 class LagMeter:

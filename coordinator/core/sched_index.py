@@ -13,6 +13,8 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
+from coordinator.core.claims import Claims, HostPool
+
 # backend, device type, device name, memory bytes, quarantined (a kind of its own: only a job
 # that names such a worker may use it)
 Kind = tuple[str, str, str, int, bool]
@@ -129,23 +131,28 @@ class FleetIndex:
                 counts[kind[0]] += by_host.get(need.host, 0) if need.host else self.totals[kind]
         return counts
 
-    def idle_hosts(self, need: Any, backend: str, claims: "Claims") -> dict[str, int]:
+    def idle_hosts(self, need: Any, backend: str, claims: Claims) -> HostPool:
         """Idle, unclaimed workers of `backend` that `need` admits, counted per host."""
         counts: dict[str, int] = {}
         if need.worker_ids:
             for w in self._listed_idle(need, backend, claims):
                 counts[w.host] = counts.get(w.host, 0) + 1
-            return counts
-        for kind, by_host in self.idle.items():
-            if kind[0] != backend or not need.fits(kind):
-                continue
-            for host in ((need.host,) if need.host else by_host):
-                left = len(by_host.get(host, ())) - claims.at.get((kind, host), 0)
+            return HostPool(counts, self.doubtful)
+        kinds = tuple(k for k in self.idle if k[0] == backend and need.fits(k))
+        return claims.pool(kinds, need.host,
+                           lambda: HostPool(self._count_idle(kinds, need.host, claims), self.doubtful))
+
+    def _count_idle(self, kinds: tuple[Kind, ...], host: str, claims: Claims) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for kind in kinds:
+            by_host = self.idle[kind]
+            for h in ((host,) if host else by_host):
+                left = len(by_host.get(h, ())) - claims.at.get((kind, h), 0)
                 if left > 0:
-                    counts[host] = counts.get(host, 0) + left
+                    counts[h] = counts.get(h, 0) + left
         return counts
 
-    def idle_on(self, need: Any, backend: str, host: str, claims: "Claims") -> list[WorkerView]:
+    def idle_on(self, need: Any, backend: str, host: str, claims: Claims) -> list[WorkerView]:
         """Those workers on one host, trusted ones first, then by device index."""
         if need.worker_ids:
             ws = [w for w in self._listed_idle(need, backend, claims) if w.host == host]
@@ -154,7 +161,7 @@ class FleetIndex:
                   for w in by_host.get(host, {}).values() if w.worker_id not in claims.ids]
         return sorted(ws, key=lambda w: (not w.trusted, w.device_index, w.worker_id))
 
-    def idle_in(self, need: Any, backend: str, hosts: Any, claims: "Claims") -> list[WorkerView]:
+    def idle_in(self, need: Any, backend: str, hosts: Any, claims: Claims) -> list[WorkerView]:
         """`idle_on` for each of `hosts` in turn. A job that names its workers (a check naming a
         whole fleet) has its list walked once, not once per host: O(n), never O(n x hosts)."""
         if not need.worker_ids:
@@ -164,7 +171,7 @@ class FleetIndex:
             on.setdefault(w.host, []).append(w)
         return [w for h in hosts for w in sorted(on.get(h, ()), key=lambda w: (w.device_index, w.worker_id))]
 
-    def _listed_idle(self, need: Any, backend: str, claims: "Claims") -> list[WorkerView]:
+    def _listed_idle(self, need: Any, backend: str, claims: Claims) -> list[WorkerView]:
         """`_walk_listed`, once per need and backend for as long as the pass's claims stand still:
         a waiting job's pools, pick and reservation all ask for it."""
         key = (id(need), backend)
@@ -177,7 +184,7 @@ class FleetIndex:
         self._listed_memo[key] = (claims, claims.version, need, ws)
         return ws
 
-    def _walk_listed(self, need: Any, backend: str, claims: "Claims") -> list[WorkerView]:
+    def _walk_listed(self, need: Any, backend: str, claims: Claims) -> list[WorkerView]:
         """The idle, unclaimed workers of a job's list, walking the shorter side: the list, or the
         idle workers of the kinds it fits. A fleet-wide check names thousands while a busy fleet
         has a few idle: walking its list every pass was a quarter of a draining coordinator's CPU
@@ -204,24 +211,6 @@ class FleetIndex:
             self.doubtful[w.host] -= 1
             if not self.doubtful[w.host]:
                 del self.doubtful[w.host]
-
-
-class Claims:
-    """Idle workers claimed during one pass: placed, or reserved by a job that must wait."""
-
-    def __init__(self, free: int) -> None:
-        self.ids: set[str] = set()
-        self.at: dict[tuple[Kind, str], int] = {}  # claimed per kind and host
-        self.of_kind: dict[Kind, int] = {}
-        self.free = free  # idle workers left unclaimed
-        self.version = 0  # takes so far (what was found unclaimed before one may be stale after)
-
-    def take(self, w: WorkerView) -> None:
-        self.version += 1
-        self.ids.add(w.worker_id)
-        self.at[(w.kind, w.host)] = self.at.get((w.kind, w.host), 0) + 1
-        self.of_kind[w.kind] = self.of_kind.get(w.kind, 0) + 1
-        self.free -= 1
 
 
 class KindQueues:

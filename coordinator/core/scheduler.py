@@ -24,19 +24,20 @@ not rescan the queue or the fleet:
   eligibility is decided once per kind, not per worker;
 - a pass walks only the needs that fit a kind of worker with idle workers left unclaimed
   (coordinator/core/sched_index.py's KindQueues), and ends when none is left.
-Its cost grows with the needs it visits and their kinds' hosts, not with the queue's length
-(bench/scheduler_pass.py). Waiting reasons are derived when asked (`reason`).
+Its cost grows with the needs it visits, not with the queue's length or the hosts (a pass counts
+each kind's idle workers per host once: coordinator/core/claims.py; bench/scheduler_pass.py).
+A pass may stop at a number of ranks, the rest left to the next. Waiting reasons are derived
+when asked (`reason`).
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Iterable, Mapping
 
 from coordinator.core import waiting
-from coordinator.core.sched_index import Claims, FleetIndex, Kind, KindQueues, QueueGroup, WorkerView
+from coordinator.core.sched_index import Claims, FleetIndex, HostPool, Kind, KindQueues, QueueGroup, WorkerView
 from ringleader import spec as specs
 from ringleader.jobspec import ValidJob
 
@@ -128,10 +129,8 @@ class Scheduler:
         self._jobs: dict[str, PendingJob] = {}
         self._groups: dict[Need, QueueGroup] = {}
         self._fleet = FleetIndex()
-        self._pass = 0
-        # A pass visits only the needs that fit a kind with idle workers: the others can neither
-        # start nor reserve anything.
-        self._queues = KindQueues()
+        self._pass, self.cut = 0, False  # cut: the last pass stopped at its ranks (place's `ranks`)
+        self._queues = KindQueues()  # a pass visits only the needs that fit a kind with idle workers
         self._queues_epoch = -1
         self._cordoned_ids = cordoned_ids  # the health book's: waiting reasons count them apart
 
@@ -171,10 +170,11 @@ class Scheduler:
         """A worker that is no longer connected."""
         self._fleet.drop(worker_id)
 
-    def place(self, warm: WarmGroups | None = None) -> list[Decision]:
+    def place(self, warm: WarmGroups | None = None, ranks: int = 0) -> list[Decision]:
         """Decide which queued jobs start now (they leave the queue); `warm` holds the warm
-        groups a job may reuse, by size."""
-        self._pass += 1
+        groups a job may reuse, by size. `ranks` (0: no bound): stop once that many are placed;
+        `cut` says whether this pass did."""
+        self._pass, self.cut = self._pass + 1, False
         claims = Claims(self._fleet.n_idle)
         if not claims.free:
             return []
@@ -183,10 +183,11 @@ class Scheduler:
         walk = self._queues.walk(lambda: [k for k, n in fleet.idle_n.items() if n > claims.of_kind.get(k, 0)],
                                  self._head)
         decisions: list[Decision] = []
+        placed = 0
         # A waiting job's reservation is claimed once the walk reaches a later need (a fleet-wide
         # check waits last: claiming its idle workers every pass kept nobody off them). A need
         # offered meanwhile whose kinds the claim exhausts finds no idle worker: as if not walked.
-        held: tuple[Need, dict[str, dict[str, int]]] | None = None
+        held: tuple[Need, dict[str, HostPool]] | None = None
         for need in walk:
             if held is not None:
                 self._reserve(*held, claims)
@@ -208,6 +209,10 @@ class Scheduler:
             for wid in decision.worker_ids:
                 claims.take(fleet.views[wid])
             self.remove(job.job_id)  # its need's next job, if any, joins the walk
+            placed += len(decision.worker_ids)
+            if ranks and placed >= ranks:
+                self.cut = True  # the rest in the next pass
+                break
         walk.close()
         return decisions
 
@@ -244,11 +249,11 @@ class Scheduler:
         """The backends with enough eligible connected workers for the whole gang."""
         return tuple(b for b, k in self._connected(group).items() if k >= group.need.world_size)
 
-    def _pick(self, job: PendingJob, pools: dict[str, dict[str, int]], claims: Claims,
+    def _pick(self, job: PendingJob, pools: dict[str, HostPool], claims: Claims,
               warm: WarmGroups) -> Decision | None:
         """A gang for `job` from the idle workers per backend and host in `pools`, or None."""
         need, n, views = job.need, job.world_size, self._fleet.views
-        able = [b for b, hosts in pools.items() if sum(hosts.values()) >= n]
+        able = [b for b, hosts in pools.items() if hosts.total >= n]
         if not able:
             return None
         # Prefer a warm group of exactly the right size: no new process-group init.
@@ -257,18 +262,14 @@ class Scheduler:
             if all(w is not None and w.idle and w.worker_id not in claims.ids and need.admits(w) for w in ws) \
                     and len({w.backend for w in ws}) == 1 and ws[0].backend in able:
                 return Decision(job.job_id, tuple(members), ws[0].backend, key)
-        # Pack onto the hosts with the most idle workers so ranks share hosts where possible;
-        # among equals, hosts with fewer idle workers whose latest verdict is not HEALTHY.
+        # Pack onto the hosts with the most idle workers (ranks share hosts where they can);
         backend, hosts = able[0], pools[able[0]]
-        doubtful = self._fleet.doubtful
-        fullest = [(-k, doubtful.get(h, 0), h) for h, k in hosts.items()]
-        heapq.heapify(fullest)  # hosts by idle workers, popped only as far as the gang needs
         chosen: list[WorkerView] = []
-        while len(chosen) < n:
-            chosen += self._fleet.idle_on(need, backend, heapq.heappop(fullest)[-1], claims)[: n - len(chosen)]
+        for host in hosts.fullest(n):
+            chosen += self._fleet.idle_on(need, backend, host, claims)[: n - len(chosen)]
         return Decision(job.job_id, _rank_order(chosen), backend, "")
 
-    def _reserve(self, need: Need, pools: dict[str, dict[str, int]], claims: Claims) -> None:
+    def _reserve(self, need: Need, pools: dict[str, HostPool], claims: Claims) -> None:
         for w in [w for b, hosts in pools.items() for w in self._fleet.idle_in(need, b, hosts, claims)]:
             claims.take(w)
 

@@ -24,6 +24,9 @@ def add_fleet_flags(c: argparse.ArgumentParser) -> None:
                    help="apply at most N worker messages, and at most 4 ms of them, per turn of the event loop: "
                         "users' calls wait behind at most that share of a busy fleet's traffic; smaller, less wait "
                         "(default 256; 0: no bound)")
+    c.add_argument("--pass-ranks", type=argtypes.non_negative, default=128, metavar="N",
+                   help="a placement pass starts jobs of at most N ranks in all, the rest in the next pass: a fleet "
+                        "freed at once is started in short passes between users' calls (default 128; 0: no bound)")
     c.add_argument("--shed-lag", type=argtypes.seconds_or_off, default=2.0, metavar="SECONDS",
                    help="while the event loop runs this far behind, refuse calls that add work (submit, checks, "
                         "localize, imports) at once: RESOURCE_EXHAUSTED / 429 with a retry-after (default 2; 0: never)")

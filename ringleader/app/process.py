@@ -56,6 +56,7 @@ class CoordinatorConfig:
     lease_ttl: float = 5.0  # on PostgreSQL: seconds a leader's lease lasts unrenewed (--lease-ttl)
     advertise_address: str = ""  # on PostgreSQL: the address standbys name as the leader's (--advertise-address)
     worker_msgs_per_turn: int = 256  # worker messages applied per turn of the loop (--worker-msgs-per-turn; 0: no bound)
+    pass_ranks: int = 128  # ranks one placement pass starts at most (--pass-ranks; 0: no bound)
     shed_lag: float = 2.0  # loop lag past which calls that add work are refused (--shed-lag; 0: never)
 
 
@@ -93,7 +94,8 @@ class RunningCoordinator:
         self.tainter = NodeTainter() if config.k8s_taint_nodes else None
         self.core = Coordinator(self.store, config.timings or Timings(
             worker_ttl_s=config.worker_ttl, heartbeat_timeout_s=config.heartbeat_timeout,
-            worker_msgs_per_turn=config.worker_msgs_per_turn, shed_lag_s=config.shed_lag),
+            worker_msgs_per_turn=config.worker_msgs_per_turn, pass_ranks=config.pass_ranks,
+            shed_lag_s=config.shed_lag),
                                 health_observers=[self.tainter.observe] if self.tainter else [],
                                 quarantine_max_share=config.quarantine_max_share)
         self.metrics = CoordinatorMetrics(self.core)

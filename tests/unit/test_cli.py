@@ -109,6 +109,7 @@ SAMPLES = {
     "quarantine_max_share": ("0.25", 0.25),
     "lease_ttl": ("15", 15.0),
     "worker_msgs_per_turn": ("64", 64),
+    "pass_ranks": ("32", 32),
     "shed_lag": ("0", 0.0),
     "stall_warn": ("0.05", 0.05),
 }

@@ -208,6 +208,25 @@ def test_placement_passes_run_once_per_turn_and_a_slow_pass_spaces_the_next():
     assert n == 2 and gap >= 0.05 + 3 * 0.05 - 0.01
 
 
+def test_a_pass_stopped_short_is_followed_by_the_next_without_another_input():
+    from coordinator.core.load import PassPacer
+
+    async def main() -> int:
+        left = {"ranks": 10}
+
+        def pass_() -> None:  # each pass starts 4 ranks of what is left (Timings.pass_ranks)
+            left["ranks"] = max(0, left["ranks"] - 4)
+        pacer = PassPacer(pass_, more=lambda: left["ranks"] > 0)
+        pacer.soon()  # one input
+        for _ in range(200):
+            if not left["ranks"]:
+                break
+            await asyncio.sleep(0.001)
+        return left["ranks"]
+
+    assert asyncio.run(main()) == 0  # three passes: 10 -> 6 -> 2 -> 0
+
+
 def test_without_a_loop_a_pass_runs_at_once():
     from coordinator.core.load import PassPacer
     runs = []

@@ -39,6 +39,54 @@ def test_a_user_input_runs_the_pass_a_batch_left_due():
     assert out.job.id and f.job(out.job.id).state == pb.RUNNING
 
 
+def test_a_pass_stops_at_its_ranks_and_the_next_pass_starts_the_rest():
+    f = Fleet(6, pass_ranks=3)
+    big = f.submit(6).job.id
+    f.msg("w0", store_ready=wpb.StoreReady(job_id=big, store_port=4242))
+    small = [f.submit(2).job.id for _ in range(3)]
+    for rank in range(6):  # the whole fleet freed in one batch
+        f.ctl.handle(WorkerMsg(f.conns[f"w{rank}"], wpb.WorkerMessage(done=wpb.JobDone(
+            job_id=big, rank=rank, ok=True))), place=False)
+    f.ctl.place_due()
+    states = [f.job(j).state for j in small]
+    assert states == [pb.RUNNING, pb.RUNNING, pb.QUEUED]  # 2 + 2 ranks: past 3, the pass stopped
+    assert f.ctl.placement_due()  # and says the rest is due
+    f.ctl.place_due()
+    assert f.job(small[2]).state == pb.RUNNING and not f.ctl.placement_due()
+
+
+def test_a_pass_pool_gives_the_fullest_hosts_as_a_fresh_sort_would_after_every_take():
+    """HostPool is counted once a pass and kept by each take (a lazy heap): after any takes its
+    fullest hosts are those a sort of the counts left gives (most workers, then fewer untrusted
+    idle workers, then the name), as far as the workers asked for."""
+    import random
+
+    from coordinator.core.claims import HostPool
+
+    rng = random.Random(7)
+    for _ in range(50):
+        counts = {f"h{i:02}": rng.randint(1, 8) for i in range(rng.randint(1, 30))}
+        doubtful = {h: rng.randint(0, 2) for h in counts if rng.random() < 0.3}
+        pool = HostPool(dict(counts), doubtful)
+        for _ in range(40):
+            if counts and rng.random() < 0.6:
+                host = rng.choice(sorted(counts))
+                pool.took(host)
+                counts[host] -= 1
+                if not counts[host]:
+                    del counts[host]
+            want = rng.randint(1, 12)
+            order = sorted(counts, key=lambda h: (-counts[h], doubtful.get(h, 0), h))
+            expected, left = [], want
+            for h in order:
+                if left <= 0:
+                    break
+                expected.append(h)
+                left -= counts[h]
+            assert pool.fullest(want) == expected
+            assert pool.total == sum(counts.values()) and dict(pool) == counts
+
+
 def test_a_check_naming_every_worker_reserves_them_host_by_host_in_device_order():
     hosts, per_host = 40, 8
     views = [WorkerView(worker_id=f"h{h:02}-d{d}", host=f"h{h:02}", device_index=d, backend="gloo",

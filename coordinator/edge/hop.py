@@ -21,9 +21,11 @@ core pushes events (coordinator/edge/watch.py). A cancelled RPC cancels its core
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import sys
 import threading
+import weakref
 from typing import Awaitable, Callable, Coroutine
 
 import grpc
@@ -57,8 +59,48 @@ def on(loop: asyncio.AbstractEventLoop, coro: Coroutine) -> asyncio.Future:
             _soon(loop, lambda: task and task[0].cancel())
 
     answer.add_done_callback(cancelled)
-    loop.call_soon_threadsafe(start)
+    lane(loop).put(start)
     return answer
+
+
+class Lane:
+    """Bodies hopped onto a loop, started ahead of the bulk work queued there: at the loop's next
+    turn, as any callback, or sooner, at a checkpoint that bulk work offers (the worker inbox
+    between two messages: coordinator/edge/worker_stream.py). A hop used to wait behind every
+    callback queued before it, the rest of a busy core's turn and most of the next: inbox drains,
+    placement passes and commits. At a checkpoint it waits for one message; with eager tasks
+    (3.12+) the body's first step, most bodies whole, runs right there."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._starts: collections.deque[Callable[[], None]] = collections.deque()
+
+    def put(self, start: Callable[[], None]) -> None:
+        """From any thread: `start()` on the loop, at its next turn or checkpoint."""
+        self._starts.append(start)
+        self._loop.call_soon_threadsafe(self.run)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._starts)
+
+    def run(self) -> None:
+        """On the loop: start what waits (from its turn, or from bulk work between two items)."""
+        while self._starts:
+            self._starts.popleft()()
+
+
+_LANES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lane]" = weakref.WeakKeyDictionary()
+_LANES_LOCK = threading.Lock()
+
+
+def lane(loop: asyncio.AbstractEventLoop) -> Lane:
+    """The loop's one lane (made on first use)."""
+    with _LANES_LOCK:
+        found = _LANES.get(loop)
+        if found is None:
+            found = _LANES[loop] = Lane(loop)
+        return found
 
 
 EAGER = sys.version_info >= (3, 12)  # asyncio.Task(..., eager_start=True)

@@ -18,7 +18,7 @@ import grpc
 from coordinator.core import admission
 from coordinator.core.facade import Coordinator
 from coordinator.edge import identity
-from coordinator.edge.hop import EdgeContext, on
+from coordinator.edge.hop import EdgeContext, lane, on
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.servicers import abort_with
 from ringleader.errors import RingleaderError
@@ -42,6 +42,7 @@ class Inbox:
         self._lock = threading.Lock()
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None  # the edge's wake-up for waiting heartbeats
+        self.lane = lane(core)  # users' calls hopped to the core start between two messages
 
     def put(self, conn, msg, why: str = "") -> None:
         """From the edge loop (`msg` _GONE with `why`: the stream ended)."""
@@ -67,8 +68,10 @@ class Inbox:
         self.core.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
-        gate = self.c.intake
+        gate, users = self.c.intake, self.lane
         while True:
+            if users.pending:
+                users.run()
             with self._lock:
                 if not self._items:
                     self._scheduled = False

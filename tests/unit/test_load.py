@@ -65,6 +65,33 @@ def test_a_user_call_waits_behind_one_turn_of_worker_messages_not_the_whole_burs
     assert [s for s in served if s != "user"] == list(range(20))  # every message, in arrival order
 
 
+def test_a_call_hopped_to_the_core_starts_between_two_worker_messages_not_after_the_turn():
+    """coordinator/edge/hop.py's Lane: a user's call that reaches the core while a burst of
+    worker messages is applied starts after the message being applied, even with no bound on a
+    turn's messages (before, it waited for the whole turn)."""
+    from coordinator.edge.hop import lane
+
+    async def main() -> list:
+        core = Core(0)  # no bound on a turn: only the lane's checkpoint can let the call in
+        loop = asyncio.get_running_loop()
+
+        def on_message(conn, msg) -> None:
+            core.served.append(msg.heartbeat.op_seq)
+            if msg.heartbeat.op_seq == 3:  # the call arrives (on the edge) while message 3 is applied
+                lane(loop).put(lambda: core.served.append("user"))
+        core.on_message = on_message
+        inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0)
+        for i in range(20):
+            inbox.put("conn", heartbeat(i))
+        while len(core.served) < 21:
+            await asyncio.sleep(0)
+        return core.served
+
+    served = asyncio.run(main())
+    assert served.index("user") == 4
+    assert [s for s in served if s != "user"] == list(range(20))
+
+
 def test_a_streams_end_is_applied_after_every_message_it_read():
     async def main() -> tuple[list, int]:
         core = Core(2)

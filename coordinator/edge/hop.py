@@ -84,10 +84,13 @@ class Lane:
     def pending(self) -> bool:
         return bool(self._starts)
 
-    def run(self) -> None:
-        """On the loop: start what waits (from its turn, or from bulk work between two items)."""
-        while self._starts:
+    def run(self, limit: int = 0) -> None:
+        """On the loop: start what waits, at most `limit` of them (0: all). Bulk work passes a
+        limit, so a flood of calls cannot hold its items back for good (a worker's heartbeats)."""
+        n = 0
+        while self._starts and (not limit or n < limit):
             self._starts.popleft()()
+            n += 1
 
 
 _LANES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lane]" = weakref.WeakKeyDictionary()

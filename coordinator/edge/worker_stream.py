@@ -32,6 +32,9 @@ WRITER_GRACE_S = 1.0  # how long an ended stream's handler waits for its cancell
 HEARTBEAT_BATCH_S = 0.01
 
 
+LANE_PER_MESSAGE = 8  # users' calls started between two worker messages, at most (the rest in the lane's turn)
+
+
 class Inbox:
     """Worker messages from the edge loop, applied on the core loop in order, a turn's share at a time."""
 
@@ -71,7 +74,7 @@ class Inbox:
         gate, users = self.c.intake, self.lane
         while True:
             if users.pending:
-                users.run()
+                users.run(LANE_PER_MESSAGE)
             with self._lock:
                 if not self._items:
                     self._scheduled = False

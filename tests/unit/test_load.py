@@ -92,6 +92,34 @@ def test_a_call_hopped_to_the_core_starts_between_two_worker_messages_not_after_
     assert [s for s in served if s != "user"] == list(range(20))
 
 
+def test_a_flood_of_calls_lets_worker_messages_through_between_its_shares():
+    """At most LANE_PER_MESSAGE calls start between two worker messages: a flood of users' calls
+    (here 100 at once) cannot hold a worker's heartbeats back until it ends."""
+    from coordinator.edge.hop import lane
+    from coordinator.edge.worker_stream import LANE_PER_MESSAGE
+
+    async def main() -> list:
+        core = Core(0)
+        loop = asyncio.get_running_loop()
+
+        def on_message(conn, msg) -> None:
+            core.served.append(msg.heartbeat.op_seq)
+            if msg.heartbeat.op_seq == 0:
+                for _ in range(100):
+                    lane(loop).put(lambda: core.served.append("user"))
+        core.on_message = on_message
+        inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0)
+        for i in range(5):
+            inbox.put("conn", heartbeat(i))
+        while len(core.served) < 105:
+            await asyncio.sleep(0)
+        return core.served
+
+    served = asyncio.run(main())
+    assert [s for s in served if s != "user"] == list(range(5))
+    assert served.index(1) == 1 + LANE_PER_MESSAGE  # message 1 after the first share, not after all 100
+
+
 def test_a_streams_end_is_applied_after_every_message_it_read():
     async def main() -> tuple[list, int]:
         core = Core(2)

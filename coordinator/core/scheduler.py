@@ -216,13 +216,13 @@ class Scheduler:
         walk.close()
         return decisions
 
-    def reason(self, job_id: str) -> str:
-        """Why a queued job waits, as of the last pass ("" for a job not queued here)."""
+    def reason(self, job_id: str) -> str:  # why a queued job waits, as of the last pass ("": not queued)
         job = self._jobs.get(job_id)
         if job is None:
             return ""
         group = self._groups[job.need]
-        idle = group.seen_idle if (group.seen_pass, group.blocked) == (self._pass, job_id) else 0
+        seen = (group.seen_pass, group.blocked) == (self._pass, job_id)
+        idle = group.seen_idle if seen else None if self.cut else 0  # None: a cut pass did not reach it
         return waiting.reason(self._fleet, group.need, self._connected(group), idle, self._cordoned_ids)
 
     def _head(self, need: Need) -> tuple | None:

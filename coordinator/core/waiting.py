@@ -3,6 +3,7 @@
     needs 8 workers, 6 connected                  too few eligible workers connected at all
     needs 8 workers of one backend, 4 gloo, 4 nccl connected
     needs 8 workers, 3 idle                       enough connected; the others are busy
+    needs 8 workers: next placement pass (...)    the last pass stopped at its ranks before it
     needs 6 workers: 6 connected, 4 idle, 0 busy, 1 quarantined, 1 cordoned
                                                   when quarantined or cordoned workers are among
                                                   the eligible ones, every count apart, so a
@@ -22,10 +23,11 @@ from coordinator.core.sched_index import FleetIndex
 from ringleader.fleet_fit import held_back
 
 
-def reason(fleet: FleetIndex, need, connected: dict[str, int], seen_idle: int,
+def reason(fleet: FleetIndex, need, connected: dict[str, int], seen_idle: int | None,
            cordoned_ids: Callable[[], Iterable[str]] = list) -> str:
     """`connected`: eligible, not quarantined, connected workers per backend; `seen_idle`: the
-    eligible idle workers the job saw (and reserved) in the last pass; `cordoned_ids()`: the
+    eligible idle workers the job saw (and reserved) in the last pass, None when that pass
+    stopped at its ranks before reaching the job; `cordoned_ids()`: the
     workers an operator cordoned (the others held back failed a check), asked only when some
     eligible worker is held back."""
     n, where = need.world_size, need.constraints()
@@ -42,6 +44,8 @@ def reason(fleet: FleetIndex, need, connected: dict[str, int], seen_idle: int,
             listed = ", ".join(f"{k} {b}" for b, k in counts.items())
             return f"needs {n} workers of one backend, {listed} connected{where}"
         return f"needs {n} workers, {sum(counts.values())} connected{where}"
+    if seen_idle is None:
+        return f"needs {n} workers{where}: next placement pass (a pass starts at most --pass-ranks ranks)"
     return f"needs {n} workers, {seen_idle} idle{where}"
 
 

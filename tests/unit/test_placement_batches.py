@@ -50,6 +50,7 @@ def test_a_pass_stops_at_its_ranks_and_the_next_pass_starts_the_rest():
     f.ctl.place_due()
     states = [f.job(j).state for j in small]
     assert states == [pb.RUNNING, pb.RUNNING, pb.QUEUED]  # 2 + 2 ranks: past 3, the pass stopped
+    assert f.job(small[2]).reason == "needs 2 workers: next placement pass (a pass starts at most --pass-ranks ranks)"
     assert f.ctl.placement_due()  # and says the rest is due
     f.ctl.place_due()
     assert f.job(small[2]).state == pb.RUNNING and not f.ctl.placement_due()

@@ -165,3 +165,27 @@ if os.environ.get("GARB_OUT") and "coordinator" in sys.argv[1:3]:
                 f.write("frames/coroutines by code:\n")
                 for k, v in codes.most_common(30): f.write(f"{v:7d} {k}\n")
     threading.Thread(target=_garb, daemon=True).start()
+if os.environ.get("THR_OUT") and "coordinator" in sys.argv[1:3]:
+    def _thr():
+        pid = os.getpid(); tick = os.sysconf("SC_CLK_TCK")
+        def snap():
+            out = {}
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    st = open(f"/proc/{pid}/task/{tid}/stat").read()
+                    name = st[st.index("(") + 1: st.rindex(")")]
+                    f = st[st.rindex(")") + 2:].split()
+                    sched = open(f"/proc/{pid}/task/{tid}/schedstat").read().split()
+                    out[tid] = (name, (int(f[11]) + int(f[12])) / tick, int(sched[1]) / 1e9)
+                except OSError:
+                    pass
+            return out
+        time.sleep(35); a = snap(); time.sleep(20); b = snap()
+        with open(os.environ["THR_OUT"], "w") as fo:
+            fo.write(f"threads {len(b)}\n")
+            rows = []
+            for tid, (name, cpu, wait) in b.items():
+                c0, w0 = (a[tid][1], a[tid][2]) if tid in a else (0, 0)
+                rows.append((cpu - c0, wait - w0, name, tid))
+            for r in sorted(rows, reverse=True): fo.write("cpu %.2f s  runqueue wait %.2f s  %s %s\n" % r)
+    threading.Thread(target=_thr, daemon=True).start()

@@ -262,7 +262,7 @@ class Scheduler:
             if all(w is not None and w.idle and w.worker_id not in claims.ids and need.admits(w) for w in ws) \
                     and len({w.backend for w in ws}) == 1 and ws[0].backend in able:
                 return Decision(job.job_id, tuple(members), ws[0].backend, key)
-        # Pack onto the hosts with the most idle workers (ranks share hosts where they can);
+        # Pack onto the hosts with the most idle workers, so ranks share hosts where they can.
         backend, hosts = able[0], pools[able[0]]
         chosen: list[WorkerView] = []
         for host in hosts.fullest(n):

@@ -11,8 +11,9 @@ host (bench/results/2026-11-27-h200x2-r11): it drained the queue (12,251 jobs do
 against 24-26 ms and 155-566 ms. With 3,000 workers on the 2-core development machine: submit p50
 169-486 ms against 29-30 ms. The calls' time on the core loop stayed under 0.3 s
 and the edge loop's timers ran on time: they waited between gRPC receiving them and their
-handlers starting (bench/results/2026-11-27-local-r11). It waits for admission control that keeps
-the users' calls ahead of a drain (issue 27).
+handlers starting (bench/results/2026-11-27-local-r11). Measured in r12, that wait was gRPC's own
+threads short of CPU (bench/results/2026-11-27-local-r12). It waits for an admission control that
+keeps the coordinator's CPU below its cores (issue 27).
 """
 
 from __future__ import annotations

@@ -65,38 +65,11 @@ def test_a_user_call_waits_behind_one_turn_of_worker_messages_not_the_whole_burs
     assert [s for s in served if s != "user"] == list(range(20))  # every message, in arrival order
 
 
-def test_a_call_hopped_to_the_core_starts_between_two_worker_messages_not_after_the_turn():
-    """coordinator/edge/hop.py's Lane: a user's call that reaches the core while a burst of
-    worker messages is applied starts after the message being applied, even with no bound on a
-    turn's messages (before, it waited for the whole turn)."""
+def calls_during_burst(messages: int, at: int, calls: int) -> list:
+    """`messages` worker messages arrive at once, with no bound on a turn's messages (only the
+    lane's checkpoint can let a call in); while message `at` is applied, `calls` users' calls reach
+    the core (coordinator/edge/hop.py's Lane). The order they are served in."""
     from coordinator.edge.hop import lane
-
-    async def main() -> list:
-        core = Core(0)  # no bound on a turn: only the lane's checkpoint can let the call in
-        loop = asyncio.get_running_loop()
-
-        def on_message(conn, msg) -> None:
-            core.served.append(msg.heartbeat.op_seq)
-            if msg.heartbeat.op_seq == 3:  # the call arrives (on the edge) while message 3 is applied
-                lane(loop).put(lambda: core.served.append("user"))
-        core.on_message = on_message
-        inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0)
-        for i in range(20):
-            inbox.put("conn", heartbeat(i))
-        while len(core.served) < 21:
-            await asyncio.sleep(0)
-        return core.served
-
-    served = asyncio.run(main())
-    assert served.index("user") == 4
-    assert [s for s in served if s != "user"] == list(range(20))
-
-
-def test_a_flood_of_calls_lets_worker_messages_through_between_its_shares():
-    """At most LANE_PER_MESSAGE calls start between two worker messages: a flood of users' calls
-    (here 100 at once) cannot hold a worker's heartbeats back until it ends."""
-    from coordinator.edge.hop import lane
-    from coordinator.edge.worker_stream import LANE_PER_MESSAGE
 
     async def main() -> list:
         core = Core(0)
@@ -104,18 +77,34 @@ def test_a_flood_of_calls_lets_worker_messages_through_between_its_shares():
 
         def on_message(conn, msg) -> None:
             core.served.append(msg.heartbeat.op_seq)
-            if msg.heartbeat.op_seq == 0:
-                for _ in range(100):
+            if msg.heartbeat.op_seq == at:  # the calls arrive (on the edge) while this one is applied
+                for _ in range(calls):
                     lane(loop).put(lambda: core.served.append("user"))
         core.on_message = on_message
         inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0)
-        for i in range(5):
+        for i in range(messages):
             inbox.put("conn", heartbeat(i))
-        while len(core.served) < 105:
+        while len(core.served) < messages + calls:
             await asyncio.sleep(0)
         return core.served
 
-    served = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_a_call_hopped_to_the_core_starts_between_two_worker_messages_not_after_the_turn():
+    """A user's call that reaches the core while a burst of worker messages is applied starts
+    after the message being applied (before, it waited for the whole turn)."""
+    served = calls_during_burst(20, at=3, calls=1)
+    assert served.index("user") == 4
+    assert [s for s in served if s != "user"] == list(range(20))
+
+
+def test_a_flood_of_calls_lets_worker_messages_through_between_its_shares():
+    """At most LANE_PER_MESSAGE calls start between two worker messages: a flood of users' calls
+    (here 100 at once) cannot hold a worker's heartbeats back until it ends."""
+    from coordinator.edge.worker_stream import LANE_PER_MESSAGE
+
+    served = calls_during_burst(5, at=0, calls=100)
     assert [s for s in served if s != "user"] == list(range(5))
     assert served.index(1) == 1 + LANE_PER_MESSAGE  # message 1 after the first share, not after all 100
 

@@ -27,7 +27,7 @@ def store(request, tmp_path):
         s: JobStore = open_store(request.getfixturevalue("postgres").new_schema(schema_name(request.node.nodeid)))
     elif request.param == "memory":
         s = MemoryJobStore()
-    elif request.param.startswith("sqlite-behind"):  # the coordinator's SQLite store (open_store's)
+    elif request.param.startswith("sqlite-behind"):  # the write-behind SQLite store (open_store's sqlite-behind:)
         s = open_store(f"sqlite-behind:{tmp_path / 'db' / 'jobs.sqlite'}")
     else:
         s = SqliteJobStore(tmp_path / "db" / "jobs.sqlite")  # parent dir does not exist yet: the store creates it

@@ -127,8 +127,8 @@ def _link_evidence(r: pb.LinkMatrixResult, links: list[pb.LinkRow], what: str) -
                                                        if any(x.wrong for x in links) else ""))
     expected = (f"each link above the noise-aware bound of comparable links (same host: median "
                 f"{r.median_same_host_gbps:.3g} GB/s, bound {r.flag_same_host_gbps:.3g}; across hosts: median "
-                f"{r.median_cross_host_gbps:.3g} GB/s, bound {r.flag_cross_host_gbps:.3g}; median - max(4 x 1.4826 "
-                f"MAD, 0.3 x median)) at {r.size_bytes} bytes ({r.size_reason or 'given'}), no byte wrong")
+                f"{r.median_cross_host_gbps:.3g} GB/s, bound {r.flag_cross_host_gbps:.3g}; median - max(4 sigma, "
+                f"0.3 x median), sigma 1.4826 MAD or less (flags.py)) at {r.size_bytes} bytes ({r.size_reason or 'given'}), no byte wrong")
     return figure, expected
 
 
@@ -145,8 +145,8 @@ def _gpus(r: pb.GpuCheckResult, ranks: dict[int, pb.WorkerRef]) -> Found:
             figure += (f"; its figures claimed {w.claimed_s:.3g} s of loops, its turn took {w.witnessed_s:.3g} s "
                        "by its peers' clocks (refused)")
         expected = (f"the median of {peers} {w.device} peers: {med_t:.4g} TFLOP/s, copy {med_c:.4g} GB/s; "
-                    f"flagged below {w.flag_tflops:.4g} TFLOP/s or {w.flag_copy_gbps:.4g} GB/s (median - max(4 x "
-                    "1.4826 MAD, 0.3 x median)); products equal bit for bit; figures its turn can explain")
+                    f"flagged below {w.flag_tflops:.4g} TFLOP/s or {w.flag_copy_gbps:.4g} GB/s (median - max(4 sigma, "
+                    "0.3 x median), sigma 1.4826 MAD or less (flags.py)); products equal bit for bit; figures its turn can explain")
         out[w.rank] = (FAILED if w.flagged else SUSPECT if w.refused else HEALTHY, figure, expected)
     return out
 

@@ -41,6 +41,24 @@ PASS_SPACING = 3.0  # after a pass of t seconds, the next waits until 3t have pa
 DEFAULT_SHED_LAG_S = 2.0
 
 
+class WorstOf:
+    """The worst of the figures recorded over the last `window_s` (a gauge's reading)."""
+
+    def __init__(self, window_s: float = 1.0) -> None:
+        self.window_s = window_s
+        self._samples: collections.deque[tuple[float, float]] = collections.deque()  # (at, figure)
+
+    def record(self, figure: float, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        self._samples.append((now, max(0.0, figure)))
+        while self._samples and self._samples[0][0] < now - self.window_s:
+            self._samples.popleft()
+
+    def worst(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        return max((x for at, x in self._samples if at >= now - self.window_s), default=0.0)
+
+
 class IntakeGate:
     """`gate.take()` before applying a worker message; when it says no, the rest wait for the next
     turn (coordinator/edge/worker_stream.py's inbox drains the workers' messages so)."""
@@ -52,6 +70,9 @@ class IntakeGate:
         self._since = 0.0  # when this turn's first message was taken
         self._reset_due = False
         self.deferred = 0  # messages that waited for a later turn (a metric, counted by the caller)
+        # How long messages waited from the edge to their turn on the core (the caller records
+        # it): the lane lets users' calls start ahead of them (coordinator/edge/hop.py).
+        self.waits = WorstOf()
 
     def take(self) -> bool:
         """Whether a message may be applied in this turn (counted if so)."""
@@ -116,8 +137,7 @@ class LagMeter:
     def __init__(self, shed_lag_s: float = DEFAULT_SHED_LAG_S, period_s: float = 0.05, window_s: float = 1.0) -> None:
         self.shed_lag_s = shed_lag_s  # 0: never shed
         self.period_s = period_s
-        self._samples: collections.deque[tuple[float, float]] = collections.deque()  # (at, lag)
-        self.window_s = window_s
+        self._worst = WorstOf(window_s)
         self.shed = 0  # calls refused (a metric)
         self._task: asyncio.Task | None = None
         self._pending_since = 0.0  # when the sample now in flight was due (a stalled loop shows at once)
@@ -138,10 +158,7 @@ class LagMeter:
             self.record(time.monotonic() - due)
 
     def record(self, lag_s: float, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
-        self._samples.append((now, max(0.0, lag_s)))
-        while self._samples and self._samples[0][0] < now - self.window_s:
-            self._samples.popleft()
+        self._worst.record(lag_s, now)
 
     def overdue_s(self, now: float | None = None) -> float:
         """How late the sample in flight already is (negative while it is not yet due; 0 before
@@ -152,8 +169,7 @@ class LagMeter:
     def lag_s(self, now: float | None = None) -> float:
         """The worst lag of the window, or how late the sample in flight already is."""
         now = time.monotonic() if now is None else now
-        worst = max((lag for at, lag in self._samples if at >= now - self.window_s), default=0.0)
-        return max(worst, self.overdue_s(now))
+        return max(self._worst.worst(now), self.overdue_s(now))
 
     def check(self, what: str, now: float | None = None) -> None:
         """Raise Overloaded when the loop is `shed_lag_s` or more behind."""

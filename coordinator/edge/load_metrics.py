@@ -1,6 +1,6 @@
 """The coordinator's load (coordinator/core/load.py) as metrics, read at each scrape: how late its
-event loop runs, calls refused while saturated, worker messages that waited for a later turn,
-the loop's stalls."""
+event loop runs, calls refused while saturated, worker messages that waited for a later turn and
+how long they waited, the loop's stalls."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ class LoadCollector(Collector):
         yield CounterMetricFamily("ringleader_worker_messages_deferred",
                                   "Worker messages applied in a later turn of the loop (--worker-msgs-per-turn)",
                                   value=float(self.intake.deferred))
+        yield GaugeMetricFamily("ringleader_worker_message_wait_seconds",
+                                "How long worker messages (heartbeats, results) waited between the edge and their "
+                                "turn on the core: the worst of the last second", value=self.intake.waits.worst())
         yield CounterMetricFamily("ringleader_loop_stalls",
                                   "Stalls of the event loop past --stall-warn (each named in the log: its garbage "
                                   "collection and the loop's stack)", value=float(self.stalls.stalls))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
+import time
 
 import grpc
 
@@ -50,7 +51,7 @@ class Inbox:
     def put(self, conn, msg, why: str = "") -> None:
         """From the edge loop (`msg` _GONE with `why`: the stream ended)."""
         with self._lock:
-            self._items.append((conn, msg, why))
+            self._items.append((conn, msg, why, time.monotonic()))
             if self._scheduled:
                 return
             if self.batch_s and msg is not _GONE and msg.WhichOneof("msg") == "heartbeat":
@@ -82,7 +83,8 @@ class Inbox:
                 if not gate.take():  # this turn's share is spent: the rest in the next turns
                     gate.deferred += len(self._items)
                     break
-                conn, msg, why = self._items.popleft()
+                conn, msg, why, since = self._items.popleft()
+            gate.waits.record(time.monotonic() - since)
             self._apply(conn, msg, why)
         self.core.call_soon(self._drain)
 

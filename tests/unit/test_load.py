@@ -284,3 +284,29 @@ def test_slow_worker_messages_stop_a_turn_at_its_time_budget():
     served = run_burst(256, budget_s=0.005, cost_s=0.002)
     assert 1 <= served.index("user") <= 3  # 2 ms each: the turn stopped after 5-6 ms of them
     assert [s for s in served if s != "user"] == list(range(20))  # every message, in arrival order
+
+
+def test_worst_of_reads_the_last_seconds_worst():
+    from coordinator.core.load import WorstOf
+
+    w = WorstOf(window_s=1.0)
+    w.record(0.2, now=10.0)
+    w.record(0.05, now=10.5)
+    assert w.worst(now=10.9) == 0.2 and w.worst(now=11.2) == 0.05 and w.worst(now=12.0) == 0.0
+
+
+def test_a_worker_message_behind_a_burst_records_its_wait():
+    import time
+
+    async def main() -> float:
+        core = Core(0)
+        core.on_message = lambda conn, msg: (time.sleep(0.01), core.served.append(msg.heartbeat.op_seq))
+        loop = asyncio.get_running_loop()
+        inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0)
+        for i in range(5):
+            inbox.put("conn", heartbeat(i))
+        while len(core.served) < 5:
+            await asyncio.sleep(0)
+        return core.intake.waits.worst()
+
+    assert asyncio.run(main()) >= 0.04  # the fifth waited for four messages of 10 ms each

@@ -28,6 +28,11 @@ WINDOW = 50  # results a baseline keeps
 MIN_SAMPLES = 5  # a baseline judges nothing before it has this many
 K_MAD = 4.0  # how many noise sigmas below the median is low
 FLOOR = 0.10  # and at least this fraction below it
+# ...but at least this fraction while the window holds fewer than SETTLED results: five samples
+# say little of a key's noise. On the 2-core namespace bed the first five 8-rank all_reduce
+# sweeps read 3.7 % apart (MAD) where the next twenty read 14 % apart, and a clean sweep at 0.74
+# of the median was a regression (1 clean run in 20).
+EARLY_FLOOR, SETTLED = 0.30, 20
 CEILING = 0.25  # but a result below this fraction of the median is low however noisy the key
 RECENT, REPEAT = 3, 2  # a regression: REPEAT low among the last RECENT results judged
 MAD_SIGMA = 1.4826  # MAD -> standard deviation of a normal distribution
@@ -119,7 +124,8 @@ def threshold(e: pb.BaselineEntry) -> float:
     if len(e.samples) < MIN_SAMPLES:
         return 0.0
     med = e.median_busbw_gbps
-    return max(med - max(K_MAD * MAD_SIGMA * e.mad_busbw_gbps, FLOOR * med), CEILING * med)
+    floor = EARLY_FLOOR if len(e.samples) < SETTLED else FLOOR
+    return max(med - max(K_MAD * MAD_SIGMA * e.mad_busbw_gbps, floor * med), CEILING * med)
 
 
 def annotate(row: pb.SizeResult, e: pb.BaselineEntry | None) -> pb.SizeResult:

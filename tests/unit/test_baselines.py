@@ -55,7 +55,14 @@ def test_no_judgement_while_learning_then_threshold_from_noise_or_floor():
     e = trained([10.0] * 4)
     assert bl.threshold(e) == 0.0
     bl.observe(e, 10.0, at=2.0)
-    assert bl.threshold(e) == pytest.approx(9.0)  # MAD 0: the 10 % floor
+    assert bl.threshold(e) == pytest.approx(7.0)  # MAD 0, five samples: the early 30 % floor
+    for _ in range(bl.SETTLED - 5):
+        assert bl.observe(e, 10.0, at=3.0) is None
+    assert bl.threshold(e) == pytest.approx(9.0)  # settled: the 10 % floor
+    # A first pass of tight samples, then a noisier key's: a clean result at 0.74 of the early
+    # median is no regression while the window is young (the namespace bed's false alert).
+    young = trained([0.094, 0.095, 0.091, 0.094, 0.098])
+    assert all(bl.observe(young, 0.0696, at=4.0) is None for _ in range(3))
     noisy = trained([10, 8, 12, 9, 11, 10, 10])  # MAD 1: 4 * 1.4826 sigma = 5.93 below
     assert bl.threshold(noisy) == pytest.approx(10 - 4 * 1.4826)
     wild = trained([10, 2, 18, 5, 15, 10, 10])  # MAD 5: the noise term alone would go below 0

@@ -34,7 +34,7 @@ DISAGREE = 2.0
 # ...plus this much: on a quiet machine a few round trips of 512 KiB take about a millisecond, and
 # the two ends' fixed costs (a Python call, a gloo op each way) differ by a good part of it.
 DISAGREE_ALLOW_US = 500.0
-# Passes over the links still flagged after the first: one was not enough beside a test suite at
+# Passes over the rounds of the links still flagged after the first: one was not enough beside a test suite at
 # load 12 on the namespace bed (a clean host's worker failed with 4 of 7 links at 0.24 of the
 # median, 1 clean run in 12); a rate-limited link reads slow in every pass.
 AGAIN = 2
@@ -214,4 +214,3 @@ def _reference(rows: list[dict], hosts: list[str], same_host: bool) -> tuple[flo
             per_rank.setdefault(r["b"], []).append(r["gbps"])
     medians = [peers.median(v) for v in per_rank.values()]
     return peers.median(medians), flags.bound(medians)
-

@@ -148,7 +148,6 @@ def test_default_check_names_nobody(fleet):
 @pytest.mark.timeout(3600)
 def test_a_2x_slower_link_is_named_and_no_other(fleet):
     bed, c = fleet
-    rank_of = {}
     for _ in range(int(os.environ.get("RINGLEADER_FLEET_HALF_RUNS", "1"))):
         for attempt in range(SCENARIO_TRIES):
             # The rate from a clean check right before: the bed's clean median moves 2x between

@@ -38,9 +38,14 @@ def run_burst(per_turn: int, n: int = 20, budget_s: float | None = None, cost_s:
     """n worker messages arrive at once, then a user's call: the order they are served in.
     `budget_s`: the intake's time budget (default: the gate's); `cost_s`: what each message takes
     (a job's end over many ranks costs far more than a heartbeat)."""
+    return burst(per_turn, n, budget_s, cost_s).served
+
+
+def burst(per_turn: int, n: int = 20, budget_s: float | None = None, cost_s: float = 0.0) -> Core:
+    """run_burst's core once everything was served (its gate holds what the messages waited)."""
     import time
 
-    async def main() -> list:
+    async def main() -> Core:
         core = Core(per_turn)
         if budget_s is not None:
             core.intake.budget_s = budget_s
@@ -53,7 +58,7 @@ def run_burst(per_turn: int, n: int = 20, budget_s: float | None = None, cost_s:
         asyncio.get_running_loop().call_soon(core.served.append, "user")
         while len(core.served) < n + 1:
             await asyncio.sleep(0)
-        return core.served
+        return core
 
     return asyncio.run(main())
 
@@ -296,17 +301,5 @@ def test_worst_of_reads_the_last_seconds_worst():
 
 
 def test_a_worker_message_behind_a_burst_records_its_wait():
-    import time
-
-    async def main() -> float:
-        core = Core(0)
-        core.on_message = lambda conn, msg: (time.sleep(0.01), core.served.append(msg.heartbeat.op_seq))
-        loop = asyncio.get_running_loop()
-        inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0)
-        for i in range(5):
-            inbox.put("conn", heartbeat(i))
-        while len(core.served) < 5:
-            await asyncio.sleep(0)
-        return core.intake.waits.worst()
-
-    assert asyncio.run(main()) >= 0.04  # the fifth waited for four messages of 10 ms each
+    core = burst(per_turn=0, n=5, cost_s=0.01)
+    assert core.intake.waits.worst() >= 0.04  # the fifth waited for four messages of 10 ms each

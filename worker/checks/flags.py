@@ -2,14 +2,14 @@
 median by more than their noise, with a floor (the rule coordinator/health/baselines.py applies
 to results over time, here applied across the peers of one check).
 
-    bound = median - max(K_MAD * 1.4826 * MAD, FLOOR * median)
+    bound = median - max(K_MAD * sigma, FLOOR * median)
 
-1.4826 x MAD estimates a normal sigma from the comparable figures themselves, so a noisy bed (CPU
-workers sharing two cores) widens the band and a quiet fleet of GPUs narrows it. With four figures
-or more, the sigma is at most what the lower quartile's distance from the median says: figures
-faster than the median never widen the band; the floor keeps
-near-identical figures from flagging a 5 % dip (and is all there is with two figures). The bound never goes below CEILING x median, so a
-figure at a small share of its peers is flagged however noisy they are.
+sigma = 1.4826 x MAD estimates a normal sigma from the comparable figures themselves, so a noisy
+bed (CPU workers sharing two cores) widens the band and a quiet fleet of GPUs narrows it. With four
+figures or more, sigma is at most what the lower quartile's distance from the median says:
+figures faster than the median never widen the band. The floor keeps near-identical figures from
+flagging a 5 % dip (and is all there is with two figures). The bound never goes below CEILING x
+median, so a figure at a small share of its peers is flagged however noisy they are.
 """
 
 from __future__ import annotations
@@ -55,5 +55,5 @@ def set_by_noise(median: float, low: float) -> bool:
 def describe(median: float, low: float) -> str:
     """The rule, for a verdict's `expected`."""
     share = low / median if median > 0 else 0.0
-    return (f">= {low:.4g} ({share:.2f} of the median {median:.4g}: median - max({K_MAD:g} sigma (1.4826 MAD, at most the lower quartile's), "
-            f"{FLOOR:g} x median), at least {CEILING:g} x median)")
+    return (f">= {low:.4g} ({share:.2f} of the median {median:.4g}: median - max({K_MAD:g} sigma (1.4826 MAD, "
+            f"at most the lower quartile's), {FLOOR:g} x median), at least {CEILING:g} x median)")

@@ -66,8 +66,8 @@ def passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hosts: list[
            judge) -> pb.LinkMatrixResult:
     """Every link measured in its round, then again as below; `measure(spec, batches)` runs the
     batches of links one after the other (each batch's links at once) and gives every link's
-    row, `judge(rows, reference, slow)` the result. No other communication: every rank holds the same
-    figures, so every rank takes the same passes."""
+    row, `judge(rows, reference, slow)` the result. No other communication: every rank holds the
+    same figures, so every rank takes the same passes."""
     batches = [[k for k, link in enumerate(links) if link[2] == r] for r in range(rounds)]
     rows = measure(s, batches)
     result = judge(rows)
@@ -105,6 +105,7 @@ def passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hosts: list[
     longer = pb.LinkMatrixSpec(iters=3 * s.iters, warmup=s.warmup)
     reference = (result.median_same_host_gbps, result.flag_same_host_gbps,
                  result.median_cross_host_gbps, result.flag_cross_host_gbps)
+    first_low = {True: reference[1], False: reference[3]}  # by same-host or not
     slow = {k for k, x in enumerate(result.links) if x.flagged and not x.wrong}
     for _ in range(AGAIN):
         if not slow:
@@ -114,12 +115,11 @@ def passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hosts: list[
         mates = [now[k] for batch in again for k in batch if k not in slow and not now[k].get("ends_disagree")]
         # Cleared at the floor's share of the mates' median, not their noise band: a pass of 3x
         # the round trips read noisier, its band fell to 0.25 of the median, and a host at 0.38
-        # was cleared (1 run in 3 at half rate).
-        bound = {same: (1 - flags.FLOOR) * _reference(mates, hosts, same)[0] for same in (True, False)}
-        first_low = {True: reference[1], False: reference[3]}
+        # was cleared (1 half-rate run in 6, over 2 beds).
+        limits = {same: ((1 - flags.FLOOR) * _reference(mates, hosts, same)[0], first_low[same])
+                  for same in (True, False)}
         rows = _best_of(rows, now, slow)
-        slow = {k for k in slow if _still_slow(now[k], rows[k], bound[_same(links[k], hosts)],
-                                               first_low[_same(links[k], hosts)])}
+        slow = {k for k in slow if _still_slow(now[k], rows[k], *limits[_same(links[k], hosts)])}
         result = judge(rows, reference, slow)
     return result
 
@@ -146,17 +146,20 @@ def _still_slow(now: dict, best: dict, mates_low: float, first_low: float) -> bo
     return bool(now.get("ends_disagree")) or now["gbps"] < mates_low
 
 
+def _kinds(result: pb.LinkMatrixResult) -> list[tuple[float, float]]:
+    """(median, flag bound) of each kind of link: across hosts, within a host."""
+    return [(result.median_cross_host_gbps, result.flag_cross_host_gbps),
+            (result.median_same_host_gbps, result.flag_same_host_gbps)]
+
+
 def _band_share(result: pb.LinkMatrixResult) -> float:
     """The lowest share of its median a link of some kind may read unflagged (higher: narrower)."""
-    kinds = [(result.median_cross_host_gbps, result.flag_cross_host_gbps),
-             (result.median_same_host_gbps, result.flag_same_host_gbps)]
-    return min((low / median for median, low in kinds if median > 0), default=1.0)
+    return min((low / median for median, low in _kinds(result) if median > 0), default=1.0)
 
 
 def _noisy(result: pb.LinkMatrixResult) -> bool:
     """Whether a kind of link's band is set by its noise rather than the floor (flags.py)."""
-    return (flags.set_by_noise(result.median_cross_host_gbps, result.flag_cross_host_gbps)
-            or flags.set_by_noise(result.median_same_host_gbps, result.flag_same_host_gbps))
+    return any(flags.set_by_noise(median, low) for median, low in _kinds(result))
 
 
 def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,

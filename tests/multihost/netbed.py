@@ -21,6 +21,7 @@ import ipaddress
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -140,6 +141,17 @@ class NetBed:
         with NetNS(self.ns("sw")) as sw:
             port = sw.link_lookup(ifname=f"p{self.hosts.index(host)}")[0]
             sw.link("set", index=port, state="up" if up else "down")
+
+    def rate_limit(self, host: str, rate: str, on: bool = True, both: bool = True, burst: str = "64kb",
+                   latency: str = "200ms") -> None:
+        """A tc token bucket (tbf) on `host`'s cable, or none (`on` false): on its eth0 (what it
+        sends) and, with `both`, on its switch port (what it receives). A real slow link: this
+        kernel has no netem."""
+        ends = [(self.ns(host), "eth0")] + ([(self.ns("sw"), f"p{self.hosts.index(host)}")] if both else [])
+        for ns, dev in ends:
+            args = ["add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst, "latency", latency] if on else \
+                ["del", "dev", dev, "root"]
+            subprocess.run(["nsenter", f"--net={self.run_dir / ns}", "--", "tc", "qdisc", *args], check=True)
 
     def wait_reachable(self, host: str, port: int, timeout: float = 10.0) -> None:
         import socket

@@ -17,7 +17,6 @@ drop inside that noise (one run of this test raised the regression, the next did
 from __future__ import annotations
 
 import statistics
-import subprocess
 import time
 
 import pytest
@@ -38,14 +37,6 @@ CLEAN_LEARN, CLEAN_JUDGED, SLOW_RUNS = bl.MIN_SAMPLES, 20, 3
 def bed(tmp_path_factory):
     with bed_cluster(tmp_path_factory.mktemp("baselines"), "open", WORKERS) as (bed, c):
         yield bed, c
-
-
-def rate_limit(bed, host: str, rate: str = "20mbit") -> None:
-    """tbf on both ends of the host's cable: its switch port (traffic to it) and its eth0 (from it)."""
-    port = f"p{bed.hosts.index(host)}"
-    for ns, dev in ((bed.ns("sw"), port), (bed.ns(host), "eth0")):
-        subprocess.run(["nsenter", f"--net={bed.run_dir / ns}", "--", "tc", "qdisc", "add", "dev", dev, "root",
-                        "tbf", "rate", rate, "burst", "64kb", "latency", "200ms"], check=True)
 
 
 def sweep(c) -> pb.Job:
@@ -76,7 +67,7 @@ def test_regression_raised_and_slow_host_localized_clean_runs_silent(bed):
           f"false regressions in {CLEAN_JUDGED} judged clean runs: {len(false_alerts)}")
     assert false_alerts == []
 
-    rate_limit(bed, SLOW_HOST)
+    bed.rate_limit(SLOW_HOST, "20mbit")  # both ends of its cable
     slow, regs = [], []
     for _ in range(SLOW_RUNS):
         job = sweep(c)

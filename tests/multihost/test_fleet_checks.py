@@ -42,19 +42,9 @@ REPORT: dict = {"hosts": len(WORKERS), "rate": RATE, "clean": [], "slow": [], "d
 
 
 def rate_limit(bed, host: str, on: bool, rate: str = RATE, both: bool = False) -> None:
-    """A token bucket on the host's eth0 (what it sends), and with `both` on its switch port too
-    (what it receives), or none. The burst is small (32 KiB), so even the first ping-pong of a
-    check is held to the rate."""
-    from pyroute2 import NetNS
-
-    ends = [(bed.ns(host), "eth0")] + ([(bed.ns("sw"), f"p{bed.hosts.index(host)}")] if both else [])
-    for ns_name, ifname in ends:
-        with NetNS(ns_name) as ns:
-            index = ns.link_lookup(ifname=ifname)[0]
-            if on:
-                ns.tc("add", "tbf", index=index, handle="1:", rate=rate, burst=32 << 10, latency="100ms")
-            else:
-                ns.tc("del", index=index, handle="1:", root=True)
+    """NetBed.rate_limit with a small burst (32 KiB), so even the first ping-pong of a check is
+    held to the rate: on the host's eth0 (what it sends), with `both` on its switch port too."""
+    bed.rate_limit(host, rate, on=on, both=both, burst="32kb", latency="100ms")
 
 
 def check(c, kinds: str = "link_matrix") -> tuple[dict, float, int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 
 import pytest
@@ -40,18 +39,9 @@ def bed(tmp_path_factory):
             json.dump({**REPORT, "load_average_after": os.getloadavg()}, f, indent=2)
 
 
-def _tc(bed, host: str, on: bool, rate: str = "20mbit") -> None:
-    """tbf on both ends of the host's cable: its switch port (traffic to it) and its eth0 (from it)."""
-    port = f"p{bed.hosts.index(host)}"
-    for ns, dev in ((bed.ns("sw"), port), (bed.ns(host), "eth0")):
-        args = ["add", "dev", dev, "root", "tbf", "rate", rate, "burst", "64kb", "latency", "200ms"] if on else \
-            ["del", "dev", dev, "root"]
-        subprocess.run(["nsenter", f"--net={bed.run_dir / ns}", "--", "tc", "qdisc", *args], check=True)
-
-
 def _localize(bed, c, gang: list[str], slow_hosts: list[str]) -> dict:
     for h in slow_hosts:
-        _tc(bed, h, True)
+        bed.rate_limit(h, "20mbit")  # both ends of its cable
     try:
         job = c.wait_job(c.submit(world_size=len(gang), workers=gang, op="all_reduce", sizes=[1 << 20], iters=5).id,
                          timeout=300)
@@ -61,7 +51,7 @@ def _localize(bed, c, gang: list[str], slow_hosts: list[str]) -> dict:
         took = time.monotonic() - t0
     finally:
         for h in slow_hosts:
-            _tc(bed, h, False)
+            bed.rate_limit(h, "20mbit", on=False)
     return dict(culprits=sorted(r.culprits), hosts=sorted(r.culprit_hosts), rounds=r.rounds, seconds=round(took, 1),
                 unresolved=[dict(workers=list(s.worker_ids), why=s.why) for s in r.unresolved], verdict=r.verdict,
                 history=[dict(reference=round(h.reference_gbps, 4), groups=[

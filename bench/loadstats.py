@@ -81,7 +81,17 @@ class Recorder:
             windows[int((start - t0) // window_s)].append(latency)
         return {"n": len(lat), "errors": dict(self.errors), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
                 "max_ms": lat[-1] * 1e3 if lat else None,
-                "p99_ms_per_10s": [pct(sorted(windows[k]), 99) for k in sorted(windows)]}
+                "p99_ms_per_10s": [pct(sorted(windows[k]), 99) for k in sorted(windows)],
+                # where in a window its tail lies: the slowest call started in each second
+                "max_ms_per_1s": per_second_max(self.samples, t0)}
+
+
+def per_second_max(samples: list[tuple[float, float]], t0: float) -> list[float]:
+    worst: dict[int, float] = collections.defaultdict(float)
+    for start, latency in samples:
+        second = int(start - t0)
+        worst[second] = max(worst[second], latency)
+    return [round(worst[k] * 1e3, 1) for k in range(max(worst) + 1)] if worst else []
 
 
 def pct(sorted_s: list[float], p: float) -> float | None:

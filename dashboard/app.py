@@ -49,7 +49,7 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     @app.get("/metrics", tags=["metrics"], response_class=PlainTextResponse)
     async def prometheus_metrics() -> Response:  # on the loop: reads the coordinator's live state
         await metrics.trends.prefetch()  # the store's part, read off the loop
-        body, content_type = metrics.render()
+        body, content_type = await metrics.render_off_loop()
         return Response(body, media_type=content_type)
 
     # Built here, once, with every route in place: built on the first GET /openapi.json it kept

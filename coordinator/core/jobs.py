@@ -7,6 +7,7 @@ spec, so nothing is validated twice) and the per-run bookkeeping that failure de
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 import uuid
@@ -75,6 +76,9 @@ class JobBook:
         self.events = events
         self.queued: dict[str, Queued] = {}
         self.running: dict[str, Running] = {}
+        # (created_at, id) of queued jobs, and of some that left (dropped as they reach the top):
+        # the oldest queued job without a walk of the queue at each scrape.
+        self._by_age: list[tuple[float, str]] = []
 
     def load(self, reattach_deadline: float) -> list[Queued]:
         """After a (re)start: queued jobs queue again (returned, for the scheduler); running ones
@@ -103,6 +107,14 @@ class JobBook:
         is the scheduler's: control.Control fills it in)."""
         if (live := self.running.get(job.id)) is not None:
             job.progress.CopyFrom(live.job.progress)
+
+    def counts(self) -> tuple[int, int, float]:
+        """Queued, running, and when the oldest queued job was submitted (0.0: none), from memory
+        without a list of them (read at every scrape)."""
+        ages = self._by_age
+        while ages and ages[0][1] not in self.queued:
+            heapq.heappop(ages)
+        return len(self.queued), len(self.running), ages[0][0] if ages else 0.0
 
     def rows(self, states_: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> list[pb.Job]:
         """The store's rows for `page`: only the store is read, so a thread may call it."""
@@ -173,6 +185,12 @@ class JobBook:
 
     def _enqueue(self, q: Queued) -> Queued:
         self.queued[q.job.id] = q
+        if q.job.created_at:
+            if len(self._by_age) > 2 * len(self.queued) + 64:  # mostly jobs gone: start again from the queue
+                self._by_age = [(j.job.created_at, i) for i, j in self.queued.items() if j.job.created_at]
+                heapq.heapify(self._by_age)
+            else:
+                heapq.heappush(self._by_age, (q.job.created_at, q.job.id))
         return q
 
     def _dequeue(self, job_id: str) -> Queued:

@@ -71,6 +71,8 @@ class WorkerConn:
     def transition(self, to: int, job_id: str = "", rank: int = 0) -> None:
         states.WORKERS.check(self.state, to)
         changed = to != self.state
+        if changed and self.registry is not None:
+            self.registry.moved(self, to)
         self.state, self.job_id, self.rank = to, job_id, rank
         if to == pb.DISCONNECTED and changed:
             self.disconnected_at = time.monotonic()
@@ -109,6 +111,9 @@ class WorkerRegistry:
         self._connected: dict[str, WorkerConn] = {}
         self._kinds: collections.Counter[tuple] = collections.Counter()  # connected, by kind
         self._gone: collections.deque[tuple[float, str]] = collections.deque()  # (left at, id), in order
+        # Listed workers by (state, backend), kept as they change: a scrape reads it, where a
+        # walk of 5,000 workers each time held the loop (coordinator/edge/metrics.py).
+        self.by_state: collections.Counter[tuple[int, str]] = collections.Counter()
 
     def add(self, reg: wpb.Register) -> WorkerConn:
         old = self._workers.get(reg.worker_id)
@@ -116,9 +121,11 @@ class WorkerRegistry:
             raise AlreadyExists(f"worker {reg.worker_id} is already connected")
         if old:
             self._unlist(old)
+            self._count(old, -1)
         conn = WorkerConn(reg=reg, outbox=asyncio.Queue(), executor_restarts=reg.executor_restarts,
                           registry=self)
         self._workers[reg.worker_id] = conn
+        self._count(conn, 1)
         bisect.insort(self._order, conn.sort_key)
         self._connected[reg.worker_id] = conn
         self._kinds[kind(reg)] += 1
@@ -166,9 +173,22 @@ class WorkerRegistry:
             # Skip a worker that came back (and maybe left again: its newer entry is behind).
             if conn is not None and not conn.connected and conn.disconnected_at == left_at:
                 self._unlist(conn)
+                self._count(conn, -1)
                 del self._workers[worker_id]
                 gone.append(worker_id)
         return gone
+
+    def moved(self, conn: WorkerConn, to: int) -> None:
+        """`conn` goes from its state to `to` (WorkerConn.transition, before it changes)."""
+        if self._workers.get(conn.worker_id) is conn:
+            self._count(conn, -1)
+            self.by_state[(to, conn.reg.backend)] += 1
+
+    def _count(self, conn: WorkerConn, n: int) -> None:
+        key = (conn.state, conn.reg.backend)
+        self.by_state[key] += n
+        if not self.by_state[key]:
+            del self.by_state[key]
 
     def left(self, conn: WorkerConn) -> None:
         """`conn` became DISCONNECTED (WorkerConn.transition tells the registry that made it)."""

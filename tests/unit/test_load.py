@@ -300,6 +300,22 @@ def test_worst_of_reads_the_last_seconds_worst():
     assert w.worst(now=10.9) == 0.2 and w.worst(now=11.2) == 0.05 and w.worst(now=12.0) == 0.0
 
 
+def test_worst_of_agrees_with_a_walk_of_every_figure():
+    import random
+
+    from coordinator.core.load import WorstOf
+
+    rng, w, seen, now = random.Random(7), WorstOf(window_s=1.0), [], 0.0
+    for _ in range(3000):
+        now += rng.expovariate(20.0)
+        figure = rng.choice([0.0, rng.random(), rng.random() * 0.01, -0.1])
+        w.record(figure, now=now)
+        seen.append((now, max(0.0, figure)))
+        at = now + rng.choice([0.0, 0.3, 0.99, 1.5])
+        assert w.worst(now=at) == max((x for t, x in seen if t >= at - 1.0), default=0.0)
+    assert len(w._samples) < 100  # figures a later one outdid were dropped
+
+
 def test_a_worker_message_behind_a_burst_records_its_wait():
     core = burst(per_turn=0, n=5, cost_s=0.01)
     assert core.intake.waits.worst() >= 0.04  # the fifth waited for four messages of 10 ms each

@@ -1,5 +1,8 @@
 """The worker registry: listing order and pages, expiry of disconnected workers, fleet kinds."""
 
+import collections
+import time
+
 import pytest
 
 from coordinator.core.registry import WorkerRegistry, decode_token, encode_token
@@ -79,3 +82,25 @@ def test_kinds_summarise_connected_workers_and_a_worker_that_leaves_is_no_longer
     assert [k.backend for k in r.kinds()] == ["gloo"]
     assert n0.state == pb.DISCONNECTED
     assert {c.worker_id for c in r.connected()} == {"g0", "g1"}
+
+
+def test_counts_by_state_follow_every_change_as_a_walk_of_the_workers_would():
+    import random
+
+    rng = random.Random(3)
+    r = WorkerRegistry(ttl_s=5.0)
+    for _ in range(2000):
+        wid = f"w{rng.randrange(40)}"
+        conn = r.get(wid)
+        step = rng.random()
+        if conn is None or (not conn.connected and step < 0.5):
+            r.add(wpb.Register(worker_id=wid, host=f"h{wid}", backend=rng.choice(["gloo", "nccl"]),
+                               device=pb.Device(type="cpu")))
+        elif conn.connected and step < 0.2:
+            conn.transition(pb.DISCONNECTED)
+        elif conn.connected:
+            conn.transition(pb.BUSY if conn.state == pb.IDLE else pb.IDLE, job_id="j" if conn.state == pb.IDLE else "")
+        if rng.random() < 0.05:  # past the TTL: the disconnected ones leave the listing
+            r.expire(time.monotonic() + 10.0)
+        walked = collections.Counter((c.state, c.reg.backend) for c in r.all())
+        assert r.by_state == walked

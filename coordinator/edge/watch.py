@@ -14,7 +14,7 @@ import asyncio
 from coordinator.core.events import until_terminal
 from coordinator.core.facade import Coordinator
 from coordinator.edge import identity
-from coordinator.edge.hop import on
+from coordinator.edge.hop import client, on
 from coordinator.edge.servicers import abort_with
 from ringleader.errors import RingleaderError
 
@@ -34,7 +34,7 @@ class EdgeWatch:
             return self.c.events.follow(request.job_id, deliver)
         try:
             identity.caller_may_use_jobs(context)
-            stored, stop = await on(self.core, follow())
+            stored, stop = await on(self.core, follow(), client(context))
         except RingleaderError as exc:
             await abort_with(context, exc)
         try:

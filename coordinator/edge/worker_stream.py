@@ -19,7 +19,7 @@ import grpc
 from coordinator.core import admission
 from coordinator.core.facade import Coordinator
 from coordinator.edge import identity
-from coordinator.edge.hop import EdgeContext, lane, on
+from coordinator.edge.hop import EdgeContext, client, lane, on
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.servicers import abort_with
 from ringleader.errors import RingleaderError
@@ -135,7 +135,8 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
         first = await context.read()
         if first is grpc.aio.EOF or first.WhichOneof("msg") != "register":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must be Register")
-        conn, secret = await on(self.core, self._register(first.register, EdgeContext(context, self.edge)))
+        conn, secret = await on(self.core, self._register(first.register, EdgeContext(context, self.edge)),
+                                client(context))
         out: asyncio.Queue = asyncio.Queue()
         pump = asyncio.run_coroutine_threadsafe(self._pump(conn, out), self.core)
         reader = asyncio.create_task(self._read(conn, context))

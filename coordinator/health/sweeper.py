@@ -90,7 +90,7 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
     """Submit the checks a request asks for; with `wait`, answer with their verdicts."""
     if not 0 <= request.timeout_s <= MAX_WAIT_S:
         raise InvalidSpec("timeout_s", f"must be between 0 (the default, {DEFAULT_WAIT_S:.0f} s) and {MAX_WAIT_S:.0f}")
-    workers = chosen(fleet.all_workers(), request.worker_ids, request.host)
+    workers = chosen(await fleet.all_workers_paced(), request.worker_ids, request.host)
     if not workers:
         raise InvalidSpec("host" if request.host else "worker_ids", "no connected worker to check")
     specs = plan(workers, request.kinds, request)

@@ -79,13 +79,17 @@ async def run(cfg, stub, sims, watch, http_url: str, rng: random.Random, measure
                                       timeout=DEADLINE_S))
 
     drained: list[float] = []
+    waits: list[float] = []  # the longest a worker message waited for the core, each second
 
     async def drain() -> None:
         # Queued jobs left by the drain: the measured submits add a few that start at once.
         while time.perf_counter() - t0 < cfg.duration:
             # From a thread: a blocking scrape here held the bench's own loop (and every call it
             # was timing) for as long as a saturated coordinator took to render /metrics.
-            depth = await asyncio.to_thread(loadstats.metric, http_url, "ringleader_queue_depth")
+            depth, wait = await asyncio.to_thread(loadstats.metrics, http_url, "ringleader_queue_depth",
+                                                  "ringleader_worker_message_wait_seconds")
+            if wait is not None:
+                waits.append(round(wait, 3))
             if depth is not None and depth <= max(10, cfg.rate):
                 drained.append(time.perf_counter() - t0)
                 return
@@ -109,6 +113,7 @@ async def run(cfg, stub, sims, watch, http_url: str, rng: random.Random, measure
     sweep_states = [pb.JobState.Name(j.state) if j else "UNANSWERED" for j in sweep_jobs]
     return {**out, "drain_s": drained[0] if drained else None, "jobs_finished": done, "jobs_failed": done["failed"],
             "cpu_ms_per_job": cpu / max(1.0, ran) * 1e3, "sweep_jobs": sweep_states, "holds": len(holds),
+            "worker_message_wait_s": waits,
             "bench_calls_unanswered": dict(UNANSWERED)}
 
 

@@ -103,12 +103,17 @@ def pct(sorted_s: list[float], p: float) -> float | None:
 def metric(http_url: str, name: str) -> float | None:
     """One sample from the coordinator's /metrics: `name` as exposed, with its labels if it has
     any (ringleader_jobs_finished_total{state="failed"})."""
+    return metrics(http_url, name)[0]
+
+
+def metrics(http_url: str, *names: str) -> list[float | None]:
+    """Samples of `names` from one scrape of /metrics (None: not there, or no answer)."""
     try:
         text = urllib.request.urlopen(f"{http_url}/metrics", timeout=10).read().decode()
     except OSError:
-        return None
-    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-    return float(m.group(1)) if m else None
+        return [None] * len(names)
+    found = (re.search(rf"^{re.escape(name)} (\S+)$", text, re.M) for name in names)
+    return [float(m.group(1)) if m else None for m in found]
 
 
 COLUMNS = ("workers", "queued", "submit p50 / p99 ms", "get p50 / p99 ms", "list p50 / p99 ms", "errors",

@@ -251,7 +251,8 @@ class Control(WorkerProtocol, HealthProtocol):
         for worker_id in self.workers.expire(now):
             log.info("worker %s forgotten: disconnected for over %.0f s", worker_id, self.workers.ttl_s)
         self._queue_timeouts(inp.wall or time.time())
-        for verdict in liveness.verdicts(now, self.book.running.values(), self.workers, self.timings):
+        heard = min(now, inp.heard) if inp.heard else now
+        for verdict in liveness.verdicts(now, self.book.running.values(), self.workers, self.timings, heard):
             try:
                 self._handlers[type(verdict)](verdict)
             except Exception:  # a bug in one verdict must not keep the others (or their sends) back

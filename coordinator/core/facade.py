@@ -159,7 +159,8 @@ class Coordinator:
     def tick(self, now: float | None = None) -> None:
         """One clock tick (`now`: time.monotonic()): liveness verdicts, forgotten workers. Its
         placement pass is the pacer's, in a later turn: the two together held the loop 60-90 ms."""
-        self._soon(Tick(time.monotonic() if now is None else now))
+        now = time.monotonic() if now is None else now
+        self._soon(Tick(now, heard=self.intake.heard_until(now)))
 
     def _do(self, inp: Input, place: bool = True) -> Out:
         """Apply one input to the control core and put what it sends on the workers' streams."""

@@ -57,6 +57,9 @@ class WorkerMsg:
 class Tick:
     now: float  # time.monotonic()
     wall: float = 0.0  # time.time() (0: read the clock), for queue timeouts against created_at
+    # Workers' messages that reached the coordinator before this (monotonic) have all been applied
+    # (0: all of them, `now`): a silence is counted up to here, not to `now` (liveness.verdicts).
+    heard: float = 0.0
 
 
 @dataclass(slots=True)

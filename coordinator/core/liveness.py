@@ -50,30 +50,37 @@ class Timings:
     stall_warn_s: float = 0.2  # a stall of the loop this long is named in the log (0: never)
 
 
-def verdicts(now: float, running: Iterable[Running], workers: WorkerRegistry, timings: Timings) -> list[Input]:
-    """What the clock says at `now` (monotonic): workers lost, jobs failed, jobs requeued."""
+def verdicts(now: float, running: Iterable[Running], workers: WorkerRegistry, timings: Timings,
+             heard: float | None = None) -> list[Input]:
+    """What the clock says at `now` (monotonic): workers lost, jobs failed, jobs requeued.
+    `heard` (<= now): every worker message that reached the coordinator before it is applied.
+    What waits in the inbox is not silence: a worker's silence, and a job's wait for its group
+    or its progress, count to `heard` only (a core busy with a burst of cancels left messages
+    waiting 5 s, and 699 of 5,000 live workers were declared lost)."""
+    heard = now if heard is None else heard
     out: list[Input] = []
     # The jobs that have a member reported unwell, found in the same walk: only those look at
     # their members (a walk of every running job's members was 9 ms a tick with 1,000 jobs).
     # A worker's job_id is cleared as it disconnects, so the connected ones are all there are.
     unwell_jobs: set[str] = set()
     for conn in workers.connected():
-        silent = now - conn.last_heartbeat
+        silent = heard - conn.last_heartbeat
         if silent > timings.heartbeat_timeout_s:
             out.append(Lost(conn, f"no heartbeat for {silent:.1f} s"))
         if conn.executor_health in UNWELL and conn.job_id:
             unwell_jobs.add(conn.job_id)
     for rj in running:
-        if (verdict := _check_job(rj, now, workers, timings, rj.id in unwell_jobs)) is not None:
+        if (verdict := _check_job(rj, now, heard, workers, timings, rj.id in unwell_jobs)) is not None:
             out.append(verdict)
     return out
 
 
-def _check_job(rj: Running, now: float, workers: WorkerRegistry, timings: Timings, maybe_unwell: bool) -> Input | None:
+def _check_job(rj: Running, now: float, heard: float, workers: WorkerRegistry, timings: Timings,
+               maybe_unwell: bool) -> Input | None:
     if rj.reattach_deadline:
         return Requeue(rj.id) if now > rj.reattach_deadline else None
     unwell = unwell_rank(rj, workers) if maybe_unwell else None
-    if rj.blame_deadline and (now > rj.blame_deadline or unwell is not None):
+    if rj.blame_deadline and (heard > rj.blame_deadline or unwell is not None):
         cause = describe(rj, unwell, workers) + "; " if unwell is not None else ""
         tail = "" if cause else " (a communication error; no rank reported a cause)"
         return Fail(rj.id, cause + rj.peer_errors[0] + tail)
@@ -82,12 +89,12 @@ def _check_job(rj: Running, now: float, workers: WorkerRegistry, timings: Timing
         # about an executor since replaced) must not fail it before the next heartbeat.
         since = workers.get(rj.members[unwell]).unwell_since
         since = since and max(since, rj.started)
-        if since and now - since >= timings.unwell_s:
-            return Fail(rj.id, f"{describe(rj, unwell, workers)} for {now - since:.0f} s")
-    if not rj.formed and now - rj.started > (limit := rendezvous_timeout(rj)):
+        if since and heard - since >= timings.unwell_s:
+            return Fail(rj.id, f"{describe(rj, unwell, workers)} for {heard - since:.0f} s")
+    if not rj.formed and heard - rj.started > (limit := rendezvous_timeout(rj)):
         return Fail(rj.id, rendezvous_reason(rj, limit))
-    if now - rj.last_progress > rj.job.spec.op_timeout_s:
-        return Fail(rj.id, stall_reason(rj, now - rj.last_progress, workers))
+    if heard - rj.last_progress > rj.job.spec.op_timeout_s:
+        return Fail(rj.id, stall_reason(rj, heard - rj.last_progress, workers))
     return None
 
 

@@ -101,6 +101,15 @@ class IntakeGate:
         self._reset_due = False
         self._used = 0
 
+    def heard_until(self, now: float) -> float:
+        """Until when every worker message that reached the coordinator has been applied: `now`,
+        or when the oldest still waiting arrived (`waiting_since`, the inbox's: worker_stream.py)."""
+        since = self.waiting_since()
+        return min(now, since) if since else now
+
+    def waiting_since(self) -> float:  # replaced by the inbox that feeds the core
+        return 0.0
+
 
 class PassPacer:
     """`soon()`: run `pass_` once at the end of this turn of the loop, however many ask. After a

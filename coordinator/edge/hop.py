@@ -91,10 +91,12 @@ class Lane:
         return bool(self._arrived or self._turns)
 
     def run(self, limit: int = 0) -> None:
-        """On the loop: start what waits, at most `limit` of them (0: all), a client at a time.
+        """On the loop: start what waits, at most `limit` of them (0: what waits as it begins; what
+        comes meanwhile has a turn of its own, as each put asks for one), a client at a time.
         Bulk work passes a limit, so a flood of calls cannot hold its items back for good (a
-        worker's heartbeats)."""
+        worker's heartbeats); nor can the lane's own turn, which ran on while calls kept coming."""
         n, turns = 0, self._turns
+        limit = limit or len(self._arrived) + sum(len(q) for q in turns.values())
         while (self._arrived or turns) and (not limit or n < limit):
             while self._arrived:  # what came since, each to its client's queue
                 key, start = self._arrived.popleft()

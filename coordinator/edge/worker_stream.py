@@ -47,6 +47,12 @@ class Inbox:
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None  # the edge's wake-up for waiting heartbeats
         self.lane = lane(core)  # users' calls hopped to the core start between two messages
+        c.intake.waiting_since = self.waiting_since  # what liveness counts a silence up to
+
+    def waiting_since(self) -> float:
+        """When the oldest message not yet applied arrived (monotonic; 0.0: none waits)."""
+        with self._lock:
+            return self._items[0][3] if self._items else 0.0
 
     def put(self, conn, msg, why: str = "") -> None:
         """From the edge loop (`msg` _GONE with `why`: the stream ended)."""

@@ -318,6 +318,23 @@ def test_liveness_only_returns_verdicts_and_changes_nothing():
     assert (f.state("w1"), f.job(job_id).state) == (pb.BUSY, pb.RUNNING)  # nothing applied
 
 
+def test_what_waits_in_the_inbox_is_not_silence():
+    """A tick counts a worker's silence, and a report of an unwell executor, up to when the oldest
+    worker message still waiting to be applied arrived (Tick.heard), not up to now: a core
+    behind on its inbox must not declare live workers lost."""
+    f = Fleet(2)
+    job_id = started(f)
+    f.conns["w1"].last_heartbeat -= 6
+    f.beat("w0", job_id, 3, pb.EXECUTOR_STOPPED, "process stopped")
+    now = time.monotonic() + 4.5
+    waiting = liveness.verdicts(now, f.ctl.book.running.values(), f.ctl.workers, f.ctl.timings, heard=now - 6)
+    assert waiting == []  # as heard, w1 has been silent 4.5 s and w0 not yet reported unwell
+    out = f.ctl.handle(Tick(now, heard=now - 6))
+    assert (f.state("w1"), f.job(job_id).state) == (pb.BUSY, pb.RUNNING) and not out.sends
+    f.ctl.handle(Tick(now + 0.5))  # nothing waits: now is what was heard
+    assert (f.state("w1"), f.job(job_id).state) == (pb.DISCONNECTED, pb.FAILED)
+
+
 def test_a_job_whose_workers_miss_the_restart_grace_is_requeued_then_placed_again():
     store = MemoryJobStore()
     first = Control(store)

@@ -44,3 +44,27 @@ def test_a_start_that_puts_more_is_served_in_its_clients_turn():
         return order
 
     assert asyncio.run(main()) == ["a0", "b0", "a-later"]
+
+
+def test_the_lanes_own_turn_ends_with_what_waited_as_it_began():
+    """Calls that come while the lane's turn runs wait for their own turn (each put asks for one),
+    so other callbacks of the loop (the worker inbox) run between: a client that answers each
+    reply with a new call kept one turn of the lane going."""
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        lane, order = Lane(loop), []
+
+        def call(i: int) -> None:
+            order.append(f"call{i}")
+            if i < 5:
+                lane.put(lambda: call(i + 1), "bulk")  # the next call, as its answer goes out
+
+        lane.put(lambda: call(0), "bulk")
+        loop.call_soon(lambda: order.append("inbox"))  # queued behind the lane's first turn
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return list(order)
+
+    order = asyncio.run(main())
+    assert order.index("inbox") < order.index("call5")
+    assert [o for o in order if o != "inbox"] == [f"call{i}" for i in range(6)]

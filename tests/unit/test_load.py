@@ -5,6 +5,7 @@ the lag meter says when to shed and for how long."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -319,3 +320,24 @@ def test_worst_of_agrees_with_a_walk_of_every_figure():
 def test_a_worker_message_behind_a_burst_records_its_wait():
     core = burst(per_turn=0, n=5, cost_s=0.01)
     assert core.intake.waits.worst() >= 0.04  # the fifth waited for four messages of 10 ms each
+
+
+def test_the_core_hears_up_to_the_oldest_message_still_waiting_in_the_inbox():
+    """IntakeGate.heard_until (what a tick counts silences up to) is when the oldest message not
+    yet applied reached the inbox, and now once the inbox has drained."""
+    async def main() -> tuple[float, float, float, float]:
+        core = Core(1)  # one message a turn: the rest wait
+        loop = asyncio.get_running_loop()
+        inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0)
+        first = time.monotonic()
+        for i in range(3):
+            inbox.put("conn", heartbeat(i))
+        later = first + 10.0
+        waiting = core.intake.heard_until(later)
+        while len(core.served) < 3:
+            await asyncio.sleep(0)
+        return first, waiting, core.intake.heard_until(later), later
+
+    first, waiting, drained, later = asyncio.run(main())
+    assert first <= waiting < first + 1.0  # the first message's arrival, not `later`
+    assert drained == later

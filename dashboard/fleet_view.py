@@ -116,7 +116,8 @@ class FleetFeed:
             return
         self._read_at = now
         fresh, changed = self._records(now)
-        jobs = {"running": len(self.core.running_jobs()), "queued": len(self.core.queued_jobs())}
+        queued, running, _ = self.core.book.counts()
+        jobs = {"running": running, "queued": queued}
         if not self.links_job and not self.version:
             self.links_job = self._latest_link_matrix()
         if changed or jobs != self.jobs or not self.version:

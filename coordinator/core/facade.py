@@ -1,7 +1,7 @@
 """The coordinator's facade: the one object that servicers, the REST layer and metrics call.
 
     users    submit, get, list_jobs, cancel, watch, job_logs, list_workers, queued_jobs,
-             running_jobs, add_listener, durable
+             book.counts (queued, running, oldest), add_listener, durable
     workers  register, disconnect, on_message (one call per message up a daemon's stream)
     process  start (reload unfinished jobs, start the liveness tick), stop
 
@@ -264,9 +264,6 @@ class Coordinator:
     def queued_jobs(self) -> list[pb.Job]:
         """Jobs waiting for workers, from memory (no store read): for metrics and the dashboard."""
         return [q.job for q in self.book.queued.values()]
-
-    def running_jobs(self) -> list[pb.Job]:
-        return [rj.job for rj in self.book.running.values()]
 
     def add_listener(self, fn: Listener) -> None:
         """Call `fn(event, job)` for every job event as it happens, on the coordinator's loop; it

@@ -25,6 +25,7 @@ import collections
 import inspect
 import sys
 import threading
+import time
 import weakref
 from typing import Awaitable, Callable, Coroutine
 
@@ -63,6 +64,9 @@ def on(loop: asyncio.AbstractEventLoop, coro: Coroutine, key: str = "") -> async
     return answer
 
 
+LANE_TURN_S = 0.005  # the lane's own turn stops starting bodies after this long: the rest next turn
+
+
 class Lane:
     """Bodies hopped onto a loop, started ahead of the bulk work queued there: at the loop's next
     turn, as any callback, or sooner, at a checkpoint that bulk work offers (the worker inbox
@@ -78,35 +82,58 @@ class Lane:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._arrived: collections.deque[tuple[str, Callable[[], None]]] = collections.deque()  # any thread
+        self._lock = threading.Lock()  # puts come from any thread
+        self._arrived: collections.deque[tuple[str, Callable[[], None]]] = collections.deque()
+        self._asked = False  # a turn of the lane's own is due on the loop
         self._turns: dict[str, collections.deque[Callable[[], None]]] = {}  # the loop's: the round, in order
 
     def put(self, start: Callable[[], None], key: str = "") -> None:
         """From any thread: `start()` on the loop, at its next turn or checkpoint, in `key`'s turn."""
-        self._arrived.append((key, start))
-        self._loop.call_soon_threadsafe(self.run)
+        with self._lock:
+            self._arrived.append((key, start))
+            if self._asked:
+                return
+            self._asked = True
+        self._loop.call_soon_threadsafe(self._own_turn)
 
     @property
     def pending(self) -> bool:
         return bool(self._arrived or self._turns)
 
-    def run(self, limit: int = 0) -> None:
-        """On the loop: start what waits, at most `limit` of them (0: what waits as it begins; what
-        comes meanwhile has a turn of its own, as each put asks for one), a client at a time.
-        Bulk work passes a limit, so a flood of calls cannot hold its items back for good (a
-        worker's heartbeats); nor can the lane's own turn, which ran on while calls kept coming."""
-        n, turns = 0, self._turns
-        limit = limit or len(self._arrived) + sum(len(q) for q in turns.values())
-        while (self._arrived or turns) and (not limit or n < limit):
-            while self._arrived:  # what came since, each to its client's queue
-                key, start = self._arrived.popleft()
-                turns.setdefault(key, collections.deque()).append(start)
+    def _own_turn(self) -> None:
+        with self._lock:
+            self._asked = False
+        self.run(budget_s=LANE_TURN_S)
+
+    def run(self, limit: int = 0, budget_s: float = 0.0) -> None:
+        """On the loop: start what waits, a client at a time, at most `limit` bodies (0: no
+        bound) and no more once `budget_s` has passed (0: no bound); what is left has a turn of
+        the lane's own after the callbacks already due (the worker inbox among them). Bulk work
+        passes a limit, so a flood of calls cannot hold its items back for good (a worker's
+        heartbeats); the own turn's budget does the same for everything else on the loop."""
+        n, turns, began = 0, self._turns, time.perf_counter()
+        while not limit or n < limit:
+            if self._arrived:
+                with self._lock:  # what came since, each to its client's queue
+                    while self._arrived:
+                        key, start = self._arrived.popleft()
+                        turns.setdefault(key, collections.deque()).append(start)
+            if not turns:
+                return
             key = next(iter(turns))
             queue = turns.pop(key)
             queue.popleft()()
             if queue:
                 turns[key] = queue  # the back of the round
             n += 1
+            if budget_s and time.perf_counter() - began > budget_s:
+                break
+        if self.pending:
+            with self._lock:
+                if self._asked:
+                    return
+                self._asked = True
+            self._loop.call_soon(self._own_turn)
 
 
 _LANES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lane]" = weakref.WeakKeyDictionary()

@@ -46,25 +46,44 @@ def test_a_start_that_puts_more_is_served_in_its_clients_turn():
     assert asyncio.run(main()) == ["a0", "b0", "a-later"]
 
 
-def test_the_lanes_own_turn_ends_with_what_waited_as_it_began():
-    """Calls that come while the lane's turn runs wait for their own turn (each put asks for one),
-    so other callbacks of the loop (the worker inbox) run between: a client that answers each
-    reply with a new call kept one turn of the lane going."""
+def test_the_lanes_own_turn_gives_the_loop_back_after_its_budget():
+    """The lane's own turn stops starting bodies once LANE_TURN_S has passed and takes another
+    turn after the callbacks already due (the worker inbox's): a burst of slow calls ran in one
+    callback of 20-30 ms while the inbox waited."""
+    import time
+
+    from coordinator.edge.hop import LANE_TURN_S
+
     async def main() -> list[str]:
         loop = asyncio.get_running_loop()
         lane, order = Lane(loop), []
 
-        def call(i: int) -> None:
+        def slow(i: int) -> None:
+            time.sleep(0.002)
             order.append(f"call{i}")
-            if i < 5:
-                lane.put(lambda: call(i + 1), "bulk")  # the next call, as its answer goes out
 
-        lane.put(lambda: call(0), "bulk")
-        loop.call_soon(lambda: order.append("inbox"))  # queued behind the lane's first turn
-        for _ in range(20):
+        for i in range(10):
+            lane.put(lambda i=i: slow(i), "bulk")
+        loop.call_soon(lambda: order.append("inbox"))  # due behind the lane's first turn
+        while len(order) < 11:
             await asyncio.sleep(0)
         return list(order)
 
     order = asyncio.run(main())
-    assert order.index("inbox") < order.index("call5")
-    assert [o for o in order if o != "inbox"] == [f"call{i}" for i in range(6)]
+    assert [o for o in order if o != "inbox"] == [f"call{i}" for i in range(10)]
+    assert order.index("inbox") <= int(LANE_TURN_S / 0.002) + 1  # after the first turn's few, not all ten
+
+
+def test_a_checkpoints_share_leaves_the_rest_a_turn_of_its_own():
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        lane, order = Lane(loop), []
+        for i in range(5):
+            lane.put(lambda i=i: order.append(f"c{i}"), "a")
+        lane.run(2)  # an inbox checkpoint's share
+        assert order == ["c0", "c1"]
+        while len(order) < 5:
+            await asyncio.sleep(0)
+        return order
+
+    assert asyncio.run(main()) == [f"c{i}" for i in range(5)]

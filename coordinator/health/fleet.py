@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from coordinator.health.book import HealthBook
 from ringleader.defaults import PAGE_MAX
@@ -43,26 +43,26 @@ class FleetHealth:
 
     def all_workers(self) -> list[pb.WorkerInfo]:
         """Every worker the coordinator lists (all pages; list_workers fills in their health)."""
-        out, token = [], ""
-        while True:
-            page = self.core.list_workers(limit=PAGE_MAX, page_token=token)
-            out += page.workers
-            token = page.next_page_token
-            if not token:
-                return out
+        return [w for page in self._pages(PAGE_MAX) for w in page]
 
     async def all_workers_paced(self, page: int = PAGE_SMALL) -> list[pb.WorkerInfo]:
         """`all_workers`, a page of `page` workers per turn of the loop: listing 5,000 at once held
         the loop 40-60 ms (RunCheck over a fleet), and users' calls with it. A worker that comes or
         goes meanwhile is listed as a page token finds it (once at most: pages follow list order)."""
-        out, token = [], ""
-        while True:
-            listed = self.core.list_workers(limit=page, page_token=token)
-            out += listed.workers
-            token = listed.next_page_token
-            if not token:
-                return out
+        out: list[pb.WorkerInfo] = []
+        for listed in self._pages(page):
+            out += listed
             await asyncio.sleep(0)
+        return out
+
+    def _pages(self, limit: int) -> Iterator[list[pb.WorkerInfo]]:
+        token = ""
+        while True:  # each page is read as it is asked for
+            page = self.core.list_workers(limit=limit, page_token=token)
+            yield list(page.workers)
+            token = page.next_page_token
+            if not token:
+                return
 
     def info(self, worker_id: str) -> pb.WorkerInfo:
         """The worker as listed (one lookup, not a listing), or a DISCONNECTED record with its

@@ -101,6 +101,11 @@ class IntakeGate:
         self._reset_due = False
         self._used = 0
 
+    def exclude(self, seconds: float) -> None:
+        """Time of other work inside this turn's messages (users' calls at their checkpoints):
+        not the messages' budget."""
+        self._since += seconds
+
     def heard_until(self, now: float) -> float:
         """Until when every worker message that reached the coordinator has been applied: `now`,
         or when the oldest still waiting arrived (`waiting_since`, the inbox's: worker_stream.py)."""

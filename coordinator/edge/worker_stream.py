@@ -34,6 +34,12 @@ HEARTBEAT_BATCH_S = 0.01
 
 
 LANE_PER_MESSAGE = 8  # users' calls started between two worker messages, at most (the rest in the lane's turn)
+# Users' calls started at one drain's checkpoints take at most about this long; they do not count
+# against the messages' own budget (IntakeGate.budget_s). Counted together, a burst of cancels
+# (0.5-1 ms each, up to 8 between two messages) left a few messages a turn: drains of 15-29 ms,
+# mostly cancels, and worker messages waited 4-6 s for the core (churn, 5,000 workers, the
+# coordinator on 2 cores: bench/results/2026-11-27-h200-r14).
+HOPS_PER_DRAIN_S = 0.004
 
 
 class Inbox:
@@ -79,9 +85,14 @@ class Inbox:
 
     def _drain(self) -> None:
         gate, users = self.c.intake, self.lane
+        hops_left = HOPS_PER_DRAIN_S
         while True:
-            if users.pending:
+            if users.pending and hops_left > 0:
+                began = time.perf_counter()
                 users.run(LANE_PER_MESSAGE)
+                spent = time.perf_counter() - began
+                hops_left -= spent
+                gate.exclude(spent)
             with self._lock:
                 if not self._items:
                     self._scheduled = False

@@ -341,3 +341,46 @@ def test_the_core_hears_up_to_the_oldest_message_still_waiting_in_the_inbox():
     first, waiting, drained, later = asyncio.run(main())
     assert first <= waiting < first + 1.0  # the first message's arrival, not `later`
     assert drained == later
+
+
+def test_users_calls_at_the_checkpoints_do_not_spend_the_messages_budget(monkeypatch):
+    """In one drain, users' calls started at its checkpoints take about HOPS_PER_DRAIN_S at most,
+    and the worker messages still get their own budget (IntakeGate.budget_s): counted together,
+    8 slow calls between two messages left one message a turn. The clock is the test's: each
+    call costs 1 ms of it and each message 0.2 ms."""
+    from coordinator.core.load import DEFAULT_BUDGET_S
+    from coordinator.edge.hop import lane
+    from coordinator.edge.worker_stream import HOPS_PER_DRAIN_S, LANE_PER_MESSAGE
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+
+    def spend(seconds: float) -> None:
+        clock[0] += seconds
+
+    async def main() -> tuple[int, int]:
+        core = Core(256)  # the gate's count and its time budget
+        core.on_message = lambda conn, msg: (spend(0.0002), core.served.append(msg.heartbeat.op_seq))
+        loop = asyncio.get_running_loop()
+        inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0)
+        calls = []
+        for _ in range(40):  # a burst of slow calls, queued before the messages
+            lane(loop).put(lambda: (spend(0.001), calls.append(len(core.served))), "bulk")
+        first = []
+        drain = inbox._drain
+
+        def drain_once() -> None:  # the first drain: the messages and the calls it ran
+            served0, calls0 = len(core.served), len(calls)
+            drain()
+            if not first:
+                first.append((len(core.served) - served0, len(calls) - calls0))
+        inbox._drain = drain_once
+        for i in range(100):
+            inbox.put("conn", heartbeat(i))
+        while len(core.served) < 100 or len(calls) < 40:
+            await asyncio.sleep(0)
+        return first[0]
+
+    messages, calls = asyncio.run(main())
+    assert calls <= HOPS_PER_DRAIN_S / 0.001 + LANE_PER_MESSAGE  # the calls' share of the drain
+    assert messages >= DEFAULT_BUDGET_S / 0.0002  # and the messages' budget was all theirs

@@ -34,7 +34,8 @@ import grpc
 
 def on(loop: asyncio.AbstractEventLoop, coro: Coroutine, key: str = "") -> asyncio.Future:
     """Await `coro` run on `loop` (another thread's) from the calling loop, in `key`'s turn of its
-    lane (the caller's client); cancelling the wait cancels the task there. One call_soon_threadsafe each way and nothing else: asyncio's
+    lane (the caller's client); cancelling the wait cancels the task there. One
+    call_soon_threadsafe each way and nothing else: asyncio's
     run_coroutine_threadsafe + wrap_future put a concurrent.futures.Future (a lock and a condition)
     and two chained callbacks between the loops. A round trip between two loops, 20,000 in a row on
     the 2-core development machine: 94-106 us of CPU against 120-146 with those. Most of what is
@@ -77,8 +78,9 @@ class Lane:
 
     Clients take turns: each `key` (a call's peer, so one client connection) has its own queue
     and the lane starts one body of each in turn. One client's bulk work cannot hold another's
-    calls behind it: a user's SubmitJob waited behind 32 cancels of a script's burst (the churn
-    scenario of bench/control_plane.py: a first 10 s at p99 122 ms, the rest at 28-32 ms)."""
+    calls behind it: a user's SubmitJob waited behind 32 cancels of a script's burst. With the
+    own turn's budget, churn's first 10 s (bench/control_plane.py) went from p99 122 ms to 59-83
+    (bench/results/2026-11-27-h200-r14)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -108,9 +108,9 @@ class IntakeGate:
 
     def heard_until(self, now: float) -> float:
         """Until when every worker message that reached the coordinator has been applied: `now`,
-        or when the oldest still waiting arrived (`waiting_since`, the inbox's: worker_stream.py)."""
-        since = self.waiting_since()
-        return min(now, since) if since else now
+        or when the oldest still waiting arrived (`waiting_since`, the inbox's: worker_stream.py).
+        Control._tick keeps it no later than the tick's own `now`."""
+        return self.waiting_since() or now
 
     def waiting_since(self) -> float:  # replaced by the inbox that feeds the core
         return 0.0

@@ -93,10 +93,15 @@ class Lane:
         """From any thread: `start()` on the loop, at its next turn or checkpoint, in `key`'s turn."""
         with self._lock:
             self._arrived.append((key, start))
+        self._ask(self._loop.call_soon_threadsafe)
+
+    def _ask(self, soon: Callable[[Callable[[], None]], object]) -> None:
+        """An own turn of the lane, unless one is due already (it starts what has come by then)."""
+        with self._lock:
             if self._asked:
                 return
             self._asked = True
-        self._loop.call_soon_threadsafe(self._own_turn)
+        soon(self._own_turn)
 
     @property
     def pending(self) -> bool:
@@ -131,11 +136,7 @@ class Lane:
             if budget_s and time.perf_counter() - began > budget_s:
                 break
         if self.pending:
-            with self._lock:
-                if self._asked:
-                    return
-                self._asked = True
-            self._loop.call_soon(self._own_turn)
+            self._ask(self._loop.call_soon)
 
 
 _LANES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lane]" = weakref.WeakKeyDictionary()

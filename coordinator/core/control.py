@@ -31,7 +31,6 @@ Hooks for other parts:
 from __future__ import annotations
 
 import collections
-import heapq
 import logging
 import time
 import uuid
@@ -43,6 +42,7 @@ from coordinator.store.api import JobStore
 from coordinator.core.dispatch import WorkerProtocol
 from coordinator.core.health_inputs import HealthProtocol
 from coordinator.core.preflight import Certifying
+from coordinator.core.queue_heap import QueueHeap
 from coordinator.core.reentry import Guard
 from coordinator.core.events import EventBus
 from coordinator.core.groups import Groups
@@ -78,9 +78,9 @@ class Control(WorkerProtocol, HealthProtocol):
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
         self._placement_due = False  # a pass deferred by handle(place=False)
         self._last_tick: float | None = None
-        # (deadline, job id) of queued jobs with a queue_timeout_s, wall clock against created_at:
-        # a restart neither resets nor extends a wait; a tick pops only what is due.
-        self._queue_deadlines: list[tuple[float, str]] = []
+        # Queued jobs with a queue_timeout_s, by deadline (wall clock against created_at: a restart
+        # neither resets nor extends a wait); a tick takes only what is due.
+        self._queue_deadlines = QueueHeap(self.book.queued, Queued.deadline)
         self._handlers: dict[type, Callable] = {
             Submit: self._submit, Cancel: self._cancel, Register: self._register, Disconnect: self._disconnect,
             Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, Cordon: self._cordon,
@@ -136,6 +136,11 @@ class Control(WorkerProtocol, HealthProtocol):
             self._live(job)
         return page
 
+    def copy_of(self, job: pb.Job) -> pb.Job:
+        """`get`'s answer for a job just submitted, without the store's read (it has no results)."""
+        (out := pb.Job()).CopyFrom(job)
+        return self._live(self.book.live(out))
+
     def _live(self, job: pb.Job) -> pb.Job:
         """A queued job's waiting reason is worked out when read, never stored on each change."""
         if job.id in self.certifying:
@@ -165,22 +170,15 @@ class Control(WorkerProtocol, HealthProtocol):
 
     def _enqueue(self, q: Queued) -> None:
         self.scheduler.add(scheduler.PendingJob.of(q.job.id, q.valid, q.job.created_at))
-        if (limit := q.valid.spec.queue_timeout_s) > 0:
-            heapq.heappush(self._queue_deadlines, (q.job.created_at + limit, q.job.id))
-            if len(self._queue_deadlines) > 2 * len(self.book.queued) + 64:  # mostly jobs long placed
-                self._queue_deadlines = [(q.job.created_at + q.valid.spec.queue_timeout_s, job_id)
-                                         for job_id, q in self.book.queued.items() if q.valid.spec.queue_timeout_s > 0]
-                heapq.heapify(self._queue_deadlines)
+        self._queue_deadlines.add(q.job.id, q)
         self._dirty = True
 
     def _queue_timeouts(self, wall: float) -> None:
         """Cancel the queued jobs whose queue_timeout_s has passed, saying what they waited for."""
-        while self._queue_deadlines and self._queue_deadlines[0][0] <= wall:
-            _, job_id = heapq.heappop(self._queue_deadlines)
-            if (q := self.book.queued.get(job_id)) is not None:
-                limit, waiting = q.valid.spec.queue_timeout_s, self.scheduler.reason(job_id)
-                self._cancel(Cancel(job_id, f"still queued after its queue timeout of {limit:g} s"
-                                            + (f": {waiting}" if waiting else "")))
+        for job_id in list(self._queue_deadlines.due(wall)):
+            limit, waiting = self.book.queued[job_id].valid.spec.queue_timeout_s, self.scheduler.reason(job_id)
+            self._cancel(Cancel(job_id, f"still queued after its queue timeout of {limit:g} s"
+                                        + (f": {waiting}" if waiting else "")))
 
     def _unqueue(self, job_id: str) -> None:
         self.scheduler.remove(job_id)

@@ -57,6 +57,12 @@ class EventBus:
     def add_listener(self, fn: Listener) -> None:
         self._listeners.append(fn)
 
+    def created(self, job_id: str) -> None:
+        """A job this process has just created has no stored events: its first is 1, without the
+        read of the job's stored events `record` makes for a job it has not seen (two statements
+        in the submit's call)."""
+        self._next_seq[job_id] = 1
+
     def record(self, event: pb.JobEvent, job: pb.Job) -> None:
         """Store `event` with the job's next sequence number, then publish it."""
         if event.job_id not in self._next_seq:

@@ -198,8 +198,7 @@ class Coordinator:
         # Placed at the end of this turn of the loop, with every other submit and worker message
         # of the turn: a pass per submit was a fifth of a draining coordinator's CPU. Read the
         # job again after `durable()` to see whether it started.
-        job = self._soon(Submit(valid, request_id)).job
-        return self.get(job.id)
+        return self.control.copy_of(self._soon(Submit(valid, request_id)).job)
 
     def get(self, job_id: str) -> pb.Job:
         jobspec.check_text("job_id", job_id)

@@ -7,7 +7,6 @@ spec, so nothing is validated twice) and the per-run bookkeeping that failure de
 
 from __future__ import annotations
 
-import heapq
 import logging
 import time
 import uuid
@@ -16,6 +15,7 @@ from typing import Iterable
 
 from coordinator.store.api import JobStore
 from coordinator.core.events import EventBus
+from coordinator.core.queue_heap import QueueHeap
 from ringleader import jobspec, states
 from ringleader.defaults import page_limit
 from ringleader.jobspec import ValidJob
@@ -28,6 +28,11 @@ log = logging.getLogger("ringleader.coordinator")
 class Queued:
     job: pb.Job
     valid: ValidJob
+
+    def deadline(self) -> float:
+        """When its queue_timeout_s ends (0.0: none), wall clock from created_at."""
+        limit = self.valid.spec.queue_timeout_s
+        return self.job.created_at + limit if limit > 0 else 0.0
 
 
 @dataclass
@@ -76,9 +81,7 @@ class JobBook:
         self.events = events
         self.queued: dict[str, Queued] = {}
         self.running: dict[str, Running] = {}
-        # (created_at, id) of queued jobs, and of some that left (dropped as they reach the top):
-        # the oldest queued job without a walk of the queue at each scrape.
-        self._by_age: list[tuple[float, str]] = []
+        self._by_age = QueueHeap(self.queued, lambda q: q.job.created_at)  # the oldest, for each scrape
 
     def load(self, reattach_deadline: float) -> list[Queued]:
         """After a (re)start: queued jobs queue again (returned, for the scheduler); running ones
@@ -99,22 +102,20 @@ class JobBook:
 
     def get(self, job_id: str) -> pb.Job:
         job = self.store.get(job_id)
-        self._live(job)
+        self.live(job)
         return job
 
-    def _live(self, job: pb.Job) -> None:
+    def live(self, job: pb.Job) -> pb.Job:
         """What is kept in memory only: a running job's progress (a queued job's waiting reason
         is the scheduler's: control.Control fills it in)."""
         if (live := self.running.get(job.id)) is not None:
             job.progress.CopyFrom(live.job.progress)
+        return job
 
     def counts(self) -> tuple[int, int, float]:
         """Queued, running, and when the oldest queued job was submitted (0.0: none), from memory
         without a list of them (read at every scrape)."""
-        ages = self._by_age
-        while ages and ages[0][1] not in self.queued:
-            heapq.heappop(ages)
-        return len(self.queued), len(self.running), ages[0][0] if ages else 0.0
+        return len(self.queued), len(self.running), self._by_age.first()
 
     def rows(self, states_: Iterable[int] = (), op: str = "", limit: int = 0, before_id: str = "") -> list[pb.Job]:
         """The store's rows for `page`: only the store is read, so a thread may call it."""
@@ -130,7 +131,7 @@ class JobBook:
         more = len(jobs) > n
         jobs = jobs[:n]
         for job in jobs:
-            self._live(job)
+            self.live(job)
         return Page(jobs, jobs[-1].id if more else "")
 
     # ---- changing --------------------------------------------------------------------------
@@ -139,6 +140,7 @@ class JobBook:
         job = pb.Job(id=uuid.uuid4().hex[:12], spec=valid.spec, state=pb.QUEUED,
                      reason="waiting for workers", created_at=time.time(), request_id=request_id)
         self.store.create(job)
+        self.events.created(job.id)
         self._record_state(job)
         return self._enqueue(Queued(job, valid)).job
 
@@ -185,12 +187,7 @@ class JobBook:
 
     def _enqueue(self, q: Queued) -> Queued:
         self.queued[q.job.id] = q
-        if q.job.created_at:
-            if len(self._by_age) > 2 * len(self.queued) + 64:  # mostly jobs gone: start again from the queue
-                self._by_age = [(j.job.created_at, i) for i, j in self.queued.items() if j.job.created_at]
-                heapq.heapify(self._by_age)
-            else:
-                heapq.heappush(self._by_age, (q.job.created_at, q.job.id))
+        self._by_age.add(q.job.id, q)
         return q
 
     def _dequeue(self, job_id: str) -> Queued:

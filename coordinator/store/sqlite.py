@@ -8,7 +8,7 @@ module, coordinator/store/api.py.
 The event loop is never held up by the disk: with `defer_commits` (what the coordinator uses)
 writes are grouped into one transaction per turn of the loop, and WAL checkpoints, the only
 step that waits for fsync in WAL mode with synchronous=NORMAL, run on a thread of their own
-(a PASSIVE checkpoint runs beside the writer without blocking it).
+(coordinator/store/sqlite_checkpoint.py).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Iterator
 from coordinator.store.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
 from coordinator.store.resident import Resident
 from coordinator.store.schema import MIGRATIONS
+from coordinator.store.sqlite_checkpoint import Checkpoints
 from coordinator.store.sqlite_health import SqliteBaselines, SqliteCredentials, SqliteWorkerHealth
 from coordinator.store.sqlite_trends import SqliteTrends
 from ringleader.defaults import PAGE_DEFAULT
@@ -30,9 +31,6 @@ from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
 log = logging.getLogger("ringleader.coordinator")
-
-
-CHECKPOINT_S = 1.0  # how often the checkpoint thread copies the WAL back into the database
 
 
 class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, SqliteTrends, JobStore):
@@ -46,7 +44,7 @@ class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, Sql
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
         self._pending: Callable[[], None] | None = None  # set by defer_commits
-        self._checkpoints: tuple[threading.Thread, threading.Event] | None = None
+        self._checkpoints: Checkpoints | None = None
         self._resident = Resident()  # unfinished jobs as written: no read-back (resident.py says why)
         try:
             # WAL: readers (a CLI peeking at the file) do not block the coordinator's writes.
@@ -110,12 +108,8 @@ class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, Sql
     def defer_commits(self, pending: Callable[[], None]) -> None:
         with self._lock:
             self._pending = pending
-            self._conn.execute("PRAGMA wal_autocheckpoint = 0")  # the thread below does them
-        stop = threading.Event()
-        thread = threading.Thread(target=self._checkpoint_forever, args=(stop,), name="sqlite-checkpoint",
-                                  daemon=True)
-        self._checkpoints = (thread, stop)
-        thread.start()
+            self._conn.execute("PRAGMA wal_autocheckpoint = 0")  # a thread does them (sqlite_checkpoint.py)
+        self._checkpoints = Checkpoints(self._path)
 
     def commit(self) -> None:
         with self._lock:
@@ -127,26 +121,14 @@ class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, Sql
                 # Never leave the failed group open: the next write must start (and announce) one.
                 self._resident.clear()  # (it held the group's writes)
                 self._credentials = None  # the same: read again at the next use
+                self._baselines_kept = None  # the same
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
 
-    def _checkpoint_forever(self, stop: threading.Event) -> None:
-        conn = sqlite3.connect(self._path, isolation_level=None)
-        try:
-            while not stop.wait(CHECKPOINT_S):
-                try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except sqlite3.Error as exc:  # busy or I/O: the next round tries again
-                    log.warning("WAL checkpoint failed: %s", exc)
-        finally:
-            conn.close()
-
     def close(self) -> None:
         if self._checkpoints:
-            thread, stop = self._checkpoints
-            stop.set()
-            thread.join()
+            self._checkpoints.stop()
             self._checkpoints = None
         with self._lock:
             try:
@@ -192,20 +174,27 @@ class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, Sql
         stored = pb.Job()
         stored.CopyFrom(job)
         stored.ClearField("results")  # results live in their own table
-        with self._tx(write=True) as c:
-            if c.execute("SELECT 1 FROM jobs WHERE id = ?", (job.id,)).fetchone():
-                raise AlreadyExists(f"job {job.id} already exists")
-            if job.request_id and (other := self._for_request(c, job.request_id)):
-                raise AlreadyExists(f"request {job.request_id} already created job {other}")
-            c.execute(
-                "INSERT INTO jobs (id, state, op, created_at, job, request_id) VALUES (?, ?, ?, ?, ?, ?)",
-                (job.id, job.state, job_op(job), job.created_at, stored.SerializeToString(),
-                 job.request_id or None),
-            )
-            c.executemany(
-                "INSERT INTO results (job_id, idx, blob) VALUES (?, ?, ?)",
-                [(job.id, i, r.SerializeToString()) for i, r in enumerate(job.results)],
-            )
+        # A job comes with results only from an import: otherwise its row is the one write, and
+        # the keys of its id and request id tell a repeat (one statement, no savepoint: _tx says
+        # why that matters).
+        with self._tx(write=True, one=not job.results) as c:
+            try:
+                c.execute(
+                    "INSERT INTO jobs (id, state, op, created_at, job, request_id) VALUES (?, ?, ?, ?, ?, ?)",
+                    (job.id, job.state, job_op(job), job.created_at, stored.SerializeToString(),
+                     job.request_id or None),
+                )
+            except sqlite3.IntegrityError as exc:
+                if "jobs.id" in str(exc):
+                    raise AlreadyExists(f"job {job.id} already exists") from None
+                if job.request_id and (other := self._for_request(c, job.request_id)):
+                    raise AlreadyExists(f"request {job.request_id} already created job {other}") from None
+                raise
+            if job.results:
+                c.executemany(
+                    "INSERT INTO results (job_id, idx, blob) VALUES (?, ?, ?)",
+                    [(job.id, i, r.SerializeToString()) for i, r in enumerate(job.results)],
+                )
         self._resident.put(stored)
 
     def get(self, job_id: str) -> pb.Job:

@@ -8,15 +8,46 @@ from __future__ import annotations
 from ringleader.v1 import jobs_pb2 as pb
 
 
+BASELINES_KEPT = 4096  # entries answered from memory (a 100,000-entry import would otherwise stay)
+
+
 class SqliteBaselines:
+    """Every stored result row reads its baseline and writes it back: the read, a statement and
+    a turn of the GIL per row (sqlite.py's _tx), is answered from the entries last read or
+    written. Only this process writes the table (one coordinator per file), so they stay true;
+    a failed commit forgets them (SqliteJobStore.commit)."""
+
+    _baselines_kept: dict[str, bytes | None] | None = None
+
+    def _kept(self) -> dict[str, bytes | None]:
+        if self._baselines_kept is None:
+            self._baselines_kept = {}
+        return self._baselines_kept
+
+    def _keep(self, key: str, blob: bytes | None) -> None:
+        kept = self._kept()
+        kept.pop(key, None)
+        kept[key] = blob
+        if len(kept) > BASELINES_KEPT:
+            del kept[next(iter(kept))]  # the least recently used
+
     def put_baseline(self, entry: pb.BaselineEntry) -> None:
+        blob = entry.SerializeToString()
         with self._tx(write=True, one=True) as c:  # type: ignore[attr-defined]
-            c.execute("INSERT OR REPLACE INTO baselines (key, blob) VALUES (?, ?)", (entry.key, entry.SerializeToString()))
+            c.execute("INSERT OR REPLACE INTO baselines (key, blob) VALUES (?, ?)", (entry.key, blob))
+        self._keep(entry.key, blob)
 
     def baseline(self, key: str) -> pb.BaselineEntry | None:
-        with self._tx() as c:  # type: ignore[attr-defined]
-            row = c.execute("SELECT blob FROM baselines WHERE key = ?", (key,)).fetchone()
-        return pb.BaselineEntry.FromString(row[0]) if row else None
+        kept = self._kept()
+        if key in kept:
+            blob = kept[key]
+            self._keep(key, blob)
+        else:
+            with self._tx() as c:  # type: ignore[attr-defined]
+                row = c.execute("SELECT blob FROM baselines WHERE key = ?", (key,)).fetchone()
+            blob = row[0] if row else None
+            self._keep(key, blob)
+        return pb.BaselineEntry.FromString(blob) if blob is not None else None
 
     def baselines(self, after: str = "", limit: int = 0) -> list[pb.BaselineEntry]:
         with self._tx() as c:  # type: ignore[attr-defined]

@@ -4,6 +4,8 @@ ON CONFLICT ... DO UPDATE, CASE instead of two-argument MIN/MAX, `?` placeholder
 
 from __future__ import annotations
 
+import functools
+
 from coordinator.store.trends import (HOUR_S, JOBS_KEPT, Downsampling, TrendBucket, TrendHour, TrendPoint, TrendQuery,
                                      buckets, downsample, one_key, sql_share)
 
@@ -41,10 +43,21 @@ def trend_rows(point: TrendPoint) -> list[tuple]:
             for host in ("", *dict.fromkeys(point.hosts))]
 
 
+_ONE_ROW = "(?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)"
+
+
+@functools.lru_cache(maxsize=64)
+def trend_upsert(n: int) -> str:
+    """TREND_UPSERT of `n` rows in one statement: a point's rows (the fleet's and each host's)
+    were a savepoint and a statement each, every one of them a turn of the GIL (sqlite.py's _tx)."""
+    return TREND_UPSERT.replace(_ONE_ROW, ", ".join([_ONE_ROW] * n))
+
+
 class SqliteTrends:
     def add_trend(self, point: TrendPoint) -> None:
-        with self._tx(write=True) as c:  # type: ignore[attr-defined]
-            c.executemany(TREND_UPSERT, trend_rows(point))
+        rows = trend_rows(point)
+        with self._tx(write=True, one=True) as c:  # type: ignore[attr-defined]
+            c.execute(trend_upsert(len(rows)), [v for row in rows for v in row])
 
     def trend(self, q: TrendQuery) -> list[TrendBucket]:
         where, args = _where(q)

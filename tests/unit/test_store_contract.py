@@ -378,9 +378,9 @@ def test_sqlite_a_failed_commit_leaves_no_group_open(tmp_path):
 
 
 def test_sqlite_deferred_checkpoints_run_on_their_own_thread(tmp_path, monkeypatch):
-    import coordinator.store.sqlite as store_sqlite
+    import coordinator.store.sqlite_checkpoint as checkpoint
 
-    monkeypatch.setattr(store_sqlite, "CHECKPOINT_S", 0.05)
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_S", 0.05)
     path = tmp_path / "jobs.sqlite"
     s = SqliteJobStore(path)
     s.defer_commits(lambda: None)

@@ -1,0 +1,121 @@
+"""How many statements the SQLite store runs for what a finished job writes (issue 27).
+
+Each statement lets go of the GIL and may wait a switch interval to take it back beside the gRPC
+edge thread (coordinator/store/sqlite.py's _tx), so a job's statements are the coordinator's
+throughput under churn. Counted here with SQLite's own trace callback, on the store's connection,
+in the coordinator's mode (writes deferred into one open group)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from coordinator.core.events import EventBus
+from coordinator.store import sqlite_health
+from coordinator.store.sqlite import SqliteJobStore
+from coordinator.store.trends import TrendPoint, TrendQuery
+from ringleader.errors import AlreadyExists
+from ringleader.v1 import jobs_pb2 as pb
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SqliteJobStore(tmp_path / "jobs.sqlite")
+    s.defer_commits(lambda: None)
+    yield s
+    s.close()
+
+
+class Statements:
+    def __init__(self, store: SqliteJobStore) -> None:
+        self.seen: list[str] = []
+        store._conn.set_trace_callback(self.seen.append)
+
+    def during(self, fn) -> list[str]:
+        """The statements `fn` ran, but for the BEGIN of the turn's group (once per turn)."""
+        self.seen.clear()
+        fn()
+        return [s for s in self.seen if s != "BEGIN"]
+
+
+def test_a_new_job_is_one_statement_and_a_repeat_is_refused(store):
+    count = Statements(store)
+    job = pb.Job(id="j1", state=pb.QUEUED, created_at=1.0)
+    job.spec.collective.op = "all_reduce"
+    assert len(count.during(lambda: store.create(job))) == 1
+    with pytest.raises(AlreadyExists, match="job j1 already exists"):
+        store.create(job)
+    assert store.get("j1").state == pb.QUEUED
+    again = pb.Job(id="j2", state=pb.QUEUED, created_at=2.0, request_id="r1")
+    assert len(count.during(lambda: store.create(again))) == 1  # a request id's own key tells a repeat
+    with pytest.raises(AlreadyExists, match="request r1 already created job j2"):
+        store.create(pb.Job(id="j3", state=pb.QUEUED, created_at=3.0, request_id="r1"))
+    assert [j.id for j in store.list()] == ["j2", "j1"]
+
+
+def test_a_trend_point_of_three_hosts_is_one_statement_and_sums_as_rows_did(store):
+    count = Statements(store)
+    p = TrendPoint(key="k", gpu_model="H100", op="all_reduce", link="cross", at=7200.0, busbw_gbps=10.0, job_id="a",
+                   hosts=("h1", "h2", "h3"))
+    assert len(count.during(lambda: store.add_trend(p))) == 1
+    store.add_trend(TrendPoint(**{**p.__dict__, "busbw_gbps": 30.0, "job_id": "b", "hosts": ("h1", "h1")}))
+    fleet = store.trend(TrendQuery(since=7200.0, until=10800.0))
+    assert [(b.n, b.min_gbps, b.max_gbps) for b in fleet] == [(2, 10.0, 30.0)]
+    for host, n in (("h1", 2), ("h2", 1), ("h3", 1)):
+        [b] = store.trend(TrendQuery(since=7200.0, until=10800.0, host=host))
+        assert b.n == n, host
+
+
+def test_a_baseline_written_is_read_back_without_a_statement(store):
+    count = Statements(store)
+    e = pb.BaselineEntry(key="k1", median_busbw_gbps=5.0)
+    store.put_baseline(e)
+    assert count.during(lambda: store.baseline("k1")) == []
+    got = store.baseline("k1")
+    got.median_busbw_gbps = 99.0  # the caller's copy: what the store answers next is unchanged
+    assert store.baseline("k1").median_busbw_gbps == 5.0
+    assert len(count.during(lambda: store.baseline("absent"))) == 1
+    assert count.during(lambda: store.baseline("absent")) == []  # its absence is kept too
+    store.put_baseline(pb.BaselineEntry(key="absent", median_busbw_gbps=1.0))
+    assert store.baseline("absent").median_busbw_gbps == 1.0
+
+
+def test_baselines_kept_are_bounded_and_the_rest_read_from_the_table(store, monkeypatch):
+    monkeypatch.setattr(sqlite_health, "BASELINES_KEPT", 3)
+    for i in range(5):
+        store.put_baseline(pb.BaselineEntry(key=f"k{i}", median_busbw_gbps=float(i)))
+    assert len(store._baselines_kept) == 3
+    count = Statements(store)
+    assert len(count.during(lambda: store.baseline("k0"))) == 1  # let go of: read again, and right
+    assert store.baseline("k0").median_busbw_gbps == 0.0
+    assert [store.baseline(f"k{i}").median_busbw_gbps for i in range(5)] == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_failed_commit_forgets_the_baselines_it_held(store):
+    store.put_baseline(pb.BaselineEntry(key="k", median_busbw_gbps=1.0))
+    store.commit()
+    store.put_baseline(pb.BaselineEntry(key="k", median_busbw_gbps=2.0))  # in the open group
+    assert store.baseline("k").median_busbw_gbps == 2.0
+    # The group's commit fails (a foreign key checked at commit), and rolls the group back.
+    store._conn.execute("PRAGMA defer_foreign_keys = ON")
+    store._conn.execute("INSERT INTO results (job_id, idx, blob) VALUES ('nobody', 0, x'')")
+    with pytest.raises(sqlite3.IntegrityError):
+        store.commit()
+    assert store.baseline("k").median_busbw_gbps == 1.0
+
+
+def test_a_job_created_here_records_its_first_event_without_reading_the_stored_ones(store):
+    bus = EventBus(store)
+    job = pb.Job(id="j2", state=pb.QUEUED, created_at=1.0)
+    store.create(job)
+    bus.created("j2")
+    count = Statements(store)
+    state = pb.JobEvent(job_id="j2", state=pb.StateChange(state=pb.QUEUED))
+    assert len(count.during(lambda: bus.record(state, job))) == 1
+    assert state.seq == 1
+    # A bus that did not create the job (a restarted coordinator) reads where the job's events are.
+    later = pb.JobEvent(job_id="j2", state=pb.StateChange(state=pb.RUNNING))
+    EventBus(store).record(later, job)
+    assert later.seq == 2
+    assert [e.seq for e in store.events("j2")] == [1, 2]

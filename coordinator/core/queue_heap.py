@@ -18,6 +18,10 @@ class QueueHeap:
         self._queued, self._at = queued, at  # at(q) <= 0: not kept (no such time)
         self._heap: list[tuple[float, str]] = []
 
+    def __len__(self) -> int:
+        """Entries held, those of jobs gone from the queue included."""
+        return len(self._heap)
+
     def add(self, job_id: str, q: Q) -> None:
         """After `job_id` joined the queue."""
         if (t := self._at(q)) <= 0:

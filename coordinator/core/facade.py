@@ -9,9 +9,9 @@ Behind it: control.Control, the control core as one reactor: every call, worker 
 clock tick becomes one input (coordinator/core/inputs.py) that `Control.handle` applies; the facade
 puts what comes back on the workers' streams (`_do`). Control owns the job book, the events, the
 worker registry, the warm groups and the scheduler; liveness is a pure function it asks on each
-tick. Everything runs on one asyncio loop: no locks. Store writes are grouped: the store commits
-once per turn (`_commit`), and `durable()`, which the servicers await before they acknowledge a
-submit or a cancel, waits for that commit: a job acknowledged is a job stored.
+tick. Everything runs on one asyncio loop: no locks. Store writes are grouped: a group commits
+COMMIT_EVERY_S after its first write, or at the end of the turn a caller awaits `durable()` in
+(servicers do before they acknowledge a submit or a cancel): a job acknowledged is a job stored.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
 log = logging.getLogger("ringleader.coordinator")
+COMMIT_EVERY_S = 0.01  # a commit a turn was 12.6 % of a draining core (bench/results/2026-11-27-h200x2-r15)
 
 __all__ = ["Coordinator", "Timings", "WorkerPage"]
 
@@ -81,9 +82,9 @@ class Coordinator:
         """Reload unfinished jobs; RUNNING ones wait a grace period for their workers to return."""
         loop = asyncio.get_running_loop()
 
-        def pending() -> None:  # the first write of a group: commit at the end of this turn
+        def pending() -> None:  # the first write of a group: commit soon, or once someone waits
             self._uncommitted = True
-            loop.call_soon(self._commit)
+            loop.call_later(COMMIT_EVERY_S, self._commit)
 
         self.store.defer_commits(pending)
         self._do(Reload(reattach_deadline=time.monotonic() + self.timings.reconcile_grace_s))
@@ -124,6 +125,8 @@ class Coordinator:
         """Return once every store write made so far is committed."""
         if self._uncommitted:
             waiter = asyncio.get_running_loop().create_future()
+            if not self._commit_waiters:  # the first to wait: at the end of this turn
+                asyncio.get_running_loop().call_soon(self._commit)
             self._commit_waiters.append(waiter)
             await waiter
 

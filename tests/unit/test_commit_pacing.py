@@ -1,0 +1,67 @@
+"""When the facade commits the store's open group of writes (coordinator/core/facade.py): worker
+traffic alone at most every COMMIT_EVERY_S, a caller of `durable()` at the end of its turn."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from coordinator.core import facade
+from coordinator.core.facade import Coordinator
+from coordinator.store.sqlite import SqliteJobStore
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
+
+
+class CountingStore(SqliteJobStore):
+    def __init__(self, path) -> None:
+        super().__init__(path)
+        self.commits: list[float] = []
+
+    def commit(self) -> None:
+        if self._conn.in_transaction:
+            self.commits.append(time.monotonic())
+        super().commit()
+
+
+def spec() -> pb.JobSpec:
+    return pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))
+
+
+async def turns(n: int) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_worker_traffic_commits_once_a_pace_and_a_waiting_caller_at_its_turns_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(facade, "COMMIT_EVERY_S", 0.2)
+
+    async def main() -> None:
+        store = CountingStore(tmp_path / "jobs.sqlite")
+        core = Coordinator(store)
+        await core.start()
+        await core.durable()
+        store.commits.clear()
+        conn = core.register(wpb.Register(worker_id="w1", host="h1", address="10.0.0.1", backend="gloo",
+                                          version="test", device=pb.Device(type="cpu", index=0, name="cpu")))
+        await turns(5)
+        job = core.submit(spec())  # a write, and nobody waits for it yet
+        await turns(20)  # many turns: none commits on its own
+        assert store.commits == []
+        began = time.monotonic()
+        await core.durable()  # the caller waits: committed at the end of this turn, not at the pace
+        assert len(store.commits) == 1 and store.commits[0] - began < 0.1
+        # Worker traffic alone (the rank's report ends the job: writes), nobody waiting.
+        core.on_message(conn, wpb.WorkerMessage(done=wpb.JobDone(job_id=job.id, rank=0, ok=True)))
+        wrote = time.monotonic()
+        await turns(20)
+        assert len(store.commits) == 1
+        while len(store.commits) < 2 and time.monotonic() - wrote < 2:
+            await asyncio.sleep(0.01)
+        assert len(store.commits) == 2 and store.commits[1] - wrote >= 0.19  # at the pace, once
+        assert store.get(job.id).state == pb.SUCCEEDED
+        await core.stop()
+        core.close()
+        store.close()
+
+    asyncio.run(main())

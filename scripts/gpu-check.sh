@@ -74,8 +74,8 @@ if [ "$what" = control-plane ]; then
   for run in ${CP_RUNS:-churn churn-unpaced}; do
     pace=256
     case $run in
-      churn) args=(--workers 5000 --queue 10000 --churn --duration "${CP_DURATION:-60}") ;;
-      churn-unpaced) args=(--workers 5000 --queue 10000 --churn --duration "${CP_DURATION:-60}"); pace=0 ;;
+      churn) args=(--workers 5000 --queue 10000 --churn --duration "${CP_DURATION:-90}") ;;
+      churn-unpaced) args=(--workers 5000 --queue 10000 --churn --duration "${CP_DURATION:-90}"); pace=0 ;;
       deep) args=(--workers 5000 --queue 10000 --duration 45) ;;
       w10k) args=(--workers 10000 --duration 45) ;;
       *) echo "unknown run $run"; continue ;;

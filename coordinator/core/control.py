@@ -137,7 +137,7 @@ class Control(WorkerProtocol, HealthProtocol):
         return page
 
     def copy_of(self, job: pb.Job) -> pb.Job:
-        """`get`'s answer for a job just submitted, without the store's read (it has no results)."""
+        """`get`'s answer for a job held here that has no results, without the store's read."""
         (out := pb.Job()).CopyFrom(job)
         return self._live(self.book.live(out))
 
@@ -161,9 +161,11 @@ class Control(WorkerProtocol, HealthProtocol):
         if inp.job_id in self.book.queued:
             self.certifying.pop(inp.job_id, None)  # its running check ends as checks do
             self._unqueue(inp.job_id)
+            self._out.job = self.book.queued[inp.job_id].job  # as stored, and without results
             self.book.finish(inp.job_id, pb.CANCELLED, inp.reason)
-        elif inp.job_id in self.book.running:
-            self.end(self.book.running[inp.job_id], pb.CANCELLED, inp.reason)
+        elif (rj := self.book.running.get(inp.job_id)) is not None:
+            self.end(rj, pb.CANCELLED, inp.reason)
+            self._out.job = None if rj.rows else rj.job  # with rows stored, the caller reads them
         else:
             job = self.store.get(inp.job_id)  # NotFound for unknown ids
             raise FailedPrecondition(f"job {inp.job_id} is already {pb.JobState.Name(job.state)}")

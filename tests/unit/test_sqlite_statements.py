@@ -17,6 +17,7 @@ from coordinator.store.sqlite import SqliteJobStore
 from coordinator.store.trends import TrendPoint, TrendQuery
 from ringleader.errors import AlreadyExists
 from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
 
 
 @pytest.fixture
@@ -119,3 +120,26 @@ def test_a_job_created_here_records_its_first_event_without_reading_the_stored_o
     EventBus(store).record(later, job)
     assert later.seq == 2
     assert [e.seq for e in store.events("j2")] == [1, 2]
+
+
+def test_a_cancel_answers_from_memory_unless_the_job_has_results(store):
+    from coordinator.core.facade import Coordinator
+
+    core = Coordinator(store)  # no loop: each input's placement pass runs at once
+    conns = [core.register(wpb.Register(worker_id=f"w{i}", host="h1", address=f"10.0.0.{i + 1}", backend="gloo",
+                                        version="test", device=pb.Device(type="cpu", index=i, name="cpu")))
+             for i in range(2)]
+    one = pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))
+    bare, measured, queued = (core.submit(one) for _ in range(3))
+    assert [core.get(j.id).state for j in (bare, measured, queued)] == [pb.RUNNING, pb.RUNNING, pb.QUEUED]
+    holder = next(c for c in conns if c.job_id == measured.id)
+    core.on_message(holder, wpb.WorkerMessage(result=wpb.ResultReport(job_id=measured.id, result=pb.SizeResult(
+        op="all_reduce", dtype="float32", reduce_op="sum", size_bytes=1024, world_size=1, busbw_gbps=2.0))))
+    count = Statements(store)
+    for job in (queued, bare):  # no results: the answer is the job as just stored, with no read
+        answers: list[pb.Job] = []
+        seen = count.during(lambda: answers.append(core.cancel(job.id)))
+        assert not [s for s in seen if s.startswith("SELECT")], seen
+        assert answers[0] == store.get(job.id) and answers[0].state == pb.CANCELLED
+    answer = core.cancel(measured.id)  # a row stored: read back with it
+    assert answer == store.get(measured.id) and len(answer.results) == 1

@@ -84,7 +84,7 @@ class Coordinator:
 
         def pending() -> None:  # the first write of a group: commit soon, or once someone waits
             self._uncommitted = True
-            loop.call_later(COMMIT_EVERY_S, self._commit)
+            loop.call_later(COMMIT_EVERY_S, lambda: self.closed or self._commit())  # the store closes after close()
 
         self.store.defer_commits(pending)
         self._do(Reload(reattach_deadline=time.monotonic() + self.timings.reconcile_grace_s))

@@ -65,3 +65,21 @@ def test_worker_traffic_commits_once_a_pace_and_a_waiting_caller_at_its_turns_en
         store.close()
 
     asyncio.run(main())
+
+
+def test_a_paced_commit_due_after_close_does_nothing(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(facade, "COMMIT_EVERY_S", 0.05)
+
+    async def main() -> None:
+        store = CountingStore(tmp_path / "jobs.sqlite")
+        core = Coordinator(store)
+        await core.start()
+        await core.durable()
+        store.commits.clear()
+        core.submit(spec())  # a group opens; its paced commit is due in 50 ms
+        core.close()  # commits it; the store closes right after, as the process does
+        store.close()
+        await asyncio.sleep(0.15)  # past the pace: the timer fires into a closed facade
+
+    asyncio.run(main())
+    assert not [r for r in caplog.records if "commit failed" in r.getMessage()]

@@ -15,8 +15,9 @@ class ReentryError(RuntimeError):
 
 class Guard:
     """`with guard.entered(what):` around applying an input. A plain class, not a generator
-    context manager: it wraps every worker message (a generator's set-up and close were 6 % of
-    the GIL time a churned coordinator's inbox took, bench/results/2026-11-27-local-r15)."""
+    context manager: it wraps every worker message, and generator context managers (this guard's
+    and the SQLite store's `_tx`) were about a tenth of the GIL time a churned coordinator's inbox
+    took (bench/results/2026-11-27-local-r15/gil-profiles.txt)."""
 
     def __init__(self) -> None:
         self.applying: str | None = None  # the input being applied

@@ -78,8 +78,8 @@ class Need:
     def constraints(self) -> str:
         parts = [f"{k}={v}" for k, v in (("host", self.host), ("gpu_model", self.gpu_model),
                                          ("device_type", self.device_type)) if v]
-        if self.worker_ids:
-            parts.append("worker_ids=" + ",".join(self.worker_ids))
+        if ids := self.worker_ids:  # a fleet-wide check names thousands: the first few and how many
+            parts.append("worker_ids=" + ",".join(ids[:8]) + (f",... ({len(ids)} in all)" if len(ids) > 8 else ""))
         return f" matching {' '.join(parts)}" if parts else ""
 
 

@@ -28,6 +28,16 @@ def spec() -> pb.JobSpec:
     return pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))
 
 
+async def started(tmp_path) -> tuple[CountingStore, Coordinator]:
+    """A started facade on a counting store, its start-up's writes committed and not counted."""
+    store = CountingStore(tmp_path / "jobs.sqlite")
+    core = Coordinator(store)
+    await core.start()
+    await core.durable()
+    store.commits.clear()
+    return store, core
+
+
 async def turns(n: int) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
@@ -37,11 +47,7 @@ def test_worker_traffic_commits_once_a_pace_and_a_waiting_caller_at_its_turns_en
     monkeypatch.setattr(facade, "COMMIT_EVERY_S", 0.2)
 
     async def main() -> None:
-        store = CountingStore(tmp_path / "jobs.sqlite")
-        core = Coordinator(store)
-        await core.start()
-        await core.durable()
-        store.commits.clear()
+        store, core = await started(tmp_path)
         conn = core.register(wpb.Register(worker_id="w1", host="h1", address="10.0.0.1", backend="gloo",
                                           version="test", device=pb.Device(type="cpu", index=0, name="cpu")))
         await turns(5)
@@ -71,11 +77,7 @@ def test_a_paced_commit_due_after_close_does_nothing(tmp_path, monkeypatch, capl
     monkeypatch.setattr(facade, "COMMIT_EVERY_S", 0.05)
 
     async def main() -> None:
-        store = CountingStore(tmp_path / "jobs.sqlite")
-        core = Coordinator(store)
-        await core.start()
-        await core.durable()
-        store.commits.clear()
+        store, core = await started(tmp_path)
         core.submit(spec())  # a group opens; its paced commit is due in 50 ms
         core.close()  # commits it; the store closes right after, as the process does
         store.close()

@@ -231,8 +231,8 @@ class Coordinator:
     def cancel(self, job_id: str, reason: str = "") -> pb.Job:
         jobspec.check_text("job_id", job_id)
         jobspec.check_text("reason", reason)
-        out = self._soon(Cancel(job_id, reason or "cancelled by user"))  # its job, if known to have no results:
-        return self.control.copy_of(out.job) if out.job is not None else self.get(job_id)  # no read-back
+        out = self._soon(Cancel(job_id, reason or "cancelled by user"))
+        return self.control.copy_of(out.job) if out.job is not None else self.get(job_id)  # out.job: no rows to read
 
     def watch(self, job_id: str) -> AsyncIterator[pb.JobEvent]:
         """Stored events, then live ones, until the job reaches a terminal state."""

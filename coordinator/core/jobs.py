@@ -101,9 +101,7 @@ class JobBook:
     # ---- reading ---------------------------------------------------------------------------
 
     def get(self, job_id: str) -> pb.Job:
-        job = self.store.get(job_id)
-        self.live(job)
-        return job
+        return self.live(self.store.get(job_id))
 
     def live(self, job: pb.Job) -> pb.Job:
         """What is kept in memory only: a running job's progress (a queued job's waiting reason

@@ -6,7 +6,8 @@ proto change needs no schema change. The `update` and `list` rules come from the
 module, coordinator/store/api.py.
 
 The event loop is never held up by the disk: with `defer_commits` (what the coordinator uses)
-writes are grouped into one transaction per turn of the loop, and WAL checkpoints, the only
+writes are grouped into one open transaction until its owner commits (the facade paces it:
+coordinator/core/facade.py, COMMIT_EVERY_S), and WAL checkpoints, the only
 step that waits for fsync in WAL mode with synchronous=NORMAL, run on a thread of their own
 (coordinator/store/sqlite_checkpoint.py).
 """
@@ -14,7 +15,6 @@ step that waits for fsync in WAL mode with synchronous=NORMAL, run on a thread o
 from __future__ import annotations
 
 import contextlib
-import logging
 import sqlite3
 import threading
 from pathlib import Path
@@ -29,8 +29,6 @@ from coordinator.store.sqlite_trends import SqliteTrends
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
-
-log = logging.getLogger("ringleader.coordinator")
 
 
 class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, SqliteTrends, JobStore):

@@ -41,12 +41,11 @@ class SqliteBaselines:
         kept = self._kept()
         if key in kept:
             blob = kept[key]
-            self._keep(key, blob)
         else:
             with self._tx() as c:  # type: ignore[attr-defined]
                 row = c.execute("SELECT blob FROM baselines WHERE key = ?", (key,)).fetchone()
             blob = row[0] if row else None
-            self._keep(key, blob)
+        self._keep(key, blob)  # kept, or moved to the most recently used end
         return pb.BaselineEntry.FromString(blob) if blob is not None else None
 
     def baselines(self, after: str = "", limit: int = 0) -> list[pb.BaselineEntry]:

@@ -108,6 +108,7 @@ class SimWorker:
     _out: collections.deque = field(default_factory=collections.deque)
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
     _op: int = 0  # the executor's op counter (worker/supervisor.py op_seq)
+    _kept: wpb.WorkerMessage | None = None  # the last Done of a job it ran: sent again on each stream (worker/link.py)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Stay registered until `stop`, reconnecting (after 1-2 s) when the stream ends."""
@@ -131,8 +132,13 @@ class SimWorker:
         call = self.stub.Connect()
         try:
             # A job keeps running while the stream is down (the executor is the daemon's child):
-            # the daemon says so when it registers again, as worker/daemon.py does.
-            await call.write(wpb.WorkerMessage(register=self.spec.register(self.holds, self.job)))
+            # the daemon says so when it registers again, as worker/daemon.py does; or names the
+            # job of its kept Done, sent again first (worker/link.py).
+            kept = self._kept
+            if kept is not None and not any(m is kept for m in self._out):
+                self._out.appendleft(kept)
+            job = self.job or (kept and (kept.done.job_id, kept.done.rank))
+            await call.write(wpb.WorkerMessage(register=self.spec.register(self.holds, job)))
             first = await call.read()
             if first is grpc.aio.EOF:
                 return True
@@ -154,10 +160,12 @@ class SimWorker:
         finally:
             call.cancel()
 
-    def send(self, **msg) -> None:
+    def send(self, kept: bool = False, **msg) -> None:
         if "heartbeat" in msg and not self.connected:
             return  # stale heartbeats are worthless after a reconnect (worker/link.py)
-        self._out.append(wpb.WorkerMessage(**msg))
+        self._out.append(out := wpb.WorkerMessage(**msg))
+        if kept:
+            self._kept = out
         self._ready.set()
 
     async def _write(self, call) -> None:
@@ -198,7 +206,7 @@ class SimWorker:
                                        error=f"worker busy with job {self.job[0]}", warm_group=self.holds))
             return
         self.stats.assignments += 1
-        self.job = (a.job_id, a.rank)
+        self.job, self._kept = (a.job_id, a.rank), None
         self._run = asyncio.create_task(self._job(a))
 
     async def _job(self, a: wpb.Assignment) -> None:
@@ -222,7 +230,7 @@ class SimWorker:
                            results=results if a.rank == 0 else [])
         if a.rank == 0 and (outcome := _outcome(a)) is not None:
             getattr(done, outcome[0]).CopyFrom(outcome[1])
-        self.send(done=done)
+        self.send(done=done, kept=True)
 
     async def _sweep(self, a: wpb.Assignment, duration: float) -> list[pb.SizeResult]:
         """The job's steps over `duration`: ops, progress (every rank), result rows (rank 0)."""
@@ -245,8 +253,8 @@ class SimWorker:
             # A daemon replaces its executor: the group and the op counter go with it.
             self.holds, self.job, self._run, self._op = "", None, None, 0
             self.send(done=wpb.JobDone(job_id=abort.job_id, rank=rank, ok=False, error=f"aborted: {abort.reason}",
-                                       failure=wpb.ABORTED, executor_restarts=1))
-        else:
+                                       failure=wpb.ABORTED, executor_restarts=1), kept=True)
+        elif not (self._kept and self._kept.done.job_id == abort.job_id):  # the kept Done answered it
             self.send(done=wpb.JobDone(job_id=abort.job_id, ok=False, error="aborted: not running it",
                                        failure=wpb.ABORTED, warm_group=self.holds))
 

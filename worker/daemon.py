@@ -137,17 +137,20 @@ class WorkerDaemon:
             if self.job or self.executor is None:
                 why = f"worker busy with job {self.job[0]}" if self.job else "worker has no executor"
                 # The coordinator placed us wrongly: refuse the new job rather than corrupt the old.
-                self._send_done(a.rank, api.Done.failed(a.job_id, why, wpb.RANK_ERROR, holds=self.holds))
+                self._send_done(a.rank, api.Done.failed(a.job_id, why, wpb.RANK_ERROR, holds=self.holds), kept=False)
                 return
             self.job = (a.job_id, a.rank)
+            self.link.forget_done()
             self.executor.send(api.Run(a.SerializeToString(), self.logs.path(a.job_id, a.rank)))
 
     async def _abort(self, abort: wpb.Abort) -> None:
         async with self._lock:
             if not self.job or self.job[0] != abort.job_id:
-                # Not (or no longer) running it: say so, so the coordinator never waits on us.
-                self._send_done(0, api.Done.failed(abort.job_id, "aborted: not running it", wpb.ABORTED,
-                                                   holds=self.holds))
+                # Not (or no longer) running it: say so, so the coordinator never waits on us;
+                # unless our kept Done of it, sent again after the Register, has said so.
+                if not self.link.kept_done(abort.job_id):
+                    self._send_done(0, api.Done.failed(abort.job_id, "aborted: not running it", wpb.ABORTED,
+                                                       holds=self.holds), kept=False)
                 return
             job_id, rank = self.job
             log.warning("aborting job %s: %s", job_id, abort.reason)
@@ -270,9 +273,11 @@ class WorkerDaemon:
             if handle is self.executor and not self._stopping.is_set():
                 await self._replace_executor()
 
-    def _send_done(self, rank: int, done: api.Done) -> None:
+    def _send_done(self, rank: int, done: api.Done, kept: bool = True) -> None:
+        """`kept`: the end of a job this daemon ran (worker/link.py sends it again after a
+        reconnect); a refusal or a "not running it" is not."""
         self.jobs_done["succeeded" if done.ok else _OUTCOMES.get(done.failure, "failed")] += 1
-        self.link.send(wpb.WorkerMessage(done=done.to_pb(rank, self.restarts)))
+        self.link.send(wpb.WorkerMessage(done=done.to_pb(rank, self.restarts)), kept=kept)
         self.logs.remove(done.job_id, rank)  # sent: the capture file has served
 
 

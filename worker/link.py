@@ -1,7 +1,11 @@
 """A daemon's link to the coordinator: one long-lived stream, reconnected with backoff.
 
 Messages for the coordinator wait in an outbox that survives reconnects (a failed write goes
-back to the front); heartbeats are dropped while disconnected, as they would be stale. Errors of
+back to the front); heartbeats are dropped while disconnected, as they would be stale. The last
+JobDone of a job this daemon ran is also kept after it is written, and sent again at the head of
+every new stream until the next assignment: a write that succeeds says nothing of its arrival (the
+coordinator may have died with it in a socket buffer, or taken it and died before its paced
+commit), and a Done lost so would have the job run again after the restart. Errors of
 the link or of handling one message are logged and lead to a reconnect or to the next message:
 they never end the daemon.
 """
@@ -62,6 +66,7 @@ class CoordinatorLink:
         self.connected = asyncio.Event()
         self._outbox: collections.deque[wpb.WorkerMessage] = collections.deque()
         self._outbox_ready = asyncio.Event()
+        self._kept_done: wpb.WorkerMessage | None = None  # sent again on each new stream (see above)
         self._session: asyncio.Task | None = None
         self._stopping = False
         self._refusal = ""  # the coordinator's last refusal of our credentials, logged once
@@ -70,11 +75,24 @@ class CoordinatorLink:
     def address(self) -> str:
         return self.rotation.current
 
-    def send(self, msg: wpb.WorkerMessage) -> None:
+    def send(self, msg: wpb.WorkerMessage, kept: bool = False) -> None:
+        """Queue `msg` for the coordinator; `kept`: it is the JobDone of a job this daemon ran,
+        sent again on every new stream until `forget_done` (a reply such as "not running it" is not)."""
         if msg.WhichOneof("msg") == "heartbeat" and not self.connected.is_set():
             return  # stale heartbeats are worthless after a reconnect
+        if kept:
+            self._kept_done = msg
         self._outbox.append(msg)
         self._outbox_ready.set()
+
+    def forget_done(self) -> None:
+        """A new assignment: the coordinator took our last Done (it placed us again)."""
+        self._kept_done = None
+
+    def kept_done(self, job_id: str) -> bool:
+        """Whether our kept Done is `job_id`'s: sent again, it answers the coordinator's abort
+        of that job (what a registration naming a job it no longer runs brings)."""
+        return self._kept_done is not None and self._kept_done.done.job_id == job_id
 
     def unreported_done(self) -> tuple[str, int] | None:
         """(job id, rank) of a JobDone still waiting in the outbox: a job that ended while no
@@ -126,6 +144,8 @@ class CoordinatorLink:
                 pass
 
     async def _connect(self, backoff: Backoff) -> None:
+        if self._kept_done is not None and not any(m is self._kept_done for m in self._outbox):
+            self._outbox.appendleft(self._kept_done)  # first, and named by the Register (unreported_done)
         async with self.security.aio_channel(self.address, options=KEEPALIVE_OPTIONS) as channel:
             call = workers_pb2_grpc.WorkerServiceStub(channel).Connect(metadata=self.security.metadata)
             register = self.register()

@@ -15,11 +15,12 @@ from ports import free_port
 pytestmark = pytest.mark.integration
 
 
-def running_starts(db: str, job_id: str) -> int:
+def states(db: str, job_id: str) -> list[str]:
+    """The job's state events, in order, with their reasons: the assertion names the path taken."""
     with sqlite3.connect(db) as conn:
         blobs = [r[0] for r in conn.execute("SELECT blob FROM events WHERE job_id = ? ORDER BY n", (job_id,))]
     events = [pb.JobEvent.FromString(b) for b in blobs]
-    return sum(e.WhichOneof("event") == "state" and e.state.state == pb.RUNNING for e in events)
+    return [f"{pb.JobState.Name(e.state.state)}: {e.state.reason}" for e in events if e.WhichOneof("event") == "state"]
 
 
 def ranks_succeeded(metrics_url: str) -> float:
@@ -51,4 +52,31 @@ def test_a_job_that_ended_while_the_coordinator_was_down_is_not_run_again(fresh_
     c.start_coordinator(port=port)
     done = c.wait_job(job.id, timeout=120)
     assert done.state == pb.SUCCEEDED, done.reason
-    assert running_starts(c.db, job.id) == 1  # re-attached and finished, never placed again
+    path = states(c.db, job.id)
+    assert sum(s.startswith("RUNNING") for s in path) == 1, path  # re-attached and finished, never placed again
+
+
+def rejected(http_url: str) -> float:
+    """Every worker report the coordinator refused, of any kind."""
+    text = urllib.request.urlopen(f"{http_url}/metrics", timeout=10).read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("ringleader_worker_reports_rejected_total{"))
+
+
+def test_workers_that_name_a_job_ended_before_the_restart_are_free_at_once(fresh_cluster):
+    """Each daemon sends its last Done again after a reconnect (it cannot know whether the
+    coordinator committed it: tests/integration/test_done_resent.py). For a job the coordinator
+    had stored as ended, that Done frees the worker, nothing is refused, and the job is unchanged."""
+    c = fresh_cluster
+    c.start(["e0", "e1"])
+    job = c.submit(world_size=2, workers=["e0", "e1"], op="all_reduce")
+    assert c.wait_job(job.id).state == pb.SUCCEEDED
+    time.sleep(0.5)  # well past the paced commit (coordinator/core/facade.py COMMIT_EVERY_S)
+    before = states(c.db, job.id)
+    c.stop_coordinator(signal.SIGKILL)
+    c.start_coordinator(port=int(c.address.rsplit(":", 1)[1]), http=True)
+    c.wait_idle(["e0", "e1"])
+    again = c.submit(world_size=2, workers=["e0", "e1"], op="all_reduce")
+    assert c.wait_job(again.id).state == pb.SUCCEEDED
+    assert states(c.db, job.id) == before
+    assert rejected(c.http_url) == 0

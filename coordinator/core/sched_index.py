@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from coordinator.core.claims import Claims, HostPool
@@ -33,8 +34,8 @@ class WorkerView:
     quarantined: bool = False
     trusted: bool = True  # its latest verdict is HEALTHY: preferred over suspect or never-checked workers
 
-    @property
-    def kind(self) -> Kind:
+    @cached_property
+    def kind(self) -> Kind:  # kept: a walk of a fleet-wide check's list asks it of every worker
         return (self.backend, self.device_type, self.device_name, self.memory_bytes, self.quarantined)
 
 
@@ -191,11 +192,16 @@ class FleetIndex:
         (bench/results/2026-11-26-churn). In no particular order: its users count them, or sort
         them by host and device."""
         kinds = [k for k in self.idle if k[0] == backend and need.fits(k)]
+        taken, host = claims.ids, need.host
         if sum(self.idle_n.get(k, 0) for k in kinds) < len(need.worker_ids):
-            ws = [w for k in kinds for by_host in self.idle[k].values() for w in by_host.values()]
-        else:
-            ws = [w for w in (self.views.get(wid) for wid in need.worker_ids) if w is not None and w.idle]
-        return [w for w in ws if w.backend == backend and w.worker_id not in claims.ids and need.admits(w)]
+            listed = need.listed_at
+            return [w for k in kinds for by_host in self.idle[k].values() for w in by_host.values()
+                    if w.worker_id in listed and w.worker_id not in taken and (not host or w.host == host)]
+        # `need.admits` for each listed worker, with its kind's fit decided once per kind: an
+        # idle worker's kind is one of `kinds` exactly when its backend and kind fit.
+        fit = set(kinds)
+        return [w for w in map(self.views.get, need.worker_ids) if w is not None and w.idle and w.kind in fit
+                and w.worker_id not in taken and (not host or w.host == host)]
 
     def _unidle(self, w: WorkerView) -> None:
         by_host = self.idle[w.kind]

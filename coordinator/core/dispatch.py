@@ -155,10 +155,8 @@ class WorkerProtocol:
     def _keep_log(self, conn: WorkerConn, done: wpb.JobDone) -> None:
         """Store the rank's log if `conn` ran that rank, also after the job ended: the ranks
         aborted because another one failed report late, and their logs matter as much."""
-        rj = self.book.running.get(done.job_id)
         try:
-            members = rj.members if rj else [w.worker_id for w in sorted(self.store.get(done.job_id).workers,
-                                                                          key=lambda w: w.rank)]
+            members = self.book.members(done.job_id)
         except NotFound:  # a job this coordinator never had (a worker's leftover from another)
             return
         if done.rank < len(members) and members[done.rank] == conn.worker_id:

@@ -7,6 +7,7 @@ spec, so nothing is validated twice) and the per-run bookkeeping that failure de
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 import uuid
@@ -22,6 +23,8 @@ from ringleader.jobspec import ValidJob
 from ringleader.v1 import jobs_pb2 as pb
 
 log = logging.getLogger("ringleader.coordinator")
+
+ENDED_KEPT = 8192  # ended jobs whose members JobBook.members answers from memory
 
 
 @dataclass
@@ -81,6 +84,10 @@ class JobBook:
         self.events = events
         self.queued: dict[str, Queued] = {}
         self.running: dict[str, Running] = {}
+        # The members of the jobs ended last, for their ranks' late reports (the logs of ranks
+        # aborted by a cancel or another rank's failure): read from the store, each was two
+        # statements per rank (the job, its results), 10,000 in a churn's burst of cancels.
+        self._ended: collections.OrderedDict[str, list[str]] = collections.OrderedDict()
         self._by_age = QueueHeap(self.queued, lambda q: q.job.created_at)  # the oldest, for each scrape
 
     def load(self, reattach_deadline: float) -> list[Queued]:
@@ -171,6 +178,19 @@ class JobBook:
         """End a queued or running job (the caller tells its workers)."""
         live = self.running.pop(job_id, None) or self._dequeue(job_id)
         self.transition(live.job, to, reason)
+        if isinstance(live, Running):
+            self._ended[job_id] = live.members
+            if len(self._ended) > ENDED_KEPT:
+                self._ended.popitem(last=False)
+
+    def members(self, job_id: str) -> list[str]:
+        """A job's worker ids in rank order: of a running job, one of the last ENDED_KEPT ended,
+        or read from the store (NotFound for a job it does not have)."""
+        if (rj := self.running.get(job_id)) is not None:
+            return rj.members
+        if (ended := self._ended.get(job_id)) is not None:
+            return ended
+        return [w.worker_id for w in sorted(self.store.get(job_id).workers, key=lambda w: w.rank)]
 
     def requeue(self, rj: Running, reason: str) -> Queued:
         """A job interrupted by a coordinator restart whose workers did not all come back."""

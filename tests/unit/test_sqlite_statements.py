@@ -143,3 +143,21 @@ def test_a_cancel_answers_from_memory_unless_the_job_has_results(store):
         assert answers[0] == store.get(job.id) and answers[0].state == pb.CANCELLED
     answer = core.cancel(measured.id)  # a row stored: read back with it
     assert answer == store.get(measured.id) and len(answer.results) == 1
+
+
+def test_the_log_of_a_rank_aborted_by_a_cancel_is_stored_without_a_read(store):
+    """Its Done comes after the job ended: the members it is checked against come from memory."""
+    from coordinator.core.facade import Coordinator
+
+    core = Coordinator(store)
+    conn = core.register(wpb.Register(worker_id="w0", host="h1", address="10.0.0.1", backend="gloo",
+                                      version="test", device=pb.Device(type="cpu", index=0, name="cpu")))
+    job = core.submit(pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1)))
+    assert conn.job_id == job.id
+    core.cancel(job.id)
+    count = Statements(store)
+    aborted = wpb.JobDone(job_id=job.id, rank=0, ok=False, failure=wpb.ABORTED, error="aborted", log="the rank's log")
+    seen = count.during(lambda: core.on_message(conn, wpb.WorkerMessage(done=aborted)))
+    assert [s.split()[0] for s in seen] == ["INSERT"], seen  # the rank log, nothing read
+    assert store.rank_logs(job.id) == {0: "the rank's log"}
+    assert conn.state == pb.IDLE

@@ -144,11 +144,15 @@ class CoordinatorLink:
                 pass
 
     async def _connect(self, backoff: Backoff) -> None:
-        if self._kept_done is not None and not any(m is self._kept_done for m in self._outbox):
-            self._outbox.appendleft(self._kept_done)  # first, and named by the Register (unreported_done)
+        kept = self._kept_done
+        if kept is not None and not any(m is kept for m in self._outbox):
+            self._outbox.appendleft(kept)  # first, and named by the Register (unreported_done)
         async with self.security.aio_channel(self.address, options=KEEPALIVE_OPTIONS) as channel:
             call = workers_pb2_grpc.WorkerServiceStub(channel).Connect(metadata=self.security.metadata)
             register = self.register()
+            if kept is not None:  # what a Done says of the executor is as of now, as the Register's is:
+                # the group it held may have been dropped since (the coordinator takes the last word)
+                kept.done.warm_group, kept.done.executor_restarts = register.warm_group, register.executor_restarts
             register.worker_secret = self.secret.value
             await call.write(wpb.WorkerMessage(register=register))
             first = await call.read()

@@ -44,8 +44,8 @@ async def taken(context) -> wpb.WorkerMessage:
     return msg
 
 
-def done(job_id: str, rank: int) -> wpb.WorkerMessage:
-    return wpb.WorkerMessage(done=wpb.JobDone(job_id=job_id, rank=rank, ok=True))
+def done(job_id: str, rank: int, holds: str = "") -> wpb.WorkerMessage:
+    return wpb.WorkerMessage(done=wpb.JobDone(job_id=job_id, rank=rank, ok=True, warm_group=holds))
 
 
 def test_the_last_done_is_sent_again_on_each_new_stream_until_the_next_assignment():
@@ -59,9 +59,11 @@ async def scenario() -> None:
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
 
+    holds = ["g1"]  # the group the executor holds
+
     def register() -> wpb.Register:  # as worker/daemon.py builds it: the job of a Done not yet sent
         job_id, rank = link.unreported_done() or ("", 0)
-        return wpb.Register(worker_id="w0", running_job_id=job_id, running_rank=rank)
+        return wpb.Register(worker_id="w0", running_job_id=job_id, running_rank=rank, warm_group=holds[0])
 
     async def nothing(msg: wpb.CoordinatorMessage) -> None:
         pass
@@ -77,12 +79,13 @@ async def scenario() -> None:
     try:
         reg, stream, end = await session()
         assert reg.running_job_id == ""
-        link.send(done("j1", 1), kept=True)
-        assert await taken(stream) == done("j1", 1)
+        link.send(done("j1", 1, holds="g1"), kept=True)
+        assert await taken(stream) == done("j1", 1, holds="g1")
+        holds[0] = ""  # its group dropped since: the Done sent again says so, as the Register does
         end.set()  # taken, and the coordinator dies before its commit
 
         reg, stream, end = await session()  # the next one hears of it by the Register, and first
-        assert (reg.running_job_id, reg.running_rank) == ("j1", 1)
+        assert (reg.running_job_id, reg.running_rank, reg.warm_group) == ("j1", 1, "")
         assert await taken(stream) == done("j1", 1)
         assert link.kept_done("j1") and not link.kept_done("j2")
         end.set()

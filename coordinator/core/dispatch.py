@@ -159,11 +159,18 @@ class WorkerProtocol:
             members = self.book.members(done.job_id)
         except NotFound:  # a job this coordinator never had (a worker's leftover from another)
             return
-        if done.rank < len(members) and members[done.rank] == conn.worker_id:
-            # The worker caps its log; this cap keeps a wayward one from filling the store.
-            self.store.set_rank_log(done.job_id, done.rank, log_tail(done.log.encode(), limit=2 * LOG_TAIL_BYTES))
-        else:
+        if not (done.rank < len(members) and members[done.rank] == conn.worker_id):
             self.rejected["log"] += 1
+            return
+        rj = self.book.running.get(done.job_id)
+        if rj is not None and done.ok and not done.log:
+            # Most ranks that finish print nothing: a row for each was a statement per rank of
+            # every job. Stored only if the job ends otherwise (`end`); a SUCCEEDED job's ranks
+            # all reported (facade.job_logs).
+            rj.quiet_ranks.add(done.rank)
+            return
+        # The worker caps its log; this cap keeps a wayward one from filling the store.
+        self.store.set_rank_log(done.job_id, done.rank, log_tail(done.log.encode(), limit=2 * LOG_TAIL_BYTES))
 
     def _rank_finished(self, rj: Running, done: wpb.JobDone) -> None:
         bad = next(filter(None, (admission.result_refusal(rj.valid, r) for r in done.results)), "")
@@ -224,6 +231,9 @@ class WorkerProtocol:
         """Finish a running job; members still in it are told to abort (they report when idle).
         A check's verdicts are applied here, before the ranks it held are freed."""
         self.book.finish(rj.id, state, reason)
+        if state != pb.SUCCEEDED:
+            for rank in rj.quiet_ranks:  # they reported, with nothing to say (`_keep_log`)
+                self.store.set_rank_log(rj.id, rank, "")
         if checks.is_check(rj.job.spec):
             self._verdicts(rj)
         for rank, wid in enumerate(rj.members):

@@ -239,11 +239,11 @@ class Coordinator:
         return self.events.watch(job_id)
 
     def job_logs(self, job_id: str) -> pb.JobLogs:
-        """Each rank's captured stderr, for every rank the job was placed on (NotFound if unknown)."""
-        job = self.store.get(job_id)
-        logs = self.store.rank_logs(job_id)
-        return pb.JobLogs(job_id=job_id, ranks=[
-            pb.RankLog(rank=w.rank, worker_id=w.worker_id, received=w.rank in logs, text=logs.get(w.rank, ""))
+        """Each rank's captured stderr, for every rank the job was placed on (NotFound if unknown).
+        Every rank of a SUCCEEDED job reported; those with nothing to say have no row."""
+        job, logs = self.store.get(job_id), self.store.rank_logs(job_id)
+        return pb.JobLogs(job_id=job_id, ranks=[pb.RankLog(
+            rank=w.rank, worker_id=w.worker_id, received=job.state == pb.SUCCEEDED or w.rank in logs, text=logs.get(w.rank, ""))
             for w in sorted(job.workers, key=lambda w: w.rank)])
 
     def list_workers(self, states: Iterable[int] = (), limit: int = 0, page_token: str = "") -> WorkerPage:

@@ -59,6 +59,7 @@ class Running:
     formed: bool = False
     op_base: dict[int, int] = field(default_factory=dict)  # rank -> op counter when the job started
     rows: set[tuple] = field(default_factory=set)  # row_key of every result row stored
+    quiet_ranks: set[int] = field(default_factory=set)  # finished with an empty log, not stored (dispatch)
     regressions: list[str] = field(default_factory=list)  # baseline regressions its rows raised
     baseline_fields: object = None  # baselines.KeyFields of its gang, found at its first row
 

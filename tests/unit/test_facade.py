@@ -139,6 +139,27 @@ def test_cancel_aborts_assigned_ranks_and_frees_ranks_never_told(core):
     assert ws[0].state == pb.IDLE
 
 
+def test_ranks_that_finish_with_nothing_to_say_store_no_log_row_unless_the_job_fails(core):
+    """Every rank of a SUCCEEDED job reported: the quiet ones need no row. In a job that fails,
+    they are stored empty, so `logs` tells them from ranks that never reported."""
+    ws = workers(core, 3)
+    ok = core.submit(spec(3))
+    run_new_group(core, ws, ok.id)
+    assert core.get(ok.id).state == pb.SUCCEEDED
+    assert core.store.rank_logs(ok.id) == {}
+    assert [(r.received, r.text) for r in core.job_logs(ok.id).ranks] == [(True, "")] * 3
+
+    bad = core.submit(spec(3))
+    for w in ws:
+        w.inbox()
+    ws[0].done(bad.id, 0)  # quiet
+    ws[1].done(bad.id, 1, ok=False, failure=wpb.RANK_ERROR, error="boom", log="Traceback: boom")
+    assert core.get(bad.id).state == pb.FAILED  # rank 2, aborted, has not reported yet
+    assert core.store.rank_logs(bad.id) == {0: "", 1: "Traceback: boom"}
+    assert [(r.received, r.text) for r in core.job_logs(bad.id).ranks] == \
+        [(True, ""), (True, "Traceback: boom"), (False, "")]
+
+
 def test_reports_from_workers_outside_the_job_are_dropped_and_counted(core):
     ws = workers(core, 3)
     job = core.submit(spec(2, worker_ids=["w0", "w1"]))

@@ -109,6 +109,13 @@ class JobBook:
     # ---- reading ---------------------------------------------------------------------------
 
     def get(self, job_id: str) -> pb.Job:
+        """The job as stored, with what is kept in memory only. A queued job, or a running one
+        with no result rows, is what the store holds: answered from memory, without the two
+        reads (the job, its results) of every GetJob and of every submit's answer."""
+        held = self.queued.get(job_id) or self.running.get(job_id)
+        if held is not None and not getattr(held, "rows", None):
+            (copy := pb.Job()).CopyFrom(held.job)
+            return self.live(copy)
         return self.live(self.store.get(job_id))
 
     def live(self, job: pb.Job) -> pb.Job:

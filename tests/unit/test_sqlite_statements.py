@@ -161,3 +161,32 @@ def test_the_log_of_a_rank_aborted_by_a_cancel_is_stored_without_a_read(store):
     assert [s.split()[0] for s in seen] == ["INSERT"], seen  # the rank log, nothing read
     assert store.rank_logs(job.id) == {0: "the rank's log"}
     assert conn.state == pb.IDLE
+
+
+def test_a_queued_or_running_job_without_rows_is_read_from_memory(store):
+    """What GetJob and every submit's answer read: the job as stored, with no statement unless it
+    has result rows (held in the store only) or has ended."""
+    from coordinator.core.facade import Coordinator
+
+    core = Coordinator(store)
+    conn = core.register(wpb.Register(worker_id="w0", host="h1", address="10.0.0.1", backend="gloo",
+                                      version="test", device=pb.Device(type="cpu", index=0, name="cpu")))
+    one = pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024, 2048], iters=1))
+    running, queued = core.submit(one), core.submit(one)
+    count = Statements(store)
+
+    def live_fields_cleared(job: pb.Job) -> pb.Job:  # the waiting reason and progress are memory's
+        job.ClearField("reason")
+        job.ClearField("progress")
+        return job
+
+    for job in (running, queued):
+        answers: list[pb.Job] = []
+        assert count.during(lambda: answers.append(core.get(job.id))) == []
+        assert live_fields_cleared(answers[0]) == live_fields_cleared(store.get(job.id))
+    assert core.get(queued.id).reason == "needs 1 workers, 0 idle"
+    core.on_message(conn, wpb.WorkerMessage(result=wpb.ResultReport(job_id=running.id, result=pb.SizeResult(
+        op="all_reduce", dtype="float32", reduce_op="sum", size_bytes=1024, world_size=1, busbw_gbps=2.0))))
+    seen = count.during(lambda: core.get(running.id))
+    assert any(s.startswith("SELECT blob FROM results") for s in seen), seen  # a row: read with it
+    assert len(core.get(running.id).results) == 1

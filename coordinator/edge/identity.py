@@ -246,6 +246,7 @@ class WorkerIdentities:
             log.warning("worker %s acknowledged a secret it was not issued: nothing bound", worker_id)
             return False
         self._bind(worker_id, issued)
+        log.info("worker %s stored its credential: the id is bound to it", worker_id)
         return True
 
     def _bind(self, worker_id: str, secret_digest: str) -> None:

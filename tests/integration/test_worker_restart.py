@@ -37,6 +37,9 @@ def test_a_restarted_daemon_keeps_its_id_with_its_state_dir_and_is_refused_witho
         time.sleep(0.05)
     assert [p.name for p in state.iterdir()] == ["worker-kept.secret"]
     assert oct(state.joinpath("worker-kept.secret").stat().st_mode & 0o777) == "0o600"
+    # Killed before it acknowledged its secret, "lost" would re-claim its id like a new daemon
+    # (coordinator/edge/identity.py): a race this test lost once under load.
+    _wait_log(c.tmp / "coordinator.log", "worker lost stored its credential")
     for wid in ("kept", "lost"):
         c.kill_worker(wid)
     c.start_worker("kept", extra=["--state-dir", str(state)])

@@ -91,6 +91,11 @@ class PostgresRecord(SqliteJobStore):
             self._conn.raw.close()
             raise
 
+    def job_for_request(self, request_id: str) -> str:
+        """Always read: other coordinators write here too (the write-behind store filters)."""
+        with self._tx() as c:
+            return self._for_request(c, request_id)
+
     def _migrate(self) -> None:
         with self._tx() as c:
             c.execute("SELECT pg_advisory_xact_lock(?)", (_LOCK_MIGRATIONS,))

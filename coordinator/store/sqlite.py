@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Iterator
 from coordinator.store.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
 from coordinator.store.resident import Resident
 from coordinator.store.schema import MIGRATIONS
+from coordinator.store.seen import Seen
 from coordinator.store.sqlite_checkpoint import Checkpoints
 from coordinator.store.sqlite_health import SqliteBaselines, SqliteCredentials, SqliteWorkerHealth
 from coordinator.store.sqlite_trends import SqliteTrends
@@ -32,6 +33,7 @@ from ringleader.v1 import jobs_pb2 as pb
 
 
 class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, SqliteTrends, JobStore):
+    _requests_seen: Seen | None = None  # the request ids stored (one writer a file), loaded at the first ask
     def __init__(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: the module never opens transactions behind our back; _tx opens
@@ -188,6 +190,8 @@ class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, Sql
                 if job.request_id and (other := self._for_request(c, job.request_id)):
                     raise AlreadyExists(f"request {job.request_id} already created job {other}") from None
                 raise
+            if job.request_id and self._requests_seen is not None:
+                self._requests_seen.add(job.request_id)
             if job.results:
                 c.executemany(
                     "INSERT INTO results (job_id, idx, blob) VALUES (?, ?, ?)",
@@ -265,8 +269,18 @@ class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, Sql
         return [pb.Job.FromString(r[0]) for r in rows]
 
     def job_for_request(self, request_id: str) -> str:
+        """A new request id (nearly every submit's) is told by a filter of the stored ones: no read."""
+        if not (self._requests_seen or self._load_requests_seen()).maybe(request_id):
+            return ""
         with self._tx() as c:
             return self._for_request(c, request_id)
+
+    def _load_requests_seen(self) -> Seen:
+        seen = Seen()
+        for request_id in self.request_ids():
+            seen.add(request_id)
+        self._requests_seen = seen
+        return seen
 
     @staticmethod
     def _for_request(c: sqlite3.Connection, request_id: str) -> str:

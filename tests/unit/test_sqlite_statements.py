@@ -190,3 +190,20 @@ def test_a_queued_or_running_job_without_rows_is_read_from_memory(store):
     seen = count.during(lambda: core.get(running.id))
     assert any(s.startswith("SELECT blob FROM results") for s in seen), seen  # a row: read with it
     assert len(core.get(running.id).results) == 1
+
+
+def test_a_new_request_id_is_told_without_a_statement_and_a_known_one_is_found(tmp_path):
+    """Every submit with an idempotency key asks whether it is new."""
+    first = SqliteJobStore(tmp_path / "jobs.sqlite")
+    first.create(pb.Job(id="j1", state=pb.QUEUED, created_at=1.0, request_id="r1"))
+    first.close()
+    store = SqliteJobStore(tmp_path / "jobs.sqlite")  # a restart: the ids stored before count
+    try:
+        store.defer_commits(lambda: None)
+        assert store.job_for_request("r1") == "j1"
+        count = Statements(store)
+        assert count.during(lambda: store.job_for_request("r-new")) == []
+        store.create(pb.Job(id="j2", state=pb.QUEUED, created_at=2.0, request_id="r2"))
+        assert store.job_for_request("r2") == "j2"  # created after the ids were loaded
+    finally:
+        store.close()

@@ -135,10 +135,10 @@ class SimWorker:
             # the daemon says so when it registers again, as worker/daemon.py does; or names the
             # job of its kept Done, sent again first (worker/link.py).
             kept = self._kept
-            if kept is not None and not any(m is kept for m in self._out):
-                self._out.appendleft(kept)
             if kept is not None:
                 kept.done.warm_group = self.holds  # as of now, as the Register says (worker/link.py)
+                if not any(m is kept for m in self._out):
+                    self._out.appendleft(kept)
             job = self.job or (kept and (kept.done.job_id, kept.done.rank))
             await call.write(wpb.WorkerMessage(register=self.spec.register(self.holds, job)))
             first = await call.read()

@@ -138,8 +138,7 @@ class Control(WorkerProtocol, HealthProtocol):
 
     def copy_of(self, job: pb.Job) -> pb.Job:
         """`get`'s answer for a job held here that has no results, without the store's read."""
-        (out := pb.Job()).CopyFrom(job)
-        return self._live(self.book.live(out))
+        return self._live(self.book.copy(job))
 
     def _live(self, job: pb.Job) -> pb.Job:
         """A queued job's waiting reason is worked out when read, never stored on each change."""

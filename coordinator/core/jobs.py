@@ -112,11 +112,16 @@ class JobBook:
         """The job as stored, with what is kept in memory only. A queued job, or a running one
         with no result rows, is what the store holds: answered from memory, without the two
         reads (the job, its results) of every GetJob and of every submit's answer."""
-        held = self.queued.get(job_id) or self.running.get(job_id)
-        if held is not None and not getattr(held, "rows", None):
-            (copy := pb.Job()).CopyFrom(held.job)
-            return self.live(copy)
+        if (q := self.queued.get(job_id)) is not None:
+            return self.copy(q.job)
+        if (rj := self.running.get(job_id)) is not None and not rj.rows:
+            return self.copy(rj.job)
         return self.live(self.store.get(job_id))
+
+    def copy(self, job: pb.Job) -> pb.Job:
+        """`get`'s answer for a job held here that has no result rows, without the store's read."""
+        (out := pb.Job()).CopyFrom(job)
+        return self.live(out)
 
     def live(self, job: pb.Job) -> pb.Job:
         """What is kept in memory only: a running job's progress (a queued job's waiting reason

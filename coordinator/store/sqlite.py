@@ -7,9 +7,8 @@ module, coordinator/store/api.py.
 
 The event loop is never held up by the disk: with `defer_commits` (what the coordinator uses)
 writes are grouped into one open transaction until its owner commits (the facade paces it:
-coordinator/core/facade.py, COMMIT_EVERY_S), and WAL checkpoints, the only
-step that waits for fsync in WAL mode with synchronous=NORMAL, run on a thread of their own
-(coordinator/store/sqlite_checkpoint.py).
+coordinator/core/facade.py, COMMIT_EVERY_S), and WAL checkpoints, the only step that waits for
+fsync in WAL mode with synchronous=NORMAL, run on a thread of their own (sqlite_checkpoint.py).
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from ringleader.v1 import jobs_pb2 as pb
 
 class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, SqliteTrends, JobStore):
     _requests_seen: Seen | None = None  # the request ids stored (one writer a file), loaded at the first ask
+
     def __init__(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: the module never opens transactions behind our back; _tx opens

@@ -122,19 +122,31 @@ def test_a_job_created_here_records_its_first_event_without_reading_the_stored_o
     assert [e.seq for e in store.events("j2")] == [1, 2]
 
 
-def test_a_cancel_answers_from_memory_unless_the_job_has_results(store):
+ONE_RANK = pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))
+
+
+def coordinator(store, workers: int):
+    """The facade over `store` with CPU workers w0.. registered (no loop: each input's placement
+    pass runs at once); returns it and their connections."""
     from coordinator.core.facade import Coordinator
 
-    core = Coordinator(store)  # no loop: each input's placement pass runs at once
-    conns = [core.register(wpb.Register(worker_id=f"w{i}", host="h1", address=f"10.0.0.{i + 1}", backend="gloo",
-                                        version="test", device=pb.Device(type="cpu", index=i, name="cpu")))
-             for i in range(2)]
-    one = pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))
-    bare, measured, queued = (core.submit(one) for _ in range(3))
-    assert [core.get(j.id).state for j in (bare, measured, queued)] == [pb.RUNNING, pb.RUNNING, pb.QUEUED]
-    holder = next(c for c in conns if c.job_id == measured.id)
-    core.on_message(holder, wpb.WorkerMessage(result=wpb.ResultReport(job_id=measured.id, result=pb.SizeResult(
+    core = Coordinator(store)
+    return core, [core.register(wpb.Register(worker_id=f"w{i}", host="h1", address=f"10.0.0.{i + 1}", backend="gloo",
+                                             version="test", device=pb.Device(type="cpu", index=i, name="cpu")))
+                  for i in range(workers)]
+
+
+def report_row(core, conn, job_id: str) -> None:
+    """Rank 0 streams one result row of its job."""
+    core.on_message(conn, wpb.WorkerMessage(result=wpb.ResultReport(job_id=job_id, result=pb.SizeResult(
         op="all_reduce", dtype="float32", reduce_op="sum", size_bytes=1024, world_size=1, busbw_gbps=2.0))))
+
+
+def test_a_cancel_answers_from_memory_unless_the_job_has_results(store):
+    core, conns = coordinator(store, 2)
+    bare, measured, queued = (core.submit(ONE_RANK) for _ in range(3))
+    assert [core.get(j.id).state for j in (bare, measured, queued)] == [pb.RUNNING, pb.RUNNING, pb.QUEUED]
+    report_row(core, next(c for c in conns if c.job_id == measured.id), measured.id)
     count = Statements(store)
     for job in (queued, bare):  # no results: the answer is the job as just stored, with no read
         answers: list[pb.Job] = []
@@ -147,12 +159,8 @@ def test_a_cancel_answers_from_memory_unless_the_job_has_results(store):
 
 def test_the_log_of_a_rank_aborted_by_a_cancel_is_stored_without_a_read(store):
     """Its Done comes after the job ended: the members it is checked against come from memory."""
-    from coordinator.core.facade import Coordinator
-
-    core = Coordinator(store)
-    conn = core.register(wpb.Register(worker_id="w0", host="h1", address="10.0.0.1", backend="gloo",
-                                      version="test", device=pb.Device(type="cpu", index=0, name="cpu")))
-    job = core.submit(pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1)))
+    core, (conn,) = coordinator(store, 1)
+    job = core.submit(ONE_RANK)
     assert conn.job_id == job.id
     core.cancel(job.id)
     count = Statements(store)
@@ -166,13 +174,9 @@ def test_the_log_of_a_rank_aborted_by_a_cancel_is_stored_without_a_read(store):
 def test_a_queued_or_running_job_without_rows_is_read_from_memory(store):
     """What GetJob and every submit's answer read: the job as stored, with no statement unless it
     has result rows (held in the store only) or has ended."""
-    from coordinator.core.facade import Coordinator
-
-    core = Coordinator(store)
-    conn = core.register(wpb.Register(worker_id="w0", host="h1", address="10.0.0.1", backend="gloo",
-                                      version="test", device=pb.Device(type="cpu", index=0, name="cpu")))
-    one = pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024, 2048], iters=1))
-    running, queued = core.submit(one), core.submit(one)
+    core, (conn,) = coordinator(store, 1)
+    two_sizes = pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024, 2048], iters=1))
+    running, queued = core.submit(two_sizes), core.submit(two_sizes)
     count = Statements(store)
 
     def live_fields_cleared(job: pb.Job) -> pb.Job:  # the waiting reason and progress are memory's
@@ -185,8 +189,7 @@ def test_a_queued_or_running_job_without_rows_is_read_from_memory(store):
         assert count.during(lambda: answers.append(core.get(job.id))) == []
         assert live_fields_cleared(answers[0]) == live_fields_cleared(store.get(job.id))
     assert core.get(queued.id).reason == "needs 1 workers, 0 idle"
-    core.on_message(conn, wpb.WorkerMessage(result=wpb.ResultReport(job_id=running.id, result=pb.SizeResult(
-        op="all_reduce", dtype="float32", reduce_op="sum", size_bytes=1024, world_size=1, busbw_gbps=2.0))))
+    report_row(core, conn, running.id)
     seen = count.during(lambda: core.get(running.id))
     assert any(s.startswith("SELECT blob FROM results") for s in seen), seen  # a row: read with it
     assert len(core.get(running.id).results) == 1

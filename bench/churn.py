@@ -3,10 +3,11 @@
 Every simulated worker is first held by a job that never ends, then --queue jobs that run
 (0.2-1 s each on the simulated daemons, 1 to 8 ranks, CPU or GPU) are queued behind them; then the
 holds are cancelled all at once, and for --duration the fleet drains the queue while a fleet-wide
-check sweep (RunCheck gpu_check over every worker) joins it and the user calls of
-control_plane.measured_window are measured. Reported: how long the drain took, jobs finished by
-state, the coordinator's CPU per finished job, the sweep's outcome. The run is invalid unless
-the queue drained, no job failed and the sweep's jobs did not fail.
+check sweep (RunCheck gpu_check over every worker: gangs of a few hosts each, which start as
+their workers free up) joins it and the user calls of control_plane.measured_window are measured.
+Reported: how long the drain took, jobs finished by state, the coordinator's CPU per finished job,
+the sweep's gang jobs by state. The run is invalid unless the queue drained, no job failed, and
+the sweep started and none of its jobs failed.
 """
 
 from __future__ import annotations
@@ -138,6 +139,11 @@ def problems(cfg, out: dict) -> list[str]:
         found.append(f"only {out['jobs_finished']['succeeded']:.0f} of the {cfg.queue} queued jobs succeeded")
     if out.get("bench_calls_unanswered"):
         found.append(f"the bench's own calls were not answered: {out['bench_calls_unanswered']}")
-    if "FAILED" in out.get("sweep_jobs", []):
-        found.append(f"the check sweep failed: {out['sweep_jobs']}")
+    sweep = out.get("sweep_jobs", [])
+    if "FAILED" in sweep:
+        found.append(f"the check sweep failed: {sweep}")
+    if getattr(cfg, "sweep", False) and (not sweep or set(sweep) == {"QUEUED"}):
+        # Its gangs start as their workers free up once the queue drains; one that never started
+        # added no load, and the scenario claims a sweep beside the drain.
+        found.append(f"the check sweep never started: {len(sweep)} gang job(s), all still queued")
     return found

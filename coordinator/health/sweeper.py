@@ -5,13 +5,14 @@ coordinator facade's public API at the lowest priority, each naming its workers 
 quarantined worker can still be checked). One check job runs at a time and each is short: a
 user job that arrives during a sweep waits for at most the one check that holds its workers,
 never for the sweep. CPU and GPU workers never share a process group, so a check covers each
-backend's workers with its own job.
+backend's workers with its own job; a backend of more than GANG_MAX workers with several (`gangs`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Iterable
 
@@ -29,6 +30,7 @@ def short(kind: str):
     return kinds.get(kind).resolve("short")()
 DEFAULT_WAIT_S = 300.0
 MAX_WAIT_S = 3600.0
+SUBMIT_TURN = 16  # check jobs submitted in one turn of the event loop
 CONNECTED = (pb.IDLE, pb.BUSY, pb.QUARANTINED)
 
 
@@ -46,28 +48,72 @@ def chosen(workers: Iterable[pb.WorkerInfo], worker_ids: Iterable[str] = (), hos
     return [w for w in live.values() if not host or w.host == host]
 
 
+# A check job starts only when every worker it names is idle at once. On a fleet with any user
+# traffic, one job naming thousands never was: the churn bench's fleet-wide gpu_check stayed
+# QUEUED in every run (r12-r17, 2,500 workers a job). Gangs of a few hosts each start as their
+# own workers free up. 32 is 4 hosts of 8 GPUs: a worker's figures still have dozens of peers of
+# its model, and a host's links still cross to other hosts (how link_matrix names a host).
+GANG_MAX = 32
+MIN_GANG = 3  # the fewest peers a majority can be formed of (sdc_check's checksums)
+
+
+def gangs(workers: list[pb.WorkerInfo]) -> list[list[str]]:
+    """One backend's workers as check gangs: one gang where they are at most GANG_MAX; else, per
+    device model (a figure is judged against its model's peers, within the job), whole hosts
+    together (a host larger than a gang split), in as few gangs of at most GANG_MAX as fit, of
+    about equal size (so that no gang is a lone host where others span several), and a remnant
+    of fewer than MIN_GANG joined to the model's last gang."""
+    if len(workers) <= GANG_MAX:
+        return [[w.worker_id for w in workers]]
+    by_model: dict[str, dict[str, list[str]]] = {}
+    for w in workers:
+        by_model.setdefault(w.device.name, {}).setdefault(w.host, []).append(w.worker_id)
+    out: list[list[str]] = []
+    for _, hosts in sorted(by_model.items()):
+        units = [ids[i:i + GANG_MAX] for ids in hosts.values() for i in range(0, len(ids), GANG_MAX)]
+        size = sum(map(len, units)) / math.ceil(sum(map(len, units)) / GANG_MAX)
+        first, gang = len(out), []
+        for unit in units:
+            if gang and len(gang) + len(unit) > GANG_MAX:
+                out.append(gang)
+                gang = []
+            gang += unit
+            if len(gang) >= size:
+                out.append(gang)
+                gang = []
+        if gang and len(gang) < MIN_GANG and len(out) > first:
+            out[-1] += gang
+        elif gang:
+            out.append(gang)
+    return out
+
+
 def plan(workers: list[pb.WorkerInfo], kinds: Iterable[str] = (), settings: pb.RunCheckRequest | None = None,
          ) -> list[pb.JobSpec]:
-    """The check jobs for `workers`: one per kind and backend, each naming its workers."""
+    """The check jobs for `workers`: per kind and backend, one per gang (`gangs`), each naming its
+    workers."""
     kinds = list(kinds) or list(checks.KINDS)
     for k in kinds:
         if k not in checks.KINDS:
             raise InvalidSpec("kinds", f"unknown check {k[:64]!r}; expected any of {', '.join(checks.KINDS)}")
     if len(set(kinds)) < len(kinds):  # each kind once: a request must not become thousands of jobs
         raise InvalidSpec("kinds", f"each check at most once, got {len(kinds)} for {len(set(kinds))} kinds")
-    by_backend: dict[str, list[str]] = {}
+    by_backend: dict[str, list[pb.WorkerInfo]] = {}
     for w in sorted(workers, key=lambda w: (w.host, w.device.index, w.worker_id)):
-        by_backend.setdefault(w.backend, []).append(w.worker_id)
+        by_backend.setdefault(w.backend, []).append(w)
+    split = {backend: gangs(ws) for backend, ws in sorted(by_backend.items())}
     specs = []
     for kind in kinds:
-        for backend, ids in sorted(by_backend.items()):
-            if kind == "link_matrix" and len(ids) < 2:
-                continue  # a lone worker has no link to measure
-            spec = pb.JobSpec(world_size=len(ids), priority=checks.CHECK_PRIORITY, name=f"check {kind}",
-                              placement=pb.Placement(worker_ids=ids))
-            given = settings is not None and settings.HasField(kind)
-            getattr(spec, kind).CopyFrom(getattr(settings, kind) if given else short(kind))
-            specs.append(spec)
+        for backend, each in split.items():
+            for n, ids in enumerate(each, 1):
+                if kind == "link_matrix" and len(ids) < 2:
+                    continue  # a lone worker has no link to measure
+                name = f"check {kind}" + (f" {backend} {n}/{len(each)}" if len(each) > 1 else "")
+                spec = pb.JobSpec(world_size=len(ids), priority=checks.CHECK_PRIORITY, name=name,
+                                  placement=pb.Placement(worker_ids=ids))
+                given = settings is not None and settings.HasField(kind)
+                getattr(spec, kind).CopyFrom(getattr(settings, kind) if given else short(kind))
+                specs.append(spec)
     return specs
 
 
@@ -96,7 +142,11 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
     specs = plan(workers, request.kinds, request)
     for spec in specs:
         fits_devices(spec, workers)  # all or none: nothing is submitted if one cannot run
-    jobs = [core.submit(spec) for spec in specs]
+    jobs = []
+    for n, spec in enumerate(specs, 1):
+        jobs.append(core.submit(spec))
+        if n % SUBMIT_TURN == 0:
+            await asyncio.sleep(0)  # a fleet's hundreds of gangs: other calls between every few
     await core.durable()
     out = pb.RunCheckResponse(jobs=jobs)
     if request.wait:

@@ -58,3 +58,6 @@ def test_a_run_that_lost_its_scenario_is_reported_invalid():
     stuck = {"jobs_failed": 0, "drain_s": None, "jobs_finished": {"succeeded": 10}, "sweep_jobs": ["FAILED"]}
     problems = control_plane.scenario_problems(churn, stuck)
     assert len(problems) == 3, problems
+    idle_sweep = {**stuck, "drain_s": 4.0, "jobs_finished": {"succeeded": 300}, "sweep_jobs": ["QUEUED"] * 4}
+    assert control_plane.scenario_problems(churn, idle_sweep) == [
+        "the check sweep never started: 4 gang job(s), all still queued"]

@@ -53,9 +53,11 @@ async def coordinator(tmp_path: Path, **timings):
 
 
 @contextlib.asynccontextmanager
-async def fleet(rc, specs: list[SimSpec], job_s: float = 0.05):
+async def fleet(rc, specs: list[SimSpec], job_s=0.05):
+    """Simulated daemons for `specs`; each job runs `job_s` seconds (or `job_s(assignment)`)."""
     stop, stats = asyncio.Event(), Stats()
-    task = asyncio.create_task(run_fleet(rc.grpc_target, specs, stop, stats, lambda a: job_s))
+    length = job_s if callable(job_s) else (lambda a: job_s)
+    task = asyncio.create_task(run_fleet(rc.grpc_target, specs, stop, stats, length))
     try:
         await until(lambda: len(rc.core.workers.connected()) >= len(specs), f"{len(specs)} workers registered")
         yield stats

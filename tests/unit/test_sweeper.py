@@ -72,3 +72,46 @@ def test_a_recheck_runs_only_the_failed_check_on_the_worker_and_two_healthy_peer
     later = recheck.plan(fleet, ["c7", "a9"], sweeper.short)
     assert [list(s.placement.worker_ids) for s in later] == [["a0", "a2", "c7"], ["a3", "a9"]]
     assert later[0].HasField("sdc_check") and later[1].HasField("gpu_check")
+
+
+def _fleet(hosts: dict[str, tuple[int, str]], backend="nccl") -> list[pb.WorkerInfo]:
+    """{host: (workers, model)} as connected workers h-i."""
+    return [pb.WorkerInfo(worker_id=f"{h}-{i}", host=h, backend=backend, state=pb.IDLE,
+                          device=pb.Device(name=model, index=i)) for h, (n, model) in hosts.items() for i in range(n)]
+
+
+def test_a_large_backend_is_checked_in_gangs_of_whole_hosts_of_one_model():
+    # 9 hosts of 8 H100 (72 workers), 2 hosts of 8 A100 and one host of 2 more A100.
+    hosts = {f"h{k}": (8, "H100") for k in range(9)} | {"a0": (8, "A100"), "a1": (8, "A100"), "a2": (2, "A100")}
+    workers = _fleet(hosts)
+    found = sweeper.gangs(sorted(workers, key=lambda w: (w.host, w.device.index)))
+    model = {w.worker_id: w.device.name for w in workers}
+    assert sorted(w for g in found for w in g) == sorted(w.worker_id for w in workers)  # each once
+    assert all(len({model[w] for w in g}) == 1 for g in found)  # one model a gang
+    host_gangs = {}
+    for n, g in enumerate(found):
+        for w in g:
+            host_gangs.setdefault(w.split("-")[0], set()).add(n)
+    assert all(len(v) == 1 for v in host_gangs.values())  # a host is never split
+    # A100: 18 workers, one gang; H100's 72: three of 3 hosts each, not 32 + 32 + a lone host.
+    assert sorted(len(g) for g in found) == [18, 24, 24, 24]
+    assert all(len({w.split("-")[0] for w in g}) >= 2 for g in found)  # every gang's links cross hosts
+
+
+def test_a_host_larger_than_a_gang_is_split_and_a_remnant_joins_the_last_gang():
+    workers = _fleet({"big": (sweeper.GANG_MAX * 2 + 2, "cpu")}, backend="gloo")
+    found = sweeper.gangs(workers)
+    assert [len(g) for g in found] == [sweeper.GANG_MAX, sweeper.GANG_MAX + 2]  # 2 alone could form no majority
+
+
+def test_a_small_backend_stays_one_job_and_a_large_one_becomes_named_gangs():
+    small = _fleet({"h0": (8, "H100"), "h1": (8, "H100")})
+    assert [s.world_size for s in sweeper.plan(small, ["gpu_check"])] == [16]
+    large = _fleet({f"h{k}": (8, "H100") for k in range(5)}) + _fleet({"c0": (4, "cpu")}, backend="gloo")
+    specs = sweeper.plan(large, ["gpu_check", "link_matrix"])
+    assert [(s.WhichOneof("kind"), s.world_size, s.name) for s in specs] == [
+        ("gpu_check", 4, "check gpu_check"),
+        ("gpu_check", 24, "check gpu_check nccl 1/2"), ("gpu_check", 16, "check gpu_check nccl 2/2"),
+        ("link_matrix", 4, "check link_matrix"),
+        ("link_matrix", 24, "check link_matrix nccl 1/2"), ("link_matrix", 16, "check link_matrix nccl 2/2")]
+    assert all(s.priority == checks.CHECK_PRIORITY and list(s.placement.worker_ids) for s in specs)

@@ -24,7 +24,6 @@ from coordinator.store.lease import Lease
 from coordinator.edge.lease_metrics import LeaseCollector
 from coordinator.health.sweeper import Sweeper
 from ringleader import defaults
-from ringleader.app.gcpace import GcPacer
 from ringleader.errors import InvalidSpec
 from ringleader.security import ServerSecurity, is_loopback
 from ringleader.signals import on_stop_signals
@@ -181,7 +180,6 @@ class RunningCoordinator:
 
 
 async def serve(config: CoordinatorConfig) -> None:
-    pacer = GcPacer.from_env()  # a bad value is refused before anything starts
     lease = None
     if is_postgres(config.db):  # one of several coordinators: lead first (ringleader/app/standby.py)
         from ringleader.app.standby import stand_by
@@ -194,7 +192,6 @@ async def serve(config: CoordinatorConfig) -> None:
     # 100-650 ms (bench/control_plane.py).
     gc.freeze()
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
-    pacer.start()
     print(f"ringleader coordinator: gRPC {running.grpc_target}"
           + (f", HTTP {running.http_url}" if running.http_url else ""), flush=True)
     stop = asyncio.Event()
@@ -208,5 +205,4 @@ async def serve(config: CoordinatorConfig) -> None:
 
     on_stop_signals(loop, on_signal)
     await stop.wait()
-    pacer.stop()
     await running.stop()

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Device calls (r11): [the GPU suite, a leak check, the fleet check 10 times]; then control-plane
-# runs in the order of C_RUNS, each WHICH:SCENARIO (WHICH: new = this tree, prev = e5c3057 (r10's
-# last), d0 = d0feaca; SCENARIO: churn (5,000 workers draining 10,000, 45 s), deep (5,000 workers,
+# runs in the order of C_RUNS, each WHICH:SCENARIO (WHICH: new = this tree, pace = this tree with
+# RINGLEADER_GC_PACE_S=${C_PACE:-2} (r17), prev = .dev/ab-prev, d0 = d0feaca; SCENARIO: churn (5,000 workers draining 10,000, 45 s), deep (5,000 workers,
 # 10,000 queued, 45 s), w10k (10,000 workers at 1 Hz, 45 s)); the coordinator pinned to cores 0,1.
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ROOT=$PWD
@@ -38,7 +38,8 @@ for run in ${C_RUNS:-new:churn prev:churn}; do
   esac
   echo "== $k $which $scen $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/cp.log"
   [ -n "${C_PROF:-}" ] && export RINGLEADER_BENCH_PROFILE=$OUT/logs/prof-$k-$which-$scen.txt
-  unset GCY GCY1; [ $which = gcy ] && export GCY=${C_GCY:-5000} GCY1=${C_GCY1:-40}
+  unset GCY GCY1 RINGLEADER_GC_PACE_S; [ $which = gcy ] && export GCY=${C_GCY:-5000} GCY1=${C_GCY1:-40}
+  [ $which = pace ] && export RINGLEADER_GC_PACE_S=${C_PACE:-2}
   PROBE=""; [ -n "${C_PROBE:-}" ] && { PROBE=":$ROOT/.dev/run/probe"; export GC2_OUT=$OUT/logs/gc-$k-$which-$scen.txt; [ -n "${C_CB:-}" ] && export CORE_CB_OUT=$OUT/logs/cb-$k-$which-$scen.txt PASS_OUT=$OUT/logs/pass-$k-$which-$scen.txt; }
   (cd "$dir" && PYTHONPATH=$dir:/tmp/site$PROBE timeout $t python3 bench/control_plane.py $args \
      --coordinator-cpus 0,1 --out "$OUT/cp/$scen-$k-$which" --logs "$OUT/logs/$scen-$k-$which") 2>&1 | tail -2 | cut -c1-700 | tee -a "$OUT/cp.log"

@@ -44,6 +44,7 @@ from coordinator.core.health_inputs import HealthProtocol
 from coordinator.core.preflight import Certifying
 from coordinator.core.queue_heap import QueueHeap
 from coordinator.core.reentry import Guard
+from coordinator.core.restart import Reattaching
 from coordinator.core.events import EventBus
 from coordinator.core.groups import Groups
 from coordinator.core.inputs import (CLOSE, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Register, Reload,
@@ -59,7 +60,7 @@ from ringleader.v1 import workers_pb2 as wpb
 log = logging.getLogger("ringleader.coordinator")
 
 
-class Control(WorkerProtocol, HealthProtocol):
+class Control(WorkerProtocol, HealthProtocol, Reattaching):
     def __init__(self, store: JobStore, timings: Timings | None = None,
                  quarantine_max_share: float = DEFAULT_MAX_SHARE) -> None:
         self.store = store
@@ -73,6 +74,7 @@ class Control(WorkerProtocol, HealthProtocol):
         self.scheduler = scheduler.Scheduler(cordoned_ids=self.health.cordoned_ids)  # counted apart when waiting
         self._out = Out()
         self._guard = Guard()  # re-entry is an error (coordinator/core/reentry.py)
+        self.awaiting: dict[str, str] = {}  # after a restart: worker -> the job it is to re-attach to
         self.certifying: dict[str, Certifying] = {}  # preflight jobs whose gang is being checked
         self._preflight_of: dict[str, str] = {}  # running preflight check id -> the job it certifies
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
@@ -185,10 +187,6 @@ class Control(WorkerProtocol, HealthProtocol):
         self.scheduler.remove(job_id)
         self._dirty = True  # what it reserved is free for the jobs behind it
 
-    def _reload(self, inp: Reload) -> None:
-        for q in self.book.load(inp.reattach_deadline):
-            self._enqueue(q)
-
     # ---- workers and the fleet -------------------------------------------------------------
 
     def _register(self, inp: Register) -> None:
@@ -200,6 +198,7 @@ class Control(WorkerProtocol, HealthProtocol):
         self._index(conn)
         if reg.running_job_id:
             self._reattach(conn, reg.running_job_id, reg.running_rank, reg.warm_group)
+        self._came_back(conn, reg.running_job_id)
         self._holds(conn, reg.warm_group)
         self._out.conn = conn
 
@@ -260,16 +259,6 @@ class Control(WorkerProtocol, HealthProtocol):
     def _fail(self, inp: Fail) -> None:
         if (rj := self.book.running.get(inp.job_id)) is not None:
             self.end(rj, pb.FAILED, inp.reason)
-
-    def _requeue(self, inp: Requeue) -> None:
-        if (rj := self.book.running.get(inp.job_id)) is None:
-            return
-        for rank in rj.attached:
-            c = self.workers.get(rj.members[rank])
-            if c and c.job_id == rj.id:
-                self._send(c, wpb.CoordinatorMessage(abort=wpb.Abort(job_id=rj.id, reason="requeued")))
-        self._enqueue(self.book.requeue(rj, "requeued: interrupted by a coordinator restart"))
-        self.break_group(rj.group_key, "requeued")
 
     # ---- placement -------------------------------------------------------------------------
 

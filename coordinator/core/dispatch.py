@@ -253,22 +253,6 @@ class WorkerProtocol:
         if rj.id in self._preflight_of:
             self._preflight_checked(rj)  # the job it certifies goes on, in this input
 
-    def _reattach(self, conn: WorkerConn, job_id: str, rank: int, key: str) -> None:
-        self._set_state(conn, pb.BUSY, job_id, rank)
-        rj = self.book.running.get(job_id)
-        if rj and rank < len(rj.members) and rj.members[rank] == conn.worker_id:
-            rj.attached.add(rank)
-            rj.assigned.add(rank)
-            if key and not rj.group_key:  # the group a job ran on when the coordinator restarted
-                rj.group_key = key
-                self.groups.adopt(key, tuple(rj.members), rj.valid.flavor)
-            if len(rj.attached) == len(rj.members):
-                rj.reattach_deadline = 0.0
-                rj.last_progress = time.monotonic()
-            return
-        # A job this coordinator no longer runs: the worker must drop it.
-        self._send(conn, wpb.CoordinatorMessage(abort=wpb.Abort(job_id=job_id, reason="job is not running")))
-
     # ---- warm groups -----------------------------------------------------------------------
 
     def break_group(self, key: str, why: str) -> None:

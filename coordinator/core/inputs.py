@@ -99,6 +99,7 @@ class Fail:
 @dataclass(slots=True)
 class Requeue:
     job_id: str
+    why: str = "interrupted by a coordinator restart"
 
 
 Input = Union[Submit, Cancel, Register, Disconnect, WorkerMsg, Tick, Cordon, Reload, Lost, Fail, Requeue]

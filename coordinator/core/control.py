@@ -45,6 +45,7 @@ from coordinator.core.preflight import Certifying
 from coordinator.core.queue_heap import QueueHeap
 from coordinator.core.reentry import Guard
 from coordinator.core.restart import Reattaching
+from coordinator.core.check_hold import CheckHolding
 from coordinator.core.events import EventBus
 from coordinator.core.groups import Groups
 from coordinator.core.inputs import (CLOSE, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Register, Reload,
@@ -60,7 +61,7 @@ from ringleader.v1 import workers_pb2 as wpb
 log = logging.getLogger("ringleader.coordinator")
 
 
-class Control(WorkerProtocol, HealthProtocol, Reattaching):
+class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
     def __init__(self, store: JobStore, timings: Timings | None = None,
                  quarantine_max_share: float = DEFAULT_MAX_SHARE) -> None:
         self.store = store
@@ -75,6 +76,8 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching):
         self._out = Out()
         self._guard = Guard()  # re-entry is an error (coordinator/core/reentry.py)
         self.awaiting: dict[str, str] = {}  # after a restart: worker -> the job it is to re-attach to
+        self.checks_waiting: dict[str, float] = {}  # coordinator/core/check_hold.py
+        self.held_for_checks: set[str] = set()
         self.certifying: dict[str, Certifying] = {}  # preflight jobs whose gang is being checked
         self._preflight_of: dict[str, str] = {}  # running preflight check id -> the job it certifies
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
@@ -174,6 +177,7 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching):
     def _enqueue(self, q: Queued) -> None:
         self.scheduler.add(scheduler.PendingJob.of(q.job.id, q.valid, q.job.created_at))
         self._queue_deadlines.add(q.job.id, q)
+        self._note_check(q)
         self._dirty = True
 
     def _queue_timeouts(self, wall: float) -> None:
@@ -249,6 +253,7 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching):
         for worker_id in self.workers.expire(now):
             log.info("worker %s forgotten: disconnected for over %.0f s", worker_id, self.workers.ttl_s)
         self._queue_timeouts(inp.wall or time.time())
+        self._hold_for_checks(inp.wall or time.time())
         heard = min(now, inp.heard) if inp.heard else now
         for verdict in liveness.verdicts(now, self.book.running.values(), self.workers, self.timings, heard):
             try:

@@ -48,6 +48,10 @@ class Timings:
     pass_ranks: int = 128  # ranks one placement pass starts at most (0: no bound); the next goes on
     shed_lag_s: float = 2.0
     stall_warn_s: float = 0.2  # a stall of the loop this long is named in the log (0: never)
+    # A check job queued this long holds its workers: they take no new user job until it starts
+    # (0: never); at most this share of the connected workers at once (coordinator/core/check_hold.py).
+    check_hold_after_s: float = 60.0
+    check_hold_share: float = 0.05
 
 
 def verdicts(now: float, running: Iterable[Running], workers: WorkerRegistry, timings: Timings,

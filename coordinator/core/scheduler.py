@@ -138,6 +138,9 @@ class Scheduler:
         walk.close()
         return decisions
 
+    def pending(self, job_id: str) -> PendingJob | None:
+        return self._jobs.get(job_id)
+
     def reason(self, job_id: str) -> str:  # why a queued job waits, as of the last pass ("": not queued)
         job = self._jobs.get(job_id)
         if job is None:

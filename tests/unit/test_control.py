@@ -15,7 +15,7 @@ from coordinator.core.reentry import ReentryError
 from coordinator.core.inputs import CLOSE, Cancel, Disconnect, Out, Register, Reload, Cordon, Submit, Tick, WorkerMsg
 from coordinator.core.liveness import Timings
 from coordinator.store.memory import MemoryJobStore
-from ringleader import jobspec
+from ringleader import checks, jobspec
 from ringleader.errors import NotFound
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -402,3 +402,46 @@ def test_a_member_that_comes_back_without_its_job_after_a_restart_requeues_it_at
                                                 f"(worker {members[1]}) came back without it")
     assert (members[0], "abort") in sends(out)
     assert f.ctl.awaiting == {}
+
+
+def test_a_check_that_waits_too_long_holds_its_workers_until_it_starts():
+    """Under steady user traffic each worker that frees up is taken by the next user job, so a
+    check naming two never finds both idle; after check_hold_after_s its workers take no new user
+    job, and it starts when the last one's job ends (coordinator/core/check_hold.py)."""
+    f = Fleet(3, check_hold_after_s=60, check_hold_share=1.0)
+    u1 = f.submit(1, worker_ids=["w0"]).job.id
+    check = f.ctl.handle(Submit(jobspec.normalize(pb.JobSpec(
+        world_size=2, priority=checks.CHECK_PRIORITY, placement=pb.Placement(worker_ids=["w0", "w1"]),
+        gpu_check=pb.GpuCheckSpec())))).job
+    u2 = f.submit(1, worker_ids=["w1"]).job.id  # a user job is ahead of the check: it takes w1
+    f.done("w0", u1, 0)
+    u3 = f.submit(1, worker_ids=["w0"]).job.id  # ... and w0, as it frees up
+    assert f.job(check.id).state == pb.QUEUED and f.job(u3).state == pb.RUNNING
+    f.ctl.handle(Tick(time.monotonic(), wall=check.created_at + 59))
+    f.done("w1", u2, 0)
+    u4 = f.submit(1, worker_ids=["w1"]).job.id  # not held yet: taken again
+    assert f.job(u4).state == pb.RUNNING and f.job(check.id).state == pb.QUEUED
+    f.ctl.handle(Tick(time.monotonic(), wall=check.created_at + 61))  # held from now on
+    f.done("w0", u3, 0)
+    u5 = f.submit(1, worker_ids=["w0"]).job.id
+    assert f.job(u5).state == pb.QUEUED and f.state("w0") == pb.IDLE  # w0 waits for the check
+    assert f.job(f.submit(1, worker_ids=["w2"]).job.id).state == pb.RUNNING  # others run as before
+    out = f.done("w1", u4, 0)
+    assert f.job(check.id).state == pb.RUNNING and ("w0", "assignment") in sends(out)
+    assert f.job(u5).state == pb.QUEUED  # after the check
+    assert check.spec.priority == checks.CHECK_PRIORITY and f.job(check.id).spec.priority == checks.CHECK_PRIORITY
+
+
+def test_checks_hold_at_most_their_share_of_the_fleet_oldest_first():
+    f = Fleet(8, check_hold_after_s=60, check_hold_share=0.25)  # 2 of 8 workers
+    busy = [f.submit(1, worker_ids=[f"w{i}"]).job.id for i in range(8)]
+    gangs = [f.ctl.handle(Submit(jobspec.normalize(pb.JobSpec(
+        world_size=2, priority=checks.CHECK_PRIORITY, placement=pb.Placement(worker_ids=[f"w{2 * k}", f"w{2 * k + 1}"]),
+        gpu_check=pb.GpuCheckSpec())))).job for k in range(3)]
+    f.ctl.handle(Tick(time.monotonic(), wall=max(g.created_at for g in gangs) + 61))
+    assert f.ctl.held_for_checks == {gangs[0].id}
+    for i in range(8):
+        f.done(f"w{i}", busy[i], 0)  # every worker frees up; the held gang starts, and the others as before
+    assert [f.job(g.id).state for g in gangs] == [pb.RUNNING] * 3
+    f.ctl.handle(Tick(time.monotonic(), wall=max(g.created_at for g in gangs) + 62))
+    assert f.ctl.held_for_checks == set() and f.ctl.checks_waiting == {}

@@ -1,0 +1,61 @@
+"""A check that waits too long holds its workers.
+
+Checks queue at the lowest priority (ringleader/checks.py) and name their workers, so a check
+starts only when every worker it names is idle at once and no user job ahead takes one of them.
+On a fleet with steady user traffic that moment never comes: each worker that frees up is taken
+by the next user job, and the fleet goes unchecked. So a check job queued for
+`check_hold_after_s` moves ahead of user jobs in the placement queue (its stored priority is
+unchanged). Ahead of them, it reserves its named workers as they free up (the scheduler's rule
+for a job that cannot start yet), so no new user job lands on them, and it starts once the last
+one's job ends. Running jobs are never stopped. At most `check_hold_share` of the connected
+workers are held at once (at least one check), oldest check first, so checks can delay only
+that share of the fleet's user jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from coordinator.core.inputs import Out
+from coordinator.core.jobs import Queued
+from ringleader import checks
+from ringleader.jobspec import MAX_PRIORITY
+
+log = logging.getLogger("ringleader.coordinator")
+
+
+class CheckHolding:
+    """Methods of `Control` (control.py), which owns the state they read and change."""
+
+    _out: Out
+    checks_waiting: dict[str, float]  # queued check job -> created_at (wall), oldest first
+    held_for_checks: set[str]  # those moved ahead of user jobs
+
+    def _note_check(self, q: Queued) -> None:
+        if checks.is_check(q.valid.spec):
+            self.checks_waiting[q.job.id] = q.job.created_at
+
+    def _hold_for_checks(self, wall: float) -> None:
+        """At each tick: move the checks that have waited long enough ahead, within the share."""
+        after = self.timings.check_hold_after_s
+        if not after or not self.checks_waiting:
+            return
+        for job_id in [j for j in self.checks_waiting if j not in self.book.queued]:
+            del self.checks_waiting[job_id]  # started, cancelled or failed
+            self.held_for_checks.discard(job_id)
+        pending = {j: p for j in self.checks_waiting if (p := self.scheduler.pending(j)) is not None}
+        held = sum(pending[j].need.world_size for j in self.held_for_checks if j in pending)
+        share = int(self.timings.check_hold_share * len(self.workers.connected()))
+        for job_id, created in self.checks_waiting.items():
+            p = pending.get(job_id)
+            if p is None or job_id in self.held_for_checks or wall - created < after:
+                continue
+            if held and held + p.need.world_size > share:
+                break  # oldest first: a later check waits for an earlier one's workers to free
+            self.scheduler.add(dataclasses.replace(p, priority=MAX_PRIORITY))
+            self.held_for_checks.add(job_id)
+            held += p.need.world_size
+            self._dirty = True
+            log.info("check job %s queued %.0f s: its %d workers take no new user job until it starts",
+                     job_id, wall - created, p.need.world_size)

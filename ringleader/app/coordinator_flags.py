@@ -17,6 +17,12 @@ def add_fleet_flags(c: argparse.ArgumentParser) -> None:
                         "(workers beat every second; at least 2; default 5: raise it where hosts are overloaded)")
     c.add_argument("--check-every", type=argtypes.seconds, default=0.0, metavar="SECONDS",
                    help="sweep the fleet's health checks over idle workers this often (e.g. 300; default 0: off)")
+    c.add_argument("--check-hold-after", type=argtypes.seconds_or_off, default=60.0, metavar="SECONDS",
+                   help="a check job queued this long holds its workers: they take no new user job until it starts "
+                        "(running jobs are not stopped; default 60; 0: never)")
+    c.add_argument("--check-hold-share", type=argtypes.share, default=0.05, metavar="SHARE",
+                   help="checks hold at most this share of the connected workers at once (at least one check; "
+                        "default 0.05)")
     c.add_argument("--quarantine-max-share", type=argtypes.share, default=0.1, metavar="SHARE",
                    help="circuit breaker: automatic quarantine takes at most this share of a GPU model's workers "
                         "(at least 1; default 0.1); beyond it failed workers stay in service for an operator")

@@ -58,6 +58,18 @@ class CoordinatorConfig:
     worker_msgs_per_turn: int = 256  # worker messages applied per turn of the loop (--worker-msgs-per-turn; 0: no bound)
     pass_ranks: int = 128  # ranks one placement pass starts at most (--pass-ranks; 0: no bound)
     shed_lag: float = 2.0  # loop lag past which calls that add work are refused (--shed-lag; 0: never)
+    stall_warn: float = 0.2  # a stall of the loop this long is logged (--stall-warn; 0: never)
+    check_hold_after: float = 60.0  # a check queued this long holds its workers (--check-hold-after; 0: never)
+    check_hold_share: float = 0.05  # the most of the fleet checks hold at once (--check-hold-share)
+
+
+def timings_of(config: CoordinatorConfig) -> Timings:
+    """The core's timings: `config.timings` where given, else the defaults with the flags' values."""
+    return config.timings or Timings(
+        worker_ttl_s=config.worker_ttl, heartbeat_timeout_s=config.heartbeat_timeout,
+        worker_msgs_per_turn=config.worker_msgs_per_turn, pass_ranks=config.pass_ranks,
+        shed_lag_s=config.shed_lag, stall_warn_s=config.stall_warn, check_hold_after_s=config.check_hold_after,
+        check_hold_share=config.check_hold_share)
 
 
 def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
@@ -92,10 +104,7 @@ class RunningCoordinator:
             self.store.fence_with(lease)  # type: ignore[attr-defined]
         # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/health/k8s_taint.py).
         self.tainter = NodeTainter() if config.k8s_taint_nodes else None
-        self.core = Coordinator(self.store, config.timings or Timings(
-            worker_ttl_s=config.worker_ttl, heartbeat_timeout_s=config.heartbeat_timeout,
-            worker_msgs_per_turn=config.worker_msgs_per_turn, pass_ranks=config.pass_ranks,
-            shed_lag_s=config.shed_lag),
+        self.core = Coordinator(self.store, timings_of(config),
                                 health_observers=[self.tainter.observe] if self.tainter else [],
                                 quarantine_max_share=config.quarantine_max_share)
         self.metrics = CoordinatorMetrics(self.core)

@@ -5,6 +5,8 @@ coordinator (with its HTTP side) and real worker processes (tests/integration/cl
 
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import json
 import os
@@ -112,6 +114,8 @@ SAMPLES = {
     "pass_ranks": ("32", 32),
     "shed_lag": ("0", 0.0),
     "stall_warn": ("0.05", 0.05),
+    "check_hold_after": ("0", 0.0),
+    "check_hold_share": ("0.5", 0.5),
 }
 
 
@@ -217,6 +221,25 @@ def test_one_settings_object_reaches_the_coordinator_and_worker_configs(monkeypa
     _, settings = load(["worker", "--worker-id", "w9"])
     assert config.dataclass_from(WorkerConfig, settings, device="cuda:3") == WorkerConfig(
         coordinator="coord:50051", device="cuda:3", worker_id="w9", advertise_host="10.0.0.7")
+
+
+def test_every_coordinator_flag_reaches_the_running_coordinator(monkeypatch):
+    """A flag whose value the coordinator never sees is worse than none (`--stall-warn` was such a
+    one until r17): each lands in CoordinatorConfig, its timings or the server's security."""
+    from ringleader.app import security_flags
+    from ringleader.app.process import timings_of
+
+    _, settings = load(["coordinator", "--stall-warn", "0.05", "--check-hold-after", "30", "--check-hold-share",
+                        "0.5", "--heartbeat-timeout", "9", "--forget-worker", "w1", "--insecure"])
+    cfg = config.dataclass_from(CoordinatorConfig, settings, security=security_flags.server_security(settings))
+    t = timings_of(cfg)
+    assert (t.stall_warn_s, t.check_hold_after_s, t.check_hold_share, t.heartbeat_timeout_s) == (0.05, 30.0, 0.5, 9.0)
+    assert cfg.security.forget_workers == ("w1",) and cfg.security.insecure
+    fields = {f.name for f in dataclasses.fields(CoordinatorConfig)}
+    security = {"token_file", "worker_token_file", "tls_cert", "tls_key", "tls_client_ca", "insecure",
+                "metrics_auth", "forget_worker"}  # read by security_flags.server_security
+    assert [a.dest for a in config.own_env_actions(build_parser(), "coordinator")
+            if a.dest not in fields | security] == []
 
 
 def test_readme_table_of_variables_matches_the_parser():

@@ -33,6 +33,20 @@ class Claims:
                 self._pools_of.setdefault(kind, []).append(counts)
         return counts
 
+    def take_all(self, ws: list[Any]) -> None:
+        """`take` each of `ws`: a waiting gang's reservation, by the hundred a pass."""
+        ids, at, of_kind, pools_of = self.ids, self.at, self.of_kind, self._pools_of
+        for w in ws:
+            kind, host = w.kind, w.host
+            ids.add(w.worker_id)
+            at[(kind, host)] = at.get((kind, host), 0) + 1
+            of_kind[kind] = of_kind.get(kind, 0) + 1
+            for pool in pools_of.get(kind, ()):
+                if host in pool:
+                    pool.took(host)
+        self.version += len(ws)
+        self.free -= len(ws)
+
     def take(self, w: Any) -> None:
         self.version += 1
         self.ids.add(w.worker_id)

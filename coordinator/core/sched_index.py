@@ -172,6 +172,10 @@ class FleetIndex:
             on.setdefault(w.host, []).append(w)
         return [w for h in hosts for w in sorted(on.get(h, ()), key=lambda w: (w.device_index, w.worker_id))]
 
+    def listed_idle(self, need: Any, backend: str, claims: Claims) -> list[WorkerView]:
+        """The idle, unclaimed workers of a job's list that it admits on `backend`."""
+        return self._listed_idle(need, backend, claims)
+
     def _listed_idle(self, need: Any, backend: str, claims: Claims) -> list[WorkerView]:
         """`_walk_listed`, once per need and backend for as long as the pass's claims stand still:
         a waiting job's pools, pick and reservation all ask for it."""

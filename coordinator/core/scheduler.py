@@ -110,15 +110,29 @@ class Scheduler:
         # check waits last: claiming its idle workers every pass kept nobody off them). A need
         # offered meanwhile whose kinds the claim exhausts finds no idle worker: as if not walked.
         held: tuple[Need, dict[str, HostPool]] | None = None
+        held_listed: list[WorkerView] = []
         for need in walk:
             if held is not None:
                 self._reserve(*held, claims)
                 held = None
+            if held_listed:
+                claims.take_all(held_listed)
+                held_listed = []
             group = self._groups[need]
             job = self._jobs[group.head()]
             backends = self._runnable_on(group)
             if not backends:
                 continue  # the connected fleet cannot run it: it claims nothing
+            if need.worker_ids:
+                # A job naming fewer idle workers than it needs cannot start: it holds those it
+                # names, as below, without counting them per host (a fleet-wide check's gangs
+                # wait this way by the hundred: bench/results/2026-11-27-local-r17/gangs-pass.txt).
+                listed = [self._fleet.listed_idle(need, b, claims) for b in backends]
+                if all(len(ws) < job.world_size for ws in listed):
+                    group.seen_pass, group.blocked = self._pass, job.job_id
+                    group.seen_idle = sum(map(len, listed))
+                    held_listed = [w for ws in listed for w in ws]
+                    continue
             pools = {b: self._fleet.idle_hosts(need, b, claims) for b in backends}
             decision = self._pick(job, pools, claims, warm or {})
             if decision is None:

@@ -9,7 +9,8 @@ unchanged). Ahead of them, it reserves its named workers as they free up (the sc
 for a job that cannot start yet), so no new user job lands on them, and it starts once the last
 one's job ends. Running jobs are never stopped. At most `check_hold_share` of the connected
 workers are held at once (at least one check), oldest check first, so checks can delay only
-that share of the fleet's user jobs.
+that share of the fleet's user jobs. A check that names a worker no longer connected is passed
+over until it is back.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ class CheckHolding:
         for job_id in [j for j in self.checks_waiting if j not in self.book.queued]:
             del self.checks_waiting[job_id]  # started, cancelled or failed
             self.held_for_checks.discard(job_id)
-        pending = {j: p for j in self.checks_waiting if (p := self.scheduler.pending(j)) is not None}
+        # A check the connected fleet cannot run (a worker it names is gone) holds nothing and
+        # takes no share: it reserves nothing, and must not keep other checks from their turn.
+        pending = {j: p for j in self.checks_waiting
+                   if (p := self.scheduler.pending(j)) is not None and self.scheduler.runnable(j)}
         held = sum(pending[j].need.world_size for j in self.held_for_checks if j in pending)
         share = int(self.timings.check_hold_share * len(self.workers.connected()))
         for job_id, created in self.checks_waiting.items():

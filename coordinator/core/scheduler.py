@@ -155,6 +155,11 @@ class Scheduler:
     def pending(self, job_id: str) -> PendingJob | None:
         return self._jobs.get(job_id)
 
+    def runnable(self, job_id: str) -> bool:
+        """Whether the connected fleet could run the queued job (enough eligible workers connected)."""
+        job = self._jobs.get(job_id)
+        return job is not None and bool(self._runnable_on(self._groups[job.need]))
+
     def reason(self, job_id: str) -> str:  # why a queued job waits, as of the last pass ("": not queued)
         job = self._jobs.get(job_id)
         if job is None:

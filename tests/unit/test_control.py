@@ -445,3 +445,20 @@ def test_checks_hold_at_most_their_share_of_the_fleet_oldest_first():
     assert [f.job(g.id).state for g in gangs] == [pb.RUNNING] * 3
     f.ctl.handle(Tick(time.monotonic(), wall=max(g.created_at for g in gangs) + 62))
     assert f.ctl.held_for_checks == set() and f.ctl.checks_waiting == {}
+
+
+def test_a_check_naming_a_gone_worker_is_not_held_and_takes_no_share():
+    f = Fleet(5, check_hold_after_s=60, check_hold_share=0.4)  # 2 of 5 workers
+    busy = [f.submit(1, worker_ids=[f"w{i}"]).job.id for i in range(4)]
+    gone = f.ctl.handle(Submit(jobspec.normalize(pb.JobSpec(
+        world_size=2, priority=checks.CHECK_PRIORITY, placement=pb.Placement(worker_ids=["w4", "w0"]),
+        gpu_check=pb.GpuCheckSpec())))).job
+    f.ctl.handle(Disconnect(f.conns["w4"], "stream ended"))
+    later = f.ctl.handle(Submit(jobspec.normalize(pb.JobSpec(
+        world_size=2, priority=checks.CHECK_PRIORITY, placement=pb.Placement(worker_ids=["w1", "w2"]),
+        gpu_check=pb.GpuCheckSpec())))).job
+    f.ctl.handle(Tick(time.monotonic(), wall=later.created_at + 61))
+    assert f.ctl.held_for_checks == {later.id}  # the older check cannot run: the next one's turn
+    f.done("w1", busy[1], 0)
+    f.done("w2", busy[2], 0)
+    assert f.job(later.id).state == pb.RUNNING and f.job(gone.id).state == pb.QUEUED

@@ -142,7 +142,7 @@ def problems(cfg, out: dict) -> list[str]:
     sweep = out.get("sweep_jobs", [])
     if "FAILED" in sweep:
         found.append(f"the check sweep failed: {sweep}")
-    if getattr(cfg, "sweep", False) and (not sweep or set(sweep) == {"QUEUED"}):
+    if cfg.sweep and (not sweep or set(sweep) == {"QUEUED"}):
         # Its gangs start as their workers free up once the queue drains; one that never started
         # added no load, and the scenario claims a sweep beside the drain.
         found.append(f"the check sweep never started: {len(sweep)} gang job(s), all still queued")

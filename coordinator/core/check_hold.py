@@ -50,7 +50,7 @@ class CheckHolding:
         pending = {j: p for j in self.checks_waiting
                    if (p := self.scheduler.pending(j)) is not None and self.scheduler.runnable(j)}
         held = sum(pending[j].need.world_size for j in self.held_for_checks if j in pending)
-        share = int(self.timings.check_hold_share * len(self.workers.connected()))
+        share = int(self.timings.check_hold_share * self.workers.n_connected())
         for job_id, created in self.checks_waiting.items():
             p = pending.get(job_id)
             if p is None or job_id in self.held_for_checks or wall - created < after:

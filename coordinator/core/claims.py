@@ -4,7 +4,7 @@ ones it counts per host: `Claims` and `HostPool`, used through coordinator/core/
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 Kind = Any  # sched_index's Kind (that module imports this one): a worker's kind, hashable
 
@@ -33,8 +33,8 @@ class Claims:
                 self._pools_of.setdefault(kind, []).append(counts)
         return counts
 
-    def take_all(self, ws: list[Any]) -> None:
-        """`take` each of `ws`: a waiting gang's reservation, by the hundred a pass."""
+    def take_all(self, ws: Sequence[Any]) -> None:
+        """Claim each of `ws` (a waiting gang's reservation takes hundreds a pass, in one call)."""
         ids, at, of_kind, pools_of = self.ids, self.at, self.of_kind, self._pools_of
         for w in ws:
             kind, host = w.kind, w.host
@@ -48,15 +48,7 @@ class Claims:
         self.free -= len(ws)
 
     def take(self, w: Any) -> None:
-        self.version += 1
-        self.ids.add(w.worker_id)
-        self.at[(w.kind, w.host)] = self.at.get((w.kind, w.host), 0) + 1
-        self.of_kind[w.kind] = self.of_kind.get(w.kind, 0) + 1
-        self.free -= 1
-        for pool in self._pools_of.get(w.kind, ()):
-            if w.host in pool:
-                pool.took(w.host)
-
+        self.take_all((w,))
 
 class HostPool(dict):
     """Idle, unclaimed workers per host (host -> count) for one pass, with their `total`, and the

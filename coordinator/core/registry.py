@@ -137,6 +137,9 @@ class WorkerRegistry:
     def connected(self) -> list[WorkerConn]:
         return list(self._connected.values())
 
+    def n_connected(self) -> int:
+        return len(self._connected)
+
     def all(self) -> list[WorkerConn]:
         return [self._workers[key[2]] for key in self._order]
 

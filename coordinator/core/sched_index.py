@@ -81,7 +81,7 @@ class FleetIndex:
         self.doubtful: dict[str, int] = {}  # idle workers per host that are not `trusted`
         self.epoch = 0  # changes whenever the connected set does (not on idle <-> busy)
         self.kinds_epoch = 0  # changes whenever a kind appears or goes
-        self._listed_memo: dict[tuple[int, str], tuple] = {}  # _listed_idle's, for one pass's claims
+        self._listed_memo: dict[tuple[int, str], tuple] = {}  # listed_idle's, for one pass's claims
 
     def put(self, w: WorkerView) -> None:
         old = self.views.get(w.worker_id)
@@ -136,7 +136,7 @@ class FleetIndex:
         """Idle, unclaimed workers of `backend` that `need` admits, counted per host."""
         counts: dict[str, int] = {}
         if need.worker_ids:
-            for w in self._listed_idle(need, backend, claims):
+            for w in self.listed_idle(need, backend, claims):
                 counts[w.host] = counts.get(w.host, 0) + 1
             return HostPool(counts, self.doubtful)
         kinds = tuple(k for k in self.idle if k[0] == backend and need.fits(k))
@@ -156,7 +156,7 @@ class FleetIndex:
     def idle_on(self, need: Any, backend: str, host: str, claims: Claims) -> list[WorkerView]:
         """Those workers on one host, trusted ones first, then by device index."""
         if need.worker_ids:
-            ws = [w for w in self._listed_idle(need, backend, claims) if w.host == host]
+            ws = [w for w in self.listed_idle(need, backend, claims) if w.host == host]
         else:
             ws = [w for kind, by_host in self.idle.items() if kind[0] == backend and need.fits(kind)
                   for w in by_host.get(host, {}).values() if w.worker_id not in claims.ids]
@@ -168,16 +168,12 @@ class FleetIndex:
         if not need.worker_ids:
             return [w for h in hosts for w in self.idle_on(need, backend, h, claims)]
         on: dict[str, list[WorkerView]] = {}
-        for w in self._listed_idle(need, backend, claims):
+        for w in self.listed_idle(need, backend, claims):
             on.setdefault(w.host, []).append(w)
         return [w for h in hosts for w in sorted(on.get(h, ()), key=lambda w: (w.device_index, w.worker_id))]
 
     def listed_idle(self, need: Any, backend: str, claims: Claims) -> list[WorkerView]:
-        """The idle, unclaimed workers of a job's list that it admits on `backend`."""
-        return self._listed_idle(need, backend, claims)
-
-    def _listed_idle(self, need: Any, backend: str, claims: Claims) -> list[WorkerView]:
-        """`_walk_listed`, once per need and backend for as long as the pass's claims stand still:
+        """The idle, unclaimed workers of a job's list that it admits on `backend`: `_walk_listed`, once per need and backend for as long as the pass's claims stand still:
         a waiting job's pools, pick and reservation all ask for it."""
         key = (id(need), backend)
         memo = self._listed_memo.get(key)

@@ -71,7 +71,8 @@ def gangs(workers: list[pb.WorkerInfo]) -> list[list[str]]:
     out: list[list[str]] = []
     for _, hosts in sorted(by_model.items()):
         units = [ids[i:i + GANG_MAX] for ids in hosts.values() for i in range(0, len(ids), GANG_MAX)]
-        size = sum(map(len, units)) / math.ceil(sum(map(len, units)) / GANG_MAX)
+        total = sum(map(len, units))
+        size = total / math.ceil(total / GANG_MAX)
         first, gang = len(out), []
         for unit in units:
             if gang and len(gang) + len(unit) > GANG_MAX:

@@ -40,4 +40,7 @@ def main():
   for name, g in (("none", []), ("2 gangs of 5,000 (old plan)", whole), (f"{len(gangs32)} gangs of <= 32", gangs32)):
       p50, p99, dec = run(g)
       print(f"{name}: pass ms p50 {p50:.3f} p99 {p99:.3f}, decisions {dec}")
+      if dec:  # the scenario: every check waits the whole time (none of its sets is all idle)
+          print(f"INVALID run ({name}): {dec} check(s) started, so they were not all waiting")
+          raise SystemExit(1)
 if __name__ == "__main__": main()

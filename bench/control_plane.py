@@ -69,6 +69,7 @@ class Config:
     # so a simulated daemon that stops marking its group formed fails the run within seconds.
     hold_timeout_s: float = 0.0
     db: str = "sqlite"  # the coordinator's store: sqlite (a file) or postgres (the bench's own server)
+    relay: bool = False  # the workers connect to the coordinator's relay process (--worker-address)
 
     @property
     def scenario(self) -> str:
@@ -78,12 +79,16 @@ class Config:
 # ---- the coordinator ------------------------------------------------------------------------------
 
 
-def start_coordinator(tmp: Path, cpus: set[int] | None = None, db: str = "") -> tuple[subprocess.Popen, str, str]:
-    """Start `ringleader coordinator` (on `cpus` only, if given; `db`: its --db, default an SQLite
-    file in `tmp`); returns it, its gRPC address and URL."""
+def start_coordinator(tmp: Path, cpus: set[int] | None = None, db: str = "",
+                      relay: bool = False) -> tuple[subprocess.Popen, str, str]:
+    """Start `ringleader coordinator` (on `cpus` only, if given, its relay process too; `db`: its
+    --db, default an SQLite file in `tmp`; `relay`: with a worker relay); returns it, its gRPC
+    address and URL. The address the workers connect to is the process's `workers_address`: the
+    relay's, or the gRPC address."""
     log = open(tmp / "coordinator.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "ringleader", "coordinator", "--grpc-address", "127.0.0.1:0",
-                             "--http-address", "127.0.0.1:0", "--db", db or str(tmp / "jobs.db")],
+                             "--http-address", "127.0.0.1:0", "--db", db or str(tmp / "jobs.db"),
+                             *(["--worker-address", "127.0.0.1:0"] if relay else [])],
                             stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT,
                             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     log.close()
@@ -93,7 +98,9 @@ def start_coordinator(tmp: Path, cpus: set[int] | None = None, db: str = "") -> 
     if not line.startswith("ringleader coordinator: gRPC "):
         proc.kill()
         raise RuntimeError(f"coordinator did not start: {line!r}; see {tmp / 'coordinator.log'}")
-    return proc, line.split()[3].rstrip(","), line.split()[-1]
+    address = line.split()[3].rstrip(",")
+    proc.workers_address = proc.stdout.readline().split()[3] if relay else address  # "...: workers HOST:PORT (relay)"
+    return proc, address, line.split()[-1]
 
 
 def job_spec(rng: random.Random, device_type: str, queued: bool, hosts: int) -> pb.JobSpec:
@@ -157,9 +164,9 @@ async def until(check, what: str, timeout: float = 300.0) -> None:
 
 async def run_config(cfg: Config, tmp: Path, db: str = "") -> dict:
     rng = random.Random(cfg.workers * 7 + cfg.queue)
-    coord, address, http_url = start_coordinator(tmp, set(cfg.coordinator_cpus), db)
-    watch = loadstats.ProcessWatch(coord.pid)
-    sims = SimFleet(address, cfg.workers)
+    coord, address, http_url = start_coordinator(tmp, set(cfg.coordinator_cpus), db, cfg.relay)
+    watch = loadstats.ProcessWatch(coord.pid)  # with its children: the store's writer, the relay
+    sims = SimFleet(coord.workers_address, cfg.workers)
     out: dict = {"config": dataclasses.asdict(cfg)}
     try:
         # The measured user has a connection of its own: on the one that carries the bench's
@@ -314,6 +321,8 @@ def main() -> None:
                     "each) while a fleet-wide check sweep runs and user calls are measured")
     ap.add_argument("--no-sweep", action="store_true", help="with --churn: no check sweep")
     ap.add_argument("--heartbeat-window", type=float, default=20.0)
+    ap.add_argument("--worker-relay", action="store_true", help="the workers connect to the coordinator's relay "
+                    "process (coordinator --worker-address), on the coordinator's CPUs")
     ap.add_argument("--matrix", action="store_true", help="every configuration of the README table")
     ap.add_argument("--only", type=int, nargs="*", default=None, help="with --matrix: these rows (0-based)")
     ap.add_argument("--coordinator-cpus", default="", help="pin the coordinator to these CPUs (e.g. 0,1) "
@@ -331,7 +340,8 @@ def main() -> None:
                     "the stores' order alternates, ABBA)")
     a = ap.parse_args()
     configs = [MATRIX[i] for i in (a.only or range(len(MATRIX)))] if a.matrix else \
-        [Config(a.workers, a.queue, a.rate, a.duration, a.heartbeat_window, churn=a.churn, sweep=not a.no_sweep)]
+        [Config(a.workers, a.queue, a.rate, a.duration, a.heartbeat_window, churn=a.churn, sweep=not a.no_sweep,
+                          relay=a.worker_relay)]
     cpus = tuple(int(c) for c in a.coordinator_cpus.split(",") if c)
     if cpus:
         os.sched_setaffinity(0, set(os.sched_getaffinity(0)) - set(cpus))  # inherited by the load generator

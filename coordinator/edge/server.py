@@ -11,6 +11,7 @@ from grpc_reflection.v1alpha import reflection
 
 from coordinator.edge.hop import EdgeLoop, HoppedServicer, service_methods
 from coordinator.edge.identity import WorkerIdentities
+from coordinator.edge.relay_host import RelayHost
 from coordinator.edge.rpc_parse import MalformedRequestInterceptor
 from coordinator.core.facade import Coordinator
 from coordinator.edge.servicers import JobServicer
@@ -28,7 +29,8 @@ async def start_server(coordinator: Coordinator, address: str,
                        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
                        credentials: grpc.ServerCredentials | None = None,
                        forget_workers: Sequence[str] = (),
-                       identities: WorkerIdentities | None = None) -> tuple["EdgeServer", int]:
+                       identities: WorkerIdentities | None = None,
+                       relay_address: str = "", relay_settings: str = "") -> tuple["EdgeServer", int]:
     """Build and start the gRPC server on `address` (port 0 picks one); returns it with its port.
     The server runs on an edge loop of its own thread, each handler's body on the calling (core)
     loop: coordinator/edge/hop.py says why. `interceptors` wrap every RPC, the first outermost
@@ -36,7 +38,9 @@ async def start_server(coordinator: Coordinator, address: str,
     answered innermost; `credentials` (ringleader.security.ServerSecurity.grpc_credentials) make
     it TLS; `forget_workers`: ids whose credentials are reset first (ServerSecurity.forget_workers,
     coordinator/edge/identity.py); `identities`: the workers' credentials, shared with the REST
-    API's approvals (default: new)."""
+    API's approvals (default: new); `relay_address`: the workers' streams are also served there, by
+    a relay process (coordinator/edge/relay.py; `relay_settings` its share of the security), whose
+    port is the server's `relay_port`."""
     identities = identities or WorkerIdentities(coordinator.store)
     for worker_id in forget_workers:
         identities.forget(worker_id)
@@ -45,6 +49,7 @@ async def start_server(coordinator: Coordinator, address: str,
                           core, edge.loop)
     jobs.WatchJob = EdgeWatch(coordinator, core).WatchJob  # on the edge, events pushed from the core
     workers = WorkerServicer(coordinator, identities, core, edge.loop)  # its streams' own edge/core split
+    relay = RelayHost(workers, relay_address, relay_settings) if relay_address else None
 
     async def build() -> tuple[grpc.aio.Server, int]:
         server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, MalformedRequestInterceptor()])
@@ -53,28 +58,38 @@ async def start_server(coordinator: Coordinator, address: str,
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        return server, await listen(server, health_servicer, address, credentials,
-                                    health_pb2.HealthCheckResponse.SERVING)
-    return await EdgeServer.start(edge, build())
+        port = await listen(server, health_servicer, address, credentials, health_pb2.HealthCheckResponse.SERVING)
+        try:
+            if relay:
+                await relay.start()
+        except BaseException:
+            await relay.stop()
+            await server.stop(0)
+            raise
+        return server, port
+    return await EdgeServer.start(edge, build(), relay)
 
 
 class EdgeServer:
     """A grpc.aio.Server on its edge loop, stopped from the core loop."""
 
-    def __init__(self, server: grpc.aio.Server, edge: EdgeLoop) -> None:
-        self._server, self._edge = server, edge
+    def __init__(self, server: grpc.aio.Server, edge: EdgeLoop, relay: RelayHost | None = None) -> None:
+        self._server, self._edge, self._relay = server, edge, relay
+        self.relay_port = relay.port if relay else 0
 
     @classmethod
-    async def start(cls, edge: EdgeLoop, build) -> tuple["EdgeServer", int]:
+    async def start(cls, edge: EdgeLoop, build, relay: RelayHost | None = None) -> tuple["EdgeServer", int]:
         try:
             server, port = await edge.run(build)
         except BaseException:
             edge.close()
             raise
-        return cls(server, edge), port
+        return cls(server, edge, relay), port
 
     async def stop(self, grace: float | None) -> None:
         try:
+            if self._relay:
+                await self._edge.run(self._relay.stop())
             await self._edge.run(self._server.stop(grace))
         finally:
             self._edge.close()

@@ -105,6 +105,10 @@ def _add_servers(sub) -> None:
     c = sub.add_parser("coordinator", help="run the coordinator (gRPC and HTTP)")
     c.add_argument("--grpc-address", default=defaults.COORDINATOR_ADDRESS, metavar="HOST:PORT",
                    help="where the gRPC API listens (port 0: a free one)")
+    c.add_argument("--worker-address", default="", metavar="HOST:PORT",
+                   help="also serve the workers' streams here, from a relay process of their own: with thousands of "
+                        "workers, their gRPC work and garbage collection leave the process that answers users "
+                        "(port 0: a free one; default: none, workers use --grpc-address)")
     c.add_argument("--http-address", default=defaults.HTTP_ADDRESS, metavar="HOST:PORT",
                    help='where the REST API, web UI and /metrics listen ("" disables them)')
     c.add_argument("--db", default="", metavar="PATH|URL",

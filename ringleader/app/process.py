@@ -17,6 +17,7 @@ from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.k8s_identity import TokenReviewer
 from coordinator.health.k8s_taint import NodeTainter
 from coordinator.edge.metrics import CoordinatorMetrics
+from coordinator.edge.relay import settings_env
 from coordinator.edge.server import EdgeServer, start_server
 from coordinator.core.facade import Coordinator, Timings
 from coordinator.store.factory import is_postgres, open_store, redacted
@@ -42,6 +43,7 @@ def default_db_path() -> str:
 class CoordinatorConfig:
     grpc_address: str = defaults.COORDINATOR_ADDRESS
     http_address: str = defaults.HTTP_ADDRESS  # "" disables the HTTP side
+    worker_address: str = ""  # the workers' streams also served here, by a relay process (--worker-address)
     db: str = ""
     timings: Timings | None = None  # None: the defaults, with worker_ttl
     worker_ttl: float = 600.0  # seconds a disconnected worker stays listed (--worker-ttl)
@@ -74,7 +76,8 @@ def timings_of(config: CoordinatorConfig) -> Timings:
 
 def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
     """(flag, address) of each port this coordinator would open off loopback."""
-    ports = [("--grpc-address", config.grpc_address), ("--http-address", config.http_address)]
+    ports = [("--grpc-address", config.grpc_address), ("--http-address", config.http_address),
+             ("--worker-address", config.worker_address)]
     return [(flag, address) for flag, address in ports if address and not is_loopback(address)]
 
 
@@ -116,6 +119,7 @@ class RunningCoordinator:
         self.server: EdgeServer | None = None
         self.http = None
         self.grpc_target = ""
+        self.workers_target = ""  # the relay's address (--worker-address), "" without one
         self.http_url = ""
         self._warner: asyncio.Task | None = None
 
@@ -139,8 +143,12 @@ class RunningCoordinator:
         self.server, port = await start_server(self.core, self.config.grpc_address,
                                                interceptors=[self.metrics.interceptor, AuthInterceptor(access)],
                                                credentials=sec.grpc_credentials(),
-                                               forget_workers=sec.forget_workers, identities=self.identities)
+                                               forget_workers=sec.forget_workers, identities=self.identities,
+                                               relay_address=self.config.worker_address,
+                                               relay_settings=settings_env(sec) if self.config.worker_address else "")
         self.grpc_target = f"{self.config.grpc_address.rsplit(':', 1)[0]}:{port}"
+        if self.server.relay_port:
+            self.workers_target = f"{self.config.worker_address.rsplit(':', 1)[0]}:{self.server.relay_port}"
         if self.config.http_address:
             # Imported here: a coordinator without HTTP runs without FastAPI installed.
             from dashboard.app import create_app
@@ -203,6 +211,8 @@ async def serve(config: CoordinatorConfig) -> None:
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     print(f"ringleader coordinator: gRPC {running.grpc_target}"
           + (f", HTTP {running.http_url}" if running.http_url else ""), flush=True)
+    if running.workers_target:
+        print(f"ringleader coordinator: workers {running.workers_target} (relay)", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 

@@ -47,6 +47,7 @@ class Cluster:
         self.worker_flags = list(worker_flags)
         self.db = str(tmp / "jobs.db")
         self.address = ""
+        self.worker_address = ""  # the coordinator's worker relay (--worker-address), where it has one
         self.http_url = ""
         self.coordinator: subprocess.Popen | None = None
         self.workers: dict[str, subprocess.Popen] = {}
@@ -55,10 +56,13 @@ class Cluster:
     # ---- processes -------------------------------------------------------------------------
 
     def start_coordinator(self, port: int = 0, http: bool = False, extra: Sequence[str] = (),
-                          host: str = "127.0.0.1", prefix: Sequence[str] = ()) -> str:
+                          host: str = "127.0.0.1", prefix: Sequence[str] = (), relay: bool = False) -> str:
         """Start it; with `http`, also the dashboard on a free port (its URL in self.http_url).
         `extra`: more coordinator flags (tokens, TLS); `prefix`: what runs the command (another
-        host of tests/multihost's bed), `host` the address it listens on there."""
+        host of tests/multihost's bed), `host` the address it listens on there; `relay`: workers
+        started later connect to its worker relay (self.worker_address)."""
+        if relay:
+            extra = [*extra, "--worker-address", f"{host}:0"]
         log = open(self.tmp / "coordinator.log", "ab")
         self.coordinator = subprocess.Popen(
             [*prefix, *ringleader_cmd("coordinator", "--grpc-address", f"{host}:{port}",
@@ -70,6 +74,11 @@ class Cluster:
         # "ringleader coordinator: gRPC HOST:PORT[, HTTP URL]"
         self.address = line.split()[3].rstrip(",")
         self.http_url = line.split()[-1] if http else ""
+        self.worker_address = ""
+        if relay:  # "ringleader coordinator: workers HOST:PORT (relay)"
+            said = _readline_with_timeout(self.coordinator, 60)
+            assert said.startswith("ringleader coordinator: workers "), said
+            self.worker_address = said.split()[3]
         self._client = None
         return self.address
 
@@ -102,7 +111,7 @@ class Cluster:
         variables over this process's environment."""
         log = open(self.tmp / f"{worker_id}.log", "ab")
         extra = [*(["--metrics-address", metrics_address] if metrics_address else []), *self.worker_flags, *extra]
-        p = subprocess.Popen([*prefix, *ringleader_cmd("--coordinator", self.address, "worker", "--device", device,
+        p = subprocess.Popen([*prefix, *ringleader_cmd("--coordinator", self.worker_address or self.address, "worker", "--device", device,
                                                        "--worker-id", worker_id, *extra)],
                              stdout=log, stderr=log, start_new_session=True,
                              env={**os.environ, **env} if env else None)

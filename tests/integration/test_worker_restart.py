@@ -60,9 +60,11 @@ def test_a_restarted_daemon_keeps_its_id_with_its_state_dir_and_is_refused_witho
     assert job.state == pb.SUCCEEDED, job.reason
 
 
-def test_with_mtls_a_workers_certificate_is_its_identity(tmp_path):
+@pytest.mark.parametrize("relay", [False, True], ids=["port", "relay"])
+def test_with_mtls_a_workers_certificate_is_its_identity(tmp_path, relay):
     """A daemon restarted with no state dir but its own certificate (`ringleader certs --worker ID`)
-    comes back under its id; one with the DaemonSet's shared certificate (naming no one) is refused."""
+    comes back under its id; one with the DaemonSet's shared certificate (naming no one) is refused.
+    The same through the worker relay: TLS, the token and the client certificate checked there."""
     from ringleader.app.cli import main
 
     with pytest.raises(SystemExit) as exit_:
@@ -81,7 +83,7 @@ def test_with_mtls_a_workers_certificate_is_its_identity(tmp_path):
         c.start_coordinator(extra=[
             "--token-file", str(pki / "users.token"), "--worker-token-file", str(pki / "workers.token"),
             "--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
-            "--tls-client-ca", str(pki / "ca.pem")])
+            "--tls-client-ca", str(pki / "ca.pem")], relay=relay)
         # Killed (the daemon's test-only fault) right after its first registration, before it
         # stored or acknowledged its secret: the certificate that named it holds the id anyway.
         first = c.start_worker("w1", extra=worker_flags("worker-w1"),

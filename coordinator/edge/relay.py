@@ -1,0 +1,180 @@
+"""The worker relay: a process of its own that serves the workers' streams (WorkerService.Connect)
+on `--worker-address` and carries them to the coordinator over one link (relay_link.py); started
+and restarted by the coordinator (relay_host.py), which decides everything: who may register, what
+each message means, what each worker is sent.
+
+Why a process: a stream in grpc.aio keeps about 17 objects alive for its pending read, made anew
+for each message, so with thousands of workers every collection pass of the coordinator walked
+them all (75,000-92,000 objects a young pass at 4,000 workers, 80 % of it these), and a pass holds
+every thread of its process, the users' calls included (bench/results/2026-11-27-local-r17). Here
+the streams' objects and their passes are this process's; the coordinator holds one socket.
+
+What the relay checks itself, before anything crosses: the workers' token (the same interceptor
+as the coordinator's port), TLS and client certificates (the same credentials), and that the
+first message parses as a Register. The peer address and the client certificate cross with the
+Register, for the coordinator's identity checks.
+
+    python -m coordinator.edge.relay --link PATH --listen HOST:PORT   (settings: RINGLEADER_RELAY_*)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import json
+import logging
+import os
+import signal
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from coordinator.edge import relay_link as link
+from coordinator.edge.auth import Access, AuthInterceptor
+from ringleader.grpc_options import SERVER_OPTIONS
+from ringleader.security import ServerSecurity, TlsFiles
+from ringleader.v1 import workers_pb2 as wpb
+
+log = logging.getLogger("ringleader.relay")
+
+SERVICE = "ringleader.v1.WorkerService"
+SETTINGS_ENV = "RINGLEADER_RELAY_SETTINGS"  # JSON: the workers' token and the TLS files (not on argv)
+GC_YOUNG = 20_000  # as the coordinator's (ringleader/app/process.py)
+_ACCEPTED = object()
+
+
+class Relay:
+    def __init__(self, listen: str, security: ServerSecurity) -> None:
+        self.listen, self.security = listen, security
+        self.streams: dict[int, asyncio.Queue] = {}
+        self._ids = itertools.count(1)
+        self.link: link.LinkProtocol | None = None
+        self.lost = asyncio.Event()
+
+    async def run(self, path: str) -> None:
+        loop = asyncio.get_running_loop()
+        _, self.link = await loop.create_unix_connection(lambda: link.LinkProtocol(self._on_frame, self._on_lost), path)
+        server = grpc.aio.server(options=SERVER_OPTIONS,
+                                 interceptors=[AuthInterceptor(Access("", self.security.workers_token))])
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            SERVICE, {"Connect": grpc.stream_stream_rpc_method_handler(self.connect)}),))  # bytes both ways
+        credentials = self.security.grpc_credentials()
+        port = server.add_secure_port(self.listen, credentials) if credentials else server.add_insecure_port(self.listen)
+        if port == 0:
+            raise OSError(f"--worker-address: cannot listen on {self.listen}")
+        await server.start()
+        self.link.send(link.HELLO, 0, str(port).encode())
+        await self.lost.wait()  # the coordinator closed the link, or is gone: so are we
+        await server.stop(0)
+
+    def _on_frame(self, kind: int, sid: int, payload: bytes) -> None:
+        out = self.streams.get(sid)
+        if out is None:
+            return  # a stream that has ended meanwhile
+        if kind == link.OUT:
+            out.put_nowait(payload)
+        elif kind == link.ACCEPTED:
+            out.put_nowait(_ACCEPTED)
+        elif kind == link.END:
+            out.put_nowait(None)
+        elif kind == link.ABORT:
+            out.put_nowait(json.loads(payload))
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        self.lost.set()
+        for out in self.streams.values():
+            out.put_nowait(None)
+
+    async def connect(self, request_iterator, context):
+        first = await context.read()
+        try:
+            kind = wpb.WorkerMessage.FromString(first).WhichOneof("msg") if first is not grpc.aio.EOF else None
+        except DecodeError:
+            kind = None
+        if kind != "register":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must be Register")
+        sid, out = next(self._ids), asyncio.Queue()
+        self.streams[sid] = out
+        pems = (context.auth_context() or {}).get("x509_pem_cert") or []
+        meta = {"peer": context.peer(), "pem": [p.decode() for p in pems]}
+        self.link.send(link.REGISTER, sid, link.register_payload(meta, first))
+        reader = writer = None
+        why = "stream closed by the worker"
+        try:
+            verdict = await out.get()
+            if verdict is not _ACCEPTED:
+                await _abort(context, verdict or {"code": grpc.StatusCode.UNAVAILABLE.value[0],
+                                                  "details": "the coordinator is gone: reconnect"})
+            reader = asyncio.create_task(self._read(sid, context))
+            writer = asyncio.create_task(_write(context, out))
+            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            if reader.done() and reader.exception():
+                why = f"stream broken ({type(reader.exception()).__name__})"
+            elif writer.done() and not writer.cancelled() and isinstance(writer.result(), dict):
+                await _abort(context, writer.result())
+        except asyncio.CancelledError:
+            why = "stream cancelled"
+            raise
+        finally:
+            for task in (reader, writer):
+                if task is not None:
+                    task.cancel()
+                    task.add_done_callback(_retrieved)
+            del self.streams[sid]
+            self.link.send(link.GONE, sid, why.encode())
+
+    async def _read(self, sid: int, context) -> None:
+        send = self.link.send
+        while (msg := await context.read()) is not grpc.aio.EOF:
+            send(link.MESSAGE, sid, msg)
+
+
+async def _write(context, out: asyncio.Queue):
+    """The coordinator's messages to the worker, until it ends the stream (None) or aborts it (dict)."""
+    while True:
+        msg = await out.get()
+        if msg is None or isinstance(msg, dict):
+            return msg
+        await context.write(msg)
+
+
+async def _abort(context, verdict: dict) -> None:
+    if verdict.get("trailing"):
+        context.set_trailing_metadata(tuple(tuple(kv) for kv in verdict["trailing"]))
+    await context.abort(_CODES[verdict["code"]], verdict["details"])
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _retrieved(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def settings_env(security: ServerSecurity) -> str:
+    """The relay's share of the coordinator's security, for SETTINGS_ENV."""
+    tls = security.tls
+    return json.dumps({"workers_token": security.workers_token, "cert": tls.cert, "key": tls.key, "ca": tls.ca})
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m coordinator.edge.relay")
+    ap.add_argument("--link", required=True)
+    ap.add_argument("--listen", required=True)
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s relay: %(message)s")
+    s = json.loads(os.environ.pop(SETTINGS_ENV, "{}") or "{}")
+    security = ServerSecurity(workers_token=s.get("workers_token", ""),
+                              tls=TlsFiles(cert=s.get("cert", ""), key=s.get("key", ""), ca=s.get("ca", ""),
+                                           ca_flag="--tls-client-ca"))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator stops it (its link closes), not the terminal
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+    asyncio.run(Relay(a.listen, security).run(a.link))
+
+
+if __name__ == "__main__":
+    main()

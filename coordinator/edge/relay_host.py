@@ -1,0 +1,254 @@
+"""The coordinator's end of its worker relay (coordinator/edge/relay.py): the relay process,
+started and restarted here, and its link, read and written on the edge loop.
+
+Each relayed stream becomes what a stream on the coordinator's own port is
+(coordinator/edge/worker_stream.py): the same registration on the core (`WorkerServicer._register`,
+with the peer and certificate the relay saw), the same `Inbox` for its messages and the same
+`Outgoing` hop for what the core sends, whose edge queue is here a stand-in that writes frames.
+A relay that exits ends every stream it carried, as a broken stream would, and is started again
+on the same port; the daemons reconnect to it as they do to a restarted coordinator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from coordinator.edge import relay_link as link
+from coordinator.edge.hop import on
+from coordinator.edge.relay import SETTINGS_ENV
+from coordinator.edge.worker_stream import _GONE, WorkerServicer
+from ringleader.v1 import workers_pb2 as wpb
+
+log = logging.getLogger("ringleader.coordinator")
+
+START_S = 30.0  # a relay that does not listen within this long has failed to start
+RESTART_S = 1.0  # between a relay's exit and its next start
+
+
+class RelayRefused(Exception):
+    """A registration refused on the core (RelayContext.abort): the status the relay answers."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, trailing: tuple) -> None:
+        super().__init__(details)
+        self.code, self.details, self.trailing = code, details, trailing
+
+
+class RelayContext:
+    """What `WorkerServicer._register` reads of a call, as the relay saw it."""
+
+    def __init__(self, meta: dict) -> None:
+        self._peer = meta.get("peer", "")
+        pems = [p.encode() for p in meta.get("pem") or []]
+        self._auth = {"x509_pem_cert": pems} if pems else {}
+        self._trailing: tuple = ()
+
+    def peer(self) -> str:
+        return self._peer
+
+    def auth_context(self) -> dict:
+        return self._auth
+
+    def set_trailing_metadata(self, metadata) -> None:
+        self._trailing = tuple(metadata)
+
+    async def abort(self, code, details: str = "", trailing_metadata=()) -> None:
+        raise RelayRefused(code, details, tuple(trailing_metadata) or self._trailing)
+
+
+class _LinkSink:
+    """Stands in for a stream's edge queue (worker_stream._deliver puts into it): frames to the relay."""
+
+    def __init__(self, host: "RelayHost", sid: int, secret: str) -> None:
+        self.host, self.sid, self.secret = host, sid, secret
+
+    def put_nowait(self, msg) -> None:
+        proto = self.host.proto
+        if proto is None:
+            return
+        if msg is None:
+            proto.send(link.END, self.sid)
+            return
+        if self.secret and msg.WhichOneof("msg") == "registered":  # as WorkerServicer._write does
+            msg.registered.worker_secret, self.secret = self.secret, ""
+        proto.send(link.OUT, self.sid, msg.SerializeToString())
+
+
+class RelayHost:
+    """Runs on the edge loop (`start`, `stop` and every frame)."""
+
+    def __init__(self, workers: WorkerServicer, address: str, settings: str) -> None:
+        self.workers, self.address, self.settings = workers, address, settings
+        self.proto: link.LinkProtocol | None = None
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self._conns: dict[int, tuple] = {}  # sid -> (conn, pump future)
+        self._held: dict[int, list] = {}  # sid -> messages behind a read-ahead of the store (prefetch)
+        self._early_gone: set[int] = set()  # streams ended while their registration ran
+        self._dir = tempfile.mkdtemp(prefix="ringleader-relay-")
+        self._path = str(Path(self._dir) / "link.sock")
+        self._server: asyncio.AbstractServer | None = None
+        self._hello: asyncio.Future | None = None
+        self._stopping = False
+        self._restarter: asyncio.Task | None = None
+
+    async def start(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(self._accept, self._path)
+        os.chmod(self._path, 0o600)
+        await self._spawn()
+        return self.port
+
+    def _accept(self) -> link.LinkProtocol:
+        proto = link.LinkProtocol(self._on_frame, lambda exc: self._on_lost(proto, exc))
+        if self.proto is not None and self.proto.transport is not None:
+            self.proto.transport.close()  # one relay at a time: a new link replaces the old one
+        self.proto = proto
+        return proto
+
+    async def _spawn(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._hello = loop.create_future()
+        address = self.address if not self.port else f"{self.address.rsplit(':', 1)[0]}:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator.edge.relay", "--link", self._path, "--listen", address],
+            env={**os.environ, SETTINGS_ENV: self.settings}, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + START_S
+        while not self._hello.done():
+            if self.proc.poll() is not None:
+                raise OSError(f"--worker-address: the worker relay exited ({self.proc.returncode}) before "
+                              f"listening on {address}; see its log above")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise OSError(f"--worker-address: the worker relay did not listen on {address} within {START_S:.0f} s")
+            await asyncio.wait({self._hello}, timeout=0.05)
+        self.port = self._hello.result()
+        log.info("worker relay (pid %d) serves the workers' streams on port %d", self.proc.pid, self.port)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._restarter:
+            self._restarter.cancel()
+        if self.proto is not None and self.proto.transport is not None:
+            self.proto.transport.close()  # the relay ends with its link
+        if self._server is not None:
+            self._server.close()
+        if self.proc is not None:
+            try:
+                await asyncio.to_thread(self.proc.wait, 5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                await asyncio.to_thread(self.proc.wait)
+        for p in Path(self._dir).glob("*"):
+            p.unlink(missing_ok=True)
+        os.rmdir(self._dir)
+
+    # ---- frames from the relay --------------------------------------------------------------------
+
+    def _on_frame(self, kind: int, sid: int, payload: bytes) -> None:
+        if kind == link.MESSAGE:
+            self._message(sid, payload)
+        elif kind == link.GONE:
+            self._gone(sid, payload.decode(errors="replace"))
+        elif kind == link.REGISTER:
+            asyncio.ensure_future(self._register(sid, payload))
+        elif kind == link.HELLO and self._hello is not None and not self._hello.done():
+            self._hello.set_result(int(payload))
+
+    async def _register(self, sid: int, payload: bytes) -> None:
+        w = self.workers
+        try:
+            meta, raw = link.split_register(payload)
+            reg = wpb.WorkerMessage.FromString(raw).register
+            context = RelayContext(meta)
+            conn, secret = await on(w.core, w._register(reg, context), context.peer())
+        except RelayRefused as exc:
+            self._send(link.ABORT, sid, link.abort_payload(exc.code.value[0], exc.details, exc.trailing))
+            self._early_gone.discard(sid)
+            return
+        except Exception as exc:  # a bug of ours: the daemon retries, the log says why
+            log.exception("relayed registration failed")
+            self._send(link.ABORT, sid, link.abort_payload(grpc.StatusCode.INTERNAL.value[0], f"registration failed: {exc}"))
+            self._early_gone.discard(sid)
+            return
+        pump = asyncio.run_coroutine_threadsafe(w._pump(conn, _LinkSink(self, sid, secret)), w.core)
+        self._conns[sid] = (conn, pump)
+        if sid in self._early_gone:
+            self._early_gone.discard(sid)
+            self._gone(sid, "stream closed by the worker")
+        else:
+            self._send(link.ACCEPTED, sid)
+
+    def _message(self, sid: int, payload: bytes) -> None:
+        entry = self._conns.get(sid)
+        if entry is None:
+            return  # its registration was refused, or the stream is being ended
+        try:
+            msg = wpb.WorkerMessage.FromString(payload)
+        except DecodeError:
+            self._send(link.ABORT, sid, link.abort_payload(grpc.StatusCode.INVALID_ARGUMENT.value[0],
+                                                           "request: the bytes are not a WorkerMessage"))
+            return
+        held = self._held.get(sid)
+        if held is not None:
+            held.append(msg)
+        elif msg.WhichOneof("msg") == "done" and not self.workers.c.store.resident(msg.done.job_id, ""):
+            # As WorkerServicer._read: read the job in off the core loop; the stream's later messages wait.
+            self._held[sid] = [msg]
+            asyncio.ensure_future(self._prefetched(sid, entry[0], msg.done.job_id))
+        else:
+            self.workers.inbox.put(entry[0], msg)
+
+    async def _prefetched(self, sid: int, conn, job_id: str) -> None:
+        try:
+            await self.workers.c.prefetch(job_id=job_id)
+        finally:
+            for msg in self._held.pop(sid, ()):  # none left if the stream ended meanwhile (_gone)
+                self.workers.inbox.put(conn, msg)
+
+    def _gone(self, sid: int, why: str) -> None:
+        entry = self._conns.pop(sid, None)
+        if entry is None:
+            self._early_gone.add(sid)  # its registration is still on the core (or was refused)
+            return
+        conn, pump = entry
+        for msg in self._held.pop(sid, ()):
+            self.workers.inbox.put(conn, msg)
+        pump.cancel()
+        self.workers.inbox.put(conn, _GONE, why)
+
+    def _on_lost(self, proto: link.LinkProtocol, exc: Exception | None) -> None:
+        if proto is not self.proto:
+            return
+        self.proto = None
+        for sid in list(self._conns):
+            self._gone(sid, "stream broken (the worker relay exited)")
+        self._early_gone.clear()
+        if not self._stopping:
+            log.error("the worker relay's link closed: starting it again on port %d", self.port)
+            self._restarter = asyncio.ensure_future(self._restart())
+
+    async def _restart(self) -> None:
+        while not self._stopping:
+            if self.proc is not None:
+                self.proc.kill()
+                await asyncio.to_thread(self.proc.wait)
+            await asyncio.sleep(RESTART_S)
+            try:
+                await self._spawn()
+                return
+            except OSError as exc:
+                log.error("%s: trying again", exc)
+
+    def _send(self, kind: int, sid: int, payload: bytes = b"") -> None:
+        if self.proto is not None:
+            self.proto.send(kind, sid, payload)

@@ -1,0 +1,109 @@
+"""The worker relay (coordinator --worker-address, coordinator/edge/relay.py): real daemons reach
+the coordinator through it, run jobs, lose it to a kill -9 and come back through its successor;
+refusals made on either side of it reach the daemon as they would on the coordinator's port."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from cluster import Cluster
+
+from bench.loadstats import children
+
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
+from ringleader.v1 import workers_pb2_grpc
+
+pytestmark = pytest.mark.integration
+
+
+def _relay_pid(c: Cluster) -> int:
+    # Started from the edge loop's thread: listed in that thread's children, so by parent pid here.
+    for pid in children(c.coordinator.pid):
+        try:
+            if b"coordinator.edge.relay" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            pass
+    raise AssertionError("no relay process under the coordinator")
+
+
+def _wait_for(what: str, check, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while not (got := check()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+    return got
+
+
+def test_daemons_run_jobs_through_the_relay_and_survive_its_kill(fresh_cluster):
+    c = fresh_cluster
+    c.start_coordinator(relay=True)
+    assert c.worker_address and c.worker_address != c.address
+    for wid in ("r0", "r1"):
+        c.start_worker(wid, extra=["--state-dir", str(c.tmp / "state")])
+    c.wait_idle(["r0", "r1"])
+    job = c.wait_job(c.submit(world_size=2, workers=["r0", "r1"], op="all_reduce").id)
+    assert job.state == pb.SUCCEEDED, job.reason
+
+    first = _relay_pid(c)
+    os.kill(first, signal.SIGKILL)
+    log = c.tmp / "coordinator.log"
+    _wait_for("the coordinator did not name the relay's end",
+              lambda: "worker r0 left: stream broken (the worker relay exited)" in log.read_text())
+    # A new relay on the same port; the daemons reconnect to it under their ids (their secrets kept).
+    second = _wait_for("no new relay", lambda: next((p for p in [_try_relay_pid(c)] if p and p != first), None))
+    c.wait_idle(["r0", "r1"], timeout=60)
+    job = c.wait_job(c.submit(world_size=2, workers=["r0", "r1"], op="all_reduce").id)
+    assert job.state == pb.SUCCEEDED, job.reason
+    assert _relay_pid(c) == second
+
+    # The coordinator's end takes its relay with it.
+    c.stop_coordinator()
+    _wait_for("the relay outlived its coordinator", lambda: not os.path.exists(f"/proc/{second}"), timeout=30)
+
+
+def _try_relay_pid(c: Cluster) -> int | None:
+    try:
+        return _relay_pid(c)
+    except AssertionError:
+        return None
+
+
+def test_refusals_cross_the_relay(fresh_cluster, tmp_path):
+    """The relay's own check (the workers' token, before anything crosses) and the coordinator's
+    (an id bound to another daemon's secret, decided on the core) both reach the caller as statuses."""
+    token = "w" * 32
+    (tmp_path / "workers.token").write_text(token)
+    c = fresh_cluster
+    c.start_coordinator(relay=True, extra=["--worker-token-file", str(tmp_path / "workers.token")])
+    c.worker_flags = ["--worker-token-file", str(tmp_path / "workers.token")]
+    c.start_worker("bound")
+    c.wait_idle(["bound"])
+    _wait_for("no credential bound", lambda: "worker bound stored its credential" in (c.tmp / "coordinator.log").read_text())
+
+    def connect(metadata, register: wpb.Register | None):
+        with grpc.insecure_channel(c.worker_address) as channel:
+            call = workers_pb2_grpc.WorkerServiceStub(channel).Connect(
+                iter([wpb.WorkerMessage(register=register)] if register else [wpb.WorkerMessage(heartbeat=wpb.Heartbeat())]),
+                metadata=metadata, timeout=30)
+            with pytest.raises(grpc.RpcError) as err:
+                list(call)
+            return err.value
+
+    reg = wpb.Register(worker_id="bound", host="h", address="127.0.0.1", backend="gloo",
+                       device=pb.Device(type="cpu", index=0, name="impostor"))
+    refused = connect((("authorization", "Bearer " + "x" * 32),), reg)
+    assert refused.code() == grpc.StatusCode.UNAUTHENTICATED, refused.details()
+    assert "invalid token" in refused.details()
+    refused = connect((("authorization", f"Bearer {token}"),), reg)
+    assert refused.code() == grpc.StatusCode.PERMISSION_DENIED, refused.details()
+    assert "register: worker id bound is bound to another daemon's credential" in refused.details()
+    refused = connect((("authorization", f"Bearer {token}"),), None)
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.details()
+    assert "the first message must be Register" in refused.details()
+    # The worker that holds the id is untouched.
+    assert {w.worker_id: w.state for w in c.client.workers()}["bound"] == pb.IDLE

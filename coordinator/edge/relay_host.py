@@ -93,7 +93,8 @@ class RelayHost:
         self.port = 0
         self._conns: dict[int, tuple] = {}  # sid -> (conn, pump future)
         self._held: dict[int, list] = {}  # sid -> messages behind a read-ahead of the store (prefetch)
-        self._early_gone: set[int] = set()  # streams ended while their registration ran
+        self._registering: set[int] = set()  # streams whose registration runs on the core
+        self._early_gone: set[int] = set()  # of those, the ones that ended meanwhile
         self._dir = tempfile.mkdtemp(prefix="ringleader-relay-")
         self._path = str(Path(self._dir) / "link.sock")
         self._server: asyncio.AbstractServer | None = None
@@ -160,11 +161,19 @@ class RelayHost:
         elif kind == link.GONE:
             self._gone(sid, payload.decode(errors="replace"))
         elif kind == link.REGISTER:
+            self._registering.add(sid)
             asyncio.ensure_future(self._register(sid, payload))
         elif kind == link.HELLO and self._hello is not None and not self._hello.done():
             self._hello.set_result(int(payload))
 
     async def _register(self, sid: int, payload: bytes) -> None:
+        try:
+            await self._registered(sid, payload)
+        finally:
+            self._registering.discard(sid)
+            self._early_gone.discard(sid)
+
+    async def _registered(self, sid: int, payload: bytes) -> None:
         w = self.workers
         try:
             meta, raw = link.split_register(payload)
@@ -173,17 +182,14 @@ class RelayHost:
             conn, secret = await on(w.core, w._register(reg, context), context.peer())
         except RelayRefused as exc:
             self._send(link.ABORT, sid, link.abort_payload(exc.code.value[0], exc.details, exc.trailing))
-            self._early_gone.discard(sid)
             return
         except Exception as exc:  # a bug of ours: the daemon retries, the log says why
             log.exception("relayed registration failed")
             self._send(link.ABORT, sid, link.abort_payload(grpc.StatusCode.INTERNAL.value[0], f"registration failed: {exc}"))
-            self._early_gone.discard(sid)
             return
         pump = asyncio.run_coroutine_threadsafe(w._pump(conn, _LinkSink(self, sid, secret)), w.core)
         self._conns[sid] = (conn, pump)
         if sid in self._early_gone:
-            self._early_gone.discard(sid)
             self._gone(sid, "stream closed by the worker")
         else:
             self._send(link.ACCEPTED, sid)
@@ -218,8 +224,9 @@ class RelayHost:
     def _gone(self, sid: int, why: str) -> None:
         entry = self._conns.pop(sid, None)
         if entry is None:
-            self._early_gone.add(sid)  # its registration is still on the core (or was refused)
-            return
+            if sid in self._registering:  # its registration is still on the core
+                self._early_gone.add(sid)
+            return  # or was refused
         conn, pump = entry
         for msg in self._held.pop(sid, ()):
             self.workers.inbox.put(conn, msg)
@@ -232,7 +239,7 @@ class RelayHost:
         self.proto = None
         for sid in list(self._conns):
             self._gone(sid, "stream broken (the worker relay exited)")
-        self._early_gone.clear()
+        self._early_gone.update(self._registering)
         if not self._stopping:
             log.error("the worker relay's link closed: starting it again on port %d", self.port)
             self._restarter = asyncio.ensure_future(self._restart())

@@ -171,7 +171,7 @@ class Coordinator:
 
     def _send(self, out: Out) -> Out:
         for conn, msg in out.sends:
-            conn.outbox.put_nowait(msg)  # None (inputs.CLOSE) ends the stream
+            conn.send(msg)  # None (inputs.CLOSE) ends the stream
         if out.alerts:
             self.alerts = (self.alerts + out.alerts)[-100:]
         if out.health:

@@ -55,6 +55,16 @@ class WorkerConn:
     unwell_since: float = 0.0  # monotonic time its executor was first reported unwell (0: well)
     op_seq: int = 0  # its executor's op counter, as last reported
     registry: "WorkerRegistry | None" = field(default=None, repr=False)  # the one that made it
+    # Set by the stream's servicer once it is attached (coordinator/edge/worker_stream.py): what the
+    # core sends goes straight to the edge, with no task per worker waiting on `outbox`.
+    route: "Callable[[object], None] | None" = field(default=None, repr=False)
+
+    def send(self, msg) -> None:
+        """To the worker's stream (None ends it): by its route once attached, else into `outbox`."""
+        if self.route is not None:
+            self.route(msg)
+        else:
+            self.outbox.put_nowait(msg)
 
     @property
     def worker_id(self) -> str:

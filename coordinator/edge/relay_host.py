@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 from coordinator.edge import relay_link as link
 from coordinator.edge.hop import on
 from coordinator.edge.relay import SETTINGS_ENV
-from coordinator.edge.worker_stream import _GONE, WorkerServicer
+from coordinator.edge.worker_stream import _GONE, WorkerServicer, detach
 from ringleader.v1 import workers_pb2 as wpb
 
 log = logging.getLogger("ringleader.coordinator")
@@ -91,7 +91,7 @@ class RelayHost:
         self.proto: link.LinkProtocol | None = None
         self.proc: subprocess.Popen | None = None
         self.port = 0
-        self._conns: dict[int, tuple] = {}  # sid -> (conn, pump future)
+        self._conns: dict = {}  # sid -> its WorkerConn
         self._held: dict[int, list] = {}  # sid -> messages behind a read-ahead of the store (prefetch)
         self._registering: set[int] = set()  # streams whose registration runs on the core
         self._early_gone: set[int] = set()  # of those, the ones that ended meanwhile
@@ -187,16 +187,16 @@ class RelayHost:
             log.exception("relayed registration failed")
             self._send(link.ABORT, sid, link.abort_payload(grpc.StatusCode.INTERNAL.value[0], f"registration failed: {exc}"))
             return
-        pump = asyncio.run_coroutine_threadsafe(w._pump(conn, _LinkSink(self, sid, secret)), w.core)
-        self._conns[sid] = (conn, pump)
+        w.core.call_soon_threadsafe(w.attach, conn, _LinkSink(self, sid, secret))
+        self._conns[sid] = conn
         if sid in self._early_gone:
             self._gone(sid, "stream closed by the worker")
         else:
             self._send(link.ACCEPTED, sid)
 
     def _message(self, sid: int, payload: bytes) -> None:
-        entry = self._conns.get(sid)
-        if entry is None:
+        conn = self._conns.get(sid)
+        if conn is None:
             return  # its registration was refused, or the stream is being ended
         try:
             msg = wpb.WorkerMessage.FromString(payload)
@@ -210,9 +210,9 @@ class RelayHost:
         elif msg.WhichOneof("msg") == "done" and not self.workers.c.store.resident(msg.done.job_id, ""):
             # As WorkerServicer._read: read the job in off the core loop; the stream's later messages wait.
             self._held[sid] = [msg]
-            asyncio.ensure_future(self._prefetched(sid, entry[0], msg.done.job_id))
+            asyncio.ensure_future(self._prefetched(sid, conn, msg.done.job_id))
         else:
-            self.workers.inbox.put(entry[0], msg)
+            self.workers.inbox.put(conn, msg)
 
     async def _prefetched(self, sid: int, conn, job_id: str) -> None:
         try:
@@ -222,15 +222,14 @@ class RelayHost:
                 self.workers.inbox.put(conn, msg)
 
     def _gone(self, sid: int, why: str) -> None:
-        entry = self._conns.pop(sid, None)
-        if entry is None:
+        conn = self._conns.pop(sid, None)
+        if conn is None:
             if sid in self._registering:  # its registration is still on the core
                 self._early_gone.add(sid)
             return  # or was refused
-        conn, pump = entry
         for msg in self._held.pop(sid, ()):
             self.workers.inbox.put(conn, msg)
-        pump.cancel()
+        self.workers.core.call_soon_threadsafe(detach, conn)
         self.workers.inbox.put(conn, _GONE, why)
 
     def _on_lost(self, proto: link.LinkProtocol, exc: Exception | None) -> None:

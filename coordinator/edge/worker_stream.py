@@ -2,8 +2,7 @@
 each daemon's stream is read and written there, and what crosses to the core loop crosses in
 batches: messages read go into one `Inbox` that the core drains once a turn (within the intake
 gate's share, coordinator/core/load.py; heartbeats wake it at most HEARTBEAT_BATCH_S late), and
-what the core puts in the workers' outboxes is moved to the edge in one hop per turn
-(`Outgoing`). A hop per message cost the core 2.7x its CPU per job with 5,000 simulated workers
+what the core sends the workers is moved to the edge in one hop per turn (`Outgoing`). A hop per message cost the core 2.7x its CPU per job with 5,000 simulated workers
 draining a queue (bench/control_plane.py --churn, 4 x H200 host). The
 registration itself (identity checks, Coordinator.register) runs on the core, once per stream."""
 
@@ -155,7 +154,7 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
         conn, secret = await on(self.core, self._register(first.register, EdgeContext(context, self.edge)),
                                 client(context))
         out: asyncio.Queue = asyncio.Queue()
-        pump = asyncio.run_coroutine_threadsafe(self._pump(conn, out), self.core)
+        self.core.call_soon_threadsafe(self.attach, conn, out)
         reader = asyncio.create_task(self._read(conn, context))
         writer = asyncio.create_task(self._write(context, out, secret))
         why = "stream closed by the worker"
@@ -171,7 +170,7 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
         finally:
             for task in (reader, writer):
                 task.cancel()
-            pump.cancel()
+            self.core.call_soon_threadsafe(detach, conn)
             # The reader, cancelled, puts nothing more: the disconnect goes in now, after every
             # message it read. Waiting for the writer first held it back: a writer inside
             # context.write to a daemon killed mid-stream ends only once this handler returns and
@@ -212,15 +211,18 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
                 await self.c.prefetch(job_id=msg.done.job_id)
             self.inbox.put(conn, msg)
 
-    async def _pump(self, conn, out: asyncio.Queue) -> None:
-        """On the core loop: the worker's outbox to the edge's queue, a batch per hop."""
-        while True:
-            batch = [await conn.outbox.get()]
-            while not conn.outbox.empty():
-                batch.append(conn.outbox.get_nowait())
+    def attach(self, conn, out) -> None:
+        """On the core loop: what waits in the worker's outbox goes to the edge's queue `out` (or
+        what stands in for it: relay_host.py), and from now on each message the core sends goes
+        straight after it (`WorkerConn.route`). A task per worker waiting on its outbox cost a
+        wake-up and a new future per message sent, and kept 5,000 tasks for the collector to walk."""
+        batch = []
+        while not conn.outbox.empty():
+            batch.append(conn.outbox.get_nowait())
+        if batch:
             self.outgoing.put(out, batch)
-            if batch[-1] is None:  # the coordinator dropped this worker
-                return
+        put = self.outgoing.put
+        conn.route = lambda msg: put(out, [msg])
 
     async def _write(self, context, out: asyncio.Queue, secret: str) -> None:
         while True:
@@ -230,6 +232,11 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             if secret and msg.WhichOneof("msg") == "registered":  # the first message: it carries the secret
                 msg.registered.worker_secret, secret = secret, ""
             await context.write(msg)
+
+
+def detach(conn) -> None:
+    """On the core loop: the stream has ended; anything sent later waits in the outbox, unread."""
+    conn.route = None
 
 
 def _retrieved(task: asyncio.Task) -> None:

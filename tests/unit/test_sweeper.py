@@ -115,3 +115,54 @@ def test_a_small_backend_stays_one_job_and_a_large_one_becomes_named_gangs():
         ("link_matrix", 4, "check link_matrix"),
         ("link_matrix", 24, "check link_matrix nccl 1/2"), ("link_matrix", 16, "check link_matrix nccl 2/2")]
     assert all(s.priority == checks.CHECK_PRIORITY and list(s.placement.worker_ids) for s in specs)
+
+
+def test_a_fleet_wide_check_lets_the_loop_turn_every_few_gangs_while_it_validates_and_submits(monkeypatch):
+    """RunCheck over 2,000 workers (63 gangs of 3 kinds): a ticker on the same loop gets a turn at
+    least every SUBMIT_TURN specs checked and every SUBMIT_TURN jobs submitted; each spec is
+    checked against its own gang's workers only. The core is a stand-in recording submits."""
+    import asyncio
+
+    fleet = [_w(f"w{i}", f"h{i // 8}", "gloo", index=i % 8) for i in range(2000)]
+    checked, submitted, seen = [], [], []
+    real_fits = sweeper.fits_devices
+
+    def fits(spec, workers):
+        checked.append(len(workers))
+        return real_fits(spec, workers)
+
+    monkeypatch.setattr(sweeper, "fits_devices", fits)
+
+    class Core:
+        def submit(self, spec):
+            submitted.append(spec)
+            return pb.Job(id=str(len(submitted)))
+
+        async def durable(self):
+            pass
+
+    class Fleet:
+        async def all_workers_paced(self):
+            return fleet
+
+    async def run():
+        done = False
+
+        async def ticker():
+            while not done:
+                seen.append((len(checked), len(submitted)))
+                await asyncio.sleep(0)
+
+        tick = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        answer = await sweeper.run_check(Core(), Fleet(), pb.RunCheckRequest())
+        done = True
+        await tick
+        return answer
+
+    answer = asyncio.run(run())
+    n = len(answer.jobs)
+    assert n == len(checked) == len(submitted) > 3 * sweeper.SUBMIT_TURN
+    assert max(checked) <= sweeper.GANG_MAX + sweeper.MIN_GANG  # a gang's workers, not the fleet
+    steps = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(seen, seen[1:])]
+    assert max(c for c, _ in steps) <= sweeper.SUBMIT_TURN and max(s for _, s in steps) <= sweeper.SUBMIT_TURN

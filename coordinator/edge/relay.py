@@ -56,14 +56,20 @@ class Relay:
     async def run(self, path: str) -> None:
         loop = asyncio.get_running_loop()
         _, self.link = await loop.create_unix_connection(lambda: link.LinkProtocol(self._on_frame, self._on_lost), path)
-        server = grpc.aio.server(options=SERVER_OPTIONS,
+        # A port already taken fails here, rather than sharing it (gRPC's default SO_REUSEPORT).
+        server = grpc.aio.server(options=[*SERVER_OPTIONS, ("grpc.so_reuseport", 0)],
                                  interceptors=[AuthInterceptor(Access("", self.security.workers_token))])
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             SERVICE, {"Connect": grpc.stream_stream_rpc_method_handler(self.connect)}),))  # bytes both ways
         credentials = self.security.grpc_credentials()
-        port = server.add_secure_port(self.listen, credentials) if credentials else server.add_insecure_port(self.listen)
+        try:
+            port = server.add_secure_port(self.listen, credentials) if credentials else server.add_insecure_port(self.listen)
+        except RuntimeError:  # grpc's bind failure (its C core logged the reason, "Address already in use")
+            port = 0
         if port == 0:
-            raise OSError(f"--worker-address: cannot listen on {self.listen}")
+            self.link.send(link.FAILED, 0, f"cannot listen on {self.listen} (is the port taken?)".encode())
+            self.link.flush()
+            raise SystemExit(2)
         await server.start()
         self.link.send(link.HELLO, 0, str(port).encode())
         await self.lost.wait()  # the coordinator closed the link, or is gone: so are we

@@ -27,6 +27,7 @@ from coordinator.edge import relay_link as link
 from coordinator.edge.hop import on
 from coordinator.edge.relay import SETTINGS_ENV
 from coordinator.edge.worker_stream import _GONE, WorkerServicer, detach
+from ringleader.errors import InvalidSpec, RingleaderError
 from ringleader.v1 import workers_pb2 as wpb
 
 log = logging.getLogger("ringleader.coordinator")
@@ -126,13 +127,15 @@ class RelayHost:
         deadline = time.monotonic() + START_S
         while not self._hello.done():
             if self.proc.poll() is not None:
-                raise OSError(f"--worker-address: the worker relay exited ({self.proc.returncode}) before "
-                              f"listening on {address}; see its log above")
-            if time.monotonic() > deadline:
+                await asyncio.wait({self._hello}, timeout=0.5)  # its last word (FAILED) may be on its way
+                if not self._hello.done():
+                    raise OSError(f"--worker-address: the worker relay exited ({self.proc.returncode}) before "
+                                  f"listening on {address}; see its log above")
+            elif time.monotonic() > deadline:
                 self.proc.kill()
                 raise OSError(f"--worker-address: the worker relay did not listen on {address} within {START_S:.0f} s")
             await asyncio.wait({self._hello}, timeout=0.05)
-        self.port = self._hello.result()
+        self.port = self._hello.result()  # or its FAILED, raised
         log.info("worker relay (pid %d) serves the workers' streams on port %d", self.proc.pid, self.port)
 
     async def stop(self) -> None:
@@ -165,6 +168,8 @@ class RelayHost:
             asyncio.ensure_future(self._register(sid, payload))
         elif kind == link.HELLO and self._hello is not None and not self._hello.done():
             self._hello.set_result(int(payload))
+        elif kind == link.FAILED and self._hello is not None and not self._hello.done():
+            self._hello.set_exception(InvalidSpec("--worker-address", payload.decode(errors="replace")))
 
     async def _register(self, sid: int, payload: bytes) -> None:
         try:
@@ -239,6 +244,8 @@ class RelayHost:
         for sid in list(self._conns):
             self._gone(sid, "stream broken (the worker relay exited)")
         self._early_gone.update(self._registering)
+        if self._hello is not None and not self._hello.done():
+            return  # it never listened: _spawn says why
         if not self._stopping:
             log.error("the worker relay's link closed: starting it again on port %d", self.port)
             self._restarter = asyncio.ensure_future(self._restart())
@@ -252,7 +259,7 @@ class RelayHost:
             try:
                 await self._spawn()
                 return
-            except OSError as exc:
+            except (OSError, RingleaderError) as exc:  # its port taken meanwhile, say
                 log.error("%s: trying again", exc)
 
     def _send(self, kind: int, sid: int, payload: bytes = b"") -> None:

@@ -23,6 +23,7 @@ HELLO = 1  # the relay listens: payload its port
 REGISTER = 2  # a stream's first message: payload `meta` (JSON, length-prefixed) then the Register's bytes
 MESSAGE = 3  # a worker's message, in its stream's order
 GONE = 4  # the stream ended: payload why
+FAILED = 5  # the relay cannot serve (its port cannot be bound): payload why; it exits
 # coordinator -> relay
 ACCEPTED = 11  # the registration went through: the stream's messages follow
 OUT = 12  # a message for the worker
@@ -89,6 +90,10 @@ class LinkProtocol(asyncio.Protocol):
         if not self._out:
             asyncio.get_event_loop().call_soon(self._flush)
         self._out.append(frame(kind, sid, payload))
+
+    def flush(self) -> None:
+        """Write what is queued now, not at the end of the turn (before the process exits)."""
+        self._flush()
 
     def _flush(self) -> None:
         out, self._out = self._out, []

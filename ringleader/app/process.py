@@ -97,6 +97,14 @@ def check_exposure(config: CoordinatorConfig) -> str:
             "anyone who reaches it can submit and cancel jobs, read results or join as a worker")
 
 
+def check_worker_address(config: CoordinatorConfig) -> None:
+    """The relay's port is its own: one shared with the gRPC API would take users' calls too."""
+    w = config.worker_address
+    if w and not w.endswith(":0") and w in (config.grpc_address, config.http_address):
+        raise InvalidSpec("--worker-address", f"{w} is already the coordinator's "
+                          f"{'gRPC' if w == config.grpc_address else 'HTTP'} address: give the relay a port of its own")
+
+
 class RunningCoordinator:
     """A started coordinator (gRPC server + domain); `async with` it or call start/stop."""
 
@@ -125,6 +133,7 @@ class RunningCoordinator:
 
     async def start(self) -> "RunningCoordinator":
         warning = check_exposure(self.config)  # before anything is bound
+        check_worker_address(self.config)
         try:
             await self._start()
             if warning:

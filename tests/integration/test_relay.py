@@ -107,3 +107,24 @@ def test_refusals_cross_the_relay(fresh_cluster, tmp_path):
     assert "the first message must be Register" in refused.details()
     # The worker that holds the id is untouched.
     assert {w.worker_id: w.state for w in c.client.workers()}["bound"] == pb.IDLE
+
+
+def test_a_taken_relay_port_or_the_api_port_is_refused_naming_the_flag(tmp_path):
+    import socket
+    import subprocess
+
+    from cluster import ringleader_cmd
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for worker_address, grpc_address, said in (
+                (f"127.0.0.1:{port}", "127.0.0.1:0", f"--worker-address: cannot listen on 127.0.0.1:{port}"),
+                ("127.0.0.1:50999", "127.0.0.1:50999", "--worker-address: 127.0.0.1:50999 is already the "
+                                                       "coordinator's gRPC address")):
+            p = subprocess.run(ringleader_cmd("coordinator", "--grpc-address", grpc_address, "--worker-address",
+                                              worker_address, "--http-address", "", "--db", str(tmp_path / "j.db")),
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode == 2 and f"ringleader: error: {said}" in p.stderr, p.stderr[-2000:]
+            assert "Traceback" not in p.stderr

@@ -96,8 +96,7 @@ class RelayHost:
         self._held: dict[int, list] = {}  # sid -> messages behind a read-ahead of the store (prefetch)
         self._registering: set[int] = set()  # streams whose registration runs on the core
         self._early_gone: set[int] = set()  # of those, the ones that ended meanwhile
-        self._dir = tempfile.mkdtemp(prefix="ringleader-relay-")
-        self._path = str(Path(self._dir) / "link.sock")
+        self._dir = self._path = ""  # the link's socket, in a directory of its own (start)
         self._server: asyncio.AbstractServer | None = None
         self._hello: asyncio.Future | None = None
         self._stopping = False
@@ -105,6 +104,8 @@ class RelayHost:
 
     async def start(self) -> int:
         loop = asyncio.get_running_loop()
+        self._dir = tempfile.mkdtemp(prefix="ringleader-relay-")
+        self._path = str(Path(self._dir) / "link.sock")
         self._server = await loop.create_unix_server(self._accept, self._path)
         os.chmod(self._path, 0o600)
         await self._spawn()
@@ -152,9 +153,10 @@ class RelayHost:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 await asyncio.to_thread(self.proc.wait)
-        for p in Path(self._dir).glob("*"):
-            p.unlink(missing_ok=True)
-        os.rmdir(self._dir)
+        if self._dir:
+            for p in Path(self._dir).glob("*"):
+                p.unlink(missing_ok=True)
+            os.rmdir(self._dir)
 
     # ---- frames from the relay --------------------------------------------------------------------
 

@@ -1,0 +1,166 @@
+"""The coordinator's end of the relay link (coordinator/edge/relay_host.py), its frames fed by the
+test: a refused registration answers the status and keeps nothing; a stream that ends while its
+registration runs on the core is ended there too, and never accepted; a Done waiting on a store
+read-ahead keeps its stream's later messages, and its end, behind it; a lost link ends every
+stream. The WorkerServicer and the store are stand-ins recording what reaches them; the
+registration is the test's coroutine, which the real one would run on the core."""
+
+import asyncio
+import json
+
+import grpc
+
+from coordinator.edge import relay_link as link
+from coordinator.edge.relay_host import RelayHost, RelayRefused
+from coordinator.edge.worker_stream import _GONE
+from ringleader.v1 import workers_pb2 as wpb
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, b: bytes) -> None:
+        self.data += b
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class _Workers:
+    """What RelayHost uses of a WorkerServicer and its coordinator."""
+
+    def __init__(self, loop) -> None:
+        self.core = loop
+        self.inbox = self
+        self.c = self
+        self.store = self
+        self.put_log: list = []
+        self.attached: list = []
+        self.refuse: str = ""
+        self.release = asyncio.Event()
+        self.fetched = asyncio.Event()
+
+    async def _register(self, reg, context):
+        await self.release.wait()
+        if self.refuse:
+            raise RelayRefused(grpc.StatusCode.PERMISSION_DENIED, self.refuse, ())
+        return f"conn-{reg.worker_id}", ""
+
+    def attach(self, conn, sink) -> None:
+        self.attached.append(conn)
+
+    def put(self, conn, msg, why: str = "") -> None:
+        self.put_log.append((conn, "gone: " + why if msg is _GONE else msg.WhichOneof("msg")))
+
+    def resident(self, job_id, request_id) -> bool:
+        return job_id != "cold"
+
+    async def prefetch(self, job_id="", request_id=""):
+        await self.fetched.wait()
+
+
+def _frames(transport: _Transport) -> list:
+    got: list = []
+    reader = link.LinkProtocol(lambda k, s, p: got.append((k, s, p)), lambda exc: None)
+    reader.connection_made(_Transport())
+    reader.data_received(bytes(transport.data))
+    return got
+
+
+async def _host():
+    loop = asyncio.get_running_loop()
+    workers = _Workers(loop)
+    host = RelayHost(workers, "127.0.0.1:0", "")
+    proto = link.LinkProtocol(host._on_frame, lambda exc: host._on_lost(proto, exc))
+    transport = _Transport()
+    proto.connection_made(transport)
+    host.proto = proto
+    return host, workers, transport
+
+
+def _register(sid: int, wid: str) -> tuple:
+    reg = wpb.WorkerMessage(register=wpb.Register(worker_id=wid)).SerializeToString()
+    return link.REGISTER, sid, link.register_payload({"peer": "ipv4:127.0.0.1:5000", "pem": []}, reg)
+
+
+async def _turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_a_refused_registration_answers_its_status_and_keeps_nothing():
+    async def run():
+        host, workers, transport = await _host()
+        workers.refuse = "register: worker id w1 is bound to another daemon's credential"
+        host._on_frame(*_register(1, "w1"))
+        workers.release.set()
+        await _turns()
+        host._on_frame(link.GONE, 1, b"stream closed by the worker")  # the relay ends the refused stream
+        await _turns()
+        return host, workers, _frames(transport)
+    host, workers, frames = asyncio.run(run())
+    (kind, sid, payload), = frames
+    assert (kind, sid) == (link.ABORT, 1)
+    assert json.loads(payload)["code"] == grpc.StatusCode.PERMISSION_DENIED.value[0]
+    assert "bound to another daemon" in json.loads(payload)["details"]
+    assert workers.put_log == [] and workers.attached == []
+    assert not host._conns and not host._registering and not host._early_gone
+
+
+def test_a_stream_that_ends_while_it_registers_is_ended_on_the_core_and_never_accepted():
+    async def run():
+        host, workers, transport = await _host()
+        host._on_frame(*_register(1, "w1"))
+        await _turns()
+        host._on_frame(link.GONE, 1, b"stream cancelled")  # while the core still registers it
+        workers.release.set()
+        await _turns()
+        return host, workers, _frames(transport)
+    host, workers, frames = asyncio.run(run())
+    assert frames == []  # no ACCEPTED for a stream that is gone
+    assert workers.put_log == [("conn-w1", "gone: stream closed by the worker")]
+    assert not host._conns and not host._registering and not host._early_gone
+
+
+def test_a_done_read_ahead_keeps_its_streams_later_messages_and_end_behind_it():
+    async def run():
+        host, workers, transport = await _host()
+        host._on_frame(*_register(1, "w1"))
+        host._on_frame(*_register(2, "w2"))
+        workers.release.set()
+        await _turns()
+        msg = lambda **kw: wpb.WorkerMessage(**kw).SerializeToString()  # noqa: E731
+        host._on_frame(link.MESSAGE, 1, msg(done=wpb.JobDone(job_id="cold")))
+        host._on_frame(link.MESSAGE, 1, msg(heartbeat=wpb.Heartbeat()))
+        host._on_frame(link.MESSAGE, 2, msg(heartbeat=wpb.Heartbeat()))  # another stream: not held
+        await _turns()
+        before = list(workers.put_log)
+        workers.fetched.set()
+        await _turns()
+        host._on_frame(link.GONE, 1, b"stream closed by the worker")
+        return before, workers.put_log, _frames(transport)
+    before, after, frames = asyncio.run(run())
+    assert [(k, s) for k, s, _ in frames] == [(link.ACCEPTED, 1), (link.ACCEPTED, 2)]
+    assert before == [("conn-w2", "heartbeat")]
+    assert after == [("conn-w2", "heartbeat"), ("conn-w1", "done"), ("conn-w1", "heartbeat"),
+                     ("conn-w1", "gone: stream closed by the worker")]
+
+
+def test_a_lost_link_ends_every_stream_it_carried():
+    async def run():
+        host, workers, _ = await _host()
+        host._stopping = True  # no restart here: the test has no relay process to start
+        for sid, wid in ((1, "w1"), (2, "w2")):
+            host._on_frame(*_register(sid, wid))
+        workers.release.set()
+        await _turns()
+        host.proto.connection_lost(None)
+        return host, workers
+    host, workers = asyncio.run(run())
+    assert sorted(workers.put_log) == [("conn-w1", "gone: stream broken (the worker relay exited)"),
+                                       ("conn-w2", "gone: stream broken (the worker relay exited)")]
+    assert host.proto is None and not host._conns

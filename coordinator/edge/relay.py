@@ -52,6 +52,7 @@ class Relay:
         self._ids = itertools.count(1)
         self.link: link.LinkProtocol | None = None
         self.lost = asyncio.Event()
+        self.told_to_stop = False  # a link lost without STOP: the coordinator died
 
     async def run(self, path: str) -> None:
         loop = asyncio.get_running_loop()
@@ -76,6 +77,9 @@ class Relay:
         await server.stop(0)
 
     def _on_frame(self, kind: int, sid: int, payload: bytes) -> None:
+        if kind == link.STOP:
+            self.told_to_stop = True
+            return
         out = self.streams.get(sid)
         if out is None:
             return  # a stream that has ended meanwhile
@@ -179,7 +183,23 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator stops it (its link closes), not the terminal
     gc.freeze()
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
-    asyncio.run(Relay(a.listen, security).run(a.link))
+    relay = Relay(a.listen, security)
+    try:
+        asyncio.run(relay.run(a.link))
+    finally:
+        if relay.lost.is_set() and not relay.told_to_stop:  # the coordinator died: no one else removes its link
+            _remove_link(a.link)
+
+
+def _remove_link(path: str) -> None:
+    """The link's socket and its directory, which a coordinator killed outright leaves behind."""
+    where = os.path.dirname(path)
+    if os.path.basename(where).startswith("ringleader-relay-"):
+        for leftover in (lambda: os.unlink(path), lambda: os.rmdir(where)):
+            try:
+                leftover()
+            except OSError:
+                pass  # removed by the coordinator's own stop already
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -113,8 +114,7 @@ class RelayHost:
 
     def _accept(self) -> link.LinkProtocol:
         proto = link.LinkProtocol(self._on_frame, lambda exc: self._on_lost(proto, exc))
-        if self.proto is not None and self.proto.transport is not None:
-            self.proto.transport.close()  # one relay at a time: a new link replaces the old one
+        self._close_link()  # one relay at a time: a new link replaces the old one
         self.proto = proto
         return proto
 
@@ -143,8 +143,7 @@ class RelayHost:
         self._stopping = True
         if self._restarter:
             self._restarter.cancel()
-        if self.proto is not None and self.proto.transport is not None:
-            self.proto.transport.close()  # the relay ends with its link
+        self._close_link()  # the relay ends with its link
         if self._server is not None:
             self._server.close()
         if self.proc is not None:
@@ -153,10 +152,8 @@ class RelayHost:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 await asyncio.to_thread(self.proc.wait)
-        if self._dir:
-            for p in Path(self._dir).glob("*"):
-                p.unlink(missing_ok=True)
-            os.rmdir(self._dir)
+        if self._dir:  # (the relay, seeing its link end, may have removed it first)
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     # ---- frames from the relay --------------------------------------------------------------------
 
@@ -263,6 +260,13 @@ class RelayHost:
                 return
             except (OSError, RingleaderError) as exc:  # its port taken meanwhile, say
                 log.error("%s: trying again", exc)
+
+    def _close_link(self) -> None:
+        """Tell the relay to stop, then end its link (a link that ends untold: the coordinator died)."""
+        if self.proto is not None and self.proto.transport is not None:
+            self.proto.send(link.STOP, 0)
+            self.proto.flush()
+            self.proto.transport.close()
 
     def _send(self, kind: int, sid: int, payload: bytes = b"") -> None:
         if self.proto is not None:

@@ -29,6 +29,7 @@ ACCEPTED = 11  # the registration went through: the stream's messages follow
 OUT = 12  # a message for the worker
 END = 13  # the coordinator dropped the worker: end its stream
 ABORT = 14  # refuse or end the stream with a status: payload JSON {code, details, trailing}
+STOP = 15  # the relay is to exit (its link is the coordinator's to remove); a link lost without it: the coordinator died
 
 Handler = Callable[[int, int, bytes], None]
 

@@ -128,3 +128,16 @@ def test_a_taken_relay_port_or_the_api_port_is_refused_naming_the_flag(tmp_path)
                                capture_output=True, text=True, timeout=60)
             assert p.returncode == 2 and f"ringleader: error: {said}" in p.stderr, p.stderr[-2000:]
             assert "Traceback" not in p.stderr
+
+
+def test_a_coordinator_killed_outright_takes_its_relay_and_its_socket_with_it(fresh_cluster):
+    c = fresh_cluster
+    c.start_coordinator(relay=True)
+    relay = _relay_pid(c)
+    argv = Path(f"/proc/{relay}/cmdline").read_bytes().split(b"\0")
+    sock = Path(argv[argv.index(b"--link") + 1].decode())
+    assert sock.exists()
+    c.coordinator.kill()
+    c.coordinator.wait(30)
+    _wait_for("the relay outlived its killed coordinator", lambda: not Path(f"/proc/{relay}").exists(), timeout=30)
+    _wait_for("the link's socket was left behind", lambda: not sock.parent.exists(), timeout=10)

@@ -102,6 +102,11 @@ class RelayHost:
         self._hello: asyncio.Future | None = None
         self._stopping = False
         self._restarter: asyncio.Task | None = None
+        self.restarts = 0  # relays started again after their link ended (relay_metrics.py)
+
+    @property
+    def streams(self) -> int:
+        return len(self._conns)
 
     async def start(self) -> int:
         loop = asyncio.get_running_loop()
@@ -257,6 +262,7 @@ class RelayHost:
             await asyncio.sleep(RESTART_S)
             try:
                 await self._spawn()
+                self.restarts += 1
                 return
             except (OSError, RingleaderError) as exc:  # its port taken meanwhile, say
                 log.error("%s: trying again", exc)

@@ -74,7 +74,7 @@ class EdgeServer:
     """A grpc.aio.Server on its edge loop, stopped from the core loop."""
 
     def __init__(self, server: grpc.aio.Server, edge: EdgeLoop, relay: RelayHost | None = None) -> None:
-        self._server, self._edge, self._relay = server, edge, relay
+        self._server, self._edge, self.relay = server, edge, relay
         self.relay_port = relay.port if relay else 0
 
     @classmethod
@@ -88,8 +88,8 @@ class EdgeServer:
 
     async def stop(self, grace: float | None) -> None:
         try:
-            if self._relay:
-                await self._edge.run(self._relay.stop())
+            if self.relay:
+                await self._edge.run(self.relay.stop())
             await self._edge.run(self._server.stop(grace))
         finally:
             self._edge.close()

@@ -18,6 +18,7 @@ from coordinator.edge.k8s_identity import TokenReviewer
 from coordinator.health.k8s_taint import NodeTainter
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.relay import settings_env
+from coordinator.edge.relay_metrics import RelayCollector
 from coordinator.edge.server import EdgeServer, start_server
 from coordinator.core.facade import Coordinator, Timings
 from coordinator.store.factory import is_postgres, open_store, redacted
@@ -156,8 +157,9 @@ class RunningCoordinator:
                                                relay_address=self.config.worker_address,
                                                relay_settings=settings_env(sec) if self.config.worker_address else "")
         self.grpc_target = f"{self.config.grpc_address.rsplit(':', 1)[0]}:{port}"
-        if self.server.relay_port:
+        if self.server.relay:
             self.workers_target = f"{self.config.worker_address.rsplit(':', 1)[0]}:{self.server.relay_port}"
+            self.metrics.registry.register(RelayCollector(self.server.relay))
         if self.config.http_address:
             # Imported here: a coordinator without HTTP runs without FastAPI installed.
             from dashboard.app import create_app

@@ -5,6 +5,7 @@ refusals made on either side of it reach the daemon as they would on the coordin
 import os
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -41,7 +42,7 @@ def _wait_for(what: str, check, timeout: float = 60):
 
 def test_daemons_run_jobs_through_the_relay_and_survive_its_kill(fresh_cluster):
     c = fresh_cluster
-    c.start_coordinator(relay=True)
+    c.start_coordinator(relay=True, http=True)
     assert c.worker_address and c.worker_address != c.address
     for wid in ("r0", "r1"):
         c.start_worker(wid, extra=["--state-dir", str(c.tmp / "state")])
@@ -60,6 +61,10 @@ def test_daemons_run_jobs_through_the_relay_and_survive_its_kill(fresh_cluster):
     job = c.wait_job(c.submit(world_size=2, workers=["r0", "r1"], op="all_reduce").id)
     assert job.state == pb.SUCCEEDED, job.reason
     assert _relay_pid(c) == second
+    metrics = urllib.request.urlopen(f"{c.http_url}/metrics", timeout=10).read().decode()
+    for line in ("ringleader_worker_relay_up 1.0", "ringleader_worker_relay_streams 2.0",
+                 "ringleader_worker_relay_restarts_total 1.0"):
+        assert line in metrics.splitlines(), [m for m in metrics.splitlines() if "relay" in m]
 
     # The coordinator's end takes its relay with it.
     c.stop_coordinator()

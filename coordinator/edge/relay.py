@@ -122,7 +122,8 @@ class Relay:
             await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
             if reader.done() and reader.exception():
                 why = f"stream broken ({type(reader.exception()).__name__})"
-            elif writer.done() and not writer.cancelled() and isinstance(writer.result(), dict):
+            elif writer.done() and not writer.cancelled() and not writer.exception() \
+                    and isinstance(writer.result(), dict):  # (a write fails once the worker has gone)
                 await _abort(context, writer.result())
         except asyncio.CancelledError:
             why = "stream cancelled"

@@ -70,19 +70,16 @@ class RelayContext:
 class _LinkSink:
     """Stands in for a stream's edge queue (worker_stream._deliver puts into it): frames to the relay."""
 
-    def __init__(self, host: "RelayHost", sid: int, secret: str) -> None:
-        self.host, self.sid, self.secret = host, sid, secret
+    def __init__(self, host: "RelayHost", key: tuple, secret: str) -> None:
+        self.host, self.key, self.secret = host, key, secret
 
     def put_nowait(self, msg) -> None:
-        proto = self.host.proto
-        if proto is None:
-            return
         if msg is None:
-            proto.send(link.END, self.sid)
+            self.host._send(link.END, self.key)
             return
         if self.secret and msg.WhichOneof("msg") == "registered":  # as WorkerServicer._write does
             msg.registered.worker_secret, self.secret = self.secret, ""
-        proto.send(link.OUT, self.sid, msg.SerializeToString())
+        self.host._send(link.OUT, self.key, msg.SerializeToString())
 
 
 class RelayHost:
@@ -93,10 +90,13 @@ class RelayHost:
         self.proto: link.LinkProtocol | None = None
         self.proc: subprocess.Popen | None = None
         self.port = 0
-        self._conns: dict = {}  # sid -> its WorkerConn
-        self._held: dict[int, list] = {}  # sid -> messages behind a read-ahead of the store (prefetch)
-        self._registering: set[int] = set()  # streams whose registration runs on the core
-        self._early_gone: set[int] = set()  # of those, the ones that ended meanwhile
+        # Streams are keyed (relay generation, the relay's stream id): a restarted relay numbers
+        # its streams from 1 again, while a registration of its predecessor's may still be on the core.
+        self._gen = 0
+        self._conns: dict = {}  # key -> its WorkerConn
+        self._held: dict[tuple, list] = {}  # key -> messages behind a read-ahead of the store (prefetch)
+        self._registering: set[tuple] = set()  # streams whose registration runs on the core
+        self._early_gone: set[tuple] = set()  # of those, the ones that ended meanwhile
         self._dir = self._path = ""  # the link's socket, in a directory of its own (start)
         self._server: asyncio.AbstractServer | None = None
         self._hello: asyncio.Future | None = None
@@ -118,7 +118,10 @@ class RelayHost:
         return self.port
 
     def _accept(self) -> link.LinkProtocol:
-        proto = link.LinkProtocol(self._on_frame, lambda exc: self._on_lost(proto, exc))
+        self._gen += 1
+        gen = self._gen
+        proto = link.LinkProtocol(lambda kind, n, payload: self._on_frame(kind, (gen, n), payload),
+                                  lambda exc: self._on_lost(proto, exc))
         self._close_link()  # one relay at a time: a new link replaces the old one
         self.proto = proto
         return proto
@@ -162,27 +165,27 @@ class RelayHost:
 
     # ---- frames from the relay --------------------------------------------------------------------
 
-    def _on_frame(self, kind: int, sid: int, payload: bytes) -> None:
+    def _on_frame(self, kind: int, key: tuple, payload: bytes) -> None:
         if kind == link.MESSAGE:
-            self._message(sid, payload)
+            self._message(key, payload)
         elif kind == link.GONE:
-            self._gone(sid, payload.decode(errors="replace"))
+            self._gone(key, payload.decode(errors="replace"))
         elif kind == link.REGISTER:
-            self._registering.add(sid)
-            asyncio.ensure_future(self._register(sid, payload))
+            self._registering.add(key)
+            asyncio.ensure_future(self._register(key, payload))
         elif kind == link.HELLO and self._hello is not None and not self._hello.done():
             self._hello.set_result(int(payload))
         elif kind == link.FAILED and self._hello is not None and not self._hello.done():
             self._hello.set_exception(InvalidSpec("--worker-address", payload.decode(errors="replace")))
 
-    async def _register(self, sid: int, payload: bytes) -> None:
+    async def _register(self, key: tuple, payload: bytes) -> None:
         try:
-            await self._registered(sid, payload)
+            await self._registered(key, payload)
         finally:
-            self._registering.discard(sid)
-            self._early_gone.discard(sid)
+            self._registering.discard(key)
+            self._early_gone.discard(key)
 
-    async def _registered(self, sid: int, payload: bytes) -> None:
+    async def _registered(self, key: tuple, payload: bytes) -> None:
         w = self.workers
         try:
             meta, raw = link.split_register(payload)
@@ -190,53 +193,53 @@ class RelayHost:
             context = RelayContext(meta)
             conn, secret = await on(w.core, w._register(reg, context), context.peer())
         except RelayRefused as exc:
-            self._send(link.ABORT, sid, link.abort_payload(exc.code.value[0], exc.details, exc.trailing))
+            self._send(link.ABORT, key, link.abort_payload(exc.code.value[0], exc.details, exc.trailing))
             return
         except Exception as exc:  # a bug of ours: the daemon retries, the log says why
             log.exception("relayed registration failed")
-            self._send(link.ABORT, sid, link.abort_payload(grpc.StatusCode.INTERNAL.value[0], f"registration failed: {exc}"))
+            self._send(link.ABORT, key, link.abort_payload(grpc.StatusCode.INTERNAL.value[0], f"registration failed: {exc}"))
             return
-        w.core.call_soon_threadsafe(w.attach, conn, _LinkSink(self, sid, secret))
-        self._conns[sid] = conn
-        if sid in self._early_gone:
-            self._gone(sid, "stream closed by the worker")
+        w.core.call_soon_threadsafe(w.attach, conn, _LinkSink(self, key, secret))
+        self._conns[key] = conn
+        if key in self._early_gone:
+            self._gone(key, "stream closed by the worker")
         else:
-            self._send(link.ACCEPTED, sid)
+            self._send(link.ACCEPTED, key)
 
-    def _message(self, sid: int, payload: bytes) -> None:
-        conn = self._conns.get(sid)
+    def _message(self, key: tuple, payload: bytes) -> None:
+        conn = self._conns.get(key)
         if conn is None:
             return  # its registration was refused, or the stream is being ended
         try:
             msg = wpb.WorkerMessage.FromString(payload)
         except DecodeError:
-            self._send(link.ABORT, sid, link.abort_payload(grpc.StatusCode.INVALID_ARGUMENT.value[0],
+            self._send(link.ABORT, key, link.abort_payload(grpc.StatusCode.INVALID_ARGUMENT.value[0],
                                                            "request: the bytes are not a WorkerMessage"))
             return
-        held = self._held.get(sid)
+        held = self._held.get(key)
         if held is not None:
             held.append(msg)
         elif msg.WhichOneof("msg") == "done" and not self.workers.c.store.resident(msg.done.job_id, ""):
             # As WorkerServicer._read: read the job in off the core loop; the stream's later messages wait.
-            self._held[sid] = [msg]
-            asyncio.ensure_future(self._prefetched(sid, conn, msg.done.job_id))
+            self._held[key] = [msg]
+            asyncio.ensure_future(self._prefetched(key, conn, msg.done.job_id))
         else:
             self.workers.inbox.put(conn, msg)
 
-    async def _prefetched(self, sid: int, conn, job_id: str) -> None:
+    async def _prefetched(self, key: tuple, conn, job_id: str) -> None:
         try:
             await self.workers.c.prefetch(job_id=job_id)
         finally:
-            for msg in self._held.pop(sid, ()):  # none left if the stream ended meanwhile (_gone)
+            for msg in self._held.pop(key, ()):  # none left if the stream ended meanwhile (_gone)
                 self.workers.inbox.put(conn, msg)
 
-    def _gone(self, sid: int, why: str) -> None:
-        conn = self._conns.pop(sid, None)
+    def _gone(self, key: tuple, why: str) -> None:
+        conn = self._conns.pop(key, None)
         if conn is None:
-            if sid in self._registering:  # its registration is still on the core
-                self._early_gone.add(sid)
+            if key in self._registering:  # its registration is still on the core
+                self._early_gone.add(key)
             return  # or was refused
-        for msg in self._held.pop(sid, ()):
+        for msg in self._held.pop(key, ()):
             self.workers.inbox.put(conn, msg)
         self.workers.core.call_soon_threadsafe(detach, conn)
         self.workers.inbox.put(conn, _GONE, why)
@@ -245,8 +248,8 @@ class RelayHost:
         if proto is not self.proto:
             return
         self.proto = None
-        for sid in list(self._conns):
-            self._gone(sid, "stream broken (the worker relay exited)")
+        for key in list(self._conns):
+            self._gone(key, "stream broken (the worker relay exited)")
         self._early_gone.update(self._registering)
         if self._hello is not None and not self._hello.done():
             return  # it never listened: _spawn says why
@@ -274,6 +277,6 @@ class RelayHost:
             self.proto.flush()
             self.proto.transport.close()
 
-    def _send(self, kind: int, sid: int, payload: bytes = b"") -> None:
-        if self.proto is not None:
-            self.proto.send(kind, sid, payload)
+    def _send(self, kind: int, key: tuple, payload: bytes = b"") -> None:
+        if self.proto is not None and key[0] == self._gen:  # (a stream of a relay gone is gone)
+            self.proto.send(kind, key[1], payload)

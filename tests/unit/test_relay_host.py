@@ -30,6 +30,11 @@ class _Transport:
         pass
 
 
+class _Conn:
+    def __init__(self, name: str) -> None:
+        self.name, self.route = name, None
+
+
 class _Workers:
     """What RelayHost uses of a WorkerServicer and its coordinator."""
 
@@ -43,18 +48,21 @@ class _Workers:
         self.refuse: str = ""
         self.release = asyncio.Event()
         self.fetched = asyncio.Event()
+        self.late: dict[str, asyncio.Event] = {}  # registrations that finish only when told
 
     async def _register(self, reg, context):
         await self.release.wait()
+        if reg.worker_id in self.late:
+            await self.late[reg.worker_id].wait()
         if self.refuse:
             raise RelayRefused(grpc.StatusCode.PERMISSION_DENIED, self.refuse, ())
-        return f"conn-{reg.worker_id}", ""
+        return _Conn(f"conn-{reg.worker_id}"), ""
 
     def attach(self, conn, sink) -> None:
         self.attached.append(conn)
 
     def put(self, conn, msg, why: str = "") -> None:
-        self.put_log.append((conn, "gone: " + why if msg is _GONE else msg.WhichOneof("msg")))
+        self.put_log.append((conn.name, "gone: " + why if msg is _GONE else msg.WhichOneof("msg")))
 
     def resident(self, job_id, request_id) -> bool:
         return job_id != "cold"
@@ -75,11 +83,13 @@ async def _host():
     loop = asyncio.get_running_loop()
     workers = _Workers(loop)
     host = RelayHost(workers, "127.0.0.1:0", "")
-    proto = link.LinkProtocol(host._on_frame, lambda exc: host._on_lost(proto, exc))
     transport = _Transport()
-    proto.connection_made(transport)
-    host.proto = proto
+    host._accept().connection_made(transport)  # as the link's server does when the relay connects
     return host, workers, transport
+
+
+def _feed(host, kind: int, sid: int, payload: bytes = b"") -> None:
+    host.proto.data_received(link.frame(kind, sid, payload))
 
 
 def _register(sid: int, wid: str) -> tuple:
@@ -87,7 +97,7 @@ def _register(sid: int, wid: str) -> tuple:
     return link.REGISTER, sid, link.register_payload({"peer": "ipv4:127.0.0.1:5000", "pem": []}, reg)
 
 
-async def _turns(n: int = 5) -> None:
+async def _turns(n: int = 20) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
 
@@ -96,10 +106,10 @@ def test_a_refused_registration_answers_its_status_and_keeps_nothing():
     async def run():
         host, workers, transport = await _host()
         workers.refuse = "register: worker id w1 is bound to another daemon's credential"
-        host._on_frame(*_register(1, "w1"))
+        _feed(host, *_register(1, "w1"))
         workers.release.set()
         await _turns()
-        host._on_frame(link.GONE, 1, b"stream closed by the worker")  # the relay ends the refused stream
+        _feed(host, link.GONE, 1, b"stream closed by the worker")  # the relay ends the refused stream
         await _turns()
         return host, workers, _frames(transport)
     host, workers, frames = asyncio.run(run())
@@ -114,9 +124,9 @@ def test_a_refused_registration_answers_its_status_and_keeps_nothing():
 def test_a_stream_that_ends_while_it_registers_is_ended_on_the_core_and_never_accepted():
     async def run():
         host, workers, transport = await _host()
-        host._on_frame(*_register(1, "w1"))
+        _feed(host, *_register(1, "w1"))
         await _turns()
-        host._on_frame(link.GONE, 1, b"stream cancelled")  # while the core still registers it
+        _feed(host, link.GONE, 1, b"stream cancelled")  # while the core still registers it
         workers.release.set()
         await _turns()
         return host, workers, _frames(transport)
@@ -129,19 +139,19 @@ def test_a_stream_that_ends_while_it_registers_is_ended_on_the_core_and_never_ac
 def test_a_done_read_ahead_keeps_its_streams_later_messages_and_end_behind_it():
     async def run():
         host, workers, transport = await _host()
-        host._on_frame(*_register(1, "w1"))
-        host._on_frame(*_register(2, "w2"))
+        _feed(host, *_register(1, "w1"))
+        _feed(host, *_register(2, "w2"))
         workers.release.set()
         await _turns()
         msg = lambda **kw: wpb.WorkerMessage(**kw).SerializeToString()  # noqa: E731
-        host._on_frame(link.MESSAGE, 1, msg(done=wpb.JobDone(job_id="cold")))
-        host._on_frame(link.MESSAGE, 1, msg(heartbeat=wpb.Heartbeat()))
-        host._on_frame(link.MESSAGE, 2, msg(heartbeat=wpb.Heartbeat()))  # another stream: not held
+        _feed(host, link.MESSAGE, 1, msg(done=wpb.JobDone(job_id="cold")))
+        _feed(host, link.MESSAGE, 1, msg(heartbeat=wpb.Heartbeat()))
+        _feed(host, link.MESSAGE, 2, msg(heartbeat=wpb.Heartbeat()))  # another stream: not held
         await _turns()
         before = list(workers.put_log)
         workers.fetched.set()
         await _turns()
-        host._on_frame(link.GONE, 1, b"stream closed by the worker")
+        _feed(host, link.GONE, 1, b"stream closed by the worker")
         return before, workers.put_log, _frames(transport)
     before, after, frames = asyncio.run(run())
     assert [(k, s) for k, s, _ in frames] == [(link.ACCEPTED, 1), (link.ACCEPTED, 2)]
@@ -155,7 +165,7 @@ def test_a_lost_link_ends_every_stream_it_carried():
         host, workers, _ = await _host()
         host._stopping = True  # no restart here: the test has no relay process to start
         for sid, wid in ((1, "w1"), (2, "w2")):
-            host._on_frame(*_register(sid, wid))
+            _feed(host, *_register(sid, wid))
         workers.release.set()
         await _turns()
         host.proto.connection_lost(None)
@@ -164,3 +174,30 @@ def test_a_lost_link_ends_every_stream_it_carried():
     assert sorted(workers.put_log) == [("conn-w1", "gone: stream broken (the worker relay exited)"),
                                        ("conn-w2", "gone: stream broken (the worker relay exited)")]
     assert host.proto is None and not host._conns
+
+
+def test_a_restarted_relays_stream_ids_are_not_its_predecessors():
+    """Its predecessor's registration still on the core when a new relay reuses the id, and done
+    only after the new stream's: the late one ends on the core and is not accepted on the new
+    link; the new stream keeps its id."""
+    async def run():
+        host, workers, first = await _host()
+        workers.late["old"] = asyncio.Event()
+        _feed(host, *_register(1, "old"))
+        await _turns()
+        host._stopping = True  # no relay process to start again here
+        host.proto.connection_lost(None)
+        second = _Transport()
+        host._accept().connection_made(second)
+        _feed(host, *_register(1, "new"))
+        workers.release.set()
+        await _turns()
+        workers.late["old"].set()
+        await _turns()
+        _feed(host, link.MESSAGE, 1, wpb.WorkerMessage(heartbeat=wpb.Heartbeat()).SerializeToString())
+        return host, workers, _frames(first), _frames(second)
+    host, workers, first, second = asyncio.run(run())
+    assert first == []
+    assert [(k, s) for k, s, _ in second] == [(link.ACCEPTED, 1)]
+    assert workers.put_log == [("conn-old", "gone: stream closed by the worker"), ("conn-new", "heartbeat")]
+    assert [c.name for c in host._conns.values()] == ["conn-new"]

@@ -4,7 +4,9 @@ N ListWorkers. Prints the coordinator's CPU per call (from /proc, so Linux only)
 p50 / p99. Run it from a tree (cwd and PYTHONPATH) to measure that tree's coordinator; the figures
 depend on the machine, so compare trees in one sitting.
 
-    PYTHONPATH=. python bench/user_call_cost.py [--n 2000] [--calls submit,get,list]
+    PYTHONPATH=. python bench/user_call_cost.py [--n 2000] [--calls submit,get,list,cancel]
+
+`cancel` cancels N queued jobs submitted for it before its timing starts.
 """
 
 from __future__ import annotations
@@ -45,9 +47,14 @@ def main() -> None:
         address = proc.stdout.readline().split()[3].rstrip(",")
         stub = rpc.JobServiceStub(grpc.insecure_channel(address))
         ids = [stub.SubmitJob(pb.SubmitJobRequest(spec=spec(), request_id=uuid.uuid4().hex)).id for _ in range(200)]
+        doomed: list[str] = []  # with "cancel": N queued jobs submitted first, each then cancelled
+        if "cancel" in a.calls.split(","):
+            doomed = [stub.SubmitJob(pb.SubmitJobRequest(spec=spec(), request_id=uuid.uuid4().hex)).id
+                      for _ in range(a.n)]
         calls = {"submit": lambda i: stub.SubmitJob(pb.SubmitJobRequest(spec=spec(), request_id=uuid.uuid4().hex)),
                  "get": lambda i: stub.GetJob(pb.GetJobRequest(job_id=ids[i % len(ids)])),
-                 "list": lambda i: stub.ListWorkers(pb.ListWorkersRequest())}
+                 "list": lambda i: stub.ListWorkers(pb.ListWorkersRequest()),
+                 "cancel": lambda i: stub.CancelJob(pb.CancelJobRequest(job_id=doomed[i], reason="bench"))}
         invalid = []
         for name in a.calls.split(","):
             took, c0 = [], cpu_seconds(proc.pid)
@@ -57,6 +64,8 @@ def main() -> None:
                 took.append(time.perf_counter() - t)
                 if name == "submit" and answer.state != pb.QUEUED:  # the scenario: nothing placed
                     invalid.append(f"job {answer.id} {pb.JobState.Name(answer.state)}")
+                if name == "cancel" and answer.state != pb.CANCELLED:
+                    invalid.append(f"job {answer.id} {pb.JobState.Name(answer.state)} after its cancel")
             time.sleep(0.3)  # the last call's bookkeeping (a commit) lands before the CPU is read
             cpu, n = cpu_seconds(proc.pid) - c0, len(took)
             took.sort()

@@ -228,11 +228,15 @@ def test_a_sender_corrupting_its_share_is_named_by_its_receivers_and_they_are_no
 def test_a_rank_writing_its_peers_link_rows_is_not_read(rogues):
     job, health = _check(rogues, "r-row", "link_matrix")
     links = job.link_matrix.links
-    # (One link of four CPU ranks sharing a busy machine may read slow and be flagged, or its two
-    # ends' totals read apart by scheduling noise: it names nobody. Had the rogue's rows been read,
-    # each of the three links it wrote would carry its extra second and disagree.)
-    assert len(links) == 6 and sum(x.ends_disagree for x in links) <= 1
+    rogue = {w.worker_id: w.rank for w in job.workers}["r-row"]
+    theirs = [x for x in links if rogue not in (x.a, x.b)]  # the three links it wrote rows for
+    assert len(links) == 6 and len(theirs) == 3
     assert max(x.latency_us for x in links) < 1e5  # the 1 s it wrote for the others' links is not there
+    # Had its rows been read, each of those three links would carry its extra second, and their
+    # ends' totals would all disagree. Scheduling noise on a busy 2-core machine sets one link's
+    # ends apart now and then, two of the six in 1 of about 5 full suites (r11, r17): never that
+    # signature, and never a second.
+    assert not all(x.ends_disagree for x in theirs)
     assert all(h.verdict == pb.HEALTHY for h in health.values()), health
 
 

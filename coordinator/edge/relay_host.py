@@ -122,7 +122,9 @@ class RelayHost:
         gen = self._gen
         proto = link.LinkProtocol(lambda kind, n, payload: self._on_frame(kind, (gen, n), payload),
                                   lambda exc: self._on_lost(proto, exc))
-        self._close_link()  # one relay at a time: a new link replaces the old one
+        if self.proto is not None:  # one relay at a time: a new link replaces the old one, and its streams
+            self._close_link()
+            self._drop_streams("stream broken (another worker relay took the link)")
         self.proto = proto
         return proto
 
@@ -248,14 +250,17 @@ class RelayHost:
         if proto is not self.proto:
             return
         self.proto = None
-        for key in list(self._conns):
-            self._gone(key, "stream broken (the worker relay exited)")
-        self._early_gone.update(self._registering)
+        self._drop_streams("stream broken (the worker relay exited)")
         if self._hello is not None and not self._hello.done():
             return  # it never listened: _spawn says why
         if not self._stopping:
             log.error("the worker relay's link closed: starting it again on port %d", self.port)
             self._restarter = asyncio.ensure_future(self._restart())
+
+    def _drop_streams(self, why: str) -> None:
+        for key in list(self._conns):
+            self._gone(key, why)
+        self._early_gone.update(self._registering)
 
     async def _restart(self) -> None:
         while not self._stopping:

@@ -201,3 +201,18 @@ def test_a_restarted_relays_stream_ids_are_not_its_predecessors():
     assert [(k, s) for k, s, _ in second] == [(link.ACCEPTED, 1)]
     assert workers.put_log == [("conn-old", "gone: stream closed by the worker"), ("conn-new", "heartbeat")]
     assert [c.name for c in host._conns.values()] == ["conn-new"]
+
+
+def test_a_second_link_replaces_the_first_and_ends_its_streams():
+    async def run():
+        host, workers, first = await _host()
+        _feed(host, *_register(1, "w1"))
+        workers.release.set()
+        await _turns()
+        host._accept().connection_made(_Transport())  # a relay that should not be there: the newest wins
+        await _turns()
+        return host, workers, _frames(first)
+    host, workers, first = asyncio.run(run())
+    assert [k for k, _, _ in first] == [link.ACCEPTED, link.STOP]
+    assert workers.put_log == [("conn-w1", "gone: stream broken (another worker relay took the link)")]
+    assert not host._conns

@@ -255,11 +255,16 @@ class WriteBehindStore(BehindFleet, BehindTrends, MemoryJobStore):
         return later
 
     def _hand_over(self) -> Future | None:
+        """The Future of the group handed over now, done or not; else of the last group still
+        being written; None when none is. A group the writer finished (or refused) before this
+        returned was once answered None, "nothing to wait for": its refusal was lost, and the
+        facade acknowledged writes the database had refused (seen in CI, a loaded 2-core run)."""
         if self._ops:
             ops, self._ops, group = self._ops, [], self._group
             self._group += 1
             self._last = self._writer.write(ops)
             self._last.add_done_callback(lambda f: self._done(group, f))
+            return self._last
         return self._last if self._last is not None and not self._last.done() else None
 
     def _done(self, group: int, f: Future) -> None:

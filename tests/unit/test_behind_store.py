@@ -81,6 +81,32 @@ def test_finished_jobs_leave_memory_once_durable_and_are_read_back_from_the_data
         store.close()
 
 
+def test_a_group_refused_before_its_commit_returns_still_fails_the_commit(db, monkeypatch):
+    """The writer may finish a group before commit() returns (its thread ran first): the refusal
+    must still reach the caller, never read as "nothing to wait for" (which acknowledged it)."""
+    store = open_store(db.url)
+    store.defer_commits(lambda: None)
+    real = store._writer.write
+
+    def finished_first(ops):
+        later = real(ops)
+        later.exception(timeout=30)  # the writer has ended this group before the store looks at it
+        return later
+
+    monkeypatch.setattr(store._writer, "write", finished_first)
+    try:
+        store.create(finished("a"))
+        store.commit().result()
+        db.sql("INSERT INTO jobs (id, state, op, created_at, job) VALUES ('b', 1, 'x', 1, ?)", (b"",))
+        store.create(finished("b"))
+        later = store.commit()
+        assert later is not None
+        with pytest.raises(Exception, match="(?i)unique"):
+            later.result()
+    finally:
+        store.close()
+
+
 def test_a_group_the_database_refuses_fails_its_future_and_the_next_group_is_written(db):
     store = open_store(db.url)
     store.defer_commits(lambda: None)

@@ -255,10 +255,8 @@ class WriteBehindStore(BehindFleet, BehindTrends, MemoryJobStore):
         return later
 
     def _hand_over(self) -> Future | None:
-        """The Future of the group handed over now, done or not; else of the last group still
-        being written; None when none is. A group the writer finished (or refused) before this
-        returned was once answered None, "nothing to wait for": its refusal was lost, and the
-        facade acknowledged writes the database had refused (seen in CI, a loaded 2-core run)."""
+        """The group handed over now, done or not (one refused before this returned was once
+        None, and the facade acknowledged it); else the last one still being written, or None."""
         if self._ops:
             ops, self._ops, group = self._ops, [], self._group
             self._group += 1

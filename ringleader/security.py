@@ -156,6 +156,11 @@ class ServerSecurity:
         return missing
 
 
+def with_port(address: str, port: int) -> str:
+    """HOST:PORT with the port bound in place of the one asked for (port 0: a free one)."""
+    return f"{address.rsplit(':', 1)[0]}:{port}"
+
+
 def is_loopback(address: str) -> bool:
     """Whether HOST:PORT (or a bare host) listens on loopback only: every address the host
     name resolves to is a loopback one. "" and wildcards (0.0.0.0, [::]) are not; a Unix socket

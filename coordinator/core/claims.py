@@ -50,6 +50,7 @@ class Claims:
     def take(self, w: Any) -> None:
         self.take_all((w,))
 
+
 class HostPool(dict):
     """Idle, unclaimed workers per host (host -> count) for one pass, with their `total`, and the
     fullest hosts first without sorting every host for each job (a lazy heap: counts only fall

@@ -173,8 +173,9 @@ class FleetIndex:
         return [w for h in hosts for w in sorted(on.get(h, ()), key=lambda w: (w.device_index, w.worker_id))]
 
     def listed_idle(self, need: Any, backend: str, claims: Claims) -> list[WorkerView]:
-        """The idle, unclaimed workers of a job's list that it admits on `backend`: `_walk_listed`, once per need and backend for as long as the pass's claims stand still:
-        a waiting job's pools, pick and reservation all ask for it."""
+        """The idle, unclaimed workers of a job's list that it admits on `backend`: `_walk_listed`,
+        once per need and backend for as long as the pass's claims stand still (a waiting job's
+        pools, pick and reservation all ask for it)."""
         key = (id(need), backend)
         memo = self._listed_memo.get(key)
         if memo is not None and memo[0] is claims and memo[1] == claims.version and memo[2] is need:

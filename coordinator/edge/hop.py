@@ -178,6 +178,13 @@ async def _relay(coro: Coroutine, here: asyncio.AbstractEventLoop, answer: async
         _soon(here, _settle, answer, result, None, False)
 
 
+def retrieved(task: asyncio.Task) -> None:
+    """Consume an ended stream task's outcome (a write that failed once the call ended), so that
+    asyncio does not log it as never retrieved: a done callback of the workers' stream handlers."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _soon(loop: asyncio.AbstractEventLoop, fn: Callable, *args) -> None:
     if not loop.is_closed():  # a loop closed at shutdown waits for nothing more
         loop.call_soon_threadsafe(fn, *args)

@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError
 
 from coordinator.edge import relay_link as link
 from coordinator.edge.auth import Access, AuthInterceptor
+from coordinator.edge.hop import retrieved
 from ringleader.grpc_options import SERVER_OPTIONS
 from ringleader.security import ServerSecurity, TlsFiles
 from ringleader.v1 import workers_pb2 as wpb
@@ -132,7 +133,7 @@ class Relay:
             for task in (reader, writer):
                 if task is not None:
                     task.cancel()
-                    task.add_done_callback(_retrieved)
+                    task.add_done_callback(retrieved)
             del self.streams[sid]
             self.link.send(link.GONE, sid, why.encode())
 
@@ -158,11 +159,6 @@ async def _abort(context, verdict: dict) -> None:
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
-
-
-def _retrieved(task: asyncio.Task) -> None:
-    if not task.cancelled():
-        task.exception()
 
 
 def settings_env(security: ServerSecurity) -> str:

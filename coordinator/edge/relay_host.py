@@ -27,8 +27,9 @@ from google.protobuf.message import DecodeError
 from coordinator.edge import relay_link as link
 from coordinator.edge.hop import on
 from coordinator.edge.relay import SETTINGS_ENV
-from coordinator.edge.worker_stream import _GONE, WorkerServicer, detach
+from coordinator.edge.worker_stream import _GONE, WorkerServicer, detach, with_secret
 from ringleader.errors import InvalidSpec, RingleaderError
+from ringleader.security import with_port
 from ringleader.v1 import workers_pb2 as wpb
 
 log = logging.getLogger("ringleader.coordinator")
@@ -77,8 +78,7 @@ class _LinkSink:
         if msg is None:
             self.host._send(link.END, self.key)
             return
-        if self.secret and msg.WhichOneof("msg") == "registered":  # as WorkerServicer._write does
-            msg.registered.worker_secret, self.secret = self.secret, ""
+        self.secret = with_secret(msg, self.secret)
         self.host._send(link.OUT, self.key, msg.SerializeToString())
 
 
@@ -131,7 +131,7 @@ class RelayHost:
     async def _spawn(self) -> None:
         loop = asyncio.get_running_loop()
         self._hello = loop.create_future()
-        address = self.address if not self.port else f"{self.address.rsplit(':', 1)[0]}:{self.port}"
+        address = with_port(self.address, self.port) if self.port else self.address
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "coordinator.edge.relay", "--link", self._path, "--listen", address],
             env={**os.environ, SETTINGS_ENV: self.settings}, stdin=subprocess.DEVNULL)

@@ -61,12 +61,9 @@ class LinkProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._out: list[bytes] = []
-        self.connected = asyncio.get_event_loop().create_future()
 
     def connection_made(self, transport) -> None:
         self.transport = transport
-        if not self.connected.done():
-            self.connected.set_result(None)
 
     def data_received(self, data: bytes) -> None:
         buf = self._buf
@@ -103,6 +100,4 @@ class LinkProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._out.clear()
-        if not self.connected.done():
-            self.connected.set_exception(exc or ConnectionError("the link closed"))
         self.on_lost(exc)

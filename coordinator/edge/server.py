@@ -39,8 +39,8 @@ async def start_server(coordinator: Coordinator, address: str,
     it TLS; `forget_workers`: ids whose credentials are reset first (ServerSecurity.forget_workers,
     coordinator/edge/identity.py); `identities`: the workers' credentials, shared with the REST
     API's approvals (default: new); `relay_address`: the workers' streams are also served there, by
-    a relay process (coordinator/edge/relay.py; `relay_settings` its share of the security), whose
-    port is the server's `relay_port`."""
+    a relay process (coordinator/edge/relay.py; `relay_settings` its share of the security), the
+    server's `relay`."""
     identities = identities or WorkerIdentities(coordinator.store)
     for worker_id in forget_workers:
         identities.forget(worker_id)
@@ -75,7 +75,6 @@ class EdgeServer:
 
     def __init__(self, server: grpc.aio.Server, edge: EdgeLoop, relay: RelayHost | None = None) -> None:
         self._server, self._edge, self.relay = server, edge, relay
-        self.relay_port = relay.port if relay else 0
 
     @classmethod
     async def start(cls, edge: EdgeLoop, build, relay: RelayHost | None = None) -> tuple["EdgeServer", int]:

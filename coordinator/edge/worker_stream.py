@@ -2,9 +2,10 @@
 each daemon's stream is read and written there, and what crosses to the core loop crosses in
 batches: messages read go into one `Inbox` that the core drains once a turn (within the intake
 gate's share, coordinator/core/load.py; heartbeats wake it at most HEARTBEAT_BATCH_S late), and
-what the core sends the workers is moved to the edge in one hop per turn (`Outgoing`). A hop per message cost the core 2.7x its CPU per job with 5,000 simulated workers
-draining a queue (bench/control_plane.py --churn, 4 x H200 host). The
-registration itself (identity checks, Coordinator.register) runs on the core, once per stream."""
+what the core sends the workers is moved to the edge in one hop per turn (`Outgoing`). A hop per
+message cost the core 2.7x its CPU per job with 5,000 simulated workers draining a queue
+(bench/control_plane.py --churn, 4 x H200 host). The registration itself (identity checks,
+Coordinator.register) runs on the core, once per stream."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import grpc
 from coordinator.core import admission
 from coordinator.core.facade import Coordinator
 from coordinator.edge import identity
-from coordinator.edge.hop import EdgeContext, client, lane, on
+from coordinator.edge.hop import EdgeContext, client, lane, on, retrieved
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.servicers import abort_with
 from ringleader.errors import RingleaderError
@@ -179,7 +180,7 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             self.inbox.put(conn, _GONE, why)
             await asyncio.wait({reader, writer}, timeout=WRITER_GRACE_S)
             for task in (reader, writer):
-                task.add_done_callback(_retrieved)
+                task.add_done_callback(retrieved)
 
     async def _register(self, reg, context: EdgeContext):
         """On the core loop: who the daemon is, then its registration; (conn, secret to issue)."""
@@ -229,8 +230,7 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             msg = await out.get()
             if msg is None:
                 return
-            if secret and msg.WhichOneof("msg") == "registered":  # the first message: it carries the secret
-                msg.registered.worker_secret, secret = secret, ""
+            secret = with_secret(msg, secret)
             await context.write(msg)
 
 
@@ -239,10 +239,13 @@ def detach(conn) -> None:
     conn.route = None
 
 
-def _retrieved(task: asyncio.Task) -> None:
-    """Consume an ended stream task's outcome (a write that failed once the call ended)."""
-    if not task.cancelled():
-        task.exception()
+def with_secret(msg, secret: str) -> str:
+    """Put the secret to issue into `msg` if it is the stream's Registered (the first message);
+    returns the secret still to put ("" once put)."""
+    if secret and msg.WhichOneof("msg") == "registered":
+        msg.registered.worker_secret = secret
+        return ""
+    return secret
 
 
 def _deliver(pending: list[tuple[asyncio.Queue, list]]) -> None:

@@ -27,7 +27,7 @@ from coordinator.edge.lease_metrics import LeaseCollector
 from coordinator.health.sweeper import Sweeper
 from ringleader import defaults
 from ringleader.errors import InvalidSpec
-from ringleader.security import ServerSecurity, is_loopback
+from ringleader.security import ServerSecurity, is_loopback, with_port
 from ringleader.signals import on_stop_signals
 
 log = logging.getLogger("ringleader.coordinator")
@@ -156,9 +156,9 @@ class RunningCoordinator:
                                                forget_workers=sec.forget_workers, identities=self.identities,
                                                relay_address=self.config.worker_address,
                                                relay_settings=settings_env(sec) if self.config.worker_address else "")
-        self.grpc_target = f"{self.config.grpc_address.rsplit(':', 1)[0]}:{port}"
+        self.grpc_target = with_port(self.config.grpc_address, port)
         if self.server.relay:
-            self.workers_target = f"{self.config.worker_address.rsplit(':', 1)[0]}:{self.server.relay_port}"
+            self.workers_target = with_port(self.config.worker_address, self.server.relay.port)
             self.metrics.registry.register(RelayCollector(self.server.relay))
         if self.config.http_address:
             # Imported here: a coordinator without HTTP runs without FastAPI installed.

@@ -365,10 +365,13 @@ def main() -> None:
             dsn = pg.new_schema(f"run{i}") + urllib.parse.quote(" " + a.pg_options) if cfg.db == "postgres" else ""
             if cfg.db == "sqlite-behind":
                 dsn = f"sqlite-behind:{Path(tmp) / 'jobs.db'}"
-            run = asyncio.run(run_config(cfg, Path(tmp), dsn))
-            if a.logs:
-                a.logs.mkdir(parents=True, exist_ok=True)
-                shutil.copy(Path(tmp) / "coordinator.log", a.logs / f"coordinator-{i}-{cfg.db}-{cfg.workers}-{cfg.queue}.log")
+            try:
+                run = asyncio.run(run_config(cfg, Path(tmp), dsn))
+            finally:  # a coordinator that did not start says why in its log: kept too
+                if a.logs and (Path(tmp) / "coordinator.log").exists():
+                    a.logs.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(Path(tmp) / "coordinator.log",
+                                a.logs / f"coordinator-{i}-{cfg.db}-{cfg.workers}-{cfg.queue}.log")
         run["loadavg_before"], run["loadavg_after"] = load, os.getloadavg()
         results["runs"].append(run)
         print(f"db={cfg.db} | {loadstats.row(run)}", flush=True)

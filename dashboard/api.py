@@ -123,7 +123,7 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
                 check_fits(core, spec.to_pb())
             await core.prefetch(request_id=request_id or "")
             job = core.submit(spec.to_pb(), request_id or "")  # a preflight is checked at placement
-        await core.durable()  # acknowledged only once stored
+        await core.durable(at_once=True)  # acknowledged only once stored
         job = core.get(job.id)  # as it is after its placement pass: RUNNING if it started
         return JSON(job_doc(job, view), status_code=201, headers={"Location": f"{r.prefix}/jobs/{job.id}"})
 
@@ -164,7 +164,7 @@ def _one_job_routes(r: APIRouter, core: Coordinator) -> None:
         with domain_errors():
             await core.prefetch(job_id=job_id)
             job = core.cancel(job_id, body.reason if body else "")
-        await core.durable()
+        await core.durable(at_once=True)
         return JSON(job_doc(job, view))
 
 

@@ -137,7 +137,7 @@ def _cordon_route(r: APIRouter, core: Coordinator, action: str) -> None:
                         "otherwise gets first")] = False) -> Response:
         with domain_errors():
             info = core.fleet.cordon(worker_id, on, force and not on)
-        await core.durable()
+        await core.durable(at_once=True)
         return JSON(to_json(info))
 
 

@@ -10,8 +10,8 @@ clock tick becomes one input (coordinator/core/inputs.py) that `Control.handle` 
 puts what comes back on the workers' streams (`_do`). Control owns the job book, the events, the
 worker registry, the warm groups and the scheduler; liveness is a pure function it asks on each
 tick. Everything runs on one asyncio loop: no locks. Store writes are grouped: a group commits
-COMMIT_EVERY_S after its first write, or at the end of the turn a caller awaits `durable()` in
-(servicers do before they acknowledge a submit or a cancel): a job acknowledged is a job stored.
+COMMIT_EVERY_S after its first write, or when a user's call awaits `durable(at_once=True)` before
+it acknowledges a submit or a cancel: a job acknowledged is a job stored.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from coordinator.core.control import Control
 from coordinator.core.events import Listener
 from coordinator.health.book import DEFAULT_MAX_SHARE
 from coordinator.health.fleet import FleetHealth, Observer as HealthObserver
-from coordinator.core.inputs import (Cancel, Cordon, Disconnect, Input, Out, Register, Reload, Submit, Tick,
-                                     WorkerMsg)
+from coordinator.core.inputs import Cancel, Cordon, Disconnect, Input, Out, Register, Reload, Submit, Tick, WorkerMsg
 from coordinator.core.jobs import Page
 from coordinator.core.liveness import Timings
 from coordinator.core.stallwatch import StallWatch
@@ -54,8 +53,7 @@ class WorkerPage:
 
 class Coordinator:
     def __init__(self, store: JobStore, timings: Timings | None = None,
-                 health_observers: Iterable[HealthObserver] = (), quarantine_max_share: float = DEFAULT_MAX_SHARE,
-                 ) -> None:
+                 health_observers: Iterable[HealthObserver] = (), quarantine_max_share: float = DEFAULT_MAX_SHARE) -> None:
         self.store = store
         self.timings = timings or Timings()
         self.control = Control(store, self.timings, quarantine_max_share)
@@ -67,13 +65,11 @@ class Coordinator:
         self.stopping = self.closed = False  # see stop() and close()
         self._uncommitted = False  # store writes wait for the next _commit
         self._commit_waiters: list[asyncio.Future] = []
-        # The health book's readers (coordinator/health/fleet.py); observers hear of quarantine changes.
-        self.fleet = FleetHealth(self, observers=health_observers)
+        self.fleet = FleetHealth(self, observers=health_observers)  # health's readers; observers hear of quarantines
         self.alerts: list[str] = []  # what the circuit breaker asked an operator to decide, newest last
         self.passes = PassPacer(lambda: self._send(self.control.place_due()), more=self.control.placement_due)
-        # User calls ahead of bulk worker traffic, and refused promptly when saturated (load.py).
-        self.intake = IntakeGate(self.timings.worker_msgs_per_turn)
-        self.lag = LagMeter(self.timings.shed_lag_s)
+        self.intake = IntakeGate(self.timings.worker_msgs_per_turn)  # users' calls ahead of workers' (load.py)
+        self.lag = LagMeter(self.timings.shed_lag_s)  # work refused promptly when saturated
         self.stalls = StallWatch(self.lag, self.timings.stall_warn_s)  # names what stalled the loop, in the log
 
     # ---- process ---------------------------------------------------------------------------
@@ -121,13 +117,17 @@ class Coordinator:
         if not self.store.resident(job_id, request_id):
             await asyncio.get_running_loop().run_in_executor(None, self.store.prefetch, job_id, request_id)
 
-    async def durable(self) -> None:
-        """Return once every store write made so far is committed."""
+    async def durable(self, at_once: bool = False) -> None:
+        """Return once every store write made so far is committed: at the end of this turn, with
+        the rest of its writes, or `at_once` (users' acknowledgements: docs/architecture.md says
+        why). A store that commits off the loop (PostgreSQL) is waited for either way."""
         if self._uncommitted:
             waiter = asyncio.get_running_loop().create_future()
-            if not self._commit_waiters:  # the first to wait: at the end of this turn
+            if not self._commit_waiters and not at_once:  # the first to wait: at the end of this turn
                 asyncio.get_running_loop().call_soon(self._commit)
             self._commit_waiters.append(waiter)
+            if at_once:
+                self._commit()  # the waiters before it are settled too
             await waiter
 
     def _commit(self) -> None:
@@ -188,8 +188,7 @@ class Coordinator:
 
     def submit(self, spec: pb.JobSpec, request_id: str = "") -> pb.Job:
         """Accept a job. A repeat of a `request_id` returns the job it created (InvalidSpec
-        naming request_id if the spec differs). Await `durable()` before acknowledging it (and
-        `get` it then: by then it has had its placement pass)."""
+        naming request_id if the spec differs). Await `durable()` before acknowledging it."""
         valid = jobspec.normalize(spec)
         if request_id:
             jobspec.check_request_id(request_id)
@@ -198,9 +197,10 @@ class Coordinator:
                 if job.spec != valid.spec:
                     raise InvalidSpec("request_id", f"{request_id!r} was used for job {known}, with another spec")
                 return job
-        # Placed at the end of this turn of the loop, with every other submit and worker message
-        # of the turn: a pass per submit was a fifth of a draining coordinator's CPU. Read the
-        # job again after `durable()` to see whether it started.
+        # Nothing else queued: placed now (RUNNING if it started). Behind a queue: answered QUEUED,
+        # placed at the end of the turn with its other inputs (a pass each was a fifth of a drain's CPU).
+        if not self.book.queued:
+            return self.control.copy_of(self._do(Submit(valid, request_id)).job)
         return self.control.copy_of(self._soon(Submit(valid, request_id)).job)
 
     def get(self, job_id: str) -> pb.Job:

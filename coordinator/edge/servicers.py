@@ -55,7 +55,7 @@ def guarded(durable: bool = False, adds_work: bool = False):
             except RingleaderError as exc:
                 await abort_with(context, exc)
             if durable:
-                await self.c.durable()
+                await self.c.durable(at_once=True)
             return answer_
         return unary
 
@@ -71,8 +71,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     async def SubmitJob(self, request, context):
         await self.c.prefetch(request_id=request.request_id)
         job = self.c.submit(request.spec, request.request_id)  # a preflight is checked at placement
-        await self.c.durable()  # acknowledged only once stored
-        return self.c.get(job.id)  # as it is after its placement pass: RUNNING if it started
+        await self.c.durable(at_once=True)  # acknowledged only once stored
+        return self.c.get(job.id)  # RUNNING if it started (coordinator/core/facade.py's submit says when)
 
     @guarded()
     async def GetJob(self, request, context):

@@ -286,7 +286,8 @@ def test_a_ticks_placement_pass_runs_in_a_later_turn_not_inside_the_tick():
         core = Coordinator(MemoryJobStore(), Timings(heartbeat_timeout_s=5))
         workers(core, 2)
         await asyncio.sleep(0)
-        job = core.submit(spec(1))  # its placement pass is due at the end of this turn
+        core.submit(spec(3))  # waits for a third worker (reserving nothing): a queue to join
+        job = core.submit(spec(1))  # behind a queue, its placement pass is due at the end of this turn
         core.tick()
         in_tick = core.get(job.id).state
         # A later turn: the next, unless the pacer spaces it after a slow last pass (a loaded machine).

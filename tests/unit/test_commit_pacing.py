@@ -1,9 +1,12 @@
 """When the facade commits the store's open group of writes (coordinator/core/facade.py): worker
-traffic alone at most every COMMIT_EVERY_S, a caller of `durable()` at the end of its turn."""
+traffic alone at most every COMMIT_EVERY_S, a caller of `durable()` at the end of its turn, a
+user's acknowledgement (`durable(at_once=True)`) at once."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import time
 
 from coordinator.core import facade
@@ -85,3 +88,30 @@ def test_a_paced_commit_due_after_close_does_nothing(tmp_path, monkeypatch, capl
 
     asyncio.run(main())
     assert not [r for r in caplog.records if "commit failed" in r.getMessage()]
+
+
+def test_a_users_acknowledgement_commits_in_its_own_step_with_the_writes_before_it(tmp_path):
+    """durable(at_once=True), a user's acknowledgement: committed before it returns, in the same
+    step of the caller's task (no turn of the loop passes: a draining core's turns are what its
+    body used to wait for), and a caller already waiting for the end of the turn is settled by it."""
+
+    async def main() -> None:
+        store, core = await started(tmp_path)
+        core.submit(spec())  # a write
+        earlier = asyncio.ensure_future(core.durable())  # waits for the end of the turn
+        await turns(1)  # it has started waiting (a turn passed: its commit is due in this one)
+        assert not earlier.done() and store.commits == []
+        core.submit(spec())
+        marker: list[str] = []
+        asyncio.get_running_loop().call_soon(marker.append, "a turn passed")
+        await core.durable(at_once=True)
+        assert marker == [] and len(store.commits) == 1  # committed here, no turn between
+        await turns(1)
+        assert earlier.done() and earlier.exception() is None and len(store.commits) == 1
+        with contextlib.closing(sqlite3.connect(tmp_path / "jobs.sqlite")) as outside:  # durable: seen from outside
+            assert outside.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 2
+        await core.stop()
+        core.close()
+        store.close()
+
+    asyncio.run(main())

@@ -299,3 +299,25 @@ def test_a_ticks_placement_pass_runs_in_a_later_turn_not_inside_the_tick():
 
     in_tick, after = asyncio.run(main())
     assert in_tick == pb.QUEUED and after == pb.RUNNING
+
+
+def test_a_submit_is_placed_in_its_own_call_on_an_empty_queue_and_answered_queued_behind_one():
+    """Nothing else queued: its pass can start only this job, so it runs in the call and the
+    answer says RUNNING. Behind a queue, the call answers at once, QUEUED, and the job is placed at
+    the end of the turn with the turn's other inputs (a pass per submit was a fifth of a drain's CPU)."""
+    import asyncio
+
+    async def main() -> None:
+        core = Coordinator(MemoryJobStore(), Timings(heartbeat_timeout_s=5))
+        workers(core, 3)
+        assert core.submit(spec(1)).state == pb.RUNNING  # an empty queue: placed now
+        core.submit(spec(4))  # waits for a fourth worker (reserving nothing): a queue
+        behind = core.submit(spec(1))
+        assert behind.state == pb.QUEUED and core.get(behind.id).state == pb.QUEUED  # a worker is idle
+        for _ in range(200):  # its pass: at the end of this turn (or the pacer's, on a loaded machine)
+            await asyncio.sleep(0.005)
+            if core.get(behind.id).state != pb.QUEUED:
+                break
+        assert core.get(behind.id).state == pb.RUNNING
+
+    asyncio.run(main())

@@ -124,7 +124,7 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
             await core.prefetch(request_id=request_id or "")
             job = core.submit(spec.to_pb(), request_id or "")  # a preflight is checked at placement
         await core.durable(at_once=True)  # acknowledged only once stored
-        job = core.get(job.id)  # as it is after its placement pass: RUNNING if it started
+        job = core.get(job.id)  # RUNNING if it started (coordinator/core/facade.py's submit says when)
         return JSON(job_doc(job, view), status_code=201, headers={"Location": f"{r.prefix}/jobs/{job.id}"})
 
     @r.get("/jobs", tags=["jobs"], operation_id="listJobs", response_model=JobList, summary="List jobs",

@@ -199,9 +199,8 @@ class Coordinator:
                 return job
         # Nothing else queued: placed now (RUNNING if it started). Behind a queue: answered QUEUED,
         # placed at the end of the turn with its other inputs (a pass each was a fifth of a drain's CPU).
-        if not self.book.queued:
-            return self.control.copy_of(self._do(Submit(valid, request_id)).job)
-        return self.control.copy_of(self._soon(Submit(valid, request_id)).job)
+        place = self._soon if self.book.queued else self._do
+        return self.control.copy_of(place(Submit(valid, request_id)).job)
 
     def get(self, job_id: str) -> pb.Job:
         jobspec.check_text("job_id", job_id)

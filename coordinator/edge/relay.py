@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import itertools
 import json
 import logging
@@ -31,6 +30,7 @@ import signal
 import grpc
 from google.protobuf.message import DecodeError
 
+from coordinator.core.gcpace import tune_collector
 from coordinator.edge import relay_link as link
 from coordinator.edge.auth import Access, AuthInterceptor
 from coordinator.edge.hop import retrieved
@@ -42,7 +42,6 @@ log = logging.getLogger("ringleader.relay")
 
 SERVICE = "ringleader.v1.WorkerService"
 SETTINGS_ENV = "RINGLEADER_RELAY_SETTINGS"  # JSON: the workers' token and the TLS files (not on argv)
-GC_YOUNG = 20_000  # as the coordinator's (ringleader/app/process.py)
 _ACCEPTED = object()
 
 
@@ -178,8 +177,7 @@ def main(argv: list[str] | None = None) -> None:
                               tls=TlsFiles(cert=s.get("cert", ""), key=s.get("key", ""), ca=s.get("ca", ""),
                                            ca_flag="--tls-client-ca"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator stops it (its link closes), not the terminal
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+    tune_collector(pace_s=0)  # no passes on a clock where the streams are: coordinator/core/gcpace.py
     relay = Relay(a.listen, security)
     try:
         asyncio.run(relay.run(a.link))

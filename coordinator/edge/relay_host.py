@@ -226,7 +226,7 @@ class RelayHost:
             self._held[key] = [msg]
             asyncio.ensure_future(self._prefetched(key, conn, msg.done.job_id))
         else:
-            self.workers.inbox.put(conn, msg)
+            self.workers.inbox.put(conn, msg, raw=payload)  # waits as bytes: no object the collector walks
 
     async def _prefetched(self, key: tuple, conn, job_id: str) -> None:
         try:

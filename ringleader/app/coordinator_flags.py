@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from coordinator.core.gcpace import PACE_S
 from ringleader.app import argtypes
 
 
@@ -36,6 +37,10 @@ def add_fleet_flags(c: argparse.ArgumentParser) -> None:
     c.add_argument("--shed-lag", type=argtypes.seconds_or_off, default=2.0, metavar="SECONDS",
                    help="while the event loop runs this far behind, refuse calls that add work (submit, checks, "
                         "localize, imports) at once: RESOURCE_EXHAUSTED / 429 with a retry-after (default 2; 0: never)")
+    c.add_argument("--gc-pace", type=argtypes.seconds_or_off, default=PACE_S, metavar="SECONDS",
+                   help="with --worker-address: a garbage-collection pass whenever none has run for this long, so "
+                        "no pass walks more than that long's allocations (default 0.25; 0: CPython's count "
+                        "alone)")
     c.add_argument("--stall-warn", type=argtypes.seconds_or_off, default=0.2, metavar="SECONDS",
                    help="log a warning for each stall of the event loop this long: its garbage collection and the "
                         "loop's stack (default 0.2; 0: never)")

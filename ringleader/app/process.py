@@ -5,7 +5,6 @@ forces exit. It lives with the entry points so that coordinator/ never imports d
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from coordinator.edge.relay import settings_env
 from coordinator.edge.relay_metrics import RelayCollector
 from coordinator.edge.server import EdgeServer, start_server
 from coordinator.core.facade import Coordinator, Timings
+from coordinator.core.gcpace import PACE_S, tune_collector
 from coordinator.store.factory import is_postgres, open_store, redacted
 from coordinator.store.lease import Lease
 from coordinator.edge.lease_metrics import LeaseCollector
@@ -31,8 +31,6 @@ from ringleader.security import ServerSecurity, is_loopback, with_port
 from ringleader.signals import on_stop_signals
 
 log = logging.getLogger("ringleader.coordinator")
-
-GC_YOUNG = 20_000  # allocations between young collections (CPython's default: 700)
 
 
 def default_db_path() -> str:
@@ -62,6 +60,7 @@ class CoordinatorConfig:
     pass_ranks: int = 128  # ranks one placement pass starts at most (--pass-ranks; 0: no bound)
     shed_lag: float = 2.0  # loop lag past which calls that add work are refused (--shed-lag; 0: never)
     stall_warn: float = 0.2  # a stall of the loop this long is logged (--stall-warn; 0: never)
+    gc_pace: float = PACE_S  # with a relay: a collection pass when none ran this long (--gc-pace; 0: none)
     check_hold_after: float = 60.0  # a check queued this long holds its workers (--check-hold-after; 0: never)
     check_hold_share: float = 0.05  # the most of the fleet checks hold at once (--check-hold-share)
 
@@ -214,12 +213,9 @@ async def serve(config: CoordinatorConfig) -> None:
 
         lease = await stand_by(config)
     running = await RunningCoordinator(config, lease).start()
-    # What a started coordinator holds (imported modules, the app, the servers) lives as long as
-    # the process: keep it out of the cyclic collector's passes, and run the young generation's
-    # less often. On two busy cores with 2,000 workers, full passes held the event loop for
-    # 100-650 ms (bench/control_plane.py).
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+    # What it holds now leaves the collector's passes; passes on a clock too, where the workers'
+    # streams are the relay's (coordinator/core/gcpace.py says why not otherwise).
+    pacer = tune_collector(config.gc_pace if running.workers_target else 0)
     print(f"ringleader coordinator: gRPC {running.grpc_target}"
           + (f", HTTP {running.http_url}" if running.http_url else ""), flush=True)
     if running.workers_target:
@@ -236,3 +232,5 @@ async def serve(config: CoordinatorConfig) -> None:
     on_stop_signals(loop, on_signal)
     await stop.wait()
     await running.stop()
+    if pacer:
+        pacer.stop()

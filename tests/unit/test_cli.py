@@ -114,6 +114,7 @@ SAMPLES = {
     "pass_ranks": ("32", 32),
     "shed_lag": ("0", 0.0),
     "stall_warn": ("0.05", 0.05),
+    "gc_pace": ("0.5", 0.5),
     "check_hold_after": ("0", 0.0),
     "check_hold_share": ("0.5", 0.5),
 }

@@ -384,3 +384,31 @@ def test_users_calls_at_the_checkpoints_do_not_spend_the_messages_budget(monkeyp
     messages, calls = asyncio.run(main())
     assert calls <= HOPS_PER_DRAIN_S / 0.001 + LANE_PER_MESSAGE  # the calls' share of the drain
     assert messages >= DEFAULT_BUDGET_S / 0.0002  # and the messages' budget was all theirs
+
+
+def test_relayed_messages_wait_as_bytes_that_the_collector_does_not_track():
+    """A relayed message waits as its bytes (coordinator/edge/worker_stream.py's Backlog): nothing
+    that waits is an object the cyclic collector walks, and it is applied as the message it was,
+    in order with messages that wait parsed."""
+    import gc
+
+    async def main() -> tuple[list, list]:
+        core = Core(0)
+        loop = asyncio.get_running_loop()
+        inbox = Inbox(core, identities=None, core=loop, edge=loop, batch_s=0.5)  # heartbeats wait
+        for i in range(5):
+            msg = heartbeat(i)
+            if i == 2:
+                inbox.put("conn", msg)  # a stream of this process's own: parsed by grpc
+            else:
+                inbox.put("conn", msg, raw=msg.SerializeToString())
+        backlog = inbox._items
+        waiting = [m for m in backlog.msgs]
+        tracked = [type(m).__name__ for m in (*waiting, *backlog.whys, *backlog.since) if gc.is_tracked(m)]
+        while len(core.served) < 5:
+            await asyncio.sleep(0.01)
+        return tracked, core.served
+
+    tracked, served = asyncio.run(main())
+    assert tracked == ["WorkerMessage"]  # only the one that came parsed
+    assert served == [0, 1, 2, 3, 4]

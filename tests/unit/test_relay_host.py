@@ -61,7 +61,8 @@ class _Workers:
     def attach(self, conn, sink) -> None:
         self.attached.append(conn)
 
-    def put(self, conn, msg, why: str = "") -> None:
+    def put(self, conn, msg, why: str = "", raw: bytes | None = None) -> None:
+        assert raw is None or wpb.WorkerMessage.FromString(raw) == msg
         self.put_log.append((conn.name, "gone: " + why if msg is _GONE else msg.WhichOneof("msg")))
 
     def resident(self, job_id, request_id) -> bool:

@@ -39,7 +39,7 @@ def add_fleet_flags(c: argparse.ArgumentParser) -> None:
                         "localize, imports) at once: RESOURCE_EXHAUSTED / 429 with a retry-after (default 2; 0: never)")
     c.add_argument("--gc-pace", type=argtypes.seconds_or_off, default=PACE_S, metavar="SECONDS",
                    help="with --worker-address: a garbage-collection pass whenever none has run for this long, so "
-                        "no pass walks more than that long's allocations (default 0.25; 0: CPython's count "
+                        "a young pass walks at most that long's allocations (default 0.25; 0: CPython's count "
                         "alone)")
     c.add_argument("--stall-warn", type=argtypes.seconds_or_off, default=0.2, metavar="SECONDS",
                    help="log a warning for each stall of the event loop this long: its garbage collection and the "

@@ -146,7 +146,8 @@ def _gpus(r: pb.GpuCheckResult, ranks: dict[int, pb.WorkerRef]) -> Found:
                        "by its peers' clocks (refused)")
         expected = (f"the median of {peers} {w.device} peers: {med_t:.4g} TFLOP/s, copy {med_c:.4g} GB/s; "
                     f"flagged below {w.flag_tflops:.4g} TFLOP/s or {w.flag_copy_gbps:.4g} GB/s (median - max(4 sigma, "
-                    "0.3 x median), sigma 1.4826 MAD or less (flags.py)); products equal bit for bit; figures its turn can explain")
+                    "0.3 x median on GPUs, 0.4 on CPUs), sigma 1.4826 MAD or less (flags.py)); products equal bit for bit; "
+                    "figures its turn can explain")
         out[w.rank] = (FAILED if w.flagged else SUSPECT if w.refused else HEALTHY, figure, expected)
     return out
 

@@ -58,9 +58,12 @@ def test_checks_name_the_faulty_worker_and_no_other(fleet):
         assert j.spec.priority == -1000 and sorted(j.spec.placement.worker_ids) == IDS
     by_kind = {j.spec.WhichOneof("kind"): j for j in answer.jobs}
     rank_of = {w.worker_id: w.rank for w in by_kind["gpu_check"].workers}
-    assert [w.flagged for w in by_kind["gpu_check"].gpu_check.workers] == [r == rank_of[BAD] for r in range(4)]
+    # On failure, every rank's figures and bounds: a clean rank flagged says which figure read low.
+    gpu = by_kind["gpu_check"].gpu_check
+    assert [w.flagged for w in gpu.workers] == [r == rank_of[BAD] for r in range(4)], (rank_of, gpu)
     rank_of = {w.worker_id: w.rank for w in by_kind["sdc_check"].workers}
-    assert [w.flagged for w in by_kind["sdc_check"].sdc_check.workers] == [r == rank_of[BAD] for r in range(4)]
+    sdc = by_kind["sdc_check"].sdc_check
+    assert [w.flagged for w in sdc.workers] == [r == rank_of[BAD] for r in range(4)], (rank_of, sdc)
     assert len(by_kind["link_matrix"].link_matrix.links) == 6
     health = {w.worker_id: w.health for w in answer.workers}
     assert health[BAD].verdict == pb.UNHEALTHY and health[BAD].check in ("gpu_check", "sdc_check")

@@ -25,7 +25,7 @@ N = 4
 FAULTS = {2: "slow_compute=8,flip_bit=1", 3: "wrong_result=1"}
 SPECS = {
     "link_matrix": pb.LinkMatrixSpec(size_bytes=64 << 10, iters=3, warmup=1),
-    "gpu_check": pb.GpuCheckSpec(matmul_n=256, copy_bytes=4 << 20, iters=7),
+    "gpu_check": pb.GpuCheckSpec(matmul_n=256, iters=7),  # the CPU copy default: in the core's cache
     "sdc_check": pb.SdcCheckSpec(seed=5, rounds=3),
 }
 RESULT_TYPES = {"link_matrix": pb.LinkMatrixResult, "gpu_check": pb.GpuCheckResult, "sdc_check": pb.SdcCheckResult}
@@ -127,7 +127,7 @@ def test_link_matrix_measures_every_pair_once_in_rounds_of_disjoint_pairs(ranks)
 
 def test_gpu_check_names_the_slowed_compute_only(ranks):
     r = _result(ranks, "gpu_check")
-    assert (r.matmul_n, r.dtype, r.copy_bytes) == (256, "float32", 4 << 20)  # CPU dtype default
+    assert (r.matmul_n, r.dtype, r.copy_bytes) == (256, "float32", 512 << 10)  # the CPU dtype and copy defaults
     assert [w.rank for w in r.workers] == list(range(N))
     assert [w.flagged for w in r.workers] == [False, False, True, False], r
     assert r.series == 2  # rank 2 read low, so every rank measured again: low in the best of both

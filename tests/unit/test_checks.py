@@ -63,7 +63,7 @@ def test_gpu_check_defaults_and_limits():
     assert v.spec.gpu_check.iters == 10 and v.spec.gpu_check.matmul_n == 0  # the device picks n
     assert v.needs_bytes == 3 * 8192 * 8192 * 2 + 2 * (1 << 30)
     assert gpu_check.resolved(v.spec.gpu_check, "cuda") == (8192, "bfloat16", 1 << 30)
-    assert gpu_check.resolved(v.spec.gpu_check, "cpu") == (512, "float32", 8 << 20)
+    assert gpu_check.resolved(v.spec.gpu_check, "cpu") == (512, "float32", 512 << 10)
     ok = pb.GpuCheckSpec(matmul_n=64, dtype="float16", copy_bytes=16 << 30, iters=1000)
     assert jobspec.normalize(_spec(gpu_check=ok)).spec.gpu_check.matmul_n == 64
     for bad, field in [(pb.GpuCheckSpec(matmul_n=63), "matmul_n"), (pb.GpuCheckSpec(matmul_n=32769), "matmul_n"),
@@ -172,6 +172,18 @@ def test_gpu_result_compares_peers_of_the_same_model_only():
     slow_copy = gpu_check.gpu_result(models[:3], _honest([(800.0, 4000.0), (800.0, 1999.0), (800.0, 4000.0)], 8, 8),
                                      8, "x", 8, 10)
     assert [w.flagged for w in slow_copy.workers] == [False, True, False]
+
+
+def test_a_cpu_worker_s_band_has_a_wider_floor():
+    # Four clean CPU workers whose copies read alike but one, at 0.66 of the median: the host's
+    # noise (a loaded VM's shared memory bus), not a slow device. Flagged under a GPU's floor
+    # (0.7), not under a CPU's (0.6); a copy at half its peers' is flagged under both.
+    n, nbytes, iters = 512, 512 << 10, 20
+    for copy, flagged_gpu, flagged_cpu in ((33.0, True, False), (25.0, True, True)):
+        reports = _honest([(0.1, 50.0), (0.1, copy), (0.1, 51.0), (0.1, 49.0)], n, nbytes, iters)
+        for floor, flagged in ((flags.FLOOR, flagged_gpu), (gpu_check.FLOOR_CPU, flagged_cpu)):
+            r = gpu_check.gpu_result(["cpu"] * 4, reports, n, "float32", nbytes, iters, gpu_check.ALLOW_CPU_S, 1, floor)
+            assert [w.flagged for w in r.workers] == [False, flagged, False, False], (copy, floor)
 
 
 def test_gpu_figures_their_turn_cannot_explain_are_refused():

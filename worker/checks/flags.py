@@ -27,8 +27,9 @@ FLOOR = 0.3
 CEILING = 0.25
 
 
-def bound(values: list[float]) -> float:
-    """The lowest figure that is not flagged, from the comparable figures (0 when none)."""
+def bound(values: list[float], floor: float = FLOOR) -> float:
+    """The lowest figure that is not flagged, from the comparable figures (0 when none); `floor`:
+    the band's least share of the median (a noisier kind of device asks for a wider one)."""
     if not values:
         return 0.0
     med = float(statistics.median(values))
@@ -43,7 +44,7 @@ def bound(values: list[float]) -> float:
         # to 0.25 of the median, and a host whose every link read 0.33 of it was not flagged.
         q1 = statistics.quantiles(values, n=4, method="inclusive")[0]
         sigma = min(sigma, (med - q1) / Q1_SIGMA)
-    return max(med - max(K_MAD * sigma, FLOOR * med), CEILING * med)
+    return max(med - max(K_MAD * sigma, floor * med), CEILING * med)
 
 
 def set_by_noise(median: float, low: float) -> bool:

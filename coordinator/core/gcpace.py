@@ -12,8 +12,15 @@ pass all that survived: 107-168 ms on the device hosts with 5,000 workers, one o
 `CollectorPacer` runs from a thread of its own: when no pass has run for `every_s`, it runs the
 pass CPython would run now (the middle one once enough young passes have come, else the young
 one). So the young generation holds at most what one interval allocates, and the middle one what
-`threshold[1]` intervals left alive. Full passes stay CPython's own choice. A pass holds the GIL
-wherever it starts, so running one from this thread costs the loop what an automatic one would.
+`threshold[1]` intervals left alive. A pass holds the GIL wherever it starts, so running one
+from this thread costs the loop what an automatic one would.
+
+The pacer runs no full pass, and CPython starts one only from an automatic pass, which the
+pacer's passes keep from coming (r21, on the VM: none after start-up in any paced run). That
+is on purpose for now: the oldest generation holds the queued jobs (about ten tracked objects
+each), and a full pass at 9,000-12,000 queued took 100-181 ms of CPU there. The garbage it leaves
+is small: 0-5 objects per 40 s reached the oldest generation in a churn run
+(bench/results/2026-11-28-local-r21-gc).
 
 Only in a process that does not hold the workers' streams: each stream's pending read is made anew
 per message, so a pass on a clock walks all of them, whatever else was allocated (r17: a pass

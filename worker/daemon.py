@@ -74,6 +74,9 @@ class WorkerDaemon:
         self.logs = RankLogs()  # where executors capture each rank's stderr
         self._replacing: asyncio.Task | None = None  # held: the loop keeps only weak references
         self.telemetry: telemetry.Telemetry | None = None  # NVML readings, sent with each heartbeat
+        # (job id, store port or 0 while binding, executor op counter at the assignment): rank 0
+        # of a new group; while no op has run since, a Register says so (Register.forming).
+        self.forming: tuple[str, int, int] | None = None
 
     @property
     def connected(self) -> asyncio.Event:
@@ -113,7 +116,15 @@ class WorkerDaemon:
         return wpb.Register(
             worker_id=self.worker_id, host=self.config.host_name or socket.gethostname(), address=self.advertise, device=d.to_pb(),
             backend=d.backend, running_job_id=job_id, running_rank=rank, warm_group=self.holds,
-            executor_restarts=self.restarts, version=__version__, k8s_token=read_token(self.config.k8s_token_file))
+            executor_restarts=self.restarts, version=__version__, k8s_token=read_token(self.config.k8s_token_file),
+            forming=(forming := self.forming_group()) is not None, forming_store_port=forming or 0)
+
+    def forming_group(self) -> int | None:
+        """As rank 0 of a new group still forming (the job runs here and the executor has run no
+        op since its assignment): its store's port, 0 while it binds it; None otherwise."""
+        if self.forming and self.job and self.job[0] == self.forming[0] and self.executor_ops() == self.forming[2]:
+            return self.forming[1]
+        return None
 
     def heartbeat_message(self) -> wpb.Heartbeat:
         health, detail = self.executor.health() if self.executor else (pb.EXECUTOR_STARTING, "starting")
@@ -140,6 +151,7 @@ class WorkerDaemon:
                 self._send_done(a.rank, api.Done.failed(a.job_id, why, wpb.RANK_ERROR, holds=self.holds), kept=False)
                 return
             self.job = (a.job_id, a.rank)
+            self.forming = (a.job_id, 0, self.executor_ops()) if a.rank == 0 and a.group_key != self.holds else None
             self.link.forget_done()
             self.executor.send(api.Run(a.SerializeToString(), self.logs.path(a.job_id, a.rank)))
 
@@ -193,6 +205,8 @@ class WorkerDaemon:
             self.link.send(wpb.WorkerMessage(result=wpb.ResultReport(
                 job_id=job_id, result=pb.SizeResult.FromString(msg.row))))
         elif isinstance(msg, api.StoreReady) and msg.job_id == job_id:
+            if self.forming and self.forming[0] == job_id:
+                self.forming = (job_id, msg.port, self.forming[2])
             self.link.send(wpb.WorkerMessage(store_ready=wpb.StoreReady(
                 job_id=job_id, group_key=msg.group_key, store_port=msg.port)))
         elif isinstance(msg, api.Done) and msg.job_id == job_id:

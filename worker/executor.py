@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 
-from worker import api
+from worker import api, faults
 
 COLLECTIVE_TIMEOUT_S = 60  # gloo's and NCCL's own timeout for one collective of a formed group
 BEAT_S = 0.2  # the liveness counter's period (the daemon watches it)
@@ -139,6 +139,7 @@ class Executor:
         # normalize filled it in; a coordinator of an older version sent none
         timeout = datetime.timedelta(seconds=a.spec.rendezvous_timeout_s or jobspec.DEFAULT_RENDEZVOUS_TIMEOUT_S)
         if a.rank == 0:  # bind first (a free port), then say where: no port can be taken between
+            time.sleep(faults.load().delay_store_s)  # tests only (worker/faults.py)
             store = dist.TCPStore(a.store_host, a.store_port, a.world_size, is_master=True,
                                   timeout=timeout, wait_for_workers=False)
             self.conn.send(api.StoreReady(a.job_id, a.group_key, store.port))

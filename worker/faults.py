@@ -41,6 +41,9 @@ class Faults:
     # 1, 2 or 3: SIGKILL the daemon at that step of a registration that issues it a secret: before
     # storing it, after storing it but before acknowledging, after acknowledging (worker/link.py)
     kill_registration: int = 0
+    # Rank 0 of a new group waits this long before binding its store: a window in which the
+    # coordinator has placed the job but cannot yet assign its other ranks (a restart then).
+    delay_store_s: float = 0.0
     # Rogue modes: a worker running modified code (or a device that corrupts what it sends).
     corrupt_share: int = 0  # 1: the corruption check's exact collectives get this rank's share off by one
     write_peer_row: float = 0.0  # the link check: add this many us to every link of the others, in its report

@@ -201,7 +201,7 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
             worker_id=reg.worker_id, heartbeat_interval_s=self.timings.heartbeat_interval_s)))
         self._index(conn)
         if reg.running_job_id:
-            self._reattach(conn, reg.running_job_id, reg.running_rank, reg.warm_group)
+            self._reattach(conn, reg.running_job_id, reg.running_rank, reg.warm_group, reg.forming, reg.forming_store_port)
         self._came_back(conn, reg.running_job_id)
         self._holds(conn, reg.warm_group)
         self._out.conn = conn

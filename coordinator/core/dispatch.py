@@ -90,10 +90,11 @@ class WorkerProtocol:
                     return
                 rj.formed = True
                 self._store_row(rj, msg.result.result)
-            elif kind == "store_ready" and conn.rank == 0 and not rj.store_port and not rj.reattach_deadline:
-                # Not while re-attaching after a restart: the ranks were assigned before it, and
-                # some may not be back yet (their connection is gone).
+            elif kind == "store_ready" and conn.rank == 0 and not rj.store_port:
                 rj.store_port = msg.store_ready.store_port
+                if rj.reattach_deadline:  # after a restart: only members back without it (restart.py)
+                    self._settle_held(rj)
+                    return
                 for rank in range(1, len(rj.members)):
                     if rank not in rj.assigned:
                         self._assign(rj, rank)

@@ -51,6 +51,8 @@ class Running:
     last_progress: float = field(default_factory=time.monotonic)
     seqs: dict[int, int] = field(default_factory=dict)  # rank -> op counter from heartbeats
     reattach_deadline: float = 0.0  # > 0 while waiting for workers after a coordinator restart
+    held: set[int] = field(default_factory=set)  # back from a restart without it (restart.py)
+    rank0_forming: bool = False  # rank 0, back from a restart, still forms the group (restart.py)
     peer_errors: list[str] = field(default_factory=list)  # victims' reports, kept until the cause shows
     blame_deadline: float = 0.0
     started: float = field(default_factory=time.monotonic)

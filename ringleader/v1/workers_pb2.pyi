@@ -69,6 +69,8 @@ class Register(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     WORKER_SECRET_FIELD_NUMBER: _builtins.int
     K8S_TOKEN_FIELD_NUMBER: _builtins.int
+    FORMING_FIELD_NUMBER: _builtins.int
+    FORMING_STORE_PORT_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """stable for the daemon's life; reused on reconnect"""
     host: _builtins.str
@@ -93,6 +95,14 @@ class Register(_message.Message):
     coordinator checks with the TokenReview API; a token naming this worker's node lets a
     replaced pod re-claim its id without its secret (coordinator/edge/identity.py).
     """
+    forming: _builtins.bool
+    """Rank 0 of running_job_id whose new group is still forming (no op has run since it was
+    assigned): a member that comes back from a coordinator restart without the job was never
+    reached by its assignment, and is assigned now, to rank 0's store (coordinator/core/restart.py).
+    Not forming: the group formed, such a member's run is gone, and the job is requeued.
+    """
+    forming_store_port: _builtins.int
+    """the store's port, 0 while rank 0 is still binding it (StoreReady follows)"""
     @_builtins.property
     def device(self) -> _jobs_pb2.Device: ...
     def __init__(
@@ -110,10 +120,12 @@ class Register(_message.Message):
         version: _builtins.str = ...,
         worker_secret: _builtins.str = ...,
         k8s_token: _builtins.str = ...,
+        forming: _builtins.bool = ...,
+        forming_store_port: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "host", b"host", "k8s_token", b"k8s_token", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "forming", b"forming", "forming_store_port", b"forming_store_port", "host", b"host", "k8s_token", b"k8s_token", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -140,6 +140,28 @@ def test_running_job_survives_coordinator_restart(fresh_cluster, sig):
     assert states == [pb.QUEUED, pb.RUNNING, pb.SUCCEEDED], "re-attached, not requeued"
 
 
+def test_a_job_whose_group_was_forming_when_the_coordinator_died_runs_on(fresh_cluster):
+    """Killed after placing a job on a new group and before rank 0 reported its store: the other
+    rank was never sent its assignment, and comes back without the job. Rank 0 says its group is
+    still forming, so that rank is assigned to its store now, and the job runs as placed (under a
+    loaded machine this window was what made a re-attach a requeue). The fault holds rank 0
+    before it binds its store, so the kill lands in that window every time."""
+    c = fresh_cluster
+    address = c.start_coordinator()
+    for wid in ("f0", "f1"):  # only the job's rank 0 waits: the fault is on its path alone
+        c.start_worker(wid, env={"RINGLEADER_FAULTS": "delay_store_s=4", "RINGLEADER_FAULTS_ALLOWED": "tests"})
+    c.wait_idle(["f0", "f1"])
+    job = c.submit(workers=["f0", "f1"], op="all_reduce", sizes=[1 << 20])
+    c.wait_job(job.id, states=(pb.RUNNING,))
+    c.stop_coordinator(signal.SIGKILL)
+    c.start_coordinator(port=int(address.rsplit(":", 1)[1]))
+    done = c.wait_job(job.id, timeout=120)
+    assert done.state == pb.SUCCEEDED, done.reason
+    assert all(r.wrong == 0 for r in done.results)
+    states = [ev.state.state for ev in c.client.watch(job.id) if ev.WhichOneof("event") == "state"]
+    assert states == [pb.QUEUED, pb.RUNNING, pb.SUCCEEDED], "assigned to the forming group, not requeued"
+
+
 def test_silent_worker_is_declared_lost_after_missed_heartbeats(cluster):
     cluster.wait_idle(["w0", "w1"])
     job = cluster.submit(workers=["w0", "w1"], **LONG)

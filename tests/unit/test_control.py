@@ -404,6 +404,79 @@ def test_a_member_that_comes_back_without_its_job_after_a_restart_requeues_it_at
     assert f.ctl.awaiting == {}
 
 
+def _restarted_over_a_forming_job() -> tuple[Fleet, str, list[str]]:
+    """A job placed on a new group, killed before rank 0 reported its store: the coordinator
+    that placed it sent rank 0 its assignment only. A new coordinator over the same store."""
+    store = MemoryJobStore()
+    first = Control(store)
+    for i in range(2):
+        first.handle(Register(wpb.Register(worker_id=f"w{i}", host="h1", address=f"10.0.0.{i + 1}", backend="gloo",
+                                           device=pb.Device(type="cpu", index=i, name="cpu"))))
+    job_id = first.handle(Submit(jobspec.normalize(pb.JobSpec(
+        world_size=2, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))))).job.id
+    assert first.book.running[job_id].assigned == {0}
+    members = [w.worker_id for w in first.book.running[job_id].job.workers]
+    f = Fleet()
+    f.ctl = Control(store, Timings(heartbeat_timeout_s=100))
+    f.ctl.handle(Reload(reattach_deadline=time.monotonic() + 15))
+    return f, job_id, members
+
+
+def _rank0_back(f: Fleet, job_id: str, worker: str, forming: bool, port: int = 0) -> Out:
+    out = f.ctl.handle(Register(wpb.Register(worker_id=worker, host="h1", address="10.0.0.1", backend="gloo",
+                                             device=pb.Device(type="cpu", index=0, name="cpu"), running_job_id=job_id,
+                                             running_rank=0, forming=forming, forming_store_port=port)))
+    f.conns[worker] = out.conn
+    return out
+
+
+def _assignment(out: Out, worker: str) -> wpb.Assignment | None:
+    return next((m.assignment for c, m in out.sends if c.worker_id == worker and m is not CLOSE
+                 and m.WhichOneof("msg") == "assignment"), None)
+
+
+def test_a_member_back_without_a_job_whose_group_was_still_forming_is_assigned_to_its_store():
+    """Killed between placing a job on a new group and hearing rank 0's store: the other ranks
+    were never sent their assignment. Rank 0 says its group is still forming (the store's port):
+    the member that comes back without the job is assigned to that store, and the job runs on as
+    placed (never requeued), whichever of them registers first, and whether rank 0 has bound its
+    store yet (then its StoreReady follows its registration)."""
+    for order in ("rank 0 first", "rank 1 first", "rank 0 still binding"):
+        f, job_id, members = _restarted_over_a_forming_job()
+        if order == "rank 0 first":
+            _rank0_back(f, job_id, members[0], forming=True, port=29555)
+            out = f.register(members[1], 1)
+        elif order == "rank 1 first":
+            out = f.register(members[1], 1)
+            assert _assignment(out, members[1]) is None and f.state(members[1]) == pb.BUSY  # kept for the job
+            out = _rank0_back(f, job_id, members[0], forming=True, port=29555)
+        else:
+            _rank0_back(f, job_id, members[0], forming=True)
+            out = f.register(members[1], 1)
+            assert _assignment(out, members[1]) is None and f.state(members[1]) == pb.BUSY
+            out = f.msg(members[0], store_ready=wpb.StoreReady(job_id=job_id, store_port=29555))
+        a = _assignment(out, members[1])
+        assert a is not None and (a.job_id, a.rank, a.store_port, a.store_host) == (job_id, 1, 29555, "10.0.0.1")
+        rj = f.ctl.book.running[job_id]
+        assert f.job(job_id).state == pb.RUNNING and rj.reattach_deadline == 0 and rj.attached == {0, 1}
+        assert [e.state.state for e in f.ctl.store.events(job_id) if e.HasField("state")] == [pb.QUEUED, pb.RUNNING]
+        f.done(members[0], job_id, 0)
+        f.done(members[1], job_id, 1)
+        assert f.job(job_id).state == pb.SUCCEEDED
+
+
+def test_a_member_back_before_a_formed_rank_0_requeues_the_job_then_and_is_freed():
+    """Rank 0 comes back from a group that formed (no forming store): the member that came back
+    without the job lost its run; the job is requeued as rank 0 registers, and the member kept
+    for it meanwhile is free again."""
+    f, job_id, members = _restarted_over_a_forming_job()
+    f.register(members[1], 1)
+    out = _rank0_back(f, job_id, members[0], forming=False)
+    assert f.job(job_id).state in (pb.QUEUED, pb.RUNNING)
+    assert [e.state.state for e in f.ctl.store.events(job_id) if e.HasField("state")][:3] == [pb.QUEUED, pb.RUNNING, pb.QUEUED]
+    assert (members[0], "abort") in sends(out)
+
+
 def test_a_check_that_waits_too_long_holds_its_workers_until_it_starts():
     """Under steady user traffic each worker that frees up is taken by the next user job, so a
     check naming two never finds both idle; after check_hold_after_s its workers take no new user

@@ -20,7 +20,7 @@ from ringleader.leader import addresses
 from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
-from worker import api, telemetry
+from worker import api, fingerprint, telemetry
 from worker.credential import WorkerSecret, read_token
 from worker.ids import default_worker_id
 from worker.link import Backoff, CoordinatorLink
@@ -74,6 +74,7 @@ class WorkerDaemon:
         self.logs = RankLogs()  # where executors capture each rank's stderr
         self._replacing: asyncio.Task | None = None  # held: the loop keeps only weak references
         self.telemetry: telemetry.Telemetry | None = None  # NVML readings, sent with each heartbeat
+        self.fingerprint: pb.ConfigFingerprint | None = None  # built once the executor said its versions
 
     @property
     def connected(self) -> asyncio.Event:
@@ -89,6 +90,8 @@ class WorkerDaemon:
             log.info("worker %s: executor ready on %s in %.1f s; registering with %s", self.worker_id,
                      self.config.device, time.monotonic() - began, self.link.address)
             self.telemetry = telemetry.open_for(self.device)
+            self.fingerprint = fingerprint.build(self.device.type, self.executor.software if self.executor else (),
+                                                 self.telemetry)
             await self.link.run(self._stopping)
         finally:
             if self.telemetry:
@@ -113,7 +116,8 @@ class WorkerDaemon:
         return wpb.Register(
             worker_id=self.worker_id, host=self.config.host_name or socket.gethostname(), address=self.advertise, device=d.to_pb(),
             backend=d.backend, running_job_id=job_id, running_rank=rank, warm_group=self.holds,
-            executor_restarts=self.restarts, version=__version__, k8s_token=read_token(self.config.k8s_token_file))
+            executor_restarts=self.restarts, version=__version__, k8s_token=read_token(self.config.k8s_token_file),
+            fingerprint=self.fingerprint)
 
     def heartbeat_message(self) -> wpb.Heartbeat:
         health, detail = self.executor.health() if self.executor else (pb.EXECUTOR_STARTING, "starting")

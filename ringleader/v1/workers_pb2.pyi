@@ -69,6 +69,7 @@ class Register(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     WORKER_SECRET_FIELD_NUMBER: _builtins.int
     K8S_TOKEN_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """stable for the daemon's life; reused on reconnect"""
     host: _builtins.str
@@ -95,6 +96,10 @@ class Register(_message.Message):
     """
     @_builtins.property
     def device(self) -> _jobs_pb2.Device: ...
+    @_builtins.property
+    def fingerprint(self) -> _jobs_pb2.ConfigFingerprint:
+        """versions, topology and NCCL/network settings (worker/fingerprint.py)"""
+
     def __init__(
         self,
         *,
@@ -110,10 +115,11 @@ class Register(_message.Message):
         version: _builtins.str = ...,
         worker_secret: _builtins.str = ...,
         k8s_token: _builtins.str = ...,
+        fingerprint: _jobs_pb2.ConfigFingerprint | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "fingerprint", b"fingerprint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "host", b"host", "k8s_token", b"k8s_token", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "fingerprint", b"fingerprint", "host", b"host", "k8s_token", b"k8s_token", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

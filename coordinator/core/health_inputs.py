@@ -52,6 +52,11 @@ class HealthProtocol:
         for worker_id in found:  # a verdict changes which workers the scheduler prefers
             if (conn := self.workers.get(worker_id)) is not None and conn.connected:
                 self._index(conn)
+        if self.health.observe:  # nothing is quarantined: the operator hears of what would have been
+            for w in sorted(w for w, h in found.items() if h.verdict == pb.UNHEALTHY):
+                alert = f"observe mode: {w} failed {found[w].check} ({found[w].figure}); left in service"
+                log.warning("%s", alert)
+                self._out.alerts.append(alert)
         held = [w for w in sorted(found) if self.health.get(w).breaker_held]
         if held:
             alert = (f"circuit breaker: {', '.join(held)} failed {rj.job.spec.WhichOneof('kind')} but automatic "

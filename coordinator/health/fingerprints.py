@@ -85,6 +85,7 @@ class FleetConfig:
         self._of: dict[str, tuple[tuple[str, str], dict[Entry, str]]] = {}  # worker -> (group, entries)
         self._changes = 0
         self._drifting: tuple[int, Counter[str]] | None = None  # (at change, counts): a scrape's
+        self._drift: tuple[int, dict[str, str]] = (0, {})  # (at change, worker -> words): a listing's
 
     def add(self, worker_id: str, group: tuple[str, str], fp: pb.ConfigFingerprint) -> None:
         self.remove(worker_id)
@@ -140,11 +141,18 @@ class FleetConfig:
         return out
 
     def drift(self, worker_id: str) -> str:
-        """How the worker differs from its group, in words ("" when alike)."""
+        """How the worker differs from its group, in words ("" when alike); worked out again only
+        after the fleet changed (the fleet view asks it of every worker each second)."""
+        if self._drift[0] != self._changes:
+            self._drift = (self._changes, {})
+        memo = self._drift[1]
+        if (said := memo.get(worker_id)) is not None:
+            return said
         words = []
         for (part, key), mine, theirs, n in self.odd(worker_id):
             words.append(f"{key}={mine} ({n} other{'s' if n > 1 else ''}: {theirs})")
-        return "; ".join(words)
+        said = memo[worker_id] = "; ".join(words)
+        return said
 
     def drifting(self) -> Counter[str]:
         """Connected workers unlike their group, by the part they differ in (the metric), counted

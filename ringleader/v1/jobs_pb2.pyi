@@ -1954,6 +1954,7 @@ class WorkerHealth(_message.Message):
     RECHECK_AT_FIELD_NUMBER: _builtins.int
     BREAKER_HELD_FIELD_NUMBER: _builtins.int
     ALSO_FIELD_NUMBER: _builtins.int
+    OBSERVE_ONLY_FIELD_NUMBER: _builtins.int
     verdict: Global___Verdict.ValueType
     check: _builtins.str
     """link_matrix, gpu_check, sdc_check, cordon, ..."""
@@ -1977,6 +1978,10 @@ class WorkerHealth(_message.Message):
     """What another check found that still stands when this verdict, a worse one, replaced it: e.g.
     a gpu_check's UNHEALTHY over telemetry's "telemetry SUSPECT: foreign_process: pid 4242 ...".
     """
+    observe_only: _builtins.bool
+    """The coordinator runs in observe mode (--health-observe): this verdict is shown and alerted but
+    keeps the worker out of nothing. Set in listings, not stored.
+    """
     def __init__(
         self,
         *,
@@ -1990,10 +1995,11 @@ class WorkerHealth(_message.Message):
         recheck_at: _builtins.float = ...,
         breaker_held: _builtins.bool = ...,
         also: _builtins.str = ...,
+        observe_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "observe_only", b"observe_only", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -81,6 +81,19 @@ class HealthProtocol:
         if (conn := self.workers.get(worker_id)) is not None and conn.connected:
             self._index(conn)  # a verdict changes which workers the scheduler prefers
 
+    def _crashed(self, rj: Running, rank: int, failure: int, error: str) -> None:
+        """A rank's own report of its failure ended the job: evidence on its worker (a SUSPECT or,
+        for a repeat offender, UNHEALTHY verdict: coordinator/health/crashes.py), in this input."""
+        worker_id = rj.members[rank]
+        found = self.health.crashes.add(worker_id, failure, error, rj.id, rj.members, self.health.clock())
+        if found is None:
+            return
+        log.warning("worker %s: %s", worker_id, found.figure)
+        model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
+        self._health_changed(self.health.record({worker_id: found}, model_of))
+        if (conn := self.workers.get(worker_id)) is not None and conn.connected:
+            self._index(conn)  # a verdict changes which workers the scheduler prefers
+
     def _health_changed(self, changes: list[Change]) -> None:
         for worker_id, on in changes:
             log.warning("worker %s %s", worker_id, "quarantined" if on else "back in service")

@@ -27,7 +27,9 @@ import time
 from collections import Counter
 from typing import Callable, Mapping
 
+from coordinator.health.crashes import CHECK as CRASH, CrashLog
 from coordinator.store.api import JobStore
+from ringleader import checks
 from ringleader.v1 import jobs_pb2 as pb
 
 RECHECK_MIN_S = 60.0
@@ -59,6 +61,7 @@ class HealthBook:
         self._waits: dict[str, float] = {}
         # The telemetry rules that fired on each worker's last reading (a verdict only on a change).
         self.telemetry_fired: dict[str, tuple] = {}
+        self.crashes = CrashLog()  # each worker's recent crashes, its own reports (coordinator/health/crashes.py)
 
     def get(self, worker_id: str) -> pb.WorkerHealth:
         """A copy of the worker's health (VERDICT_UNSPECIFIED when never checked)."""
@@ -129,7 +132,8 @@ class HealthBook:
                 self._passed.setdefault(worker_id, {})[new.check] = new.at or self.clock()
             else:
                 self._passed.get(worker_id, {}).pop(new.check, None)
-            if new.verdict < old.verdict and new.check != old.check and old.check != "cordon":
+            if new.verdict < old.verdict and new.check != old.check and old.check != "cordon" and not (
+                    old.check == CRASH and new.check in checks.KINDS):  # a passing check clears crash evidence
                 continue  # a better verdict from another check does not clear what this one found
             new = _copy(new)
             new.cordoned = old.cordoned

@@ -2196,13 +2196,8 @@ class ListWorkersResponse(_message.Message):
 
     WORKERS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
-    HEALTH_OBSERVE_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """empty on the last page"""
-    health_observe: _builtins.bool
-    """The coordinator runs fleet health in observe mode (--health-observe): verdicts, alerts and
-    metrics, but no quarantine or taint.
-    """
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]: ...
     def __init__(
@@ -2210,11 +2205,10 @@ class ListWorkersResponse(_message.Message):
         *,
         workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
         next_page_token: _builtins.str = ...,
-        health_observe: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["health_observe", b"health_observe", "next_page_token", b"next_page_token", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

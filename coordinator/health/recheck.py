@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from coordinator.health.fingerprints import gang_key
 from ringleader import checks
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -39,6 +40,7 @@ def plan(workers: Iterable[pb.WorkerInfo], due: Iterable[str], short: Callable) 
         # Its own job: with other suspects in it, the median it is judged by may be a suspect's.
         peers = [p.worker_id for p in listed.values()
                  if p.state == pb.IDLE and p.backend == w.backend and p.device.name == w.device.name
+                 and gang_key(p.fingerprint) == gang_key(w.fingerprint)  # a gang never mixes them
                  and p.health.verdict == pb.HEALTHY and p.worker_id not in taken][:PEERS]
         if len(peers) < AT_LEAST.get(kind, 1):
             continue  # too few healthy peers idle now: the next round tries again

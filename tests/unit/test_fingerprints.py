@@ -139,3 +139,19 @@ def test_the_worker_reports_its_nccl_and_network_settings_bounded():
     reg = wpb.Register(worker_id="w", host="h", address="127.0.0.1", backend="gloo", device=pb.Device(type="cpu"),
                        fingerprint=found)
     admission.check_registration(reg)  # what a worker sends is within what the coordinator accepts
+
+
+def test_checks_and_rechecks_never_put_mismatched_workers_in_one_gang():
+    from coordinator.health import recheck, sweeper
+
+    def w(wid, proto="", verdict=pb.HEALTHY, check="gpu_check"):
+        return pb.WorkerInfo(worker_id=wid, host="h0", backend="gloo", state=pb.IDLE,
+                             device=pb.Device(type="cpu", name="cpu"),
+                             fingerprint=fp(**({"NCCL_PROTO": proto} if proto else {})),
+                             health=pb.WorkerHealth(verdict=verdict, check=check))
+    fleet = [w("a"), w("b"), w("c", proto="LL"), w("d")]
+    specs = sweeper.plan(fleet, ["gpu_check"])
+    assert sorted(sorted(s.placement.worker_ids) for s in specs) == [["a", "b", "d"], ["c"]]
+    fleet[0] = w("a", verdict=pb.UNHEALTHY)
+    again = recheck.plan(fleet, ["a"], sweeper.short)
+    assert [sorted(s.placement.worker_ids) for s in again] == [["a", "b", "d"]]

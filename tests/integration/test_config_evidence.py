@@ -47,6 +47,8 @@ def test_the_odd_worker_is_named_with_its_setting_before_any_job_and_never_gang_
     wide = subprocess.run(ringleader_cmd("--coordinator", fleet.address, "workers", "-o", "wide"),
                           capture_output=True, text=True, timeout=60)
     assert "CONFIG" in wide.stdout and "NCCL_PROTO=LL" in wide.stdout, wide.stdout
+    rest = httpx.get(f"{fleet.http_url}/api/v1/workers", timeout=30).json()
+    assert {w["worker_id"]: w["config_drift"] for w in rest["workers"]}[ODD] == "NCCL_PROTO=LL (3 others: unset)"
     view = httpx.get(f"{fleet.http_url}/api/v1/fleet", timeout=30).json()
     assert {w["id"]: w.get("cfg") for w in view["workers"]}[ODD] == "NCCL_PROTO=LL (3 others: unset)"
     health = httpx.get(f"{fleet.http_url}/api/v1/fleet/health", timeout=30).json()

@@ -155,3 +155,33 @@ def test_checks_and_rechecks_never_put_mismatched_workers_in_one_gang():
     fleet[0] = w("a", verdict=pb.UNHEALTHY)
     again = recheck.plan(fleet, ["a"], sweeper.short)
     assert [sorted(s.placement.worker_ids) for s in again] == [["a", "b", "d"]]
+
+
+class StandInNvml:
+    """A stand-in for pynvml (no GPU here), answering what an H200 with 18 NVLinks would."""
+
+    def nvmlSystemGetDriverVersion(self):
+        return b"560.35.03"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12060
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return 5
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return 16
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        if link >= 18:
+            raise RuntimeError("NVML_ERROR_INVALID_ARGUMENT")
+        return 1
+
+
+def test_a_gpu_worker_reports_its_driver_and_links_from_nvml():
+    class Telemetry:
+        nvml, handle, fake = StandInNvml(), object(), False
+
+    found = worker_fp.build("cuda", (("torch", "2.5.1"), ("nccl", "2.21.5"), ("cuda", "12.4")), Telemetry(), environ={})
+    assert found.software["driver"] == "560.35.03" and found.software["nccl"] == "2.21.5"
+    assert dict(found.topology) == {"pcie_gen": "5", "pcie_width": "16", "nvlink_links": "18"}

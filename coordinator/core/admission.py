@@ -63,7 +63,7 @@ _FP_KEY = re.compile(r"^[A-Za-z0-9_.]+$")
 
 def check_fingerprint(fp: pb.ConfigFingerprint) -> None:
     """Raise InvalidSpec naming the entry if a worker's fingerprint is out of bounds: its keys and
-    values reach the UI, the store of nothing, and (keys only) a metric label."""
+    values reach listings, the UI and the REST API."""
     for part in ("software", "topology", "settings"):
         entries = getattr(fp, part)
         if len(entries) > FP_ENTRIES:

@@ -141,7 +141,8 @@ class HealthProtocol:
         failed, fatal = preflight.failure(self.health, c.members, set(q.valid.spec.placement.worker_ids))
         ended = check.job.state == pb.SUCCEEDED
         # After the last kind, a member may still be uncertified without failing (a suspect verdict).
-        doubtful = [] if c.kinds or not ended or failed else preflight.uncertified(self.health, c.members)
+        doubtful = [] if c.kinds or not ended or failed or self.health.observe else \
+            preflight.uncertified(self.health, c.members)
         c.unfinished += not ended or bool(doubtful)
         if fatal or c.unfinished >= preflight.MAX_UNFINISHED:
             del self.certifying[job_id]

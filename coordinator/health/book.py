@@ -71,9 +71,9 @@ class HealthBook:
         return out
 
     def shown(self, worker_id: str) -> pb.WorkerHealth:
-        """`get`, as listings show it: marked observed-only in observe mode."""
+        """`get`, as listings show it: a failed verdict marked observed-only in observe mode."""
         out = self.get(worker_id)
-        out.observe_only = self.observe and out.verdict in (pb.SUSPECT, pb.UNHEALTHY)
+        out.observe_only = self.observe and out.verdict == pb.UNHEALTHY
         return out
 
     def _held(self, h: pb.WorkerHealth) -> bool:
@@ -119,7 +119,7 @@ class HealthBook:
         """Whether the worker passed each of `kinds` at or after `since` (wall time) and is not
         failed since."""
         passed = self._passed.get(worker_id, {})
-        return self.verdict(worker_id) != pb.UNHEALTHY and all(passed.get(k, -1.0) >= since for k in kinds)
+        return (self.observe or self.verdict(worker_id) != pb.UNHEALTHY) and all(passed.get(k, -1.0) >= since for k in kinds)
 
     def record(self, found: dict[str, pb.WorkerHealth], model_of: Mapping[str, str] = {}) -> list[Change]:
         """Take a check's verdicts; returns the workers whose quarantine changed. A verdict replaces
@@ -128,7 +128,7 @@ class HealthBook:
         changes = []
         for worker_id, new in sorted(found.items()):
             old = self.get(worker_id)
-            if new.verdict == pb.HEALTHY:
+            if new.verdict == pb.HEALTHY or self.observe:  # observe mode: checked is certified
                 self._passed.setdefault(worker_id, {})[new.check] = new.at or self.clock()
             else:
                 self._passed.get(worker_id, {}).pop(new.check, None)

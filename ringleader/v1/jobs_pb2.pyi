@@ -1979,7 +1979,7 @@ class WorkerHealth(_message.Message):
     a gpu_check's UNHEALTHY over telemetry's "telemetry SUSPECT: foreign_process: pid 4242 ...".
     """
     observe_only: _builtins.bool
-    """The coordinator runs in observe mode (--health-observe): this verdict is shown and alerted but
+    """UNHEALTHY, but the coordinator runs in observe mode (--health-observe): shown and alerted, it
     keeps the worker out of nothing. Set in listings, not stored.
     """
     def __init__(

@@ -363,3 +363,14 @@ def test_observe_mode_taints_no_node_even_when_asked_to():
         assert rc.tainter is None and rc.core.fleet.book.observe
     finally:
         rc.store.close()
+
+
+def test_observe_mode_runs_a_preflight_job_after_its_checks_whatever_they_found():
+    core = Coordinator(MemoryJobStore(), Timings(heartbeat_timeout_s=30, blame_grace_s=3), health_observe=True)
+    ws = {f"w{i}": Worker(core, f"w{i}", i) for i in range(2)}
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True, placement=pb.Placement(worker_ids=["w0", "w1"]),
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    finish_check(core, ws, bad={"w1"})
+    assert core.fleet.book.get("w1").verdict == pb.UNHEALTHY
+    finish_check(core, ws)  # the next preflight kind
+    assert core.get(job).state == pb.RUNNING and placed(core, job) == ["w0", "w1"]

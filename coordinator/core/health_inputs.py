@@ -52,11 +52,7 @@ class HealthProtocol:
         for worker_id in found:  # a verdict changes which workers the scheduler prefers
             if (conn := self.workers.get(worker_id)) is not None and conn.connected:
                 self._index(conn)
-        if self.health.observe:  # nothing is quarantined: the operator hears of what would have been
-            for w in sorted(w for w, h in found.items() if h.verdict == pb.UNHEALTHY):
-                alert = f"observe mode: {w} failed {found[w].check} ({found[w].figure}); left in service"
-                log.warning("%s", alert)
-                self._out.alerts.append(alert)
+        self._observed(found)
         held = [w for w in sorted(found) if self.health.get(w).breaker_held]
         if held:
             alert = (f"circuit breaker: {', '.join(held)} failed {rj.job.spec.WhichOneof('kind')} but automatic "
@@ -76,8 +72,9 @@ class HealthProtocol:
         if fired == before or (before is None and not fired and self.health.get(worker_id).check != "telemetry"):
             return
         model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
-        self._health_changed(self.health.record({worker_id: telemetry_rules.health(found, self.health.clock())},
-                                                model_of))
+        verdict = {worker_id: telemetry_rules.health(found, self.health.clock())}
+        self._health_changed(self.health.record(verdict, model_of))
+        self._observed(verdict)
         if (conn := self.workers.get(worker_id)) is not None and conn.connected:
             self._index(conn)  # a verdict changes which workers the scheduler prefers
 
@@ -91,8 +88,18 @@ class HealthProtocol:
         log.warning("worker %s: %s", worker_id, found.figure)
         model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
         self._health_changed(self.health.record({worker_id: found}, model_of))
+        self._observed({worker_id: found})
         if (conn := self.workers.get(worker_id)) is not None and conn.connected:
             self._index(conn)  # a verdict changes which workers the scheduler prefers
+
+    def _observed(self, found: dict[str, pb.WorkerHealth]) -> None:
+        """In observe mode nothing is quarantined: the operator hears of each failed verdict instead."""
+        if not self.health.observe:
+            return
+        for w in sorted(w for w, h in found.items() if h.verdict == pb.UNHEALTHY):
+            alert = f"observe mode: {w} failed {found[w].check} ({found[w].figure}); left in service"
+            log.warning("%s", alert)
+            self._out.alerts.append(alert)
 
     def _health_changed(self, changes: list[Change]) -> None:
         for worker_id, on in changes:

@@ -111,3 +111,14 @@ def test_check_never_sums_a_failed_check_job_up_as_healthy():
     ok = pb.RunCheckResponse(jobs=[pb.Job(id="c2", state=pb.SUCCEEDED, spec=failed.spec, workers=failed.workers)],
                              workers=answer.workers)
     assert unfinished(ok) == [] and "2 of 2 workers healthy" in check_text(ok)
+
+
+def test_a_repeat_offender_is_rechecked_with_the_corruption_checks_collectives():
+    from coordinator.health import recheck, sweeper
+
+    def w(wid, verdict=pb.HEALTHY, check="gpu_check", state=pb.IDLE):
+        return pb.WorkerInfo(worker_id=wid, host="h0", backend="gloo", state=state, device=pb.Device(name="cpu"),
+                             health=pb.WorkerHealth(verdict=verdict, check=check))
+    fleet = [w("a", pb.UNHEALTHY, "crash", pb.QUARANTINED), w("b"), w("c")]
+    (spec,) = recheck.plan(fleet, ["a", "gone"], sweeper.short)
+    assert spec.WhichOneof("kind") == "sdc_check" and sorted(spec.placement.worker_ids) == ["a", "b", "c"]

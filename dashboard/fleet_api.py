@@ -88,6 +88,11 @@ class FleetHealth(_Strict):
                                     "(--quarantine-max-share): an operator decides")
     alerts: list[str] = Field(description="the circuit breaker's latest alerts, newest last")
     attention: list[WorkerInfo]  # type: ignore[valid-type]
+    observe: bool = Field(False, description="fleet health observes only (--health-observe): no verdict "
+                                             "quarantines a worker or taints a node")
+    config_drift: list[dict[str, str]] = Field(default_factory=list, description=(
+        "connected workers configured unlike the others of their backend and device model: worker_id, host "
+        "and how it differs (versions, topology, NCCL/network settings)"))
 
 
 def router(core: Coordinator) -> APIRouter:
@@ -121,7 +126,10 @@ def router(core: Coordinator) -> APIRouter:
         attention = sorted((w for w in workers if w.health.verdict in order or w.health.cordoned),
                            key=lambda w: (order.get(w.health.verdict, 2), w.host, w.worker_id))
         return JSON({"counts": dict(counts), "quarantined": book.quarantined_ids(), "breaker_held": book.held_ids(),
-                     "alerts": core.alerts[-20:], "attention": [to_json(w) for w in attention]})
+                     "alerts": core.alerts[-20:], "attention": [to_json(w) for w in attention],
+                     "observe": book.observe,
+                     "config_drift": [{"worker_id": w.worker_id, "host": w.host, "drift": w.config_drift}
+                                      for w in workers if w.config_drift]})
 
     return r
 

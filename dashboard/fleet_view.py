@@ -12,7 +12,8 @@ A worker's record (JSON keys kept short, since 5,000 of them make the first answ
   id, host, dev (device name), type (cuda|cpu), idx (device index), st (WorkerState name),
   ex (ExecutorHealth name, absent when OK), job (its job id), stale (no heartbeat for STALE_S),
   and its verdict, when it has one: v (Verdict name), check, fig, exp, at, vjob (the check job),
-  cord (cordoned by hand), re (next recheck, unix seconds).
+  cord (cordoned by hand), re (next recheck, unix seconds); cfg: how its configuration is unlike its
+  peers' (health/fingerprints.py). `observe` (the answer's): verdicts quarantine nothing.
 The heartbeat time is left out on purpose: it changes every second for every worker.
 
 Each record's JSON is kept beside it and encoded again only when the record changes, so a full
@@ -63,7 +64,7 @@ def encode(value: Any) -> bytes:
         return json.dumps(json_safe(value), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
-def record(conn: WorkerConn, state: int, h: pb.WorkerHealth | None, now: float) -> Record:
+def record(conn: WorkerConn, state: int, h: pb.WorkerHealth | None, now: float, drift: str = "") -> Record:
     """A worker's record from its connection, its state as listed and its health record (None:
     never checked). Read from the connection, not from a listing: building 5,000 WorkerInfo
     messages was two thirds of a read."""
@@ -83,7 +84,7 @@ def record(conn: WorkerConn, state: int, h: pb.WorkerHealth | None, now: float) 
                  vjob=h.job_id, cord=h.cordoned, re=h.recheck_at)
         if h.also:
             r["also"] = h.also
-    return r
+    return {**r, "cfg": drift} if drift else r
 
 
 class FleetFeed:
@@ -141,12 +142,13 @@ class FleetFeed:
         for c in core.workers.all():
             reg = c.reg
             wid, state, h, beat = reg.worker_id, core.listed_state(c), book.peek(reg.worker_id), c.last_heartbeat_wall
-            made_of = (reg, state, c.executor_health, c.job_id, state != pb.DISCONNECTED and bool(beat) and now - beat > STALE_S, h)
+            drift = core.workers.configs.drift(wid)
+            made_of = (reg, state, c.executor_health, c.job_id, state != pb.DISCONNECTED and bool(beat) and now - beat > STALE_S, h, drift)
             known = inputs.get(wid)
             if known is not None and known[0] == made_of:
                 fresh[wid] = known[1]
                 continue
-            r = fresh[wid] = record(c, state, h, now)
+            r = fresh[wid] = record(c, state, h, now, drift)
             inputs[wid] = (made_of, r)
             if self.records.get(wid) != r:
                 changed.add(wid)
@@ -175,7 +177,7 @@ class FleetFeed:
 
     def since(self, version: int) -> dict:
         """What a tab at `version` lacks: the changed records and the ids gone, or everything."""
-        head = {"version": self.version, "jobs": self.jobs, "links_job": self.links_job}
+        head = {"version": self.version, "jobs": self.jobs, "links_job": self.links_job, "observe": self.core.fleet.book.observe}
         oldest = self._history[0][0] if self._history else self.version + 1
         if version <= 0 or version > self.version or version < oldest - 1:
             return {**head, "full": True, "workers": list(self.records.values())}

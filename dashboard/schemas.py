@@ -65,6 +65,10 @@ def proto_model(desc: Descriptor, name: str = "", exclude: tuple[str, ...] = ())
     for f in desc.fields:
         if f.name in exclude:
             continue
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:  # a map: a JSON object
+            v = f.message_type.fields_by_name["value"]
+            fields[f.name] = (dict[str, proto_model(v.message_type) if v.message_type else _SCALARS[v.type]], ...)
+            continue
         if f.message_type is not None:
             t: Any = proto_model(f.message_type)
         elif f.enum_type is not None:
@@ -104,7 +108,7 @@ def lean_model(desc: Descriptor, name: str = "", exclude: tuple[str, ...] = ()) 
     for f in desc.fields:
         if f.name in exclude:
             continue
-        if f.message_type is not None:
+        if f.message_type is not None and not f.message_type.GetOptions().map_entry:
             sub = f.message_type
             t: Any = lean_model(sub) if _has_times(sub) else proto_model(sub)
             t = list[t] if f.is_repeated else t

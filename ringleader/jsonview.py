@@ -14,7 +14,9 @@ def to_json(msg: Message) -> dict:
     out = {}
     for field in msg.DESCRIPTOR.fields:
         value = getattr(msg, field.name)
-        if field.message_type is not None and not field.message_type.GetOptions().map_entry:
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            out[field.name] = {k: to_json(v) if isinstance(v, Message) else v for k, v in value.items()}
+        elif field.message_type is not None:
             if _is_repeated(field, value):
                 out[field.name] = [to_json(v) for v in value]
             elif field.containing_oneof is not None and not msg.HasField(field.name):

@@ -66,6 +66,7 @@ class Exit:
 class Ready:
     device: DeviceInfo
     pid: int
+    software: tuple[tuple[str, str], ...] = ()  # torch, CUDA, NCCL versions (worker/fingerprint.py)
 
 
 @dataclass(frozen=True)

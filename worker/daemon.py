@@ -20,7 +20,7 @@ from ringleader.leader import addresses
 from ringleader.security import ClientSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
-from worker import api, telemetry
+from worker import api, fingerprint, telemetry
 from worker.credential import WorkerSecret, read_token
 from worker.ids import default_worker_id
 from worker.link import Backoff, CoordinatorLink
@@ -77,6 +77,7 @@ class WorkerDaemon:
         # (job id, store port or 0 while binding, executor op counter at the assignment): rank 0
         # of a new group; while no op has run since, a Register says so (Register.forming).
         self.forming: tuple[str, int, int] | None = None
+        self.fingerprint: pb.ConfigFingerprint | None = None  # built once the executor said its versions
 
     @property
     def connected(self) -> asyncio.Event:
@@ -92,6 +93,8 @@ class WorkerDaemon:
             log.info("worker %s: executor ready on %s in %.1f s; registering with %s", self.worker_id,
                      self.config.device, time.monotonic() - began, self.link.address)
             self.telemetry = telemetry.open_for(self.device)
+            self.fingerprint = fingerprint.build(self.device.type, self.executor.software if self.executor else (),
+                                                 self.telemetry)
             await self.link.run(self._stopping)
         finally:
             if self.telemetry:
@@ -117,7 +120,8 @@ class WorkerDaemon:
             worker_id=self.worker_id, host=self.config.host_name or socket.gethostname(), address=self.advertise, device=d.to_pb(),
             backend=d.backend, running_job_id=job_id, running_rank=rank, warm_group=self.holds,
             executor_restarts=self.restarts, version=__version__, k8s_token=read_token(self.config.k8s_token_file),
-            forming=(forming := self.forming_group()) is not None, forming_store_port=forming or 0)
+            forming=(forming := self.forming_group()) is not None, forming_store_port=forming or 0,
+            fingerprint=self.fingerprint)
 
     def forming_group(self) -> int | None:
         """As rank 0 of a new group still forming (the job runs here and the executor has run no

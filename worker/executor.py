@@ -76,7 +76,9 @@ class Executor:
 
     def serve(self) -> bool:
         """Serve until told to exit (True), or until retiring after a failed job (False)."""
-        self.conn.send(api.Ready(describe_device(str(self.device)), os.getpid()))
+        from worker.fingerprint import executor_software
+
+        self.conn.send(api.Ready(describe_device(str(self.device)), os.getpid(), executor_software()))
         while not isinstance(msg := self.conn.recv(), api.Exit):
             if isinstance(msg, api.Run):
                 self.conn.send(self.run(msg))  # report first: tearing down may wait on peers

@@ -38,6 +38,7 @@ class Faults:
     wrong_result: int = 0  # 1: a collective's output gets one element changed after the op
     delay_op_ms: float = 0.0  # sleep before each timed op (a straggler rank)
     hang: int = 0  # 1: block forever before the first op (a rank that never arrives)
+    crash: int = 0  # 1: the executor kills itself with SIGSEGV before its first timed op (a crashed rank)
     # 1, 2 or 3: SIGKILL the daemon at that step of a registration that issues it a secret: before
     # storing it, after storing it but before acknowledging, after acknowledging (worker/link.py)
     kill_registration: int = 0
@@ -61,6 +62,8 @@ class Faults:
 
     def before_op(self) -> None:
         """Called by the executor before each timed op."""
+        if self.crash:
+            os.kill(os.getpid(), signal.SIGSEGV)
         if self.hang:
             while True:
                 time.sleep(3600)

@@ -54,6 +54,7 @@ class ExecutorHandle:
         self.advertise = advertise
         self.on_message = on_message
         self.pid = 0
+        self.software: tuple[tuple[str, str], ...] = ()  # the executor's torch/CUDA/NCCL versions
         self._ops = None
         self._beats = None
         self._proc = None
@@ -78,6 +79,7 @@ class ExecutorHandle:
             await self.kill()
             raise ExecutorStartError(f"executor for {self.device} failed to start ({ready})")
         self.pid = ready.pid
+        self.software = ready.software
         loop = asyncio.get_running_loop()
         threading.Thread(target=self._read, args=(parent, loop), daemon=True,
                          name=f"executor-reader-{self.device}").start()

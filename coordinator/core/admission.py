@@ -53,6 +53,27 @@ def check_registration(reg: wpb.Register) -> None:
                         ("running_job_id", reg.running_job_id)):
         if len(value) > MAX_TEXT or not value.isprintable():
             raise InvalidSpec(f"register.{name}", f"at most {MAX_TEXT} printable characters")
+    check_fingerprint(reg.fingerprint)
+
+
+# A fingerprint's bounds (worker/fingerprint.py cuts to them before sending).
+FP_ENTRIES, FP_KEY, FP_VALUE = 64, 64, 256
+_FP_KEY = re.compile(r"^[A-Za-z0-9_.]+$")
+
+
+def check_fingerprint(fp: pb.ConfigFingerprint) -> None:
+    """Raise InvalidSpec naming the entry if a worker's fingerprint is out of bounds: its keys and
+    values reach listings, the UI and the REST API."""
+    for part in ("software", "topology", "settings"):
+        entries = getattr(fp, part)
+        if len(entries) > FP_ENTRIES:
+            raise InvalidSpec(f"register.fingerprint.{part}", f"at most {FP_ENTRIES} entries, got {len(entries)}")
+        for key, value in entries.items():
+            if len(key) > FP_KEY or not _FP_KEY.match(key):
+                raise InvalidSpec(f"register.fingerprint.{part}",
+                                  f"keys must be 1-{FP_KEY} letters, digits, '_' or '.', got {key[:64]!r}")
+            if len(value) > FP_VALUE or not value.isprintable():
+                raise InvalidSpec(f"register.fingerprint.{part}[{key}]", f"at most {FP_VALUE} printable characters")
 
 
 def result_refusal(valid: ValidJob, row: pb.SizeResult) -> str:

@@ -63,7 +63,7 @@ log = logging.getLogger("ringleader.coordinator")
 
 class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
     def __init__(self, store: JobStore, timings: Timings | None = None,
-                 quarantine_max_share: float = DEFAULT_MAX_SHARE) -> None:
+                 quarantine_max_share: float = DEFAULT_MAX_SHARE, health_observe: bool = False) -> None:
         self.store = store
         self.timings = timings or Timings()
         self.events = EventBus(store)
@@ -71,7 +71,7 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
         self.workers = WorkerRegistry(ttl_s=self.timings.worker_ttl_s)
         self.groups = Groups()
         self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
-        self.health = HealthBook(store, max_share=quarantine_max_share)
+        self.health = HealthBook(store, max_share=quarantine_max_share, observe=health_observe)
         self.scheduler = scheduler.Scheduler(cordoned_ids=self.health.cordoned_ids)  # counted apart when waiting
         self._out = Out()
         self._guard = Guard()  # re-entry is an error (coordinator/core/reentry.py)

@@ -151,6 +151,7 @@ class WorkerProtocol:
             rj.peer_errors.append(failed)
             rj.blame_deadline = rj.blame_deadline or time.monotonic() + self.timings.blame_grace_s
         else:
+            self._crashed(rj, done.rank, done.failure, clip(done.error))  # its own report: evidence on its worker
             self.end(rj, pb.FAILED, failed)
 
     def _keep_log(self, conn: WorkerConn, done: wpb.JobDone) -> None:

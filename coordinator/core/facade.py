@@ -53,10 +53,11 @@ class WorkerPage:
 
 class Coordinator:
     def __init__(self, store: JobStore, timings: Timings | None = None,
-                 health_observers: Iterable[HealthObserver] = (), quarantine_max_share: float = DEFAULT_MAX_SHARE) -> None:
+                 health_observers: Iterable[HealthObserver] = (), quarantine_max_share: float = DEFAULT_MAX_SHARE,
+                 health_observe: bool = False) -> None:
         self.store = store
         self.timings = timings or Timings()
-        self.control = Control(store, self.timings, quarantine_max_share)
+        self.control = Control(store, self.timings, quarantine_max_share, health_observe)
         # Control's parts, for readers (metrics, the dashboard, tests); only Control changes them.
         self.events, self.book = self.control.events, self.control.book
         self.workers, self.groups = self.control.workers, self.control.groups
@@ -255,7 +256,7 @@ class Coordinator:
             for conn in conns:
                 infos.append(info := conn.info())
                 info.state = self.listed_state(conn)
-                info.health.CopyFrom(health.get(conn.worker_id))
+                info.health.CopyFrom(health.shown(conn.worker_id))
                 yield info.ByteSize()
         keep = paging.fitting(sizes())
         if keep < len(conns):

@@ -52,6 +52,7 @@ class HealthProtocol:
         for worker_id in found:  # a verdict changes which workers the scheduler prefers
             if (conn := self.workers.get(worker_id)) is not None and conn.connected:
                 self._index(conn)
+        self._observed(found)
         held = [w for w in sorted(found) if self.health.get(w).breaker_held]
         if held:
             alert = (f"circuit breaker: {', '.join(held)} failed {rj.job.spec.WhichOneof('kind')} but automatic "
@@ -71,10 +72,34 @@ class HealthProtocol:
         if fired == before or (before is None and not fired and self.health.get(worker_id).check != "telemetry"):
             return
         model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
-        self._health_changed(self.health.record({worker_id: telemetry_rules.health(found, self.health.clock())},
-                                                model_of))
+        verdict = {worker_id: telemetry_rules.health(found, self.health.clock())}
+        self._health_changed(self.health.record(verdict, model_of))
+        self._observed(verdict)
         if (conn := self.workers.get(worker_id)) is not None and conn.connected:
             self._index(conn)  # a verdict changes which workers the scheduler prefers
+
+    def _crashed(self, rj: Running, rank: int, failure: int, error: str) -> None:
+        """A rank's own report of its failure ended the job: evidence on its worker (a SUSPECT or,
+        for a repeat offender, UNHEALTHY verdict: coordinator/health/crashes.py), in this input."""
+        worker_id = rj.members[rank]
+        found = self.health.crashes.add(worker_id, failure, error, rj.id, rj.members, self.health.clock())
+        if found is None:
+            return
+        log.warning("worker %s: %s", worker_id, found.figure)
+        model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
+        self._health_changed(self.health.record({worker_id: found}, model_of))
+        self._observed({worker_id: found})
+        if (conn := self.workers.get(worker_id)) is not None and conn.connected:
+            self._index(conn)  # a verdict changes which workers the scheduler prefers
+
+    def _observed(self, found: dict[str, pb.WorkerHealth]) -> None:
+        """In observe mode nothing is quarantined: the operator hears of each failed verdict instead."""
+        if not self.health.observe:
+            return
+        for w in sorted(w for w, h in found.items() if h.verdict == pb.UNHEALTHY):
+            alert = f"observe mode: {w} failed {found[w].check} ({found[w].figure}); left in service"
+            log.warning("%s", alert)
+            self._out.alerts.append(alert)
 
     def _health_changed(self, changes: list[Change]) -> None:
         for worker_id, on in changes:
@@ -123,7 +148,8 @@ class HealthProtocol:
         failed, fatal = preflight.failure(self.health, c.members, set(q.valid.spec.placement.worker_ids))
         ended = check.job.state == pb.SUCCEEDED
         # After the last kind, a member may still be uncertified without failing (a suspect verdict).
-        doubtful = [] if c.kinds or not ended or failed else preflight.uncertified(self.health, c.members)
+        doubtful = [] if c.kinds or not ended or failed or self.health.observe else \
+            preflight.uncertified(self.health, c.members)
         c.unfinished += not ended or bool(doubtful)
         if fatal or c.unfinished >= preflight.MAX_UNFINISHED:
             del self.certifying[job_id]

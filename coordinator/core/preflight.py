@@ -62,6 +62,8 @@ def failure(health, members: tuple[str, ...], named: set[str]) -> tuple[list[str
     """The members a check failed, and the reason to fail the job with when one of them cannot be
     replaced: the spec names it, or the circuit breaker left it in service ("" when every failed
     member is quarantined, so the next pass picks another)."""
+    if health.observe:  # --health-observe: the checks ran and left their verdicts; the job goes on
+        return [], ""
     failed = [w for w in members if health.verdict(w) == pb.UNHEALTHY]
     for w in failed:
         h = health.get(w)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from coordinator.core.scheduler import WorkerView
+from coordinator.health import fingerprints
 from ringleader import states
 from ringleader.defaults import page_limit
 from ringleader.errors import AlreadyExists, InvalidSpec
@@ -58,6 +59,7 @@ class WorkerConn:
     # Set by the stream's servicer once it is attached (coordinator/edge/worker_stream.py): what the
     # core sends goes straight to the edge, with no task per worker waiting on `outbox`.
     route: "Callable[[object], None] | None" = field(default=None, repr=False)
+    gang: str = ""  # what a gang needs equal of its fingerprint (coordinator/health/fingerprints.py)
 
     def send(self, msg) -> None:
         """To the worker's stream (None ends it): by its route once attached, else into `outbox`."""
@@ -95,7 +97,7 @@ class WorkerConn:
         return WorkerView(
             worker_id=self.worker_id, host=self.reg.host, device_type=d.type, device_index=d.index,
             device_name=d.name, memory_bytes=d.memory_bytes, backend=self.reg.backend,
-            idle=self.state == pb.IDLE, quarantined=quarantined, trusted=trusted,
+            idle=self.state == pb.IDLE, quarantined=quarantined, trusted=trusted, config=self.gang,
         )
 
     def info(self) -> pb.WorkerInfo:
@@ -104,7 +106,8 @@ class WorkerConn:
             device=self.reg.device, backend=self.reg.backend, state=self.state, job_id=self.job_id,
             last_heartbeat=self.last_heartbeat_wall, connected_at=self.connected_at,
             warm_group=self.holds, executor_restarts=self.executor_restarts, version=self.reg.version,
-            executor_health=self.executor_health,
+            executor_health=self.executor_health, fingerprint=self.reg.fingerprint,
+            config_drift=self.registry.configs.drift(self.worker_id) if self.registry is not None else "",
         )
 
 
@@ -124,6 +127,7 @@ class WorkerRegistry:
         # Listed workers by (state, backend), kept as they change: a scrape reads it, where a
         # walk of 5,000 workers each time held the loop (coordinator/edge/metrics.py).
         self.by_state: collections.Counter[tuple[int, str]] = collections.Counter()
+        self.configs = fingerprints.FleetConfig()  # connected workers' fingerprints, by backend and model
 
     def add(self, reg: wpb.Register) -> WorkerConn:
         old = self._workers.get(reg.worker_id)
@@ -133,7 +137,8 @@ class WorkerRegistry:
             self._unlist(old)
             self._count(old, -1)
         conn = WorkerConn(reg=reg, outbox=asyncio.Queue(), executor_restarts=reg.executor_restarts,
-                          registry=self)
+                          registry=self, gang=fingerprints.gang_key(reg.fingerprint))
+        self.configs.add(reg.worker_id, (reg.backend, reg.device.name), reg.fingerprint)
         self._workers[reg.worker_id] = conn
         self._count(conn, 1)
         bisect.insort(self._order, conn.sort_key)
@@ -212,6 +217,7 @@ class WorkerRegistry:
             if not self._kinds[k]:
                 del self._kinds[k]
             self._gone.append((conn.disconnected_at, wid))
+            self.configs.remove(wid)
 
     def _unlist(self, conn: WorkerConn) -> None:
         i = bisect.bisect_left(self._order, conn.sort_key)

@@ -17,8 +17,16 @@ from typing import Any, Callable, Hashable, Iterable, Iterator
 from coordinator.core.claims import Claims, HostPool
 
 # backend, device type, device name, memory bytes, quarantined (a kind of its own: only a job
-# that names such a worker may use it)
-Kind = tuple[str, str, str, int, bool]
+# that names such a worker may use it), and what a gang needs equal of the worker's configuration
+# (coordinator/health/fingerprints.py's gang_key)
+Kind = tuple[str, str, str, int, bool, str]
+# What one gang is drawn from: a backend and a configuration key. Workers of two lanes never share
+# a gang, as workers of two backends never did.
+Lane = tuple[str, str]
+
+
+def lane(kind: Kind) -> Lane:
+    return (kind[0], kind[5])
 
 
 @dataclass(frozen=True)
@@ -33,10 +41,15 @@ class WorkerView:
     idle: bool
     quarantined: bool = False
     trusted: bool = True  # its latest verdict is HEALTHY: preferred over suspect or never-checked workers
+    config: str = ""  # fingerprints.gang_key of its registration
 
     @cached_property
     def kind(self) -> Kind:  # kept: a walk of a fleet-wide check's list asks it of every worker
-        return (self.backend, self.device_type, self.device_name, self.memory_bytes, self.quarantined)
+        return (self.backend, self.device_type, self.device_name, self.memory_bytes, self.quarantined, self.config)
+
+    @property
+    def lane(self) -> Lane:
+        return (self.backend, self.config)
 
 
 @dataclass
@@ -47,7 +60,7 @@ class QueueGroup:
     heap: list[tuple[tuple, str]] = field(default_factory=list)
     live: dict[str, tuple] = field(default_factory=dict)  # job id -> its order
     epoch: int = -1  # the fleet epoch `connected` was counted at
-    connected: dict[str, int] = field(default_factory=dict)  # backend -> eligible connected workers
+    connected: dict[Lane, int] = field(default_factory=dict)  # lane -> eligible connected workers
     seen_pass: int = 0  # the last pass in which its first job could not start ...
     blocked: str = ""  # ... that job ...
     seen_idle: int = 0  # ... and the eligible idle workers it saw (and reserved)
@@ -119,27 +132,29 @@ class FleetIndex:
             del self.totals[w.kind], self.hosts[w.kind]
             self.kinds_epoch += 1
 
-    def connected(self, need: Any, backends: tuple[str, ...]) -> dict[str, int]:
-        """Connected workers `need` admits, per backend (of `backends`)."""
-        counts = dict.fromkeys(backends, 0)
+    def connected(self, need: Any, backends: tuple[str, ...]) -> dict[Lane, int]:
+        """Connected workers `need` admits, per lane (of `backends`), in the order of `backends`."""
+        counts: dict[Lane, int] = {}
         if need.worker_ids:
             for w in (self.views.get(wid) for wid in need.worker_ids):
-                if w is not None and w.backend in counts and need.admits(w):
-                    counts[w.backend] += 1
-            return counts
-        for kind, by_host in self.hosts.items():
-            if kind[0] in counts and need.fits(kind):
-                counts[kind[0]] += by_host.get(need.host, 0) if need.host else self.totals[kind]
-        return counts
+                if w is not None and w.backend in backends and need.admits(w):
+                    counts[w.lane] = counts.get(w.lane, 0) + 1
+        else:
+            for kind, by_host in self.hosts.items():
+                if kind[0] in backends and need.fits(kind):
+                    k = by_host.get(need.host, 0) if need.host else self.totals[kind]
+                    counts[lane(kind)] = counts.get(lane(kind), 0) + k
+        order = {b: i for i, b in enumerate(backends)}
+        return dict(sorted(counts.items(), key=lambda kv: (order[kv[0][0]], -kv[1], kv[0][1])))
 
-    def idle_hosts(self, need: Any, backend: str, claims: Claims) -> HostPool:
-        """Idle, unclaimed workers of `backend` that `need` admits, counted per host."""
+    def idle_hosts(self, need: Any, backend: Lane, claims: Claims) -> HostPool:
+        """Idle, unclaimed workers of the lane `backend` that `need` admits, counted per host."""
         counts: dict[str, int] = {}
         if need.worker_ids:
             for w in self.listed_idle(need, backend, claims):
                 counts[w.host] = counts.get(w.host, 0) + 1
             return HostPool(counts, self.doubtful)
-        kinds = tuple(k for k in self.idle if k[0] == backend and need.fits(k))
+        kinds = tuple(k for k in self.idle if lane(k) == backend and need.fits(k))
         return claims.pool(kinds, need.host,
                            lambda: HostPool(self._count_idle(kinds, need.host, claims), self.doubtful))
 
@@ -153,16 +168,16 @@ class FleetIndex:
                     counts[h] = counts.get(h, 0) + left
         return counts
 
-    def idle_on(self, need: Any, backend: str, host: str, claims: Claims) -> list[WorkerView]:
+    def idle_on(self, need: Any, backend: Lane, host: str, claims: Claims) -> list[WorkerView]:
         """Those workers on one host, trusted ones first, then by device index."""
         if need.worker_ids:
             ws = [w for w in self.listed_idle(need, backend, claims) if w.host == host]
         else:
-            ws = [w for kind, by_host in self.idle.items() if kind[0] == backend and need.fits(kind)
+            ws = [w for kind, by_host in self.idle.items() if lane(kind) == backend and need.fits(kind)
                   for w in by_host.get(host, {}).values() if w.worker_id not in claims.ids]
         return sorted(ws, key=lambda w: (not w.trusted, w.device_index, w.worker_id))
 
-    def idle_in(self, need: Any, backend: str, hosts: Any, claims: Claims) -> list[WorkerView]:
+    def idle_in(self, need: Any, backend: Lane, hosts: Any, claims: Claims) -> list[WorkerView]:
         """`idle_on` for each of `hosts` in turn. A job that names its workers (a check naming a
         whole fleet) has its list walked once, not once per host: O(n), never O(n x hosts)."""
         if not need.worker_ids:
@@ -172,7 +187,7 @@ class FleetIndex:
             on.setdefault(w.host, []).append(w)
         return [w for h in hosts for w in sorted(on.get(h, ()), key=lambda w: (w.device_index, w.worker_id))]
 
-    def listed_idle(self, need: Any, backend: str, claims: Claims) -> list[WorkerView]:
+    def listed_idle(self, need: Any, backend: Lane, claims: Claims) -> list[WorkerView]:
         """The idle, unclaimed workers of a job's list that it admits on `backend`: `_walk_listed`,
         once per need and backend for as long as the pass's claims stand still (a waiting job's
         pools, pick and reservation all ask for it)."""
@@ -186,13 +201,13 @@ class FleetIndex:
         self._listed_memo[key] = (claims, claims.version, need, ws)
         return ws
 
-    def _walk_listed(self, need: Any, backend: str, claims: Claims) -> list[WorkerView]:
+    def _walk_listed(self, need: Any, backend: Lane, claims: Claims) -> list[WorkerView]:
         """The idle, unclaimed workers of a job's list, walking the shorter side: the list, or the
         idle workers of the kinds it fits. A fleet-wide check names thousands while a busy fleet
         has a few idle: walking its list every pass was a quarter of a draining coordinator's CPU
         (bench/results/2026-11-26-churn). In no particular order: its users count them, or sort
         them by host and device."""
-        kinds = [k for k in self.idle if k[0] == backend and need.fits(k)]
+        kinds = [k for k in self.idle if lane(k) == backend and need.fits(k)]
         taken, host = claims.ids, need.host
         if sum(self.idle_n.get(k, 0) for k in kinds) < len(need.worker_ids):
             listed = need.listed_at

@@ -32,7 +32,7 @@ class Need:
 
     def fits(self, kind: Kind) -> bool:
         """Whether workers of this kind are eligible (host and ids aside; quarantined: if named)."""
-        backend, device_type, name, memory, quarantined = kind
+        backend, device_type, name, memory, quarantined, _ = kind
         return (not (quarantined and not self.worker_ids) and backend in self.backends
                 and (not self.device_type or device_type == self.device_type)
                 and (not self.gpu_model or self.gpu_model.lower() in name.lower())

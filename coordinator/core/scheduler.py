@@ -2,6 +2,9 @@
 
 Pure (no I/O, no clock), so it is tested without servers. Rules:
 - a job is placed whole (world_size idle eligible workers of one backend) or not at all;
+- a gang never mixes the settings and versions NCCL needs equal (coordinator/health/fingerprints.py):
+  the unit it is drawn from is a lane, a backend and a configuration key, so a worker configured
+  unlike its peers is placed only with workers like it, or the job waits naming it;
 - queue order is priority, raised by one level per AGING_S waited, then submission order;
 - a job that cannot start now but could on the connected fleet (world_size eligible workers of
   one backend are connected) reserves the eligible idle workers of such backends, so later
@@ -35,7 +38,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Mapping
 
 from coordinator.core import waiting
-from coordinator.core.sched_index import Claims, FleetIndex, HostPool, KindQueues, QueueGroup, WorkerView
+from coordinator.core.sched_index import Claims, FleetIndex, HostPool, KindQueues, Lane, QueueGroup, WorkerView
 from coordinator.core.sched_types import AGING_S, Decision, Need, PendingJob, Plan
 from ringleader import spec as specs
 
@@ -120,20 +123,20 @@ class Scheduler:
                 held_listed = []
             group = self._groups[need]
             job = self._jobs[group.head()]
-            backends = self._runnable_on(group)
-            if not backends:
+            lanes = self._runnable_on(group)
+            if not lanes:
                 continue  # the connected fleet cannot run it: it claims nothing
             if need.worker_ids:
                 # A job naming fewer idle workers than it needs cannot start: it holds those it
                 # names, as below, without counting them per host (a fleet-wide check's gangs
                 # wait this way by the hundred: bench/results/2026-11-27-local-r17/gangs-pass.txt).
-                listed = [self._fleet.listed_idle(need, b, claims) for b in backends]
+                listed = [self._fleet.listed_idle(need, b, claims) for b in lanes]
                 if all(len(ws) < job.world_size for ws in listed):
                     group.seen_pass, group.blocked = self._pass, job.job_id
                     group.seen_idle = sum(map(len, listed))
                     held_listed = [w for ws in listed for w in ws]
                     continue
-            pools = {b: self._fleet.idle_hosts(need, b, claims) for b in backends}
+            pools = {b: self._fleet.idle_hosts(need, b, claims) for b in lanes}
             decision = self._pick(job, pools, claims, warm or {})
             if decision is None:
                 # Feasible later: hold what it can use now, so smaller jobs cannot starve it.
@@ -182,20 +185,20 @@ class Scheduler:
             self._queues.rebuild(kinds, {need: self._head(need) for need in self._groups})
             self._queues_epoch = self._fleet.kinds_epoch
 
-    def _connected(self, group: QueueGroup) -> dict[str, int]:
-        """Eligible connected workers per backend, counted again only when the fleet changed."""
+    def _connected(self, group: QueueGroup) -> dict[Lane, int]:
+        """Eligible connected workers per lane, counted again only when the fleet changed."""
         if group.epoch != self._fleet.epoch:
             backends = tuple(b for b in specs.BACKENDS if b in group.need.backends)
             group.connected, group.epoch = self._fleet.connected(group.need, backends), self._fleet.epoch
         return group.connected
 
-    def _runnable_on(self, group: QueueGroup) -> tuple[str, ...]:
-        """The backends with enough eligible connected workers for the whole gang."""
+    def _runnable_on(self, group: QueueGroup) -> tuple[Lane, ...]:
+        """The lanes with enough eligible connected workers for the whole gang."""
         return tuple(b for b, k in self._connected(group).items() if k >= group.need.world_size)
 
-    def _pick(self, job: PendingJob, pools: dict[str, HostPool], claims: Claims,
+    def _pick(self, job: PendingJob, pools: dict[Lane, HostPool], claims: Claims,
               warm: WarmGroups) -> Decision | None:
-        """A gang for `job` from the idle workers per backend and host in `pools`, or None."""
+        """A gang for `job` from the idle workers per lane and host in `pools`, or None."""
         need, n, views = job.need, job.world_size, self._fleet.views
         able = [b for b, hosts in pools.items() if hosts.total >= n]
         if not able:
@@ -204,16 +207,16 @@ class Scheduler:
         for key, members in warm.get(n, {}).items():
             ws = [views.get(m) for m in members]
             if all(w is not None and w.idle and w.worker_id not in claims.ids and need.admits(w) for w in ws) \
-                    and len({w.backend for w in ws}) == 1 and ws[0].backend in able:
+                    and len({w.lane for w in ws}) == 1 and ws[0].lane in able:
                 return Decision(job.job_id, tuple(members), ws[0].backend, key)
         # Pack onto the hosts with the most idle workers, so ranks share hosts where they can.
         backend, hosts = able[0], pools[able[0]]
         chosen: list[WorkerView] = []
         for host in hosts.fullest(n):
             chosen += self._fleet.idle_on(need, backend, host, claims)[: n - len(chosen)]
-        return Decision(job.job_id, _rank_order(chosen), backend, "")
+        return Decision(job.job_id, _rank_order(chosen), backend[0], "")
 
-    def _reserve(self, need: Need, pools: dict[str, HostPool], claims: Claims) -> None:
+    def _reserve(self, need: Need, pools: dict[Lane, HostPool], claims: Claims) -> None:
         for w in [w for b, hosts in pools.items() for w in self._fleet.idle_in(need, b, hosts, claims)]:
             claims.take(w)
 

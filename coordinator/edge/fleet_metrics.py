@@ -10,6 +10,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 VERDICTS = ("HEALTHY", "SUSPECT", "UNHEALTHY")  # names of ringleader.v1.Verdict
+PARTS = ("software", "topology", "settings")  # of a configuration fingerprint (coordinator/health/fingerprints.py)
 
 
 class FleetHealthCollector(Collector):
@@ -20,7 +21,7 @@ class FleetHealthCollector(Collector):
         return self._families()
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families() -> tuple[GaugeMetricFamily, ...]:
         return (GaugeMetricFamily("ringleader_worker_verdicts",
                                   "Checked workers by their last health verdict (healthy, suspect, unhealthy)",
                                   labels=["verdict"]),
@@ -28,15 +29,22 @@ class FleetHealthCollector(Collector):
                                   "Workers kept out of user jobs: failed a check, or cordoned by hand"),
                 GaugeMetricFamily("ringleader_quarantine_breaker_held",
                                   "Failed workers the circuit breaker left in service (automatic quarantine at its "
-                                  "share of their GPU model, --quarantine-max-share): alert, an operator decides"))
+                                  "share of their GPU model, --quarantine-max-share): alert, an operator decides"),
+                GaugeMetricFamily("ringleader_worker_config_drift",
+                                  "Connected workers configured unlike the others of their backend and device model, "
+                                  "by what differs (software, topology, settings): `ringleader workers -o wide` names "
+                                  "them", labels=["part"]))
 
     def collect(self) -> Iterable:
-        verdicts, quarantined, held = self._families()
+        verdicts, quarantined, held, drift = self._families()
         counts = self.fleet.book.counts()
         for v in VERDICTS:  # every verdict, zeros included, so an alert sees the first failure
             verdicts.add_metric([v.lower()], counts.get(v, 0))
         quarantined.add_metric([], len(self.fleet.book.quarantined_ids()))
         held.add_metric([], len(self.fleet.book.held_ids()))
-        return [verdicts, quarantined, held]
+        drifting = self.fleet.core.workers.configs.drifting()
+        for part in PARTS:
+            drift.add_metric([part], drifting.get(part, 0))
+        return [verdicts, quarantined, held, drift]
 
 

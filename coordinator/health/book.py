@@ -11,6 +11,10 @@ is checked again on a backoff per worker (RECHECK_MIN_S, doubling per recheck up
 RECHECK_MAX_S); a passing recheck lifts its quarantine. Verdicts are kept in the job store
 (JobStore.set_worker_health), so they survive a coordinator restart.
 
+Observe mode (`observe`, `ringleader coordinator --health-observe`): verdicts are recorded, shown,
+alerted and measured as ever, but a failed verdict quarantines nothing (a cordon by hand still
+does), so an operator can adopt fleet health on a live fleet and compare what it would have done.
+
 The circuit breaker: automatic quarantine never takes more than `max_share` of one GPU model's
 workers (at least one). A failed verdict beyond that share is recorded with `breaker_held` set:
 the worker stays in service and `held_ids` names it for an operator, who decides (cordon).
@@ -23,7 +27,9 @@ import time
 from collections import Counter
 from typing import Callable, Mapping
 
+from coordinator.health.crashes import CHECK as CRASH, CrashLog
 from coordinator.store.api import JobStore
+from ringleader import checks
 from ringleader.v1 import jobs_pb2 as pb
 
 RECHECK_MIN_S = 60.0
@@ -40,12 +46,13 @@ def quarantined(h: pb.WorkerHealth) -> bool:
 
 class HealthBook:
     def __init__(self, store: JobStore, clock: Callable[[], float] = time.time,
-                 max_share: float = DEFAULT_MAX_SHARE) -> None:
+                 max_share: float = DEFAULT_MAX_SHARE, observe: bool = False) -> None:
         if not 0 <= max_share <= 1:
             raise ValueError(f"quarantine_max_share must be between 0 and 1, got {max_share}")
         self.store = store
         self.clock = clock
         self.max_share = max_share
+        self.observe = observe
         self._by_worker = store.worker_health()
         # Passing verdicts of each check kind, by worker (wall time): what preflight certifies by.
         # Memory only: after a restart a preflight checks again.
@@ -54,6 +61,7 @@ class HealthBook:
         self._waits: dict[str, float] = {}
         # The telemetry rules that fired on each worker's last reading (a verdict only on a change).
         self.telemetry_fired: dict[str, tuple] = {}
+        self.crashes = CrashLog()  # each worker's recent crashes, its own reports (coordinator/health/crashes.py)
 
     def get(self, worker_id: str) -> pb.WorkerHealth:
         """A copy of the worker's health (VERDICT_UNSPECIFIED when never checked)."""
@@ -61,6 +69,16 @@ class HealthBook:
         if worker_id in self._by_worker:
             out.CopyFrom(self._by_worker[worker_id])
         return out
+
+    def shown(self, worker_id: str) -> pb.WorkerHealth:
+        """`get`, as listings show it: a failed verdict marked observed-only in observe mode."""
+        out = self.get(worker_id)
+        out.observe_only = self.observe and out.verdict == pb.UNHEALTHY
+        return out
+
+    def _held(self, h: pb.WorkerHealth) -> bool:
+        """Whether `h` keeps its worker out of user jobs (in observe mode: a cordon only)."""
+        return h.cordoned if self.observe else quarantined(h)
 
     def peek(self, worker_id: str) -> pb.WorkerHealth | None:
         """The worker's health record itself, not a copy (None: never checked), for a reader that
@@ -70,7 +88,7 @@ class HealthBook:
 
     def quarantined(self, worker_id: str) -> bool:
         h = self._by_worker.get(worker_id)
-        return h is not None and quarantined(h)
+        return h is not None and self._held(h)
 
     def cordoned_ids(self) -> list[str]:
         """Workers an operator cordoned (a few; the waiting reasons count them apart)."""
@@ -84,7 +102,7 @@ class HealthBook:
         return set(self._by_worker)
 
     def quarantined_ids(self) -> list[str]:
-        return sorted(w for w, h in self._by_worker.items() if quarantined(h))
+        return sorted(w for w, h in self._by_worker.items() if self._held(h))
 
     def held_ids(self) -> list[str]:
         """Failed workers the circuit breaker left in service: an operator's decision."""
@@ -101,7 +119,7 @@ class HealthBook:
         """Whether the worker passed each of `kinds` at or after `since` (wall time) and is not
         failed since."""
         passed = self._passed.get(worker_id, {})
-        return self.verdict(worker_id) != pb.UNHEALTHY and all(passed.get(k, -1.0) >= since for k in kinds)
+        return (self.observe or self.verdict(worker_id) != pb.UNHEALTHY) and all(passed.get(k, -1.0) >= since for k in kinds)
 
     def record(self, found: dict[str, pb.WorkerHealth], model_of: Mapping[str, str] = {}) -> list[Change]:
         """Take a check's verdicts; returns the workers whose quarantine changed. A verdict replaces
@@ -110,18 +128,19 @@ class HealthBook:
         changes = []
         for worker_id, new in sorted(found.items()):
             old = self.get(worker_id)
-            if new.verdict == pb.HEALTHY:
+            if new.verdict == pb.HEALTHY or self.observe:  # observe mode: checked is certified
                 self._passed.setdefault(worker_id, {})[new.check] = new.at or self.clock()
             else:
                 self._passed.get(worker_id, {}).pop(new.check, None)
-            if new.verdict < old.verdict and new.check != old.check and old.check != "cordon":
+            if new.verdict < old.verdict and new.check != old.check and old.check != "cordon" and not (
+                    old.check == CRASH and new.check in checks.KINDS):  # a passing check clears crash evidence
                 continue  # a better verdict from another check does not clear what this one found
             new = _copy(new)
             new.cordoned = old.cordoned
             new.also = _standing(old, new)
             if new.verdict == pb.UNHEALTHY:
                 new.recheck_at = self._next_recheck(worker_id, old, new.at or self.clock())
-                new.breaker_held = not quarantined(old) and not self._room(worker_id, model_of)
+                new.breaker_held = not self.observe and not quarantined(old) and not self._room(worker_id, model_of)
             changes += self._put(worker_id, old, new)
         return changes
 
@@ -172,7 +191,7 @@ class HealthBook:
     def _put(self, worker_id: str, old: pb.WorkerHealth, new: pb.WorkerHealth) -> list[Change]:
         self._by_worker[worker_id] = new
         self.store.set_worker_health(worker_id, new)
-        return [(worker_id, quarantined(new))] if quarantined(new) != quarantined(old) else []
+        return [(worker_id, self._held(new))] if self._held(new) != self._held(old) else []
 
 
 def _standing(old: pb.WorkerHealth, new: pb.WorkerHealth) -> str:

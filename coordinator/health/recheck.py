@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from coordinator.health.fingerprints import gang_key
 from ringleader import checks
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -22,6 +23,10 @@ PEERS = 2
 # agreeing checksums (a worker and one peer that disagree make both suspect); a lone worker's
 # GPU check compares it with itself and its link check has no link.
 AT_LEAST = {"sdc_check": 2}
+# Evidence that is no check kind, and the check that judges it again: a repeat offender's crashes
+# (coordinator/health/crashes.py) came from collectives with its peers, which the corruption
+# check's exact collectives exercise.
+RECHECK_WITH = {"crash": "sdc_check"}
 
 
 def plan(workers: Iterable[pb.WorkerInfo], due: Iterable[str], short: Callable) -> list[pb.JobSpec]:
@@ -33,12 +38,13 @@ def plan(workers: Iterable[pb.WorkerInfo], due: Iterable[str], short: Callable) 
     taken: set[str] = set()
     for worker_id in due:
         w = listed.get(worker_id)
-        if w is None or w.state not in idle or w.health.check not in checks.KINDS or worker_id in taken:
+        kind = RECHECK_WITH.get(w.health.check, w.health.check) if w is not None else ""
+        if w is None or w.state not in idle or kind not in checks.KINDS or worker_id in taken:
             continue  # away, busy, cordoned by hand (no check to repeat), or a peer already
-        kind = w.health.check
         # Its own job: with other suspects in it, the median it is judged by may be a suspect's.
         peers = [p.worker_id for p in listed.values()
                  if p.state == pb.IDLE and p.backend == w.backend and p.device.name == w.device.name
+                 and gang_key(p.fingerprint) == gang_key(w.fingerprint)  # a gang never mixes them
                  and p.health.verdict == pb.HEALTHY and p.worker_id not in taken][:PEERS]
         if len(peers) < AT_LEAST.get(kind, 1):
             continue  # too few healthy peers idle now: the next round tries again

@@ -17,6 +17,7 @@ import time
 from typing import Iterable
 
 from coordinator.health import recheck, verdicts
+from coordinator.health.fingerprints import gang_key
 from ringleader import checks, jobspec, kinds
 from ringleader.errors import InvalidSpec, NotFound
 from ringleader.spec import format_gib
@@ -99,13 +100,14 @@ def plan(workers: list[pb.WorkerInfo], kinds: Iterable[str] = (), settings: pb.R
             raise InvalidSpec("kinds", f"unknown check {k[:64]!r}; expected any of {', '.join(checks.KINDS)}")
     if len(set(kinds)) < len(kinds):  # each kind once: a request must not become thousands of jobs
         raise InvalidSpec("kinds", f"each check at most once, got {len(kinds)} for {len(set(kinds))} kinds")
-    by_backend: dict[str, list[pb.WorkerInfo]] = {}
+    by_lane: dict[tuple[str, str], list[pb.WorkerInfo]] = {}
     for w in sorted(workers, key=lambda w: (w.host, w.device.index, w.worker_id)):
-        by_backend.setdefault(w.backend, []).append(w)
-    split = {backend: gangs(ws) for backend, ws in sorted(by_backend.items())}
+        # A gang never mixes what NCCL needs equal (coordinator/health/fingerprints.py): per lane.
+        by_lane.setdefault((w.backend, gang_key(w.fingerprint)), []).append(w)
+    split = {lane: gangs(ws) for lane, ws in sorted(by_lane.items())}
     specs = []
     for kind in kinds:
-        for backend, each in split.items():
+        for (backend, _), each in split.items():
             for n, ids in enumerate(each, 1):
                 if kind == "link_matrix" and len(ids) < 2:
                     continue  # a lone worker has no link to measure

@@ -140,6 +140,7 @@ window.RingleaderFleet = (function () {
       }
       this.version = d.version;
       this.jobs = d.jobs;
+      this.observe = !!d.observe;  // --health-observe: verdicts quarantine nothing
       this.drawSummary();
       if (attention) this.attention.redraw();
       if (this.selected && (d.full || d.workers.some((w) => w.id === this.selected))) this.detail.redraw();
@@ -289,7 +290,8 @@ window.RingleaderFleet = (function () {
       const words = (cs) => cs.map((c) => `${fmt(c.n)} ${c.label}`).join(", ");
       this.$("fleet-summary").textContent = n
         ? [wrong.length ? words(wrong) : "nothing wrong", words(fine),
-          `${fmt(n)} worker${n === 1 ? "" : "s"} on ${fmt(this.hosts.size)} host${this.hosts.size === 1 ? "" : "s"}`].join(" · ")
+          `${fmt(n)} worker${n === 1 ? "" : "s"} on ${fmt(this.hosts.size)} host${this.hosts.size === 1 ? "" : "s"}`,
+          this.observe ? "observe mode: no quarantine" : ""].filter(Boolean).join(" · ")
         : "";
       this.$("fleet-summary").title = this.$("fleet-summary").textContent;
       const note = this.$("tab-fleet-note");
@@ -354,7 +356,8 @@ window.RingleaderFleet = (function () {
           h("button", { type: "button", class: "close", title: "close", onclick: () => this.select(null) }, "×")),
         facts([["status", label], ["state", w.st], ["host", w.host], ["device", `${w.dev || w.type} (${w.type}:${w.idx})`],
           w.ex ? ["executor", w.ex.replace("EXECUTOR_", "").toLowerCase()] : null,
-          w.job ? ["job", jobLink(w.job)] : null]),
+          w.job ? ["job", jobLink(w.job)] : null,
+          w.cfg ? ["configuration", `unlike its peers: ${w.cfg}`] : null]),
         evidence);
       if (w.st === "QUARANTINED") node.append(h("p", { class: "muted" }, "Back in service: ", h("code", {}, `ringleader workers uncordon ${w.id}`)));
     }

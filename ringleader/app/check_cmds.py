@@ -3,7 +3,9 @@
 `check` runs the checks now over all connected workers, a host's, or a list, waits for them and
 prints what each found: the hosts named (every one of their workers failed), then each checked
 worker's verdict with its evidence. Exit code 1 when a check it ran failed a worker (an older
-verdict of another check does not count), so a script can gate on it
+verdict of another check does not count), or when a check job itself did not succeed (it crashed,
+was cancelled, or had not finished by --timeout: its workers were not judged healthy by it, and
+the job and its cause are named), so a script can gate on it
 (`ringleader check --host h3 || drain h3`). `workers uncordon ID` of a worker whose latest verdict
 failed makes its recheck due now and keeps it out until that passes; `--force` puts it back over
 the verdict (and says so).
@@ -73,7 +75,12 @@ def run(a: argparse.Namespace) -> int:
             return 0
         answer = client.run_check(request_from_args(a))
     print(dump(check_doc(answer), a.output) if a.output in DOCS[1:] else check_text(answer))
-    return EXIT_FAILED if failed_here(answer) else 0
+    return EXIT_FAILED if failed_here(answer) or unfinished(answer) else 0
+
+
+def unfinished(r: pb.RunCheckResponse) -> list[pb.Job]:
+    """The check jobs of this request that did not succeed: they judged nobody healthy."""
+    return [j for j in r.jobs if j.state != pb.SUCCEEDED]
 
 
 def failed_here(r: pb.RunCheckResponse) -> list[pb.WorkerInfo]:
@@ -125,8 +132,17 @@ def check_text(r: pb.RunCheckResponse) -> str:
     lines.append("named hosts: " + (", ".join(r.named_hosts) or "none"))
     bad = [w for w in r.workers if w.health.verdict != pb.HEALTHY]
     lines += [health_line(w) for w in bad]
-    lines.append(f"{len(r.workers) - len(bad)} of {len(r.workers)} workers healthy; "
-                 f"{len(failed_here(r))} failed by these checks")
+    broken = unfinished(r)
+    # A worker in a check job that did not succeed is not judged healthy by this run, whatever an
+    # earlier verdict said.
+    unjudged = {m.worker_id for j in broken for m in j.workers} - {w.worker_id for w in bad}
+    healthy = len(r.workers) - len(bad) - len(unjudged & {w.worker_id for w in r.workers})
+    lines.append(f"{healthy} of {len(r.workers)} workers healthy; {len(failed_here(r))} failed by these checks"
+                 + (f"; {len(unjudged)} not judged (their check job did not succeed)" if unjudged else ""))
+    for j in broken:
+        ids = ", ".join(m.worker_id for m in sorted(j.workers, key=lambda m: m.rank))
+        lines.append(f"check job {j.id} ({j.spec.WhichOneof('kind')}) {pb.JobState.Name(j.state)} on {ids or '-'}: "
+                     f"{j.reason or 'no reason given'}")
     return "\n".join(lines)
 
 

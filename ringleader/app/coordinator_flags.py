@@ -27,6 +27,10 @@ def add_fleet_flags(c: argparse.ArgumentParser) -> None:
     c.add_argument("--quarantine-max-share", type=argtypes.share, default=0.1, metavar="SHARE",
                    help="circuit breaker: automatic quarantine takes at most this share of a GPU model's workers "
                         "(at least 1; default 0.1); beyond it failed workers stay in service for an operator")
+    c.add_argument("--health-observe", action="store_true",
+                   help="fleet health observes only: verdicts, alerts and metrics as ever, but no worker is "
+                        "quarantined for a failed check and no node tainted (a cordon by hand still holds); to "
+                        "adopt it on a live fleet and compare")
     c.add_argument("--worker-msgs-per-turn", type=argtypes.non_negative, default=256, metavar="N",
                    help="apply at most N worker messages, and at most 4 ms of them, per turn of the event loop: "
                         "users' calls wait behind at most that share of a busy fleet's traffic; smaller, less wait "

@@ -67,7 +67,7 @@ def jobs_table(jobs, wide: bool = False, now: float | None = None) -> str:
 def health(h: pb.WorkerHealth) -> str:
     """A worker's verdict in one word, "cordoned" beside it when quarantined by hand."""
     word = pb.Verdict.Name(h.verdict) if h.verdict else "-"
-    return word + (",cordoned" if h.cordoned else "")
+    return word + (",cordoned" if h.cordoned else "") + (",observed" if h.observe_only else "")
 
 
 def workers_table(workers, wide: bool = False, now: float | None = None) -> str:
@@ -76,13 +76,14 @@ def workers_table(workers, wide: bool = False, now: float | None = None) -> str:
     now = time.time() if now is None else now
     header = ["WORKER", "STATE", "DEVICE", "HOST", "JOB", "WARM", "HEALTH", "AGE"]
     if wide:
-        header += ["ADDRESS", "BACKEND", "VERSION", "RESTARTS"]
+        header += ["ADDRESS", "BACKEND", "VERSION", "RESTARTS", "CONFIG"]
     rows = []
     for w in workers:
         row = [w.worker_id, pb.WorkerState.Name(w.state), f"{w.device.type}:{w.device.index} {w.device.name}"[:26],
                w.host, w.job_id or "-", "yes" if w.warm_group else "-", health(w.health),
                age(now - w.connected_at) if w.connected_at else "-"]
         if wide:
-            row += [w.address or "-", w.backend or "-", w.version or "-", str(w.executor_restarts)]
+            row += [w.address or "-", w.backend or "-", w.version or "-", str(w.executor_restarts),
+                    w.config_drift or "-"]
         rows.append(row)
     return _rows(header, rows)

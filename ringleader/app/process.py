@@ -53,6 +53,7 @@ class CoordinatorConfig:
     check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
     k8s_taint_nodes: bool = False  # taint the Kubernetes Node of a failed worker (--k8s-taint-nodes)
     quarantine_max_share: float = 0.1  # the circuit breaker's share of a GPU model (--quarantine-max-share)
+    health_observe: bool = False  # verdicts, alerts and metrics, but no quarantine or taint (--health-observe)
     k8s_token_review: bool = False  # worker pods' tokens vouch for their node's ids (--k8s-token-review)
     lease_ttl: float = 5.0  # on PostgreSQL: seconds a leader's lease lasts unrenewed (--lease-ttl)
     advertise_address: str = ""  # on PostgreSQL: the address standbys name as the leader's (--advertise-address)
@@ -114,10 +115,12 @@ class RunningCoordinator:
         if lease is not None:  # several coordinators on PostgreSQL: writes only while leading
             self.store.fence_with(lease)  # type: ignore[attr-defined]
         # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/health/k8s_taint.py).
-        self.tainter = NodeTainter() if config.k8s_taint_nodes else None
+        self.tainter = NodeTainter() if config.k8s_taint_nodes and not config.health_observe else None
+        if config.k8s_taint_nodes and config.health_observe:
+            log.warning("--health-observe: --k8s-taint-nodes taints no node while fleet health only observes")
         self.core = Coordinator(self.store, timings_of(config),
                                 health_observers=[self.tainter.observe] if self.tainter else [],
-                                quarantine_max_share=config.quarantine_max_share)
+                                quarantine_max_share=config.quarantine_max_share, health_observe=config.health_observe)
         self.metrics = CoordinatorMetrics(self.core)
         # The workers' credentials, shared by gRPC (registration, ApproveWorker) and REST (approve).
         self.identities = WorkerIdentities(self.store, token_review=TokenReviewer() if config.k8s_token_review else None)

@@ -1840,6 +1840,105 @@ class Device(_message.Message):
 Global___Device: _TypeAlias = Device  # noqa: Y015
 
 @_typing.final
+class ConfigFingerprint(_message.Message):
+    """What a job's success depends on, as a worker daemon found it at its start (worker/fingerprint.py):
+    the coordinator groups the fleet by it and names the odd worker and setting
+    (coordinator/health/fingerprints.py). Keys and values are bounded like every string a worker sends.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SoftwareEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class TopologyEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class SettingsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SOFTWARE_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_FIELD_NUMBER: _builtins.int
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def software(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """driver, cuda, nccl, torch, ringleader, python"""
+
+    @_builtins.property
+    def topology(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """nvlink_links, pcie_gen, pcie_width (GPU); cpu, cpus (CPU)"""
+
+    @_builtins.property
+    def settings(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """NCCL_*, GLOO_*, TORCH_NCCL_*, ... as set in its environment"""
+
+    def __init__(
+        self,
+        *,
+        software: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        topology: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        settings: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings", "software", b"software", "topology", b"topology"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConfigFingerprint: _TypeAlias = ConfigFingerprint  # noqa: Y015
+
+@_typing.final
 class WorkerHealth(_message.Message):
     """A worker's health verdict and its evidence."""
 
@@ -1855,6 +1954,7 @@ class WorkerHealth(_message.Message):
     RECHECK_AT_FIELD_NUMBER: _builtins.int
     BREAKER_HELD_FIELD_NUMBER: _builtins.int
     ALSO_FIELD_NUMBER: _builtins.int
+    OBSERVE_ONLY_FIELD_NUMBER: _builtins.int
     verdict: Global___Verdict.ValueType
     check: _builtins.str
     """link_matrix, gpu_check, sdc_check, cordon, ..."""
@@ -1878,6 +1978,10 @@ class WorkerHealth(_message.Message):
     """What another check found that still stands when this verdict, a worse one, replaced it: e.g.
     a gpu_check's UNHEALTHY over telemetry's "telemetry SUSPECT: foreign_process: pid 4242 ...".
     """
+    observe_only: _builtins.bool
+    """UNHEALTHY, but the coordinator runs in observe mode (--health-observe): shown and alerted, it
+    keeps the worker out of nothing. Set in listings, not stored.
+    """
     def __init__(
         self,
         *,
@@ -1891,10 +1995,11 @@ class WorkerHealth(_message.Message):
         recheck_at: _builtins.float = ...,
         breaker_held: _builtins.bool = ...,
         also: _builtins.str = ...,
+        observe_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "observe_only", b"observe_only", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1918,6 +2023,8 @@ class WorkerInfo(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     EXECUTOR_HEALTH_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_FIELD_NUMBER: _builtins.int
+    CONFIG_DRIFT_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     host: _builtins.str
     address: _builtins.str
@@ -1933,10 +2040,16 @@ class WorkerInfo(_message.Message):
     version: _builtins.str
     """the daemon's ringleader version"""
     executor_health: Global___ExecutorHealth.ValueType
+    config_drift: _builtins.str
+    """How it differs from the other connected workers of its backend and device model, e.g.
+    "NCCL_PROTO=LL (2 others: unset)"; "" when it is like the others.
+    """
     @_builtins.property
     def device(self) -> Global___Device: ...
     @_builtins.property
     def health(self) -> Global___WorkerHealth: ...
+    @_builtins.property
+    def fingerprint(self) -> Global___ConfigFingerprint: ...
     def __init__(
         self,
         *,
@@ -1954,10 +2067,12 @@ class WorkerInfo(_message.Message):
         version: _builtins.str = ...,
         executor_health: Global___ExecutorHealth.ValueType = ...,
         health: Global___WorkerHealth | None = ...,
+        fingerprint: Global___ConfigFingerprint | None = ...,
+        config_drift: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "health", b"health"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "fingerprint", b"fingerprint", "health", b"health"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "connected_at", b"connected_at", "device", b"device", "executor_health", b"executor_health", "executor_restarts", b"executor_restarts", "health", b"health", "host", b"host", "job_id", b"job_id", "last_heartbeat", b"last_heartbeat", "state", b"state", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "config_drift", b"config_drift", "connected_at", b"connected_at", "device", b"device", "executor_health", b"executor_health", "executor_restarts", b"executor_restarts", "fingerprint", b"fingerprint", "health", b"health", "host", b"host", "job_id", b"job_id", "last_heartbeat", b"last_heartbeat", "state", b"state", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

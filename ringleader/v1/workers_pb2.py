@@ -25,49 +25,49 @@ _sym_db = _symbol_database.Default()
 from ringleader.v1 import jobs_pb2 as ringleader_dot_v1_dot_jobs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bringleader/v1/workers.proto\x12\rringleader.v1\x1a\x18ringleader/v1/jobs.proto\"\xc2\x02\n\x08Register\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12%\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x15.ringleader.v1.Device\x12\x0f\n\x07\x62\x61\x63kend\x18\x05 \x01(\t\x12\x16\n\x0erunning_job_id\x18\x07 \x01(\t\x12\x14\n\x0crunning_rank\x18\x08 \x01(\r\x12\x12\n\nwarm_group\x18\t \x01(\t\x12\x19\n\x11\x65xecutor_restarts\x18\n \x01(\r\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x15\n\rworker_secret\x18\x0c \x01(\t\x12\x12\n\tk8s_token\x18\xa0\x01 \x01(\t\x12\x10\n\x07\x66orming\x18\xdf\x02 \x01(\x08\x12\x1b\n\x12\x66orming_store_port\x18\xde\x02 \x01(\rJ\x04\x08\x06\x10\x07\"\xa5\x01\n\tHeartbeat\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06op_seq\x18\x02 \x01(\x04\x12/\n\x08\x65xecutor\x18\x03 \x01(\x0e\x32\x1d.ringleader.v1.ExecutorHealth\x12\x17\n\x0f\x65xecutor_detail\x18\x04 \x01(\t\x12.\n\ttelemetry\x18x \x01(\x0b\x32\x1b.ringleader.v1.GpuTelemetry\"$\n\x08XidEvent\x12\x0c\n\x04\x63ode\x18\x01 \x01(\r\x12\n\n\x02\x61t\x18\x02 \x01(\x01\"1\n\x0e\x46oreignProcess\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x12\n\nused_bytes\x18\x02 \x01(\x04\"\xac\x05\n\x0cGpuTelemetry\x12\n\n\x02\x61t\x18\x01 \x01(\x01\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12%\n\x04xids\x18\x03 \x03(\x0b\x32\x17.ringleader.v1.XidEvent\x12\x18\n\x10\x65\x63\x63_volatile_sbe\x18\x04 \x01(\x04\x12\x18\n\x10\x65\x63\x63_volatile_dbe\x18\x05 \x01(\x04\x12\x19\n\x11\x65\x63\x63_aggregate_sbe\x18\x06 \x01(\x04\x12\x19\n\x11\x65\x63\x63_aggregate_dbe\x18\x07 \x01(\x04\x12\x1d\n\x15retired_pages_pending\x18\x08 \x01(\x08\x12\x1d\n\x15remapped_rows_pending\x18\t \x01(\x08\x12\x1c\n\x14remapped_rows_failed\x18\n \x01(\x08\x12\x18\n\x10throttle_reasons\x18\x0b \x01(\x04\x12\x14\n\x0csm_clock_mhz\x18\x0c \x01(\r\x12\x18\n\x10max_sm_clock_mhz\x18\r \x01(\r\x12\x15\n\rtemperature_c\x18\x0e \x01(\x01\x12\x1e\n\x16slowdown_temperature_c\x18\x0f \x01(\x01\x12\x0f\n\x07power_w\x18\x10 \x01(\x01\x12\x15\n\rpower_limit_w\x18\x11 \x01(\x01\x12\x10\n\x08pcie_gen\x18\x12 \x01(\r\x12\x14\n\x0cpcie_max_gen\x18\x13 \x01(\r\x12\x12\n\npcie_width\x18\x14 \x01(\r\x12\x16\n\x0epcie_max_width\x18\x15 \x01(\r\x12\x14\n\x0cnvlink_links\x18\x16 \x01(\r\x12\x13\n\x0bnvlink_down\x18\x17 \x01(\r\x12\x15\n\rnvlink_errors\x18\x18 \x01(\x04\x12.\n\x07\x66oreign\x18\x19 \x03(\x0b\x32\x1d.ringleader.v1.ForeignProcess\x12\x17\n\x0futilization_pct\x18\x1a \x01(\r\x12\x0c\n\x04\x66\x61ke\x18\x1b \x01(\x08\"C\n\nStoreReady\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tgroup_key\x18\x02 \x01(\t\x12\x12\n\nstore_port\x18\x03 \x01(\r\"!\n\x0cGroupDropped\x12\x11\n\tgroup_key\x18\x01 \x01(\t\"Y\n\x0eProgressReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12)\n\x08progress\x18\x03 \x01(\x0b\x32\x17.ringleader.v1.Progress\"I\n\x0cResultReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x19.ringleader.v1.SizeResult\"\x9f\x05\n\x07JobDone\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x12\n\nwarm_group\x18\x05 \x01(\t\x12\x12\n\nwarm_start\x18\x07 \x01(\x08\x12\x19\n\x11\x65xecutor_restarts\x18\x08 \x01(\r\x12*\n\x07results\x18\t \x03(\x0b\x32\x19.ringleader.v1.SizeResult\x12+\n\x07\x66\x61ilure\x18\n \x01(\x0e\x32\x1a.ringleader.v1.FailureKind\x12\'\n\x03p2p\x18\x0b \x01(\x0b\x32\x18.ringleader.v1.P2PResultH\x00\x12@\n\x10gradient_average\x18\x0c \x01(\x0b\x32$.ringleader.v1.GradientAverageResultH\x00\x12+\n\x05train\x18\r \x01(\x0b\x32\x1a.ringleader.v1.TrainResultH\x00\x12\x34\n\nalgo_sweep\x18\x0f \x01(\x0b\x32\x1e.ringleader.v1.AlgoSweepResultH\x00\x12\x36\n\x0blink_matrix\x18\x10 \x01(\x0b\x32\x1f.ringleader.v1.LinkMatrixResultH\x00\x12\x32\n\tgpu_check\x18\x11 \x01(\x0b\x32\x1d.ringleader.v1.GpuCheckResultH\x00\x12\x32\n\tsdc_check\x18\x12 \x01(\x0b\x32\x1d.ringleader.v1.SdcCheckResultH\x00\x12\x33\n\nstragglers\x18\x13 \x01(\x0b\x32\x1f.ringleader.v1.StragglerSummary\x12\x0b\n\x03log\x18\x0e \x01(\tB\t\n\x07outcomeJ\x04\x08\x06\x10\x07\"\xa3\x03\n\rWorkerMessage\x12+\n\x08register\x18\x01 \x01(\x0b\x32\x17.ringleader.v1.RegisterH\x00\x12-\n\theartbeat\x18\x02 \x01(\x0b\x32\x18.ringleader.v1.HeartbeatH\x00\x12\x31\n\x08progress\x18\x03 \x01(\x0b\x32\x1d.ringleader.v1.ProgressReportH\x00\x12-\n\x06result\x18\x04 \x01(\x0b\x32\x1b.ringleader.v1.ResultReportH\x00\x12&\n\x04\x64one\x18\x05 \x01(\x0b\x32\x16.ringleader.v1.JobDoneH\x00\x12\x30\n\x0bstore_ready\x18\x06 \x01(\x0b\x32\x19.ringleader.v1.StoreReadyH\x00\x12\x34\n\rgroup_dropped\x18\x07 \x01(\x0b\x32\x1b.ringleader.v1.GroupDroppedH\x00\x12=\n\x11\x63redential_stored\x18\xa0\x01 \x01(\x0b\x32\x1f.ringleader.v1.CredentialStoredH\x00\x42\x05\n\x03msg\")\n\x10\x43redentialStored\x12\x15\n\rsecret_sha256\x18\x01 \x01(\t\"\xc6\x01\n\nAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x12\n\nstore_host\x18\x05 \x01(\t\x12\x12\n\nstore_port\x18\x06 \x01(\r\x12\x11\n\tgroup_key\x18\x07 \x01(\t\x12$\n\x04spec\x18\x08 \x01(\x0b\x32\x16.ringleader.v1.JobSpec\x12\x0e\n\x06\x66lavor\x18\n \x01(\tJ\x04\x08\t\x10\n\"\'\n\x05\x41\x62ort\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\".\n\tDropGroup\x12\x11\n\tgroup_key\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"T\n\nRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x15\n\rworker_secret\x18\x03 \x01(\t\"\xd4\x01\n\x12\x43oordinatorMessage\x12/\n\nregistered\x18\x01 \x01(\x0b\x32\x19.ringleader.v1.RegisteredH\x00\x12/\n\nassignment\x18\x02 \x01(\x0b\x32\x19.ringleader.v1.AssignmentH\x00\x12%\n\x05\x61\x62ort\x18\x03 \x01(\x0b\x32\x14.ringleader.v1.AbortH\x00\x12.\n\ndrop_group\x18\x04 \x01(\x0b\x32\x18.ringleader.v1.DropGroupH\x00\x42\x05\n\x03msg*k\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12\x0e\n\nRANK_ERROR\x10\x01\x12\x0e\n\nPEER_ERROR\x10\x02\x12\x11\n\rEXECUTOR_DIED\x10\x03\x12\x0b\n\x07\x41\x42ORTED\x10\x04\x32_\n\rWorkerService\x12N\n\x07\x43onnect\x12\x1c.ringleader.v1.WorkerMessage\x1a!.ringleader.v1.CoordinatorMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bringleader/v1/workers.proto\x12\rringleader.v1\x1a\x18ringleader/v1/jobs.proto\"\xfa\x02\n\x08Register\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12%\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x15.ringleader.v1.Device\x12\x0f\n\x07\x62\x61\x63kend\x18\x05 \x01(\t\x12\x16\n\x0erunning_job_id\x18\x07 \x01(\t\x12\x14\n\x0crunning_rank\x18\x08 \x01(\r\x12\x12\n\nwarm_group\x18\t \x01(\t\x12\x19\n\x11\x65xecutor_restarts\x18\n \x01(\r\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x15\n\rworker_secret\x18\x0c \x01(\t\x12\x12\n\tk8s_token\x18\xa0\x01 \x01(\t\x12\x10\n\x07\x66orming\x18\xdf\x02 \x01(\x08\x12\x1b\n\x12\x66orming_store_port\x18\xde\x02 \x01(\r\x12\x36\n\x0b\x66ingerprint\x18\xdc\x01 \x01(\x0b\x32 .ringleader.v1.ConfigFingerprintJ\x04\x08\x06\x10\x07\"\xa5\x01\n\tHeartbeat\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06op_seq\x18\x02 \x01(\x04\x12/\n\x08\x65xecutor\x18\x03 \x01(\x0e\x32\x1d.ringleader.v1.ExecutorHealth\x12\x17\n\x0f\x65xecutor_detail\x18\x04 \x01(\t\x12.\n\ttelemetry\x18x \x01(\x0b\x32\x1b.ringleader.v1.GpuTelemetry\"$\n\x08XidEvent\x12\x0c\n\x04\x63ode\x18\x01 \x01(\r\x12\n\n\x02\x61t\x18\x02 \x01(\x01\"1\n\x0e\x46oreignProcess\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x12\n\nused_bytes\x18\x02 \x01(\x04\"\xac\x05\n\x0cGpuTelemetry\x12\n\n\x02\x61t\x18\x01 \x01(\x01\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12%\n\x04xids\x18\x03 \x03(\x0b\x32\x17.ringleader.v1.XidEvent\x12\x18\n\x10\x65\x63\x63_volatile_sbe\x18\x04 \x01(\x04\x12\x18\n\x10\x65\x63\x63_volatile_dbe\x18\x05 \x01(\x04\x12\x19\n\x11\x65\x63\x63_aggregate_sbe\x18\x06 \x01(\x04\x12\x19\n\x11\x65\x63\x63_aggregate_dbe\x18\x07 \x01(\x04\x12\x1d\n\x15retired_pages_pending\x18\x08 \x01(\x08\x12\x1d\n\x15remapped_rows_pending\x18\t \x01(\x08\x12\x1c\n\x14remapped_rows_failed\x18\n \x01(\x08\x12\x18\n\x10throttle_reasons\x18\x0b \x01(\x04\x12\x14\n\x0csm_clock_mhz\x18\x0c \x01(\r\x12\x18\n\x10max_sm_clock_mhz\x18\r \x01(\r\x12\x15\n\rtemperature_c\x18\x0e \x01(\x01\x12\x1e\n\x16slowdown_temperature_c\x18\x0f \x01(\x01\x12\x0f\n\x07power_w\x18\x10 \x01(\x01\x12\x15\n\rpower_limit_w\x18\x11 \x01(\x01\x12\x10\n\x08pcie_gen\x18\x12 \x01(\r\x12\x14\n\x0cpcie_max_gen\x18\x13 \x01(\r\x12\x12\n\npcie_width\x18\x14 \x01(\r\x12\x16\n\x0epcie_max_width\x18\x15 \x01(\r\x12\x14\n\x0cnvlink_links\x18\x16 \x01(\r\x12\x13\n\x0bnvlink_down\x18\x17 \x01(\r\x12\x15\n\rnvlink_errors\x18\x18 \x01(\x04\x12.\n\x07\x66oreign\x18\x19 \x03(\x0b\x32\x1d.ringleader.v1.ForeignProcess\x12\x17\n\x0futilization_pct\x18\x1a \x01(\r\x12\x0c\n\x04\x66\x61ke\x18\x1b \x01(\x08\"C\n\nStoreReady\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tgroup_key\x18\x02 \x01(\t\x12\x12\n\nstore_port\x18\x03 \x01(\r\"!\n\x0cGroupDropped\x12\x11\n\tgroup_key\x18\x01 \x01(\t\"Y\n\x0eProgressReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12)\n\x08progress\x18\x03 \x01(\x0b\x32\x17.ringleader.v1.Progress\"I\n\x0cResultReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x19.ringleader.v1.SizeResult\"\x9f\x05\n\x07JobDone\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x12\n\nwarm_group\x18\x05 \x01(\t\x12\x12\n\nwarm_start\x18\x07 \x01(\x08\x12\x19\n\x11\x65xecutor_restarts\x18\x08 \x01(\r\x12*\n\x07results\x18\t \x03(\x0b\x32\x19.ringleader.v1.SizeResult\x12+\n\x07\x66\x61ilure\x18\n \x01(\x0e\x32\x1a.ringleader.v1.FailureKind\x12\'\n\x03p2p\x18\x0b \x01(\x0b\x32\x18.ringleader.v1.P2PResultH\x00\x12@\n\x10gradient_average\x18\x0c \x01(\x0b\x32$.ringleader.v1.GradientAverageResultH\x00\x12+\n\x05train\x18\r \x01(\x0b\x32\x1a.ringleader.v1.TrainResultH\x00\x12\x34\n\nalgo_sweep\x18\x0f \x01(\x0b\x32\x1e.ringleader.v1.AlgoSweepResultH\x00\x12\x36\n\x0blink_matrix\x18\x10 \x01(\x0b\x32\x1f.ringleader.v1.LinkMatrixResultH\x00\x12\x32\n\tgpu_check\x18\x11 \x01(\x0b\x32\x1d.ringleader.v1.GpuCheckResultH\x00\x12\x32\n\tsdc_check\x18\x12 \x01(\x0b\x32\x1d.ringleader.v1.SdcCheckResultH\x00\x12\x33\n\nstragglers\x18\x13 \x01(\x0b\x32\x1f.ringleader.v1.StragglerSummary\x12\x0b\n\x03log\x18\x0e \x01(\tB\t\n\x07outcomeJ\x04\x08\x06\x10\x07\"\xa3\x03\n\rWorkerMessage\x12+\n\x08register\x18\x01 \x01(\x0b\x32\x17.ringleader.v1.RegisterH\x00\x12-\n\theartbeat\x18\x02 \x01(\x0b\x32\x18.ringleader.v1.HeartbeatH\x00\x12\x31\n\x08progress\x18\x03 \x01(\x0b\x32\x1d.ringleader.v1.ProgressReportH\x00\x12-\n\x06result\x18\x04 \x01(\x0b\x32\x1b.ringleader.v1.ResultReportH\x00\x12&\n\x04\x64one\x18\x05 \x01(\x0b\x32\x16.ringleader.v1.JobDoneH\x00\x12\x30\n\x0bstore_ready\x18\x06 \x01(\x0b\x32\x19.ringleader.v1.StoreReadyH\x00\x12\x34\n\rgroup_dropped\x18\x07 \x01(\x0b\x32\x1b.ringleader.v1.GroupDroppedH\x00\x12=\n\x11\x63redential_stored\x18\xa0\x01 \x01(\x0b\x32\x1f.ringleader.v1.CredentialStoredH\x00\x42\x05\n\x03msg\")\n\x10\x43redentialStored\x12\x15\n\rsecret_sha256\x18\x01 \x01(\t\"\xc6\x01\n\nAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x12\n\nstore_host\x18\x05 \x01(\t\x12\x12\n\nstore_port\x18\x06 \x01(\r\x12\x11\n\tgroup_key\x18\x07 \x01(\t\x12$\n\x04spec\x18\x08 \x01(\x0b\x32\x16.ringleader.v1.JobSpec\x12\x0e\n\x06\x66lavor\x18\n \x01(\tJ\x04\x08\t\x10\n\"\'\n\x05\x41\x62ort\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\".\n\tDropGroup\x12\x11\n\tgroup_key\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"T\n\nRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x15\n\rworker_secret\x18\x03 \x01(\t\"\xd4\x01\n\x12\x43oordinatorMessage\x12/\n\nregistered\x18\x01 \x01(\x0b\x32\x19.ringleader.v1.RegisteredH\x00\x12/\n\nassignment\x18\x02 \x01(\x0b\x32\x19.ringleader.v1.AssignmentH\x00\x12%\n\x05\x61\x62ort\x18\x03 \x01(\x0b\x32\x14.ringleader.v1.AbortH\x00\x12.\n\ndrop_group\x18\x04 \x01(\x0b\x32\x18.ringleader.v1.DropGroupH\x00\x42\x05\n\x03msg*k\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12\x0e\n\nRANK_ERROR\x10\x01\x12\x0e\n\nPEER_ERROR\x10\x02\x12\x11\n\rEXECUTOR_DIED\x10\x03\x12\x0b\n\x07\x41\x42ORTED\x10\x04\x32_\n\rWorkerService\x12N\n\x07\x43onnect\x12\x1c.ringleader.v1.WorkerMessage\x1a!.ringleader.v1.CoordinatorMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ringleader.v1.workers_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FAILUREKIND']._serialized_start=3341
-  _globals['_FAILUREKIND']._serialized_end=3448
+  _globals['_FAILUREKIND']._serialized_start=3397
+  _globals['_FAILUREKIND']._serialized_end=3504
   _globals['_REGISTER']._serialized_start=73
-  _globals['_REGISTER']._serialized_end=395
-  _globals['_HEARTBEAT']._serialized_start=398
-  _globals['_HEARTBEAT']._serialized_end=563
-  _globals['_XIDEVENT']._serialized_start=565
-  _globals['_XIDEVENT']._serialized_end=601
-  _globals['_FOREIGNPROCESS']._serialized_start=603
-  _globals['_FOREIGNPROCESS']._serialized_end=652
-  _globals['_GPUTELEMETRY']._serialized_start=655
-  _globals['_GPUTELEMETRY']._serialized_end=1339
-  _globals['_STOREREADY']._serialized_start=1341
-  _globals['_STOREREADY']._serialized_end=1408
-  _globals['_GROUPDROPPED']._serialized_start=1410
-  _globals['_GROUPDROPPED']._serialized_end=1443
-  _globals['_PROGRESSREPORT']._serialized_start=1445
-  _globals['_PROGRESSREPORT']._serialized_end=1534
-  _globals['_RESULTREPORT']._serialized_start=1536
-  _globals['_RESULTREPORT']._serialized_end=1609
-  _globals['_JOBDONE']._serialized_start=1612
-  _globals['_JOBDONE']._serialized_end=2283
-  _globals['_WORKERMESSAGE']._serialized_start=2286
-  _globals['_WORKERMESSAGE']._serialized_end=2705
-  _globals['_CREDENTIALSTORED']._serialized_start=2707
-  _globals['_CREDENTIALSTORED']._serialized_end=2748
-  _globals['_ASSIGNMENT']._serialized_start=2751
-  _globals['_ASSIGNMENT']._serialized_end=2949
-  _globals['_ABORT']._serialized_start=2951
-  _globals['_ABORT']._serialized_end=2990
-  _globals['_DROPGROUP']._serialized_start=2992
-  _globals['_DROPGROUP']._serialized_end=3038
-  _globals['_REGISTERED']._serialized_start=3040
-  _globals['_REGISTERED']._serialized_end=3124
-  _globals['_COORDINATORMESSAGE']._serialized_start=3127
-  _globals['_COORDINATORMESSAGE']._serialized_end=3339
-  _globals['_WORKERSERVICE']._serialized_start=3450
-  _globals['_WORKERSERVICE']._serialized_end=3545
+  _globals['_REGISTER']._serialized_end=451
+  _globals['_HEARTBEAT']._serialized_start=454
+  _globals['_HEARTBEAT']._serialized_end=619
+  _globals['_XIDEVENT']._serialized_start=621
+  _globals['_XIDEVENT']._serialized_end=657
+  _globals['_FOREIGNPROCESS']._serialized_start=659
+  _globals['_FOREIGNPROCESS']._serialized_end=708
+  _globals['_GPUTELEMETRY']._serialized_start=711
+  _globals['_GPUTELEMETRY']._serialized_end=1395
+  _globals['_STOREREADY']._serialized_start=1397
+  _globals['_STOREREADY']._serialized_end=1464
+  _globals['_GROUPDROPPED']._serialized_start=1466
+  _globals['_GROUPDROPPED']._serialized_end=1499
+  _globals['_PROGRESSREPORT']._serialized_start=1501
+  _globals['_PROGRESSREPORT']._serialized_end=1590
+  _globals['_RESULTREPORT']._serialized_start=1592
+  _globals['_RESULTREPORT']._serialized_end=1665
+  _globals['_JOBDONE']._serialized_start=1668
+  _globals['_JOBDONE']._serialized_end=2339
+  _globals['_WORKERMESSAGE']._serialized_start=2342
+  _globals['_WORKERMESSAGE']._serialized_end=2761
+  _globals['_CREDENTIALSTORED']._serialized_start=2763
+  _globals['_CREDENTIALSTORED']._serialized_end=2804
+  _globals['_ASSIGNMENT']._serialized_start=2807
+  _globals['_ASSIGNMENT']._serialized_end=3005
+  _globals['_ABORT']._serialized_start=3007
+  _globals['_ABORT']._serialized_end=3046
+  _globals['_DROPGROUP']._serialized_start=3048
+  _globals['_DROPGROUP']._serialized_end=3094
+  _globals['_REGISTERED']._serialized_start=3096
+  _globals['_REGISTERED']._serialized_end=3180
+  _globals['_COORDINATORMESSAGE']._serialized_start=3183
+  _globals['_COORDINATORMESSAGE']._serialized_end=3395
+  _globals['_WORKERSERVICE']._serialized_start=3506
+  _globals['_WORKERSERVICE']._serialized_end=3601
 # @@protoc_insertion_point(module_scope)

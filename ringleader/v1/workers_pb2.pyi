@@ -71,6 +71,7 @@ class Register(_message.Message):
     K8S_TOKEN_FIELD_NUMBER: _builtins.int
     FORMING_FIELD_NUMBER: _builtins.int
     FORMING_STORE_PORT_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """stable for the daemon's life; reused on reconnect"""
     host: _builtins.str
@@ -105,6 +106,10 @@ class Register(_message.Message):
     """the store's port, 0 while rank 0 is still binding it (StoreReady follows)"""
     @_builtins.property
     def device(self) -> _jobs_pb2.Device: ...
+    @_builtins.property
+    def fingerprint(self) -> _jobs_pb2.ConfigFingerprint:
+        """versions, topology and NCCL/network settings (worker/fingerprint.py)"""
+
     def __init__(
         self,
         *,
@@ -122,10 +127,11 @@ class Register(_message.Message):
         k8s_token: _builtins.str = ...,
         forming: _builtins.bool = ...,
         forming_store_port: _builtins.int = ...,
+        fingerprint: _jobs_pb2.ConfigFingerprint | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "fingerprint", b"fingerprint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "forming", b"forming", "forming_store_port", b"forming_store_port", "host", b"host", "k8s_token", b"k8s_token", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "fingerprint", b"fingerprint", "forming", b"forming", "forming_store_port", b"forming_store_port", "host", b"host", "k8s_token", b"k8s_token", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

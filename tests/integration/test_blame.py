@@ -21,6 +21,7 @@ from cluster import executor_pid
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from ringleader.v1 import workers_pb2_grpc
+from worker import fingerprint
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +100,9 @@ class FakeWorker:
         # Its host sorts after the real workers', so it is given the last rank.
         await self.call.write(wpb.WorkerMessage(register=wpb.Register(
             worker_id=self.worker_id, host="zz-fakehost", address="127.0.0.1", backend="gloo", version="fake",
-            device=pb.Device(type="cpu", index=0, name="cpu"))))
+            device=pb.Device(type="cpu", index=0, name="cpu"),
+            # The configuration a real daemon here registers with: a gang never mixes unlike ones.
+            fingerprint=fingerprint.build("cpu", fingerprint.executor_software()))))
         first = await self.call.read()
         assert first.WhichOneof("msg") == "registered", first
         self._beats = asyncio.create_task(self._beat())

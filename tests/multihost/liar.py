@@ -17,6 +17,7 @@ from ringleader.security import ClientSecurity, TlsFiles
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from ringleader.v1 import workers_pb2_grpc
+from worker import fingerprint
 
 
 async def main(target: str, worker_id: str, address: str, token_file: str, *tls: str) -> None:
@@ -26,7 +27,9 @@ async def main(target: str, worker_id: str, address: str, token_file: str, *tls:
         call = workers_pb2_grpc.WorkerServiceStub(channel).Connect(metadata=security.metadata)
         await call.write(wpb.WorkerMessage(register=wpb.Register(
             worker_id=worker_id, host="liar", address=address, backend="gloo", version="fake",
-            device=pb.Device(type="cpu", index=0, name="fake"))))
+            device=pb.Device(type="cpu", index=0, name="fake"),
+            # The configuration a real daemon here registers with: a gang never mixes unlike ones.
+            fingerprint=fingerprint.build("cpu", fingerprint.executor_software()))))
         await call.read()
         print("registered", flush=True)
         job, writing = [""], asyncio.Lock()  # one write at a time on a stream

@@ -298,3 +298,79 @@ def test_a_checks_figures_are_named_by_the_coordinator_not_by_rank_0(core):
     job = core.get(check_id)
     assert job.state == pb.SUCCEEDED
     assert [(w.rank, w.worker_id) for w in job.gpu_check.workers] == [(0, "w0"), (1, "w1"), (2, "w2")]
+
+
+def test_observe_mode_records_and_alerts_a_failed_verdict_but_quarantines_nothing():
+    from coordinator.edge.fleet_metrics import FleetHealthCollector
+
+    core = Coordinator(MemoryJobStore(), health_observe=True)
+    ws = [Worker(core, f"w{i}", i) for i in range(4)]
+    check_id, result = start_check(core, ws, bad={"w2"})
+    for rank in reversed(range(4)):
+        ws[rank].done(check_id, rank, **({"gpu_check": result} if rank == 0 else {}))
+    book = core.fleet.book
+    assert book.get("w2").verdict == pb.UNHEALTHY  # the verdict, with its evidence, as ever
+    assert book.quarantined_ids() == [] and not book.quarantined("w2") and book.held_ids() == []
+    assert [a for a in core.alerts if "w2" in a and "observe mode" in a]
+    listed = {w.worker_id: w for w in core.list_workers().workers}
+    assert listed["w2"].state == pb.IDLE and listed["w2"].health.observe_only
+    assert not listed["w0"].health.observe_only  # a healthy verdict is nothing to observe
+    job = core.submit(spec(4)).id
+    assert set(placed(core, job)) == {"w0", "w1", "w2", "w3"}  # the failed worker stays in user jobs
+    metrics = {(f.name, tuple(s.labels.values())): s.value for f in FleetHealthCollector(core.fleet).collect()
+               for s in f.samples}
+    assert metrics[("ringleader_worker_verdicts", ("unhealthy",))] == 1
+    assert metrics[("ringleader_workers_quarantined", ())] == 0
+
+
+def test_observe_mode_keeps_a_cordon_by_hand():
+    core = Coordinator(MemoryJobStore(), health_observe=True)
+    ws = [Worker(core, f"w{i}", i) for i in range(2)]
+    core.cordon("w1", True)
+    assert core.fleet.book.quarantined_ids() == ["w1"] and ws[1].state == pb.IDLE
+
+
+def test_the_odd_worker_is_listed_with_its_setting_before_any_job_and_a_gang_never_mixes_it():
+    from coordinator.edge.fleet_metrics import FleetHealthCollector
+
+    core = Coordinator(MemoryJobStore())
+
+    def fingerprint(**settings):
+        return pb.ConfigFingerprint(software={"torch": "2.5.1", "ringleader": "t"}, settings=settings)
+    ws = [Worker(core, f"w{i}", i, fingerprint=fingerprint(**({"NCCL_PROTO": "LL"} if i == 2 else {})))
+          for i in range(3)]
+    listed = {w.worker_id: w for w in core.list_workers().workers}
+    assert listed["w2"].config_drift == "NCCL_PROTO=LL (2 others: unset)"
+    assert listed["w2"].fingerprint.settings["NCCL_PROTO"] == "LL"
+    assert listed["w0"].config_drift == listed["w1"].config_drift == ""
+    drift = {s.labels["part"]: s.value for f in FleetHealthCollector(core.fleet).collect()
+             if f.name == "ringleader_worker_config_drift" for s in f.samples}
+    assert drift == {"software": 0, "topology": 0, "settings": 1}
+    three = core.submit(spec(3)).id
+    assert core.get(three).state == pb.QUEUED
+    assert "w2 differs (NCCL_PROTO=LL vs unset)" in core.get(three).reason
+    assert all(k != "assignment" for w in ws for k in w.kinds())
+    core.cancel(three)
+    two = core.submit(spec(2)).id
+    assert set(placed(core, two)) == {"w0", "w1"}
+
+
+def test_observe_mode_taints_no_node_even_when_asked_to():
+    from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+
+    rc = RunningCoordinator(CoordinatorConfig(db=":memory:", http_address="", k8s_taint_nodes=True, health_observe=True))
+    try:
+        assert rc.tainter is None and rc.core.fleet.book.observe
+    finally:
+        rc.store.close()
+
+
+def test_observe_mode_runs_a_preflight_job_after_its_checks_whatever_they_found():
+    core = Coordinator(MemoryJobStore(), Timings(heartbeat_timeout_s=30, blame_grace_s=3), health_observe=True)
+    ws = {f"w{i}": Worker(core, f"w{i}", i) for i in range(2)}
+    job = core.submit(pb.JobSpec(world_size=2, preflight=True, placement=pb.Placement(worker_ids=["w0", "w1"]),
+                                 collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))).id
+    finish_check(core, ws, bad={"w1"})
+    assert core.fleet.book.get("w1").verdict == pb.UNHEALTHY
+    finish_check(core, ws)  # the next preflight kind
+    assert core.get(job).state == pb.RUNNING and placed(core, job) == ["w0", "w1"]

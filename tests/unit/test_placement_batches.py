@@ -98,7 +98,7 @@ def test_a_check_naming_every_worker_reserves_them_host_by_host_in_device_order(
         fleet.put(v)
     need = scheduler.Need(world_size=len(views), worker_ids=tuple(v.worker_id for v in reversed(views)))
     order = [f"h{h:02}" for h in reversed(range(hosts))]
-    held = fleet.idle_in(need, "gloo", order, Claims(len(views)))
+    held = fleet.idle_in(need, ("gloo", ""), order, Claims(len(views)))
     assert [w.worker_id for w in held] == [f"h{h:02}-d{d}" for h in reversed(range(hosts)) for d in range(per_host)]
     # The same as asking host by host (what a pass did before, once per host of the list).
-    assert held == [w for h in order for w in fleet.idle_on(need, "gloo", h, Claims(len(views)))]
+    assert held == [w for h in order for w in fleet.idle_on(need, ("gloo", ""), h, Claims(len(views)))]

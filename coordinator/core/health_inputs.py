@@ -48,7 +48,9 @@ class HealthProtocol:
         if not found:
             return
         model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
+        before = {w: _verdict_of(self.health.get(w)) for w in found}
         self._health_changed(self.health.record(found, model_of))
+        self._verdict_changed(before)
         for worker_id in found:  # a verdict changes which workers the scheduler prefers
             if (conn := self.workers.get(worker_id)) is not None and conn.connected:
                 self._index(conn)
@@ -71,8 +73,10 @@ class HealthProtocol:
         if fired == before or (before is None and not fired and self.health.get(worker_id).check != "telemetry"):
             return
         model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
+        before = {worker_id: _verdict_of(self.health.get(worker_id))}
         self._health_changed(self.health.record({worker_id: telemetry_rules.health(found, self.health.clock())},
                                                 model_of))
+        self._verdict_changed(before)
         if (conn := self.workers.get(worker_id)) is not None and conn.connected:
             self._index(conn)  # a verdict changes which workers the scheduler prefers
 
@@ -84,6 +88,14 @@ class HealthProtocol:
                 self._index(conn)
                 self._dirty = True  # a worker left or rejoined the pool user jobs draw from
             self._out.health.append(worker_id)
+
+    def _verdict_changed(self, before: dict[str, tuple]) -> None:
+        """List in `Out.health` the workers whose verdict changed without a quarantine change (a
+        first pass, a suspect, a failure the circuit breaker held), for observers such as the
+        remediation hooks (coordinator/health/hooks.py)."""
+        for worker_id, was in before.items():
+            if _verdict_of(self.health.get(worker_id)) != was and worker_id not in self._out.health:
+                self._out.health.append(worker_id)
 
     # ---- preflight: certify the gang the placement pass picked, then start the job ---------
 
@@ -142,3 +154,7 @@ class HealthProtocol:
                     f"{', '.join(failed or doubtful)} {'failed' if failed else 'suspect'}" if failed or doubtful
                     else f"check {check.id} {check.job.reason}")
         self._enqueue(q)  # the placement pass at the end of this input picks another gang
+
+
+def _verdict_of(h: pb.WorkerHealth) -> tuple:
+    return h.verdict, h.breaker_held

@@ -21,7 +21,7 @@ log = logging.getLogger("ringleader.coordinator")
 
 PAGE_SMALL = 250  # workers listed per turn of the loop by all_workers_paced (about 2-5 ms of it)
 
-# Told of each quarantine change: the worker (its host when connected, its health), after the change.
+# Told of each quarantine or verdict change: the worker (its host when connected, its health), after the change.
 Observer = Callable[[pb.WorkerInfo], None]
 
 

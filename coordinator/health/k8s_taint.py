@@ -88,7 +88,9 @@ class NodeTainter:
     def observe(self, info: pb.WorkerInfo) -> None:
         """A FleetHealth observer: a quarantine change of this worker (coordinator/health/fleet.py)."""
         h = info.health
-        self.update(info.host, info.worker_id, h.verdict == pb.UNHEALTHY, h.check,
+        # A failed worker the circuit breaker left in service keeps its node: an operator decides.
+        out = h.verdict == pb.UNHEALTHY and not h.breaker_held or h.validate_needs_approval
+        self.update(info.host, info.worker_id, out, h.check,
                     f"{h.check}: {h.figure}" if h.figure else h.check)
 
     def update(self, node: str, worker_id: str, unhealthy: bool, check: str = "", why: str = "") -> None:

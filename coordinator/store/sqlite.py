@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Iterator
 
 from coordinator.store.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
 from coordinator.store.resident import Resident
+from coordinator.store.hook_log import SqliteHookLog
 from coordinator.store.schema import MIGRATIONS
 from coordinator.store.seen import Seen
 from coordinator.store.sqlite_checkpoint import Checkpoints
@@ -31,7 +32,7 @@ from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
 
-class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, SqliteTrends, JobStore):
+class SqliteJobStore(SqliteHookLog, SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, SqliteTrends, JobStore):
     _requests_seen: Seen | None = None  # the request ids stored (one writer a file), loaded at the first ask
 
     def __init__(self, path: str | Path) -> None:

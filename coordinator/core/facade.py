@@ -297,3 +297,8 @@ class Coordinator:
         A job whose placement.worker_ids names it still runs there."""
         self._soon(Cordon(worker_id, on, force))
         return self.fleet.info(worker_id)
+
+    def approve_return(self, worker_id: str) -> pb.WorkerInfo:
+        """Let a repeat offender (quarantined 3 times within 24 h) back after it passed."""
+        self._soon(Cordon(worker_id, False, approve_return=True))
+        return self.fleet.info(worker_id)

@@ -38,6 +38,9 @@ class HealthProtocol:
         check_text("worker_id", inp.worker_id)
         if self.workers.get(inp.worker_id) is None and inp.worker_id not in self.health.known():
             raise NotFound(f"worker {inp.worker_id} not found")
+        if inp.approve_return:
+            self._health_changed(self.health.approve_return(inp.worker_id))
+            return
         self._health_changed(self.health.cordon(inp.worker_id, inp.on, inp.force))
         if not inp.on and inp.force:
             log.warning("worker %s put back in service by hand (--force), over its verdict", inp.worker_id)

@@ -72,6 +72,7 @@ class Cordon:
     worker_id: str
     on: bool
     force: bool = False
+    approve_return: bool = False  # a person lets a repeat offender back after a pass (HealthBook.approve_return)
 
 
 @dataclass(slots=True)

@@ -41,6 +41,10 @@ class FleetHealth:
         """Quarantine a connected or remembered worker by hand, or lift it (NotFound if unknown)."""
         return self.core.cordon(worker_id, on, force)
 
+    def approve_return(self, worker_id: str) -> pb.WorkerInfo:
+        """Let a repeat offender back after a pass (FailedPrecondition otherwise; NotFound if unknown)."""
+        return self.core.approve_return(worker_id)
+
     def all_workers(self) -> list[pb.WorkerInfo]:
         """Every worker the coordinator lists (all pages; list_workers fills in their health)."""
         return [w for page in self._pages(PAGE_MAX) for w in page]

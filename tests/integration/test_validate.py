@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from cluster import Cluster, ringleader_cmd
-from test_hooks import Receiver
+from webhook_receiver import Receiver
 
 pytestmark = pytest.mark.integration
 

@@ -291,14 +291,9 @@ class Coordinator:
             return pb.QUARANTINED
         return conn.state
 
-    def cordon(self, worker_id: str, on: bool, force: bool = False) -> pb.WorkerInfo:
+    def cordon(self, worker_id: str, on: bool, force: bool = False, approve_return: bool = False) -> pb.WorkerInfo:
         """Keep user jobs off a worker (on), or let them back (off; one whose latest verdict
-        failed is rechecked first, unless `force`), by id (also one that is not connected now).
-        A job whose placement.worker_ids names it still runs there."""
-        self._soon(Cordon(worker_id, on, force))
-        return self.fleet.info(worker_id)
-
-    def approve_return(self, worker_id: str) -> pb.WorkerInfo:
-        """Let a repeat offender (quarantined 3 times within 24 h) back after it passed."""
-        self._soon(Cordon(worker_id, False, approve_return=True))
+        failed is rechecked first, unless `force`; `approve_return`: a repeat offender that passed),
+        by id (also one that is not connected now). A job whose placement.worker_ids names it still runs there."""
+        self._soon(Cordon(worker_id, on, force, approve_return))
         return self.fleet.info(worker_id)

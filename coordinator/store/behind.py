@@ -33,7 +33,6 @@ from coordinator.store.api import job_op
 from coordinator.store.memory import MemoryJobStore, _copy
 from coordinator.store.behind_fleet import BehindFleet
 from coordinator.store.behind_trends import BehindTrends
-from coordinator.store.hook_log import BehindHookLog
 from coordinator.store.group_writer import GroupWriter, Op, Share
 from coordinator.store.seen import Seen
 from coordinator.store.sqlite import SqliteJobStore
@@ -46,7 +45,7 @@ HOT_FINISHED = 10_000  # finished jobs kept in memory (once durable) before the 
 ABSENT_MAX = 10_000  # ids and request ids the database was asked about and does not have
 
 
-class WriteBehindStore(BehindHookLog, BehindFleet, BehindTrends, MemoryJobStore):
+class WriteBehindStore(BehindFleet, BehindTrends, MemoryJobStore):
     """`record`: the database's reads (an SqliteJobStore, or one on PostgreSQL), never deferred;
     `open_writer()`: the writer, opened once the record has migrated the schema."""
 

@@ -21,11 +21,10 @@ from typing import Callable, Iterable, Iterator
 
 from coordinator.store.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
 from coordinator.store.resident import Resident
-from coordinator.store.hook_log import SqliteHookLog
 from coordinator.store.schema import MIGRATIONS
 from coordinator.store.seen import Seen
 from coordinator.store.sqlite_checkpoint import Checkpoints
-from coordinator.store.sqlite_health import SqliteBaselines, SqliteCredentials, SqliteWorkerHealth
+from coordinator.store.sqlite_health import SqliteBaselines, SqliteCredentials, SqliteHookLog, SqliteWorkerHealth
 from coordinator.store.sqlite_trends import SqliteTrends
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound

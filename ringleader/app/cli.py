@@ -123,6 +123,8 @@ def _add_servers(sub) -> None:
     c.add_argument("--k8s-taint-nodes", action="store_true",
                    help="in Kubernetes: label and taint (NoSchedule) the Node of a failed worker, "
                         "untaint it when healthy (needs deploy/k8s/components/node-taints)")
+    c.add_argument("--k8s-taint-devices", action="store_true", help="in Kubernetes with NVIDIA's DRA driver: a failed "
+                   "GPU gets a DeviceTaintRule, its node a taint only when all its workers failed (components/device-taints)")
     c.add_argument("--webhook", action=argtypes.Extend, type=argtypes.url_list, default=[], metavar="URL",
                    help="remediation hook: POST each worker's verdict change there as a CloudEvents JSON event, "
                         "retried with backoff (repeatable, or URLs separated by commas; docs/hooks.md)")

@@ -54,6 +54,7 @@ class CoordinatorConfig:
     insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
     check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
     k8s_taint_nodes: bool = False  # taint the Kubernetes Node of a failed worker (--k8s-taint-nodes)
+    k8s_taint_devices: bool = False  # taint a failed GPU's DRA device, its node only host-wide (--k8s-taint-devices)
     quarantine_max_share: float = 0.1  # the circuit breaker's share of a GPU model (--quarantine-max-share)
     webhook: list[str] = field(default_factory=list)  # remediation hooks' URLs (--webhook)
     k8s_token_review: bool = False  # worker pods' tokens vouch for their node's ids (--k8s-token-review)
@@ -117,7 +118,9 @@ class RunningCoordinator:
         if lease is not None:  # several coordinators on PostgreSQL: writes only while leading
             self.store.fence_with(lease)  # type: ignore[attr-defined]
         # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/health/k8s_taint.py).
-        self.tainter = NodeTainter() if config.k8s_taint_nodes else None
+        # With --k8s-taint-devices a failed GPU's DRA device is tainted, its node only host-wide.
+        self.tainter = NodeTainter(devices=config.k8s_taint_devices, host_workers=lambda host: self.core.fleet.on_host(host)) \
+            if config.k8s_taint_nodes or config.k8s_taint_devices else None
         # Verdict changes to remediation hooks (coordinator/health/hooks.py): the delivery log is
         # written on the loop, the POSTs on the hooks' own threads.
         urls = list(config.webhook)

@@ -39,17 +39,17 @@ def test_a_repeat_offender_stays_out_after_its_third_quarantine_until_approved_a
     run_check(core, ws, bad={"w1"})
     assert book.get("w1").validate_needs_approval
     with pytest.raises(FailedPrecondition, match="validate --workers w1"):
-        core.approve_return("w1")  # not before a pass
+        core.fleet.approve_return("w1")  # not before a pass
     run_check(core, ws, bad=set())
     h = book.get("w1")
     assert h.verdict == pb.HEALTHY and book.quarantined("w1") and listed(core, "w1") == pb.QUARANTINED
     job = core.submit(spec(3)).id  # user work waits rather than run on it
     assert core.get(job).state == pb.QUEUED
-    info = core.approve_return("w1")
+    info = core.fleet.approve_return("w1")
     assert not info.health.validate_needs_approval and not book.quarantined("w1")
     assert core.get(job).state == pb.RUNNING and sorted(placed(core, job)) == ["w0", "w1", "w2"]
     with pytest.raises(FailedPrecondition, match="needs no approval"):
-        core.approve_return("w1")
+        core.fleet.approve_return("w1")
     # The other workers were never counted.
     assert not book.get("w0").validate_quarantined_at and not book.get("w2").validate_needs_approval
 

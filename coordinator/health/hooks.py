@@ -86,7 +86,8 @@ class HookSender:
     def __init__(self, urls: Iterable[str], persist: Persist, log_so_far: Iterable[pb.HooksDelivery] = (),
                  source: str = "ringleader", attempts: int = ATTEMPTS, backoff_s: float = BACKOFF_S,
                  backoff_max_s: float = BACKOFF_MAX_S, timeout_s: float = TIMEOUT_S,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, start: bool = True) -> None:
+        """`start`: send at once (else on `start()`, once `persist` can write)."""
         self.urls = [check_url(u) for u in dict.fromkeys(urls)]
         if attempts < 1:
             raise ValueError(f"hook attempts must be at least 1, got {attempts}")
@@ -106,6 +107,10 @@ class HookSender:
             self._queues[d.url].put(_copy(d))
         self._threads = [threading.Thread(target=self._run, args=(u,), name=f"hook-{i}", daemon=True)
                          for i, u in enumerate(self.urls)]
+        if start:
+            self.start()
+
+    def start(self) -> None:
         for t in self._threads:
             t.start()
 
@@ -132,7 +137,8 @@ class HookSender:
         for q in self._queues.values():
             q.put(None)
         for t in self._threads:
-            t.join(timeout_s)
+            if t.is_alive():
+                t.join(timeout_s)
 
     def _record(self, d: pb.HooksDelivery) -> None:
         try:

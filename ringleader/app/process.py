@@ -125,7 +125,7 @@ class RunningCoordinator:
         # written on the loop, the POSTs on the hooks' own threads.
         urls = list(config.webhook)
         self.hooks = HookSender(urls, self._log_delivery, log_so_far=self.store.hook_deliveries(),
-                                source=f"//ringleader/{socket.gethostname()}") if urls else None
+                                source=f"//ringleader/{socket.gethostname()}", start=False) if urls else None
         self._loop: asyncio.AbstractEventLoop | None = None
         observers = [o.observe for o in (self.tainter, self.hooks) if o is not None]
         self.core = Coordinator(self.store, timings_of(config), health_observers=observers,
@@ -169,6 +169,8 @@ class RunningCoordinator:
 
     async def _start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if self.hooks:
+            self.hooks.start()  # its log is written by this loop from here
         sec = self.config.security
         access = Access(sec.users_token, sec.workers_token)
         await self.core.start()

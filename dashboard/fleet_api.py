@@ -17,12 +17,14 @@ from dashboard.api import BUSY, JSON, UNPARSEABLE, Route, domain_errors
 from dashboard.schemas import Error, WorkerInfo, proto_model
 from dashboard.spec_in import proto_input_model
 from ringleader import checks, jobspec, kinds
+from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
 CheckKind = Literal[checks.KINDS]  # type: ignore[valid-type]
 WorkerId = Annotated[str, Path(max_length=jobspec.MAX_TEXT)]
 RunCheckAnswer = proto_model(pb.RunCheckResponse.DESCRIPTOR)
+HooksLogAnswer = proto_model(pb.HooksLogResponse.DESCRIPTOR)
 U32 = 0xFFFFFFFF  # the proto's uint32 fields: larger would fail to convert (a 500, not a 422)
 UNKNOWN_WORKER = {404: {"model": Error, "description": "No worker with this id"}}
 
@@ -112,6 +114,22 @@ def router(core: Coordinator) -> APIRouter:
     for action in ("cordon", "uncordon"):
         _cordon_route(r, core, action)
     _kind_routes(r, core)
+
+    @r.post("/workers/{worker_id}/approve-return", tags=["workers"], operation_id="approveWorkerReturn",
+            response_model=WorkerInfo, responses={**UNKNOWN_WORKER, 409: {"model": Error, "description":
+                                                  "It needs no approval, or has not passed since its quarantine"}},
+            summary="Let a worker quarantined 3 times within 24 h back, after a passed validation")
+    async def approve_return(worker_id: WorkerId) -> Response:
+        with domain_errors():
+            info = core.fleet.approve_return(worker_id)
+        await core.durable(at_once=True)
+        return JSON(to_json(info))
+
+    @r.get("/hooks/log", tags=["workers"], operation_id="getHooksLog", response_model=HooksLogAnswer,
+           summary="The remediation hooks' delivery log, newest first (docs/hooks.md)")
+    async def hooks_log(limit: Annotated[int, Query(ge=0, le=PAGE_MAX, description="0: the default page")] = 0
+                        ) -> Response:
+        return JSON(to_json(pb.HooksLogResponse(deliveries=core.store.hook_deliveries(limit or PAGE_DEFAULT))))
 
     @r.get("/fleet/health", tags=["workers"], operation_id="getFleetHealth", response_model=FleetHealth,
            summary="The fleet's health: counts per verdict, the quarantined, who needs attention")

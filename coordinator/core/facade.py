@@ -292,9 +292,9 @@ class Coordinator:
             return pb.QUARANTINED
         return conn.state
 
-    def cordon(self, worker_id: str, on: bool, force: bool = False) -> pb.WorkerInfo:
+    def cordon(self, worker_id: str, on: bool, force: bool = False, approve_return: bool = False) -> pb.WorkerInfo:
         """Keep user jobs off a worker (on), or let them back (off; one whose latest verdict
-        failed is rechecked first, unless `force`), by id (also one that is not connected now).
-        A job whose placement.worker_ids names it still runs there."""
-        self._soon(Cordon(worker_id, on, force))
+        failed is rechecked first, unless `force`; `approve_return`: a repeat offender that passed),
+        by id (also one that is not connected now). A job whose placement.worker_ids names it still runs there."""
+        self._soon(Cordon(worker_id, on, force, approve_return))
         return self.fleet.info(worker_id)

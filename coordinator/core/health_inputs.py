@@ -38,6 +38,9 @@ class HealthProtocol:
         check_text("worker_id", inp.worker_id)
         if self.workers.get(inp.worker_id) is None and inp.worker_id not in self.health.known():
             raise NotFound(f"worker {inp.worker_id} not found")
+        if inp.approve_return:
+            self._health_changed(self.health.approve_return(inp.worker_id))
+            return
         self._health_changed(self.health.cordon(inp.worker_id, inp.on, inp.force))
         if not inp.on and inp.force:
             log.warning("worker %s put back in service by hand (--force), over its verdict", inp.worker_id)
@@ -48,7 +51,9 @@ class HealthProtocol:
         if not found:
             return
         model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
+        before = {w: _verdict_of(self.health.get(w)) for w in found}
         self._health_changed(self.health.record(found, model_of))
+        self._verdict_changed(before)
         for worker_id in found:  # a verdict changes which workers the scheduler prefers
             if (conn := self.workers.get(worker_id)) is not None and conn.connected:
                 self._index(conn)
@@ -72,9 +77,11 @@ class HealthProtocol:
         if fired == before or (before is None and not fired and self.health.get(worker_id).check != "telemetry"):
             return
         model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
+        before = {worker_id: _verdict_of(self.health.get(worker_id))}
         verdict = {worker_id: telemetry_rules.health(found, self.health.clock())}
         self._health_changed(self.health.record(verdict, model_of))
         self._observed(verdict)
+        self._verdict_changed(before)
         if (conn := self.workers.get(worker_id)) is not None and conn.connected:
             self._index(conn)  # a verdict changes which workers the scheduler prefers
 
@@ -87,8 +94,10 @@ class HealthProtocol:
             return
         log.warning("worker %s: %s", worker_id, found.figure)
         model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
+        before = {worker_id: _verdict_of(self.health.get(worker_id))}
         self._health_changed(self.health.record({worker_id: found}, model_of))
         self._observed({worker_id: found})
+        self._verdict_changed(before)
         if (conn := self.workers.get(worker_id)) is not None and conn.connected:
             self._index(conn)  # a verdict changes which workers the scheduler prefers
 
@@ -109,6 +118,14 @@ class HealthProtocol:
                 self._index(conn)
                 self._dirty = True  # a worker left or rejoined the pool user jobs draw from
             self._out.health.append(worker_id)
+
+    def _verdict_changed(self, before: dict[str, tuple]) -> None:
+        """List in `Out.health` the workers whose verdict changed without a quarantine change (a
+        first pass, a suspect, a failure the circuit breaker held), for observers such as the
+        remediation hooks (coordinator/health/hooks.py)."""
+        for worker_id, was in before.items():
+            if _verdict_of(self.health.get(worker_id)) != was and worker_id not in self._out.health:
+                self._out.health.append(worker_id)
 
     # ---- preflight: certify the gang the placement pass picked, then start the job ---------
 
@@ -168,3 +185,7 @@ class HealthProtocol:
                     f"{', '.join(failed or doubtful)} {'failed' if failed else 'suspect'}" if failed or doubtful
                     else f"check {check.id} {check.job.reason}")
         self._enqueue(q)  # the placement pass at the end of this input picks another gang
+
+
+def _verdict_of(h: pb.WorkerHealth) -> tuple:
+    return h.verdict, h.breaker_held

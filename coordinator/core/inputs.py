@@ -72,6 +72,7 @@ class Cordon:
     worker_id: str
     on: bool
     force: bool = False
+    approve_return: bool = False  # a person lets a repeat offender back after a pass (HealthBook.approve_return)
 
 
 @dataclass(slots=True)
@@ -110,8 +111,8 @@ CLOSE = None  # sent in place of a message: end the worker's stream
 @dataclass(slots=True)
 class Out:
     """What one input did: `sends` in order ((conn, message), or (conn, CLOSE) to end a stream),
-    the job events it recorded or published, the workers whose quarantine changed (`health`:
-    for observers such as the Kubernetes tainter, told after the input), alerts for an operator
+    the job events it recorded or published, the workers whose quarantine or verdict changed
+    (`health`: for observers such as the Kubernetes tainter and the hooks, told after the input), alerts for an operator
     (the circuit breaker held a quarantine back), and what a call returns (`job`, `conn`)."""
 
     sends: list[tuple[WorkerConn, wpb.CoordinatorMessage | None]] = field(default_factory=list)

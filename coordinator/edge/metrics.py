@@ -33,7 +33,7 @@ from coordinator.edge.fleet_metrics import FleetHealthCollector
 from coordinator.edge.rpc_metrics import RpcMetricsInterceptor
 from coordinator.edge.trend_metrics import TrendCollector
 from coordinator.edge.load_metrics import LoadCollector
-from ringleader import __version__, states
+from ringleader import __version__, checks, states
 from ringleader.v1 import jobs_pb2 as pb
 
 T = TypeVar("T")
@@ -167,8 +167,13 @@ class CoordinatorMetrics:
         self.job_duration = Histogram("ringleader_job_duration_seconds",
                                       "Time from start to end of jobs that ran, by final state",
                                       ["state"], buckets=JOB_DURATION_BUCKETS, registry=r)
+        self.check_duration = Histogram("ringleader_check_duration_seconds",
+                                        "Time from start to end of fleet health check jobs, by check kind and final state",
+                                        ["kind", "state"], buckets=JOB_DURATION_BUCKETS, registry=r)
         for s in FINAL_STATES:
             self.jobs_finished.labels(_state_name(s))
+            for check in checks.KINDS:  # every series from the start: a board's panel is never empty
+                self.check_duration.labels(check, _state_name(s))
         for warm in ("true", "false"):
             self.jobs_started.labels(warm)
 
@@ -212,6 +217,9 @@ class CoordinatorMetrics:
             self.jobs_finished.labels(name).inc()
             if job.started_at and job.finished_at:  # jobs cancelled while queued never ran
                 self.job_duration.labels(name).observe(max(0.0, job.finished_at - job.started_at))
+                check = job.spec.WhichOneof("kind")
+                if check in checks.KINDS:  # a bounded label: the check kinds of the kind table
+                    self.check_duration.labels(check, name).observe(max(0.0, job.finished_at - job.started_at))
 
     def _on_result(self, r: pb.SizeResult) -> None:
         labels = (r.op, r.dtype, str(r.world_size), size_bucket(r.size_bytes))

@@ -19,6 +19,7 @@ from coordinator.edge import identity
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.core.facade import Coordinator
 from coordinator.health.sweeper import run_check
+from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
 from ringleader.errors import Overloaded, RingleaderError, answer
 from ringleader.grpc_options import RETRY_AFTER
 from ringleader.v1 import jobs_pb2 as pb
@@ -111,6 +112,14 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     @guarded()
     def ApproveWorker(self, request, context):
         return self.identities.approve_reclaim(self.c.workers, request.worker_id)
+
+    @guarded(durable=True)
+    def ApproveWorkerReturn(self, request, context):
+        return self.c.fleet.approve_return(request.worker_id)
+
+    @guarded()
+    def HooksLog(self, request, context):
+        return pb.HooksLogResponse(deliveries=self.c.store.hook_deliveries(min(request.limit or PAGE_DEFAULT, PAGE_MAX)))
 
     @guarded(adds_work=True)
     async def RunCheck(self, request, context):

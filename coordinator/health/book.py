@@ -18,6 +18,10 @@ does), so an operator can adopt fleet health on a live fleet and compare what it
 The circuit breaker: automatic quarantine never takes more than `max_share` of one GPU model's
 workers (at least one). A failed verdict beyond that share is recorded with `breaker_held` set:
 the worker stays in service and `held_ids` names it for an operator, who decides (cordon).
+
+Repeat offenders: a worker whose automatic quarantine began REPEAT_LIMIT times within
+REPEAT_WINDOW_S stays out (`validate_needs_approval`) whatever later checks say, until a person
+approves its return after a pass (`approve_return`; `ringleader workers approve-return ID`).
 """
 
 from __future__ import annotations
@@ -30,18 +34,21 @@ from typing import Callable, Mapping
 from coordinator.health.crashes import CHECK as CRASH, CrashLog
 from coordinator.store.api import JobStore
 from ringleader import checks
+from ringleader.errors import FailedPrecondition
 from ringleader.v1 import jobs_pb2 as pb
 
 RECHECK_MIN_S = 60.0
 RECHECK_MAX_S = 3600.0
 DEFAULT_MAX_SHARE = 0.10
 ALSO_MAX = 512  # characters of other checks' standing findings kept beside a verdict
+REPEAT_LIMIT = 3  # automatic quarantines within REPEAT_WINDOW_S that keep a worker out until approved
+REPEAT_WINDOW_S = 24 * 3600.0
 
 Change = tuple[str, bool]  # (worker id, quarantined now)
 
 
 def quarantined(h: pb.WorkerHealth) -> bool:
-    return h.cordoned or (h.verdict == pb.UNHEALTHY and not h.breaker_held)
+    return h.cordoned or h.validate_needs_approval or (h.verdict == pb.UNHEALTHY and not h.breaker_held)
 
 
 class HealthBook:
@@ -188,7 +195,35 @@ class HealthBook:
         waiting = [(h.recheck_at, w) for w, h in self._by_worker.items() if 0 < h.recheck_at <= now and not h.cordoned]
         return [w for _, w in sorted(waiting)]
 
-    def _put(self, worker_id: str, old: pb.WorkerHealth, new: pb.WorkerHealth) -> list[Change]:
+    def approve_return(self, worker_id: str) -> list[Change]:
+        """A person lets a repeat offender back, once it passed: FailedPrecondition if it needs no
+        approval or its latest verdict is not a pass. Its quarantines stay counted."""
+        old = self.get(worker_id)
+        if not old.validate_needs_approval:
+            raise FailedPrecondition(f"worker {worker_id} needs no approval to return")
+        if old.verdict != pb.HEALTHY:
+            raise FailedPrecondition(
+                f"worker {worker_id} has not passed since its last quarantine (latest: {old.check} "
+                f"{pb.Verdict.Name(old.verdict)}): run `ringleader validate --workers {worker_id}` first")
+        new = _copy(old)
+        new.validate_needs_approval = False
+        return self._put(worker_id, old, new, approved=True)
+
+    def _repeats(self, old: pb.WorkerHealth, new: pb.WorkerHealth, approved: bool) -> None:
+        """Carry the worker's recent automatic quarantines into `new`, count one that begins now,
+        and keep it out from the REPEAT_LIMIT-th on (until approved)."""
+        now = self.clock()
+        recent = [t for t in old.validate_quarantined_at if t > now - REPEAT_WINDOW_S]
+        new.validate_needs_approval = old.validate_needs_approval and not approved
+        failed = new.verdict == pb.UNHEALTHY and not new.breaker_held
+        if failed and not (old.verdict == pb.UNHEALTHY and not old.breaker_held):
+            recent.append(now)
+            new.validate_needs_approval = new.validate_needs_approval or len(recent) >= REPEAT_LIMIT
+        del new.validate_quarantined_at[:]
+        new.validate_quarantined_at.extend(recent)
+
+    def _put(self, worker_id: str, old: pb.WorkerHealth, new: pb.WorkerHealth, approved: bool = False) -> list[Change]:
+        self._repeats(old, new, approved)
         self._by_worker[worker_id] = new
         self.store.set_worker_health(worker_id, new)
         return [(worker_id, self._held(new))] if self._held(new) != self._held(old) else []

@@ -13,15 +13,17 @@ import asyncio
 import logging
 from typing import Callable, Iterable, Iterator
 
+from coordinator.core.registry import encode_token
 from coordinator.health.book import HealthBook
 from ringleader.defaults import PAGE_MAX
 from ringleader.v1 import jobs_pb2 as pb
 
 log = logging.getLogger("ringleader.coordinator")
 
+HOST_MAX = 64  # workers of one host looked at (a host has 8 GPUs; a CPU test bed a few more)
 PAGE_SMALL = 250  # workers listed per turn of the loop by all_workers_paced (about 2-5 ms of it)
 
-# Told of each quarantine change: the worker (its host when connected, its health), after the change.
+# Told of each quarantine or verdict change: the worker (its host when connected, its health), after the change.
 Observer = Callable[[pb.WorkerInfo], None]
 
 
@@ -40,6 +42,16 @@ class FleetHealth:
     def cordon(self, worker_id: str, on: bool, force: bool = False) -> pb.WorkerInfo:
         """Quarantine a connected or remembered worker by hand, or lift it (NotFound if unknown)."""
         return self.core.cordon(worker_id, on, force)
+
+    def approve_return(self, worker_id: str) -> pb.WorkerInfo:
+        """Let a repeat offender back after a pass (FailedPrecondition otherwise; NotFound if unknown)."""
+        return self.core.cordon(worker_id, False, approve_return=True)
+
+    def on_host(self, host: str) -> list[pb.WorkerInfo]:
+        """The workers listed on one host (a page from its place in the listing order, not a
+        listing of the fleet)."""
+        page = self.core.list_workers(limit=HOST_MAX, page_token=encode_token((host, -1, "")))
+        return [w for w in page.workers if w.host == host]
 
     def all_workers(self) -> list[pb.WorkerInfo]:
         """Every worker the coordinator lists (all pages; list_workers fills in their health)."""

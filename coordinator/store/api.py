@@ -53,6 +53,9 @@ class JobStore(abc.ABC):
     - `put_baseline` stores a baseline entry (coordinator/health/baselines.py), replacing the one of the
       same key; `baseline(key)` returns it (None if none); `baselines()` returns all, by key
       (`baselines(after, limit)`: a page of them, after a key).
+    - `put_hook_delivery` stores a remediation hook's delivery (coordinator/health/hooks.py),
+      replacing the one of the same event id and URL; `hook_deliveries(limit)` returns them newest
+      first (by first_at; `limit` 0: all).
     - `add_trend` records one result row's busbw under its baseline key (coordinator/store/trends.py),
       for the fleet and for each host of the point; `trend(query)` returns the buckets of the
       query's step in [since, until) matching its filters (host "": the fleet), ordered by key
@@ -139,6 +142,12 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def baselines(self, after: str = "", limit: int = 0) -> list[pb.BaselineEntry]:
         """By key: those after the key `after` ("": from the first), at most `limit` (0: all)."""
+
+    @abc.abstractmethod
+    def put_hook_delivery(self, delivery: pb.HooksDelivery) -> None: ...
+
+    @abc.abstractmethod
+    def hook_deliveries(self, limit: int = 0) -> list[pb.HooksDelivery]: ...
 
     @abc.abstractmethod
     def add_trend(self, point: TrendPoint) -> None: ...

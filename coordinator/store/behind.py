@@ -76,6 +76,7 @@ class WriteBehindStore(BehindFleet, BehindTrends, MemoryJobStore):
         self._health = r.worker_health()
         self._credentials = r.worker_credentials()
         self._baselines = {e.key: e for e in r.baselines()}
+        self._hook_log = {(d.event_id, d.url): d for d in r.hook_deliveries()}
         for request_id in r.request_ids():
             self._seen.add(request_id)
 

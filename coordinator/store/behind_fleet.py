@@ -1,14 +1,15 @@
 """A write-behind store's (coordinator/store/behind.py) fleet tables: worker verdicts,
-credentials and baselines answered from memory and written with the group, as its jobs are (its
+credentials, baselines and the hooks' delivery log (BehindHookLog) answered from memory and written with the group, as its jobs are (its
 bandwidth trends: coordinator/store/behind_trends.py). A mixin of WriteBehindStore, which
 provides _mem, _write and _written."""
 
 from __future__ import annotations
 
+from coordinator.store.hook_log import BehindHookLog
 from ringleader.v1 import jobs_pb2 as pb
 
 
-class BehindFleet:
+class BehindFleet(BehindHookLog):
     def set_worker_health(self, worker_id: str, health: pb.WorkerHealth) -> None:
         with self._mem:  # type: ignore[attr-defined]
             super().set_worker_health(worker_id, health)

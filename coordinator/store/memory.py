@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from coordinator.store.api import UNFINISHED, JobStore, apply_update, job_op, store_limit
+from coordinator.store.hook_log import MemoryHookLog
 from coordinator.store.trends import MemoryTrends
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
@@ -19,7 +20,7 @@ def _copy(msg):
     return out
 
 
-class MemoryJobStore(MemoryTrends, JobStore):
+class MemoryJobStore(MemoryHookLog, MemoryTrends, JobStore):
     def __init__(self) -> None:
         self._seq = 0  # submission counter: order of `create` calls
         self._order: dict[str, int] = {}

@@ -29,6 +29,7 @@ UPSERT_KEYS = {
     "worker_credentials": ("worker_id",),
     "worker_health": ("worker_id",),
     "baselines": ("key",),
+    "hook_deliveries": ("event_id", "url"),
 }
 _DDL = [
     (re.compile(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b"), "BIGSERIAL PRIMARY KEY"),

@@ -95,4 +95,16 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         "CREATE INDEX IF NOT EXISTS trend_hours_by_time ON trend_hours (host, hour)",
     ],
+    [
+        # The remediation hooks' delivery log (coordinator/store/hook_log.py): one serialized
+        # pb.HooksDelivery per event and webhook URL. IF NOT EXISTS: stands alone whatever other
+        # migrations are merged beside it.
+        """CREATE TABLE IF NOT EXISTS hook_deliveries (
+            event_id TEXT NOT NULL,
+            url TEXT NOT NULL,
+            first_at REAL NOT NULL,
+            blob BLOB NOT NULL,
+            PRIMARY KEY (event_id, url)
+        ) WITHOUT ROWID""",
+    ],
 ]

@@ -24,14 +24,14 @@ from coordinator.store.resident import Resident
 from coordinator.store.schema import MIGRATIONS
 from coordinator.store.seen import Seen
 from coordinator.store.sqlite_checkpoint import Checkpoints
-from coordinator.store.sqlite_health import SqliteBaselines, SqliteCredentials, SqliteWorkerHealth
+from coordinator.store.sqlite_health import SqliteBaselines, SqliteCredentials, SqliteHookLog, SqliteWorkerHealth
 from coordinator.store.sqlite_trends import SqliteTrends
 from ringleader.defaults import PAGE_DEFAULT
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
 
-class SqliteJobStore(SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, SqliteTrends, JobStore):
+class SqliteJobStore(SqliteHookLog, SqliteBaselines, SqliteWorkerHealth, SqliteCredentials, SqliteTrends, JobStore):
     _requests_seen: Seen | None = None  # the request ids stored (one writer a file), loaded at the first ask
 
     def __init__(self, path: str | Path) -> None:

@@ -5,6 +5,7 @@ credentials (one digest per worker id, answered from memory)."""
 
 from __future__ import annotations
 
+from coordinator.store.hook_log import SqliteHookLog  # noqa: F401 - with the other fleet tables, for sqlite.py
 from ringleader.v1 import jobs_pb2 as pb
 
 

@@ -114,3 +114,16 @@ def output(text: str) -> str:
         raise argparse.ArgumentTypeError(f"expected {', '.join(OUTPUTS)}, got {text!r} "
                                          "(-o is the output format here; nccl-tests' -o, the reduce op, is --reduce-op)")
     return text
+
+
+def url_list(text: str) -> list[str]:
+    """URLs separated by commas (a flag given once, or its RINGLEADER_* variable)."""
+    return [u.strip() for u in text.split(",") if u.strip()]
+
+
+class Extend(argparse._StoreAction):
+    """A repeatable option that its variable can set too (a store action, so ringleader/app/config.py
+    gives it one): each use adds its list (the option's `type` returns one) to the earlier ones."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), *values])

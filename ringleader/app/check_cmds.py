@@ -25,7 +25,7 @@ from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
-ACTIONS = ("cordon", "uncordon", "approve")
+ACTIONS = ("cordon", "uncordon", "approve", "approve-return")
 DOCS = ("table", "json", "yaml")  # what check and cordon print: no wide form
 
 
@@ -44,9 +44,10 @@ def add_commands(sub, talker, client_options) -> None:
     w = sub.choices["workers"]
     # Checked in run(), not by argparse: an optional positional with choices trips argparse when
     # ringleader/app/config.py re-parses with every default suppressed.
-    w.add_argument("action", nargs="?", metavar="{cordon,uncordon,approve}", help="cordon: keep the worker out of "
-                   "user jobs; uncordon: put it back; approve: let a daemon that lost its secret (a replaced pod, "
-                   "a lost --state-dir) re-claim the id at its next registration")
+    w.add_argument("action", nargs="?", metavar="{cordon,uncordon,approve,approve-return}", help="cordon: keep the "
+                   "worker out of user jobs; uncordon: put it back; approve: let a daemon that lost its secret (a "
+                   "replaced pod, a lost --state-dir) re-claim the id at its next registration; approve-return: let "
+                   "a worker quarantined 3 times within 24 h back, after it passed `ringleader validate`")
     w.add_argument("worker_id", nargs="?", default="", help="the worker to cordon, uncordon or approve")
     w.add_argument("--force", action="store_true", help="uncordon: put back a worker whose latest verdict failed, "
                    "without the recheck it otherwise gets first")
@@ -68,6 +69,11 @@ def run(a: argparse.Namespace) -> int:
                 print(dump(times(to_json(ok)), a.output) if a.output in DOCS[1:] else
                       f"{ok.worker_id}: its next registration within {ok.expires_in_s:.0f} s re-claims the id "
                       "with a new secret")
+                return 0
+            if a.action == "approve-return":
+                info = client.approve_return(a.worker_id)
+                print(dump(times(to_json(info)), a.output) if a.output in DOCS[1:] else
+                      health_line(info) + "\nback in service: approved after a passed validation")
                 return 0
             force = a.action == "uncordon" and getattr(a, "force", False)
             info = client.cordon(a.worker_id, on=a.action == "cordon", force=force)

@@ -24,7 +24,7 @@ import grpc
 
 from ringleader import __version__, defaults, kinds
 from ringleader.app import (argtypes, baseline_cmds, check_cmds, commands, completion, config, coordinator_flags, hints,
-                            k8s_secrets, security_flags, submit_args)
+                            k8s_secrets, security_flags, submit_args, validate_cmds)
 from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
@@ -123,6 +123,11 @@ def _add_servers(sub) -> None:
     c.add_argument("--k8s-taint-nodes", action="store_true",
                    help="in Kubernetes: label and taint (NoSchedule) the Node of a failed worker, "
                         "untaint it when healthy (needs deploy/k8s/components/node-taints)")
+    c.add_argument("--k8s-taint-devices", action="store_true", help="in Kubernetes with NVIDIA's DRA driver: a failed "
+                   "GPU gets a DeviceTaintRule, its node a taint only when all its workers failed (components/device-taints)")
+    c.add_argument("--webhook", action=argtypes.Extend, type=argtypes.url_list, default=[], metavar="URL",
+                   help="remediation hook: POST each worker's verdict change there as a CloudEvents JSON event, "
+                        "retried with backoff (repeatable, or URLs separated by commas; docs/hooks.md)")
     c.add_argument("--k8s-token-review", action="store_true",
                    help="in Kubernetes: a worker pod's ServiceAccount token naming its node lets a replaced pod "
                         "re-claim that node's worker ids, checked with TokenReview (deploy/k8s/components/k8s-identity)")
@@ -176,6 +181,7 @@ def _add_clients(sub) -> None:
     security_flags.add_certs_command(sub)
     k8s_secrets.add_flag(sub.choices["certs"])
     baseline_cmds.add_parsers(sub, _talker, _client_options)
+    validate_cmds.add_commands(sub, _talker, _client_options)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -244,6 +250,8 @@ def _run(a, settings: config.Settings) -> int:
         return 0
     if a.command in baseline_cmds.COMMANDS:
         return baseline_cmds.run(a)
+    if a.command in validate_cmds.COMMANDS:
+        return validate_cmds.run(a)
     return check_cmds.run(a) if check_cmds.handles(a) else commands.run_client_command(a)
 
 

@@ -104,6 +104,13 @@ class Client:
         return self._stub.ApproveWorker(pb.ApproveWorkerRequest(worker_id=worker_id), timeout=self.timeout,
                                         metadata=self._auth)
 
+    def approve_return(self, worker_id: str) -> pb.WorkerInfo:
+        return self._stub.ApproveWorkerReturn(pb.ValidateApproveReturnRequest(worker_id=worker_id),
+                                              timeout=self.timeout, metadata=self._auth)
+
+    def hooks_log(self, limit: int = 0) -> pb.HooksLogResponse:
+        return self._stub.HooksLog(pb.HooksLogRequest(limit=limit), timeout=self.timeout, metadata=self._auth)
+
     def run_check(self, request: pb.RunCheckRequest) -> pb.RunCheckResponse:
         """Fleet checks; with request.wait, the call lasts until they finish (or its timeout_s)."""
         timeout = self.timeout + ((request.timeout_s or 300.0) if request.wait else 0.0)

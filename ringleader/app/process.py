@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from coordinator.edge.auth import Access, AuthInterceptor
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.k8s_identity import TokenReviewer
+from coordinator.health.hooks import HookSender
 from coordinator.health.k8s_taint import NodeTainter
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.relay import settings_env
@@ -52,8 +54,10 @@ class CoordinatorConfig:
     insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
     check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
     k8s_taint_nodes: bool = False  # taint the Kubernetes Node of a failed worker (--k8s-taint-nodes)
+    k8s_taint_devices: bool = False  # taint a failed GPU's DRA device, its node only host-wide (--k8s-taint-devices)
     quarantine_max_share: float = 0.1  # the circuit breaker's share of a GPU model (--quarantine-max-share)
     health_observe: bool = False  # verdicts, alerts and metrics, but no quarantine or taint (--health-observe)
+    webhook: list[str] = field(default_factory=list)  # remediation hooks' URLs (--webhook)
     k8s_token_review: bool = False  # worker pods' tokens vouch for their node's ids (--k8s-token-review)
     lease_ttl: float = 5.0  # on PostgreSQL: seconds a leader's lease lasts unrenewed (--lease-ttl)
     advertise_address: str = ""  # on PostgreSQL: the address standbys name as the leader's (--advertise-address)
@@ -115,11 +119,21 @@ class RunningCoordinator:
         if lease is not None:  # several coordinators on PostgreSQL: writes only while leading
             self.store.fence_with(lease)  # type: ignore[attr-defined]
         # In Kubernetes, failed workers' Nodes are labelled and tainted (coordinator/health/k8s_taint.py).
-        self.tainter = NodeTainter() if config.k8s_taint_nodes and not config.health_observe else None
-        if config.k8s_taint_nodes and config.health_observe:
-            log.warning("--health-observe: --k8s-taint-nodes taints no node while fleet health only observes")
-        self.core = Coordinator(self.store, timings_of(config),
-                                health_observers=[self.tainter.observe] if self.tainter else [],
+        # With --k8s-taint-devices a failed GPU's DRA device is tainted, its node only host-wide.
+        # Observe mode (--health-observe) taints nothing.
+        taints = (config.k8s_taint_nodes or config.k8s_taint_devices) and not config.health_observe
+        self.tainter = NodeTainter(devices=config.k8s_taint_devices, host_workers=lambda host: self.core.fleet.on_host(host)) \
+            if taints else None
+        if (config.k8s_taint_nodes or config.k8s_taint_devices) and config.health_observe:
+            log.warning("--health-observe: --k8s-taint-nodes/--k8s-taint-devices taint nothing while fleet health only observes")
+        # Verdict changes to remediation hooks (coordinator/health/hooks.py): the delivery log is
+        # written on the loop, the POSTs on the hooks' own threads.
+        urls = list(config.webhook)
+        self.hooks = HookSender(urls, self._log_delivery, log_so_far=self.store.hook_deliveries(),
+                                source=f"//ringleader/{socket.gethostname()}", start=False) if urls else None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        observers = [o.observe for o in (self.tainter, self.hooks) if o is not None]
+        self.core = Coordinator(self.store, timings_of(config), health_observers=observers,
                                 quarantine_max_share=config.quarantine_max_share, health_observe=config.health_observe)
         self.metrics = CoordinatorMetrics(self.core)
         # The workers' credentials, shared by gRPC (registration, ApproveWorker) and REST (approve).
@@ -147,7 +161,21 @@ class RunningCoordinator:
             raise
         return self
 
+    def _log_delivery(self, d) -> None:
+        """A hook thread's delivery record, written by the loop (the store's one writer)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._write_delivery, d)
+
+    def _write_delivery(self, d) -> None:
+        try:
+            self.store.put_hook_delivery(d)
+        except Exception:  # noqa: BLE001 - a closed store or a standby's fence: the log misses one row
+            log.exception("hook delivery log: could not record %s", d.event_id)
+
     async def _start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self.hooks:
+            self.hooks.start()  # its log is written by this loop from here
         sec = self.config.security
         access = Access(sec.users_token, sec.workers_token)
         await self.core.start()
@@ -197,10 +225,14 @@ class RunningCoordinator:
             await self.http.stop()
         if self.server:
             await self.server.stop(self.config.drain_s if grace is None else grace)
+        if self.hooks:  # before the store: its last records are written by the loop
+            await asyncio.to_thread(self.hooks.close)
+            await asyncio.sleep(0)
         self.core.close()
         self.store.close()
         if self.tainter:
             await asyncio.to_thread(self.tainter.close)
+
 
     async def __aenter__(self) -> "RunningCoordinator":
         return await self.start()

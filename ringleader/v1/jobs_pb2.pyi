@@ -1955,6 +1955,8 @@ class WorkerHealth(_message.Message):
     BREAKER_HELD_FIELD_NUMBER: _builtins.int
     ALSO_FIELD_NUMBER: _builtins.int
     OBSERVE_ONLY_FIELD_NUMBER: _builtins.int
+    VALIDATE_QUARANTINED_AT_FIELD_NUMBER: _builtins.int
+    VALIDATE_NEEDS_APPROVAL_FIELD_NUMBER: _builtins.int
     verdict: Global___Verdict.ValueType
     check: _builtins.str
     """link_matrix, gpu_check, sdc_check, cordon, ..."""
@@ -1982,6 +1984,14 @@ class WorkerHealth(_message.Message):
     """UNHEALTHY, but the coordinator runs in observe mode (--health-observe): shown and alerted, it
     keeps the worker out of nothing. Set in listings, not stored.
     """
+    validate_needs_approval: _builtins.bool
+    """Quarantined 3 times within 24 h: it stays out, whatever later checks say, until a person
+    approves its return after a pass (ApproveWorkerReturn; `ringleader workers approve-return ID`).
+    """
+    @_builtins.property
+    def validate_quarantined_at(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """When automatic quarantines of this worker began (unix seconds), those of the last 24 h only."""
+
     def __init__(
         self,
         *,
@@ -1996,10 +2006,12 @@ class WorkerHealth(_message.Message):
         breaker_held: _builtins.bool = ...,
         also: _builtins.str = ...,
         observe_only: _builtins.bool = ...,
+        validate_quarantined_at: _abc.Iterable[_builtins.float] | None = ...,
+        validate_needs_approval: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "observe_only", b"observe_only", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "observe_only", b"observe_only", "recheck_at", b"recheck_at", "validate_needs_approval", b"validate_needs_approval", "validate_quarantined_at", b"validate_quarantined_at", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2213,6 +2225,120 @@ class ListWorkersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
+
+@_typing.final
+class HooksDelivery(_message.Message):
+    """One remediation hook event for one webhook URL (coordinator/health/hooks.py)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    FIRST_AT_FIELD_NUMBER: _builtins.int
+    DONE_AT_FIELD_NUMBER: _builtins.int
+    EVENT_JSON_FIELD_NUMBER: _builtins.int
+    event_id: _builtins.str
+    """the CloudEvents id: the same verdict change keeps it"""
+    type: _builtins.str
+    """e.g. io.ringleader.worker.verdict.changed"""
+    worker_id: _builtins.str
+    url: _builtins.str
+    state: _builtins.str
+    """PENDING, DELIVERED or GAVE_UP"""
+    attempts: _builtins.int
+    last_error: _builtins.str
+    """of the last failed attempt"""
+    first_at: _builtins.float
+    """unix seconds"""
+    done_at: _builtins.float
+    """delivered or given up (0: pending)"""
+    event_json: _builtins.str
+    """the event as sent"""
+    def __init__(
+        self,
+        *,
+        event_id: _builtins.str = ...,
+        type: _builtins.str = ...,
+        worker_id: _builtins.str = ...,
+        url: _builtins.str = ...,
+        state: _builtins.str = ...,
+        attempts: _builtins.int = ...,
+        last_error: _builtins.str = ...,
+        first_at: _builtins.float = ...,
+        done_at: _builtins.float = ...,
+        event_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "done_at", b"done_at", "event_id", b"event_id", "event_json", b"event_json", "first_at", b"first_at", "last_error", b"last_error", "state", b"state", "type", b"type", "url", b"url", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HooksDelivery: _TypeAlias = HooksDelivery  # noqa: Y015
+
+@_typing.final
+class HooksLogRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """0: the default page"""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HooksLogRequest: _TypeAlias = HooksLogRequest  # noqa: Y015
+
+@_typing.final
+class HooksLogResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELIVERIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def deliveries(self) -> _containers.RepeatedCompositeFieldContainer[Global___HooksDelivery]: ...
+    def __init__(
+        self,
+        *,
+        deliveries: _abc.Iterable[Global___HooksDelivery] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deliveries", b"deliveries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HooksLogResponse: _TypeAlias = HooksLogResponse  # noqa: Y015
+
+@_typing.final
+class ValidateApproveReturnRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidateApproveReturnRequest: _TypeAlias = ValidateApproveReturnRequest  # noqa: Y015
 
 @_typing.final
 class ApproveWorkerRequest(_message.Message):

@@ -104,6 +104,16 @@ class JobServiceStub:
                 request_serializer=ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerRequest.SerializeToString,
                 response_deserializer=ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerResponse.FromString,
                 _registered_method=True)
+        self.HooksLog = channel.unary_unary(
+                '/ringleader.v1.JobService/HooksLog',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.HooksLogRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.HooksLogResponse.FromString,
+                _registered_method=True)
+        self.ApproveWorkerReturn = channel.unary_unary(
+                '/ringleader.v1.JobService/ApproveWorkerReturn',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.ValidateApproveReturnRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -201,6 +211,21 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HooksLog(self, request, context):
+        """The remediation hooks' delivery log (docs/hooks.md), newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApproveWorkerReturn(self, request, context):
+        """Let a repeat offender (quarantined 3 times within 24 h) back after a passed validation.
+        FAILED_PRECONDITION when it needs no approval or has not passed since its last quarantine.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -273,6 +298,16 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ApproveWorker,
                     request_deserializer=ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerRequest.FromString,
                     response_serializer=ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerResponse.SerializeToString,
+            ),
+            'HooksLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.HooksLog,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.HooksLogRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.HooksLogResponse.SerializeToString,
+            ),
+            'ApproveWorkerReturn': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveWorkerReturn,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.ValidateApproveReturnRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -653,6 +688,60 @@ class JobService:
             '/ringleader.v1.JobService/ApproveWorker',
             ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerRequest.SerializeToString,
             ringleader_dot_v1_dot_jobs__pb2.ApproveWorkerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HooksLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/HooksLog',
+            ringleader_dot_v1_dot_jobs__pb2.HooksLogRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.HooksLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApproveWorkerReturn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/ApproveWorkerReturn',
+            ringleader_dot_v1_dot_jobs__pb2.ValidateApproveReturnRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -109,6 +109,7 @@ SAMPLES = {
     "heartbeat_timeout": ("30", 30.0),
     "check_every": ("300", 300.0),
     "quarantine_max_share": ("0.25", 0.25),
+    "webhook": ("http://a/1,http://b/2", ["http://a/1", "http://b/2"]),
     "lease_ttl": ("15", 15.0),
     "worker_msgs_per_turn": ("64", 64),
     "pass_ranks": ("32", 32),

@@ -263,7 +263,7 @@ def test_alerts_cover_lost_workers_failed_jobs_and_slow_busbw(monkeypatch):
     rules = [r for g in groups for r in g["rules"]]
     assert {r["alert"] for r in rules if "alert" in r} == {
         "RingleaderWorkerLost", "RingleaderJobFailed", "RingleaderBusbwBelowFleetMedian",
-        "RingleaderBaselineRegression", "RingleaderCoordinatorBehind"}
+        "RingleaderBaselineRegression", "RingleaderCoordinatorBehind", "RingleaderWorkerQuarantined"}
     exposed = coordinator_metric_names() | _sample_names(worker_text(monkeypatch))
     used = {m for r in rules for m in re.findall(r"\bringleader_[a-zA-Z0-9_]+", r["expr"])}
     assert used and not used - exposed, sorted(used - exposed)

@@ -169,12 +169,12 @@ def with_component(tmp_path: Path, component: str, overlay: str = "single-node")
 @needs_kubectl
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 @pytest.mark.parametrize("overlay", OVERLAYS + ("single-node+nvidia-runtime", "single-node+node-taints",
-                                                "single-node+k8s-identity"))
+                                                "single-node+k8s-identity", "single-node+device-taints"))
 def test_overlay_renders_and_validates_strictly(overlay, version, tmp_path):
     if overlay == "single-node+nvidia-runtime":  # the component, as an overlay would include it
         docs = with_component(tmp_path, "nvidia-runtime")
         assert {d["spec"]["template"]["spec"]["runtimeClassName"] for d in worker_sets(docs)} == {"nvidia"}
-    elif overlay in ("single-node+node-taints", "single-node+k8s-identity"):
+    elif overlay in ("single-node+node-taints", "single-node+k8s-identity", "single-node+device-taints"):
         docs = with_component(tmp_path, overlay.split("+")[1])
     else:
         docs = render(overlay)
@@ -600,3 +600,17 @@ def test_k8s_identity_component_gives_worker_pods_a_node_token_and_the_coordinat
         assert token["audience"] == AUDIENCE and path == f"{mount['mountPath']}/{token['path']}"
         env = {e["name"]: e.get("valueFrom") for e in c["env"]}  # the ids' host is the node the token names
         assert env["RINGLEADER_HOST_NAME"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+@needs_kubectl
+def test_device_taints_component_grants_the_rules_verbs_and_keeps_node_taints_for_host_wide_findings(tmp_path):
+    docs = with_component(tmp_path, "device-taints")
+    role = one(docs, "ClusterRole", "ringleader-device-taints")
+    assert role["rules"] == [{"apiGroups": ["resource.k8s.io"], "resources": ["devicetaintrules"],
+                              "verbs": ["list", "create", "patch", "delete"]}]
+    binding = one(docs, "ClusterRoleBinding", "ringleader-device-taints")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ringleader-coordinator", "namespace": "ringleader"}]
+    one(docs, "ClusterRole", "ringleader-node-taints")  # host-wide findings still taint the node
+    (c,) = one(docs, "StatefulSet", "ringleader-coordinator")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["RINGLEADER_K8S_TAINT_DEVICES"] == "1" and env["RINGLEADER_K8S_TAINT_NODES"] == "1"

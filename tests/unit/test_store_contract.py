@@ -616,3 +616,18 @@ def test_sqlite_a_write_of_an_unfinished_job_is_one_statement(tmp_path):
         reopened.close()
     finally:
         s.close()
+
+
+def test_hook_deliveries_replace_per_event_and_url_newest_first(store):
+    assert store.hook_deliveries() == []
+    first = pb.HooksDelivery(event_id="e1", url="http://a/", state="PENDING", attempts=1, first_at=10.0)
+    store.put_hook_delivery(first)
+    store.put_hook_delivery(pb.HooksDelivery(event_id="e1", url="http://b/", state="PENDING", first_at=10.0))
+    store.put_hook_delivery(pb.HooksDelivery(event_id="e2", url="http://a/", state="PENDING", first_at=20.0))
+    first.attempts = 99  # the store kept a copy
+    store.put_hook_delivery(pb.HooksDelivery(event_id="e1", url="http://a/", state="DELIVERED", attempts=3,
+                                             first_at=10.0, done_at=11.0))
+    got = store.hook_deliveries()
+    assert [(d.event_id, d.url) for d in got] == [("e2", "http://a/"), ("e1", "http://a/"), ("e1", "http://b/")]
+    assert (got[1].state, got[1].attempts) == ("DELIVERED", 3)
+    assert [d.event_id for d in store.hook_deliveries(limit=1)] == ["e2"]

@@ -377,36 +377,9 @@ def test_a_waiting_reason_counts_the_quarantined_and_the_cordoned_apart():
     assert f.job(job_id).reason == "needs 3 workers: 3 connected, 1 idle, 0 busy, 1 quarantined, 1 cordoned"
 
 
-def test_a_member_that_comes_back_without_its_job_after_a_restart_requeues_it_at_once():
-    """Its daemon restarted while the coordinator was down: that rank's run is gone. The job is
-    requeued as the member registers, not after the grace, and the member that re-attached is told
-    to stop."""
-    store = MemoryJobStore()
-    first = Control(store)
-    for i in range(2):
-        first.handle(Register(wpb.Register(worker_id=f"w{i}", host="h1", address=f"10.0.0.{i + 1}", backend="gloo",
-                                           device=pb.Device(type="cpu", index=i, name="cpu"))))
-    job_id = first.handle(Submit(jobspec.normalize(pb.JobSpec(
-        world_size=2, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))))).job.id
-    members = [w.worker_id for w in first.book.running[job_id].job.workers]
-    f = Fleet()  # a new coordinator over the same store
-    f.ctl = Control(store, Timings(heartbeat_timeout_s=100))
-    f.ctl.handle(Reload(reattach_deadline=time.monotonic() + 15))
-    back = f.ctl.handle(Register(wpb.Register(worker_id=members[0], host="h1", address="10.0.0.1", backend="gloo",
-                                              device=pb.Device(type="cpu", index=0, name="cpu"),
-                                              running_job_id=job_id, running_rank=0)))
-    assert f.job(job_id).state == pb.RUNNING and sends(back) == [(members[0], "registered")]  # re-attached
-    out = f.register(members[1], 1)  # no job named: its daemon restarted
-    assert f.job(job_id).state == pb.QUEUED
-    assert store.events(job_id)[-1].state.reason == ("requeued: interrupted by a coordinator restart; rank 1 "
-                                                f"(worker {members[1]}) came back without it")
-    assert (members[0], "abort") in sends(out)
-    assert f.ctl.awaiting == {}
-
-
 def _restarted_over_a_forming_job() -> tuple[Fleet, str, list[str]]:
-    """A job placed on a new group, killed before rank 0 reported its store: the coordinator
-    that placed it sent rank 0 its assignment only. A new coordinator over the same store."""
+    """A job placed on a new group, and the coordinator that placed it gone before rank 0 reported
+    its store (so it sent rank 0 its assignment only). A new coordinator over the same store."""
     store = MemoryJobStore()
     first = Control(store)
     for i in range(2):
@@ -433,6 +406,21 @@ def _rank0_back(f: Fleet, job_id: str, worker: str, forming: bool, port: int = 0
 def _assignment(out: Out, worker: str) -> wpb.Assignment | None:
     return next((m.assignment for c, m in out.sends if c.worker_id == worker and m is not CLOSE
                  and m.WhichOneof("msg") == "assignment"), None)
+
+
+def test_a_member_that_comes_back_without_its_job_after_a_restart_requeues_it_at_once():
+    """Its daemon restarted while the coordinator was down: that rank's run is gone (rank 0's group
+    formed). The job is requeued as the member registers, not after the grace, and the member that
+    re-attached is told to stop."""
+    f, job_id, members = _restarted_over_a_forming_job()
+    back = _rank0_back(f, job_id, members[0], forming=False)
+    assert f.job(job_id).state == pb.RUNNING and sends(back) == [(members[0], "registered")]  # re-attached
+    out = f.register(members[1], 1)  # no job named: its daemon restarted
+    assert f.job(job_id).state == pb.QUEUED
+    assert f.ctl.store.events(job_id)[-1].state.reason == ("requeued: interrupted by a coordinator restart; rank 1 "
+                                                      f"(worker {members[1]}) came back without it")
+    assert (members[0], "abort") in sends(out)
+    assert f.ctl.awaiting == {}
 
 
 def test_a_member_back_without_a_job_whose_group_was_still_forming_is_assigned_to_its_store():

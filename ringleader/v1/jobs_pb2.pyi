@@ -1317,7 +1317,7 @@ class LinkMatrixResult(_message.Message):
     """why this size: the link kind it was chosen for, or "given" """
     flag_same_host_gbps: _builtins.float
     """A link below these is flagged: median - max(4 x 1.4826 MAD, 0.3 x median) of comparable
-    links (each rank's median), at least 0.25 x median (worker/checks/flags.py).
+    links (each rank's median), at least 0.25 x median (ringleader/checkmath/flags.py).
     """
     flag_cross_host_gbps: _builtins.float
     @_builtins.property

@@ -45,7 +45,8 @@ def _gap(rank: int, reason: str) -> pb.H49eEvidenceGap:
 
 
 def _missing(n: int, evidence: dict) -> list[pb.H49eEvidenceGap]:
-    return [_gap(r, "no evidence: it finished without reporting its own figures") for r in range(n) if r not in evidence]
+    return [_gap(r, "no evidence: it finished without reporting its own figures")
+            for r in range(n) if r not in evidence]
 
 
 def _model_claims(models: list[str], evidence: dict) -> list[pb.H49eEvidenceGap]:
@@ -122,7 +123,8 @@ def link_matrix(spec: pb.JobSpec, workers: list[pb.WorkerRef], models: list[str]
     schedule = roundrobin.rounds(n)
     links = [(a, b, r) for r, pairs in enumerate(schedule) for a, b in pairs]
     gaps = _missing(n, evidence)
-    recorded = [_pass_reports(links, evidence, i) for i in range(max((len(e.passes) for e in evidence.values()), default=0))]
+    recorded = [_pass_reports(links, evidence, i)
+                for i in range(max((len(e.passes) for e in evidence.values()), default=0))]
     if not recorded:
         return pb.LinkMatrixResult(rounds=len(schedule), h49e_gaps=gaps)
     reason = Counter(e.size_reason for e in evidence.values()).most_common(1)[0][0]

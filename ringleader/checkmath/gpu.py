@@ -5,8 +5,9 @@ coordinator judges from each rank's own evidence and the runner decides what to 
 
 Evidence no rank can forge: every rank's clock times every turn (barrier to barrier), and a
 rank's figures claim how long its loops took at least; a claim far below the turn its peers saw
-(more than SLACK times the pace of the other turns against their claims, plus ALLOW) is refused. A refused rank alone in its turn is judged on the
-figures its turn implies (what its peers saw), else its figures are left out (verdicts: suspect).
+(more than SLACK times the pace of the other turns against their claims, plus ALLOW) is refused.
+A refused rank alone in its turn is judged on the figures its turn implies (what its peers saw),
+else its figures are left out (verdicts: suspect).
 """
 
 from __future__ import annotations

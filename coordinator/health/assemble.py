@@ -29,6 +29,10 @@ from ringleader.checkmath.sdc import sdc_result
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
+# What of a rank's free text reaches the result, the verdicts and the UI.
+MAX_NAME, MAX_REASON = 64, 256
+
+
 def evidence_of(done: wpb.JobDone):
     """The rank's own evidence in its JobDone (whichever check's), or None."""
     member = done.WhichOneof("h49e_evidence")
@@ -50,7 +54,7 @@ def _missing(n: int, evidence: dict) -> list[pb.H49eEvidenceGap]:
 
 
 def _model_claims(models: list[str], evidence: dict) -> list[pb.H49eEvidenceGap]:
-    return [_gap(r, f"its executor reported a {ev.device!r} device, its registration a {models[r]!r}")
+    return [_gap(r, f"its executor reported a {ev.device[:MAX_NAME]!r} device, its registration a {models[r]!r}")
             for r, ev in sorted(evidence.items()) if ev.device != models[r]]
 
 
@@ -104,7 +108,7 @@ def sdc_check(spec: pb.JobSpec, workers: list[pb.WorkerRef], models: list[str], 
         else:
             kept.append(r)
     # Only the ranks that gave evidence judge one another: a sender is named by a majority of them.
-    per_rank = [(models[r], evidence[r].checksum, evidence[r].reduce_wrong,
+    per_rank = [(models[r], evidence[r].checksum[:MAX_NAME], evidence[r].reduce_wrong,
                  [evidence[r].wrong_from[s] for s in kept]) for r in kept]
     out = sdc_result(per_rank) if per_rank else pb.SdcCheckResult()
     for w in out.workers:
@@ -127,7 +131,7 @@ def link_matrix(spec: pb.JobSpec, workers: list[pb.WorkerRef], models: list[str]
                 for i in range(max((len(e.passes) for e in evidence.values()), default=0))]
     if not recorded:
         return pb.LinkMatrixResult(rounds=len(schedule), h49e_gaps=gaps)
-    reason = Counter(e.size_reason for e in evidence.values()).most_common(1)[0][0]
+    reason = Counter(e.size_reason[:MAX_REASON] for e in evidence.values()).most_common(1)[0][0]
     size = max((x for x in recorded[0][0] if x), default=0)
     taken = iter(recorded)
 

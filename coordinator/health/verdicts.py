@@ -45,7 +45,7 @@ def of_job(job: pb.Job) -> dict[str, pb.WorkerHealth]:
             for r, (v, fig, exp) in found.items() if r in ranks}
 
 
-def _no_evidence(result, found: "Found") -> None:
+def _no_evidence(result, found: Found) -> None:
     """A rank the assembly could not judge on its own evidence (assemble.py's gaps): suspect,
     unless its own figures failed it."""
     for gap in result.h49e_gaps:

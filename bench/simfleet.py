@@ -9,7 +9,7 @@ counter; on an Assignment of a new group, rank 0 binds the store and reports Sto
 other ranks are assigned only then) and every rank "initialises" the group; then it runs the
 ops, and the counter grows by one per op (what tells the coordinator the group formed: an op
 past the counter's value at assignment); a collective sweep reports progress and one result
-per size (rank 0), check kinds their outcome, and JobDone carries the group the executor now
+per size (rank 0), check kinds every rank's own evidence, and JobDone carries the group the executor now
 holds (warm_group). A job that never ends (a benchmark holding its worker) keeps running ops, as
 a real long job does, so neither its rendezvous nor its op deadline fails it. DropGroup is
 answered with GroupDropped; Abort with a failed JobDone. A stream the coordinator ends is
@@ -37,7 +37,7 @@ from typing import Callable
 import grpc
 
 from bench import loadstats
-from ringleader import __version__
+from ringleader import __version__, roundrobin
 from ringleader.grpc_options import KEEPALIVE_OPTIONS
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -230,8 +230,8 @@ class SimWorker:
         self.stats.done += 1
         done = wpb.JobDone(job_id=a.job_id, rank=a.rank, ok=True, warm_group=self.holds, warm_start=warm,
                            results=results if a.rank == 0 else [])
-        if a.rank == 0 and (outcome := _outcome(a)) is not None:
-            getattr(done, outcome[0]).CopyFrom(outcome[1])
+        if (evidence := _evidence(a, self.spec.device[2])) is not None:
+            getattr(done, evidence[0]).CopyFrom(evidence[1])
         self.send(done=done, kept=True)
 
     async def _sweep(self, a: wpb.Assignment, duration: float) -> list[pb.SizeResult]:
@@ -270,17 +270,21 @@ def _results(a: wpb.Assignment) -> list[pb.SizeResult]:
             for s in c.sizes]
 
 
-def _outcome(a: wpb.Assignment) -> tuple[str, object] | None:
-    """Rank 0's outcome of a check: every rank clean and alike (a simulated fleet has no faults)."""
+def _evidence(a: wpb.Assignment, model: str) -> tuple[str, object] | None:
+    """A rank's own evidence of a check (JobDone's h49e_evidence member): every rank clean and alike
+    (a simulated fleet has no faults), each on its own device, so all in one turn."""
     kind, n = a.spec.WhichOneof("kind"), a.world_size
     if kind == "gpu_check":
-        return kind, pb.GpuCheckResult(workers=[pb.GpuFigures(rank=r, tflops=50.0, copy_gbps=1000.0, tflops_ratio=1.0,
-                                                              copy_ratio=1.0) for r in range(n)])
+        return "h49e_gpu", wpb.H49eGpuEvidence(device=model, tflops=50.0, copy_gbps=1000.0, seen_s=[0.001], series=1)
     if kind == "sdc_check":
-        return kind, pb.SdcCheckResult(majority_checksum="00", workers=[pb.SdcFigures(rank=r, checksum="00")
-                                                                         for r in range(n)])
+        return "h49e_sdc", wpb.H49eSdcEvidence(device=model, checksum="00", wrong_from=[0] * n)
     if kind == "link_matrix":
-        return kind, pb.LinkMatrixResult(size_bytes=a.spec.link_matrix.size_bytes)
+        size, iters = a.spec.link_matrix.size_bytes or 1 << 19, a.spec.link_matrix.iters or 1
+        links = [(x, y) for pairs in roundrobin.rounds(n) for x, y in pairs]
+        ends = [wpb.H49eLinkEnd(link=k, size_bytes=size, fastest_us=100.0, total_us=100.0 * iters)
+                for k, link in enumerate(links) if a.rank in link]
+        return "h49e_link", wpb.H49eLinkEvidence(size_reason="simulated", passes=[wpb.H49eLinkPass(iters=iters,
+                                                                                                 ends=ends)])
     return None
 
 

@@ -40,7 +40,7 @@ GPU_MIN_N, GPU_MAX_N = 64, 32768
 GPU_MAX_COPY_BYTES = 16 << 30
 GPU_DEFAULT_ITERS, GPU_MAX_ITERS = 10, 1000
 
-# Flags are noise-aware, not one fixed share of the median: worker/checks/flags.py.
+# Flags are noise-aware, not one fixed share of the median: ringleader/checkmath/flags.py.
 
 SDC_DEFAULT_ROUNDS, SDC_MAX_ROUNDS = 4, 64
 SDC_MAX_RANKS = 1024  # its exact sums of small integers stay exact in float32 up to here

@@ -24,6 +24,9 @@ What an entry's functions are:
 A fleet health check's entry also has:
   verdicts(result, ranks)  {rank: (verdict, figure, expected)} of a finished check
                      (coordinator/health/verdicts.py), which the control core applies as it ends;
+  assemble(spec, workers, models, evidence)  the check's `result` message, built by the
+                     coordinator from every rank's own evidence ({rank: its JobDone h49e_evidence})
+                     and each worker's registration (coordinator/health/assemble.py);
   short()            the spec message a sweep or a recheck runs it with (short rounds);
   preflight          whether a job's preflight certifies its gang with it (in table order).
 """
@@ -56,6 +59,7 @@ class Kind:
     ops: tuple[str, ...] = ()
     header: str = ""  # "" : ringleader.headers:{name}_header
     verdicts: str = ""  # a fleet health check's verdict function ("" : not a check)
+    assemble: str = ""  # a check's result from every rank's own evidence
     short: str = ""  # a check's short settings, for sweeps and rechecks
     preflight: bool = False  # a job's preflight runs this check on its gang
 
@@ -92,14 +96,16 @@ def _kind(name: str, *, result: str, help: str, ops: tuple[str, ...] = ()) -> Ki
 
 
 def _check(name: str, what: str, *, verdicts: str, preflight: bool = False, module: str = "ringleader.checks",
-           verdicts_module: str = "coordinator.health.verdicts") -> Kind:
+           verdicts_module: str = "coordinator.health.verdicts",
+           assemble_module: str = "coordinator.health.assemble") -> Kind:
     """A fleet health check's entry: its spec functions in `module`, its verdict function, its
     short settings (`short_{name}` in `module`), its CLI parts in ringleader/app/check_cmds.py."""
     return Kind(name=name, check=f"{module}:check_{name}", view=f"{module}:view_{name}",
                 runner=f"worker.checks.{name}:run_{name}", result=name, flags="",
                 from_args=f"ringleader.app.check_cmds:{name}_spec", table=f"ringleader.app.check_cmds:{name}_table",
                 help=f"fleet health check: {what} (also `ringleader check`)",
-                verdicts=f"{verdicts_module}:{verdicts}", short=f"{module}:short_{name}", preflight=preflight)
+                verdicts=f"{verdicts_module}:{verdicts}", short=f"{module}:short_{name}", preflight=preflight,
+                assemble=f"{assemble_module}:{name}")
 
 
 TABLE: tuple[Kind, ...] = (

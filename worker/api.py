@@ -105,6 +105,7 @@ class Done:
     outcome: tuple[str, bytes] | None = None  # rank 0 of other kinds: (kind, serialized outcome)
     log: str = ""  # the tail of the executor's stderr during the job (read_log)
     stragglers: bytes = b""  # rank 0 of collective sweeps: a serialized StragglerSummary
+    evidence: tuple[str, bytes] | None = None  # every rank of a check: (member, its own serialized figures)
 
     @classmethod
     def failed(cls, job_id: str, error: str, failure: int, *, holds: str = "", warm_start: bool = False,
@@ -121,6 +122,9 @@ class Done:
             getattr(done, kind).ParseFromString(raw)
         if self.stragglers:
             done.stragglers.ParseFromString(self.stragglers)
+        if self.evidence:
+            member, raw = self.evidence
+            getattr(done, member).ParseFromString(raw)
         return done
 
 

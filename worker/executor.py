@@ -124,9 +124,10 @@ class Executor:
                 detail += " | " + traceback.format_exc(limit=3).strip().splitlines()[-1]
             return api.Done.failed(a.job_id, detail, failure_kind(exc), warm_start=warm)
         first = a.rank == 0
-        return api.Done(a.job_id, ok=True, holds=self.group_key, warm_start=warm,
+        evidence = outcome.evidence_serialized()  # a check's: every rank's own, and no rank's outcome
+        return api.Done(a.job_id, ok=True, holds=self.group_key, warm_start=warm, evidence=evidence,
                         results=tuple(r.SerializeToString() for r in outcome.results) if first else (),
-                        outcome=outcome.serialized() if first else None,
+                        outcome=outcome.serialized() if first and not evidence else None,
                         stragglers=outcome.stragglers.SerializeToString() if first and outcome.stragglers else b"")
 
     def _init_group(self, a) -> None:

@@ -3,7 +3,9 @@
 The table of kinds (ringleader/kinds.py) names each kind's runner by import string; RUNNERS
 resolves them on first use. Each runner takes the checked job (ringleader.jobspec.ValidJob) and a RunContext, runs on every
 rank of the executor's process group, and returns an Outcome: result rows (collective sweeps) or
-an outcome message (the other kinds; identical on every rank, rank 0's is reported).
+an outcome message (the other kinds; identical on every rank, rank 0's is reported). A check
+reports evidence instead, from every rank: that rank's own figures, which the coordinator
+assembles and judges (its outcome message is the rank's own view, never reported).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Outcome:
     results: list[pb.SizeResult] = field(default_factory=list)
     message: object | None = None  # a jobs_pb2 outcome (P2PResult, ...) for the other kinds
     stragglers: pb.StragglerSummary | None = None  # collective sweeps: who reached the ops last
+    evidence: object | None = None  # a check's: this rank's own figures (a JobDone h49e_evidence member)
 
     def serialized(self) -> tuple[str, bytes] | None:
         """(member, bytes) for JobDone's `outcome`: the member the table of kinds names as the
@@ -51,6 +54,15 @@ class Outcome:
             if member is not None and member.message_type is type(self.message).DESCRIPTOR:
                 return k.result, self.message.SerializeToString()
         raise TypeError(f"a {type(self.message).__name__} is no job kind's result (ringleader/kinds.py)")
+
+    def evidence_serialized(self) -> tuple[str, bytes] | None:
+        """(member, bytes) for JobDone's `h49e_evidence`, by the evidence message's type."""
+        if self.evidence is None:
+            return None
+        for member in wpb.JobDone.DESCRIPTOR.oneofs_by_name["h49e_evidence"].fields:
+            if member.message_type is type(self.evidence).DESCRIPTOR:
+                return member.name, self.evidence.SerializeToString()
+        raise TypeError(f"a {type(self.evidence).__name__} is no check's evidence (workers.proto JobDone)")
 
 
 def run_collective(job: ValidJob, ctx: RunContext) -> Outcome:

@@ -21,9 +21,9 @@ import logging
 import time
 
 from coordinator.core import admission
-from ringleader import checks
+from ringleader import checks, kinds
 
-from coordinator.health import baselines
+from coordinator.health import assemble, baselines
 from coordinator.health.trends import trend_point
 from coordinator.core.inputs import Out, WorkerMsg
 from coordinator.core.jobs import Running, row_key
@@ -186,7 +186,11 @@ class WorkerProtocol:
                 if row_key(r) not in rj.rows:
                     self._store_row(rj, r)
         outcome = done.WhichOneof("outcome")
-        if done.rank == 0 and outcome:  # stored with the job when it reaches SUCCEEDED
+        kind = rj.job.spec.WhichOneof("kind")
+        if kind in checks.KINDS:  # every rank's own evidence; rank 0's word on the others is not read
+            if (ev := assemble.evidence_of(done)) is not None:
+                rj.evidence[done.rank] = ev
+        elif done.rank == 0 and outcome:  # stored with the job when it reaches SUCCEEDED
             kept = getattr(rj.job, outcome)
             kept.CopyFrom(getattr(done, outcome))
             name_ranks(kept, rj.members)
@@ -195,9 +199,19 @@ class WorkerProtocol:
         rj.finished_ranks.add(done.rank)
         rj.attached.add(done.rank)  # a rank that finished while we restarted is accounted for
         if len(rj.finished_ranks) == len(rj.members):
+            if kind in checks.KINDS:
+                self._assemble(rj, kind)
             rj.job.progress.done = rj.job.progress.total
             self.groups.succeeded(rj.group_key)
             self.end(rj, pb.SUCCEEDED, "; ".join(["all ranks finished", *rj.regressions]))
+
+    def _assemble(self, rj: Running, kind: str) -> None:
+        """The check's result, from every rank's own evidence and each worker's registration."""
+        models = [c.reg.device.name if (c := self.workers.get(w)) else "" for w in rj.members]
+        kept = getattr(rj.job, kind)
+        build = kinds.get(kind).resolve("assemble")  # the kind table's column
+        kept.CopyFrom(build(rj.job.spec, list(rj.job.workers), models, rj.evidence))
+        name_ranks(kept, rj.members)
 
     def _store_row(self, rj: Running, row: pb.SizeResult) -> None:
         """Store one of the job's result rows, once (a repeat of a stored row is dropped)."""

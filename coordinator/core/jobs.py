@@ -64,6 +64,7 @@ class Running:
     quiet_ranks: set[int] = field(default_factory=set)  # finished with an empty log, not stored (dispatch)
     regressions: list[str] = field(default_factory=list)  # baseline regressions its rows raised
     baseline_fields: object = None  # baselines.KeyFields of its gang, found at its first row
+    evidence: dict[int, object] = field(default_factory=dict)  # a check's: rank -> its own evidence (assemble.py)
 
     @property
     def id(self) -> str:

@@ -1,7 +1,9 @@
 """Verdicts from a finished check: which worker is healthy, suspect or failed, and why. Pure.
 
-The runners (worker/checks/) flag what they measured against the median of comparable peers;
-here those flags become verdicts on workers, with their evidence (figure and expectation):
+The coordinator assembles a check's result from every rank's own evidence (assemble.py), flagging
+each figure against the median of comparable peers (ringleader/checkmath/); here those flags
+become verdicts on workers, with their evidence (figure and expectation). A rank the assembly
+could not judge on its own evidence (none, or claims its registration contradicts) is suspect.
 
 - link_matrix: a worker whose peers dispute most of its links' figures is suspect. A worker most of whose links are flagged is failed, and so is every worker of a
   host most of whose cross-host links are flagged (a slow NIC or cable shows on every link of
@@ -37,9 +39,19 @@ def of_job(job: pb.Job) -> dict[str, pb.WorkerHealth]:
     found = kinds.get(kind).resolve("verdicts")(getattr(job, kind), ranks)  # the kind table's column
     if kind == "gpu_check":
         found.update(_beyond_the_clock(job))
+    _no_evidence(getattr(job, kind), found)
     at = job.finished_at
     return {ranks[r].worker_id: pb.WorkerHealth(verdict=v, check=kind, figure=fig, expected=exp, at=at, job_id=job.id)
             for r, (v, fig, exp) in found.items() if r in ranks}
+
+
+def _no_evidence(result, found: Found) -> None:
+    """A rank the assembly could not judge on its own evidence (assemble.py's gaps): suspect,
+    unless its own figures failed it."""
+    for gap in result.h49e_gaps:
+        if found.get(gap.rank, (HEALTHY,))[0] != FAILED:
+            found[gap.rank] = (SUSPECT, gap.reason, "its own evidence, consistent with its registration "
+                               "(each rank speaks for itself: coordinator/health/assemble.py)")
 
 
 def named_hosts(job: pb.Job) -> list[str]:

@@ -1308,6 +1308,7 @@ class LinkMatrixResult(_message.Message):
     SIZE_REASON_FIELD_NUMBER: _builtins.int
     FLAG_SAME_HOST_GBPS_FIELD_NUMBER: _builtins.int
     FLAG_CROSS_HOST_GBPS_FIELD_NUMBER: _builtins.int
+    H49E_GAPS_FIELD_NUMBER: _builtins.int
     size_bytes: _builtins.int
     rounds: _builtins.int
     median_same_host_gbps: _builtins.float
@@ -1316,7 +1317,7 @@ class LinkMatrixResult(_message.Message):
     """why this size: the link kind it was chosen for, or "given" """
     flag_same_host_gbps: _builtins.float
     """A link below these is flagged: median - max(4 x 1.4826 MAD, 0.3 x median) of comparable
-    links (each rank's median), at least 0.25 x median (worker/checks/flags.py).
+    links (each rank's median), at least 0.25 x median (ringleader/checkmath/flags.py).
     """
     flag_cross_host_gbps: _builtins.float
     @_builtins.property
@@ -1324,6 +1325,12 @@ class LinkMatrixResult(_message.Message):
     @_builtins.property
     def matrix(self) -> _containers.RepeatedCompositeFieldContainer[Global___P2PMatrixRow]:
         """matrix[a].gbps[b], symmetric, -1 on the diagonal"""
+
+    @_builtins.property
+    def h49e_gaps(self) -> _containers.RepeatedCompositeFieldContainer[Global___H49eEvidenceGap]:
+        """Ranks the coordinator could not judge on their own evidence (none came, or their executor's
+        claims disagree with their registration): suspect (coordinator/health/assemble.py).
+        """
 
     def __init__(
         self,
@@ -1337,10 +1344,11 @@ class LinkMatrixResult(_message.Message):
         size_reason: _builtins.str = ...,
         flag_same_host_gbps: _builtins.float = ...,
         flag_cross_host_gbps: _builtins.float = ...,
+        h49e_gaps: _abc.Iterable[Global___H49eEvidenceGap] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["flag_cross_host_gbps", b"flag_cross_host_gbps", "flag_same_host_gbps", b"flag_same_host_gbps", "links", b"links", "matrix", b"matrix", "median_cross_host_gbps", b"median_cross_host_gbps", "median_same_host_gbps", b"median_same_host_gbps", "rounds", b"rounds", "size_bytes", b"size_bytes", "size_reason", b"size_reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["flag_cross_host_gbps", b"flag_cross_host_gbps", "flag_same_host_gbps", b"flag_same_host_gbps", "h49e_gaps", b"h49e_gaps", "links", b"links", "matrix", b"matrix", "median_cross_host_gbps", b"median_cross_host_gbps", "median_same_host_gbps", b"median_same_host_gbps", "rounds", b"rounds", "size_bytes", b"size_bytes", "size_reason", b"size_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1422,6 +1430,7 @@ class GpuCheckResult(_message.Message):
     DTYPE_FIELD_NUMBER: _builtins.int
     COPY_BYTES_FIELD_NUMBER: _builtins.int
     SERIES_FIELD_NUMBER: _builtins.int
+    H49E_GAPS_FIELD_NUMBER: _builtins.int
     matmul_n: _builtins.int
     dtype: _builtins.str
     copy_bytes: _builtins.int
@@ -1429,6 +1438,12 @@ class GpuCheckResult(_message.Message):
     """Measurement series run: 2 when the first flagged a rank's figures low (best of both counts)."""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuFigures]: ...
+    @_builtins.property
+    def h49e_gaps(self) -> _containers.RepeatedCompositeFieldContainer[Global___H49eEvidenceGap]:
+        """Ranks the coordinator could not judge on their own evidence (none came, or their executor's
+        claims disagree with their registration): suspect (coordinator/health/assemble.py).
+        """
+
     def __init__(
         self,
         *,
@@ -1437,10 +1452,11 @@ class GpuCheckResult(_message.Message):
         dtype: _builtins.str = ...,
         copy_bytes: _builtins.int = ...,
         series: _builtins.int = ...,
+        h49e_gaps: _abc.Iterable[Global___H49eEvidenceGap] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_bytes", b"copy_bytes", "dtype", b"dtype", "matmul_n", b"matmul_n", "series", b"series", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_bytes", b"copy_bytes", "dtype", b"dtype", "h49e_gaps", b"h49e_gaps", "matmul_n", b"matmul_n", "series", b"series", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1502,22 +1518,54 @@ class SdcCheckResult(_message.Message):
 
     WORKERS_FIELD_NUMBER: _builtins.int
     MAJORITY_CHECKSUM_FIELD_NUMBER: _builtins.int
+    H49E_GAPS_FIELD_NUMBER: _builtins.int
     majority_checksum: _builtins.str
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___SdcFigures]: ...
+    @_builtins.property
+    def h49e_gaps(self) -> _containers.RepeatedCompositeFieldContainer[Global___H49eEvidenceGap]:
+        """Ranks the coordinator could not judge on their own evidence (none came, or their executor's
+        claims disagree with their registration): suspect (coordinator/health/assemble.py).
+        """
+
     def __init__(
         self,
         *,
         workers: _abc.Iterable[Global___SdcFigures] | None = ...,
         majority_checksum: _builtins.str = ...,
+        h49e_gaps: _abc.Iterable[Global___H49eEvidenceGap] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["majority_checksum", b"majority_checksum", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["h49e_gaps", b"h49e_gaps", "majority_checksum", b"majority_checksum", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SdcCheckResult: _TypeAlias = SdcCheckResult  # noqa: Y015
+
+@_typing.final
+class H49eEvidenceGap(_message.Message):
+    """A rank a check's result holds no judgement of, and why."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RANK_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    rank: _builtins.int
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        rank: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rank", b"rank", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___H49eEvidenceGap: _TypeAlias = H49eEvidenceGap  # noqa: Y015
 
 @_typing.final
 class RankLag(_message.Message):

@@ -465,6 +465,9 @@ class JobDone(_message.Message):
     SDC_CHECK_FIELD_NUMBER: _builtins.int
     STRAGGLERS_FIELD_NUMBER: _builtins.int
     LOG_FIELD_NUMBER: _builtins.int
+    H49E_GPU_FIELD_NUMBER: _builtins.int
+    H49E_SDC_FIELD_NUMBER: _builtins.int
+    H49E_LINK_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     rank: _builtins.int
     ok: _builtins.bool
@@ -499,6 +502,12 @@ class JobDone(_message.Message):
     def sdc_check(self) -> _jobs_pb2.SdcCheckResult: ...
     @_builtins.property
     def stragglers(self) -> _jobs_pb2.StragglerSummary: ...
+    @_builtins.property
+    def h49e_gpu(self) -> Global___H49eGpuEvidence: ...
+    @_builtins.property
+    def h49e_sdc(self) -> Global___H49eSdcEvidence: ...
+    @_builtins.property
+    def h49e_link(self) -> Global___H49eLinkEvidence: ...
     def __init__(
         self,
         *,
@@ -520,16 +529,200 @@ class JobDone(_message.Message):
         sdc_check: _jobs_pb2.SdcCheckResult | None = ...,
         stragglers: _jobs_pb2.StragglerSummary | None = ...,
         log: _builtins.str = ...,
+        h49e_gpu: Global___H49eGpuEvidence | None = ...,
+        h49e_sdc: Global___H49eSdcEvidence | None = ...,
+        h49e_link: Global___H49eLinkEvidence | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "link_matrix", b"link_matrix", "outcome", b"outcome", "p2p", b"p2p", "sdc_check", b"sdc_check", "stragglers", b"stragglers", "train", b"train"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "h49e_evidence", b"h49e_evidence", "h49e_gpu", b"h49e_gpu", "h49e_link", b"h49e_link", "h49e_sdc", b"h49e_sdc", "link_matrix", b"link_matrix", "outcome", b"outcome", "p2p", b"p2p", "sdc_check", b"sdc_check", "stragglers", b"stragglers", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "job_id", b"job_id", "link_matrix", b"link_matrix", "log", b"log", "ok", b"ok", "outcome", b"outcome", "p2p", b"p2p", "rank", b"rank", "results", b"results", "sdc_check", b"sdc_check", "stragglers", b"stragglers", "train", b"train", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "error", b"error", "executor_restarts", b"executor_restarts", "failure", b"failure", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "h49e_evidence", b"h49e_evidence", "h49e_gpu", b"h49e_gpu", "h49e_link", b"h49e_link", "h49e_sdc", b"h49e_sdc", "job_id", b"job_id", "link_matrix", b"link_matrix", "log", b"log", "ok", b"ok", "outcome", b"outcome", "p2p", b"p2p", "rank", b"rank", "results", b"results", "sdc_check", b"sdc_check", "stragglers", b"stragglers", "train", b"train", "warm_group", b"warm_group", "warm_start", b"warm_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_h49e_evidence: _TypeAlias = _typing.Literal["h49e_gpu", "h49e_sdc", "h49e_link"]  # noqa: Y015
+    _WhichOneofArgType_h49e_evidence: _TypeAlias = _typing.Literal["h49e_evidence", b"h49e_evidence"]  # noqa: Y015
     _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["p2p", "gradient_average", "train", "algo_sweep", "link_matrix", "gpu_check", "sdc_check"]  # noqa: Y015
     _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_h49e_evidence) -> _WhichOneofReturnType_h49e_evidence | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
 
 Global___JobDone: _TypeAlias = JobDone  # noqa: Y015
+
+@_typing.final
+class H49eGpuEvidence(_message.Message):
+    """One rank's own account of a GPU check: its figures (best over its series) and every turn's
+    seconds by its own clock (summed over its series).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEVICE_FIELD_NUMBER: _builtins.int
+    TURN_FIELD_NUMBER: _builtins.int
+    TFLOPS_FIELD_NUMBER: _builtins.int
+    COPY_GBPS_FIELD_NUMBER: _builtins.int
+    WRONG_FIELD_NUMBER: _builtins.int
+    SEEN_S_FIELD_NUMBER: _builtins.int
+    SERIES_FIELD_NUMBER: _builtins.int
+    device: _builtins.str
+    """the model its executor saw: compared with its registration, never used"""
+    turn: _builtins.int
+    """its turn among the ranks sharing its device or machine"""
+    tflops: _builtins.float
+    copy_gbps: _builtins.float
+    wrong: _builtins.int
+    """loops whose product differed from the first one's"""
+    series: _builtins.int
+    @_builtins.property
+    def seen_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """every turn's seconds by this rank's clock"""
+
+    def __init__(
+        self,
+        *,
+        device: _builtins.str = ...,
+        turn: _builtins.int = ...,
+        tflops: _builtins.float = ...,
+        copy_gbps: _builtins.float = ...,
+        wrong: _builtins.int = ...,
+        seen_s: _abc.Iterable[_builtins.float] | None = ...,
+        series: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_gbps", b"copy_gbps", "device", b"device", "seen_s", b"seen_s", "series", b"series", "tflops", b"tflops", "turn", b"turn", "wrong", b"wrong"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___H49eGpuEvidence: _TypeAlias = H49eGpuEvidence  # noqa: Y015
+
+@_typing.final
+class H49eSdcEvidence(_message.Message):
+    """One rank's own account of a corruption check."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEVICE_FIELD_NUMBER: _builtins.int
+    CHECKSUM_FIELD_NUMBER: _builtins.int
+    REDUCE_WRONG_FIELD_NUMBER: _builtins.int
+    WRONG_FROM_FIELD_NUMBER: _builtins.int
+    device: _builtins.str
+    """the model its executor saw: compared with its registration, never used"""
+    checksum: _builtins.str
+    reduce_wrong: _builtins.int
+    """elements wrong in its all_reduce result"""
+    @_builtins.property
+    def wrong_from(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """elements it received wrong from each sender (by rank)"""
+
+    def __init__(
+        self,
+        *,
+        device: _builtins.str = ...,
+        checksum: _builtins.str = ...,
+        reduce_wrong: _builtins.int = ...,
+        wrong_from: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum", b"checksum", "device", b"device", "reduce_wrong", b"reduce_wrong", "wrong_from", b"wrong_from"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___H49eSdcEvidence: _TypeAlias = H49eSdcEvidence  # noqa: Y015
+
+@_typing.final
+class H49eLinkEnd(_message.Message):
+    """One rank's own end of one link in one pass."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINK_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    FASTEST_US_FIELD_NUMBER: _builtins.int
+    TOTAL_US_FIELD_NUMBER: _builtins.int
+    WRONG_FIELD_NUMBER: _builtins.int
+    link: _builtins.int
+    """index in the round-robin schedule's order of links"""
+    size_bytes: _builtins.int
+    fastest_us: _builtins.float
+    """its fastest one-way time"""
+    total_us: _builtins.float
+    """its total over the timed round trips"""
+    wrong: _builtins.int
+    """bytes it received wrong"""
+    def __init__(
+        self,
+        *,
+        link: _builtins.int = ...,
+        size_bytes: _builtins.int = ...,
+        fastest_us: _builtins.float = ...,
+        total_us: _builtins.float = ...,
+        wrong: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fastest_us", b"fastest_us", "link", b"link", "size_bytes", b"size_bytes", "total_us", b"total_us", "wrong", b"wrong"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___H49eLinkEnd: _TypeAlias = H49eLinkEnd  # noqa: Y015
+
+@_typing.final
+class H49eLinkPass(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITERS_FIELD_NUMBER: _builtins.int
+    BATCHES_FIELD_NUMBER: _builtins.int
+    ENDS_FIELD_NUMBER: _builtins.int
+    iters: _builtins.int
+    """round trips per link in this pass"""
+    @_builtins.property
+    def batches(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """the rounds this pass measured (in order)"""
+
+    @_builtins.property
+    def ends(self) -> _containers.RepeatedCompositeFieldContainer[Global___H49eLinkEnd]:
+        """this rank's ends of that pass's links"""
+
+    def __init__(
+        self,
+        *,
+        iters: _builtins.int = ...,
+        batches: _abc.Iterable[_builtins.int] | None = ...,
+        ends: _abc.Iterable[Global___H49eLinkEnd] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "ends", b"ends", "iters", b"iters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___H49eLinkPass: _TypeAlias = H49eLinkPass  # noqa: Y015
+
+@_typing.final
+class H49eLinkEvidence(_message.Message):
+    """One rank's own account of a link matrix: its ends of its links, pass by pass."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PASSES_FIELD_NUMBER: _builtins.int
+    SIZE_REASON_FIELD_NUMBER: _builtins.int
+    size_reason: _builtins.str
+    @_builtins.property
+    def passes(self) -> _containers.RepeatedCompositeFieldContainer[Global___H49eLinkPass]: ...
+    def __init__(
+        self,
+        *,
+        passes: _abc.Iterable[Global___H49eLinkPass] | None = ...,
+        size_reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["passes", b"passes", "size_reason", b"size_reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___H49eLinkEvidence: _TypeAlias = H49eLinkEvidence  # noqa: Y015
 
 @_typing.final
 class WorkerMessage(_message.Message):

@@ -50,11 +50,18 @@ def verdicts(result: pb.SdcCheckResult, ranks) -> dict:
             for w in result.workers}
 
 
+def assemble(spec: pb.JobSpec, workers, models, evidence: dict) -> pb.SdcCheckResult:
+    """Each rank's wrong elements, as it reported them itself."""
+    return pb.SdcCheckResult(workers=[pb.SdcFigures(rank=r, collective_wrong=e.reduce_wrong)
+                                      for r, e in sorted(evidence.items())])
+
+
 @pytest.fixture
 def test_row(monkeypatch):
     real = kinds.get(MEMBER)
     row = dataclasses.replace(kinds._check(MEMBER, "a test-only check", verdicts="verdicts", module=HERE,
-                                           verdicts_module=HERE), header=f"{HERE}:header")
+                                           verdicts_module=HERE, assemble_module=HERE),
+                              header=f"{HERE}:header", assemble=f"{HERE}:assemble")
     monkeypatch.setattr(kinds, "TABLE", tuple(row if k is real else k for k in kinds.TABLE))
     return row
 
@@ -75,11 +82,9 @@ def test_a_check_kind_is_one_row_and_one_module(test_row):
     assert kinds.header(core.get(job.id).spec) == "test check · 5 rounds"
     # Its verdicts come from the row's function, applied as the check ends.
     (a0,) = [m for w in ws.values() for k, m in w.inbox() if k == "assignment"]  # rank 0 first
-    result = pb.SdcCheckResult(workers=[pb.SdcFigures(rank=r, worker_id=w, collective_wrong=7 if w == "w2" else 0)
-                                        for r, w in enumerate(sorted(ws))])
     ws["w0"].send(store_ready=wpb.StoreReady(job_id=a0.job_id, group_key=a0.group_key, store_port=1))
-    for rank, wid in reversed(list(enumerate(sorted(ws)))):
-        ws[wid].done(a0.job_id, rank, **({MEMBER: result} if rank == 0 else {}))
+    for rank, wid in reversed(list(enumerate(sorted(ws)))):  # each rank's own evidence, assembled by the row's function
+        ws[wid].done(a0.job_id, rank, h49e_sdc=wpb.H49eSdcEvidence(reduce_wrong=7 if wid == "w2" else 0))
     health = core.fleet.book.get("w2")
     assert (health.verdict, health.figure, health.check) == (pb.UNHEALTHY, "7 wrong", MEMBER)
     assert core.fleet.book.get("w0").verdict == pb.HEALTHY and core.fleet.book.quarantined("w2")

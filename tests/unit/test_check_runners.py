@@ -20,6 +20,7 @@ from ports import free_port
 from ranks import rank_context
 from ringleader import jobspec
 from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
 
 N = 4
 FAULTS = {2: "slow_compute=8,flip_bit=1", 3: "wrong_result=1"}
@@ -29,6 +30,8 @@ SPECS = {
     "sdc_check": pb.SdcCheckSpec(seed=5, rounds=3),
 }
 RESULT_TYPES = {"link_matrix": pb.LinkMatrixResult, "gpu_check": pb.GpuCheckResult, "sdc_check": pb.SdcCheckResult}
+EVIDENCE_TYPES = {"link_matrix": wpb.H49eLinkEvidence, "gpu_check": wpb.H49eGpuEvidence,
+                  "sdc_check": wpb.H49eSdcEvidence}
 
 
 def _rank_main(rank: int, port: int, path: str) -> None:
@@ -53,7 +56,9 @@ def _rank_main(rank: int, port: int, path: str) -> None:
             getattr(spec, kind).CopyFrom(kind_spec)
             job = jobspec.normalize(spec)
             ctx = RunContext(f"job-{kind}", rank, torch.device("cpu"), counter, sent.append)
-            payload[kind] = runners[kind](job, ctx).message.SerializeToString().hex()
+            outcome = runners[kind](job, ctx)
+            payload[kind] = outcome.message.SerializeToString().hex()
+            payload[f"{kind}_evidence"] = outcome.evidence.SerializeToString().hex()
         payload["ops"] = counter.value
         payload["progress"] = len(sent)
         dist.destroy_process_group()
@@ -149,3 +154,24 @@ def test_sdc_check_names_the_flipped_bit_and_the_wrong_collective(ranks):
     assert [list(w.wrong_from) for w in r.workers] == [[0] * N] * N and [w.named_by for w in r.workers] == [0] * N
     assert [w.flagged for w in r.workers] == [False, False, True, False]
 
+
+
+@pytest.mark.parametrize("kind", list(SPECS))
+def test_the_coordinator_assembles_the_ranks_result_from_each_ranks_own_evidence(ranks, kind):
+    """What the coordinator builds from every rank's own evidence (and the workers' registration:
+    here the same host and CPU model the executors saw) is the result the ranks judged alike
+    while they measured, link passes included: nothing in it needs one rank's word on another."""
+    import platform
+    import socket
+
+    from coordinator.health import assemble
+
+    spec = pb.JobSpec(world_size=N)
+    getattr(spec, kind).CopyFrom(SPECS[kind])
+    spec = jobspec.normalize(spec).spec
+    evidence = {r: EVIDENCE_TYPES[kind].FromString(bytes.fromhex(p[f"{kind}_evidence"])) for r, p in enumerate(ranks)}
+    refs = [pb.WorkerRef(rank=r, host=socket.gethostname(), device="cpu:0") for r in range(N)]
+    model = platform.processor() or platform.machine() or "cpu"  # what a CPU worker registers (executor.probe)
+    got = getattr(assemble, kind)(spec, refs, [model] * N, evidence)
+    assert got == _result(ranks, kind)
+    assert not got.h49e_gaps

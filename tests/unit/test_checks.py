@@ -11,7 +11,11 @@ import pytest
 from ringleader import checks, jobspec, roundrobin
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
-from worker.checks import flags, gpu_check, link_matrix, peers, sdc_check
+from ringleader.checkmath import flags
+from ringleader.checkmath import links as link_matrix
+from ringleader.checkmath.sdc import sdc_result
+from ringleader.checkmath import gpu as gpu_math
+from worker.checks import gpu_check, peers
 
 
 @pytest.mark.parametrize("n", range(2, 18))
@@ -62,8 +66,8 @@ def test_gpu_check_defaults_and_limits():
     v = jobspec.normalize(_spec(1, gpu_check=pb.GpuCheckSpec()))
     assert v.spec.gpu_check.iters == 10 and v.spec.gpu_check.matmul_n == 0  # the device picks n
     assert v.needs_bytes == 3 * 8192 * 8192 * 2 + 2 * (1 << 30)
-    assert gpu_check.resolved(v.spec.gpu_check, "cuda") == (8192, "bfloat16", 1 << 30)
-    assert gpu_check.resolved(v.spec.gpu_check, "cpu") == (512, "float32", 512 << 10)
+    assert gpu_math.resolved(v.spec.gpu_check, "cuda") == (8192, "bfloat16", 1 << 30)
+    assert gpu_math.resolved(v.spec.gpu_check, "cpu") == (512, "float32", 512 << 10)
     ok = pb.GpuCheckSpec(matmul_n=64, dtype="float16", copy_bytes=16 << 30, iters=1000)
     assert jobspec.normalize(_spec(gpu_check=ok)).spec.gpu_check.matmul_n == 64
     for bad, field in [(pb.GpuCheckSpec(matmul_n=63), "matmul_n"), (pb.GpuCheckSpec(matmul_n=32769), "matmul_n"),
@@ -158,18 +162,18 @@ def test_a_link_whose_ends_disagree_is_not_judged_on_its_figure():
 def _honest(figures, n=8192, nbytes=1 << 30, iters=10, seen=None):
     """GPU check reports of ranks that each had a turn of their own, which every clock saw last
     as long as the ranks' figures claim (or `seen` says)."""
-    seen = seen or [gpu_check.claimed_s(t, c, n, nbytes, iters) for t, c in figures]
+    seen = seen or [gpu_math.claimed_s(t, c, n, nbytes, iters) for t, c in figures]
     return [(r, (t, c, 0), seen) for r, (t, c) in enumerate(figures)]
 
 
 def test_gpu_result_compares_peers_of_the_same_model_only():
     models = ["H200", "H200", "H200", "A100"]
-    r = gpu_check.gpu_result(models, _honest([(800.0, 4000.0), (790.0, 4100.0), (390.0, 4000.0), (300.0, 1500.0)]),
+    r = gpu_math.gpu_result(models, _honest([(800.0, 4000.0), (790.0, 4100.0), (390.0, 4000.0), (300.0, 1500.0)]),
                              8192, "bfloat16", 1 << 30, 10)
     assert [w.flagged for w in r.workers] == [False, False, True, False]  # a lone A100: no peers
     assert r.workers[2].tflops_ratio == pytest.approx(390 / 790)
     assert r.workers[3].tflops_ratio == 1.0
-    slow_copy = gpu_check.gpu_result(models[:3], _honest([(800.0, 4000.0), (800.0, 1999.0), (800.0, 4000.0)], 8, 8),
+    slow_copy = gpu_math.gpu_result(models[:3], _honest([(800.0, 4000.0), (800.0, 1999.0), (800.0, 4000.0)], 8, 8),
                                      8, "x", 8, 10)
     assert [w.flagged for w in slow_copy.workers] == [False, True, False]
 
@@ -181,57 +185,57 @@ def test_a_cpu_worker_s_band_has_a_wider_floor():
     n, nbytes, iters = 512, 512 << 10, 20
     for copy, flagged_gpu, flagged_cpu in ((33.0, True, False), (25.0, True, True)):
         reports = _honest([(0.1, 50.0), (0.1, copy), (0.1, 51.0), (0.1, 49.0)], n, nbytes, iters)
-        for floor, flagged in ((flags.FLOOR, flagged_gpu), (gpu_check.FLOOR_CPU, flagged_cpu)):
-            r = gpu_check.gpu_result(["cpu"] * 4, reports, n, "float32", nbytes, iters, gpu_check.ALLOW_CPU_S, 1, floor)
+        for floor, flagged in ((flags.FLOOR, flagged_gpu), (gpu_math.FLOOR_CPU, flagged_cpu)):
+            r = gpu_math.gpu_result(["cpu"] * 4, reports, n, "float32", nbytes, iters, gpu_math.ALLOW_CPU_S, 1, floor)
             assert [w.flagged for w in r.workers] == [False, flagged, False, False], (copy, floor)
 
 
 def test_gpu_figures_their_turn_cannot_explain_are_refused():
     figures = [(800.0, 4000.0), (800.0, 4000.0), (800.0, 4000.0)]
-    seen = [gpu_check.claimed_s(800.0, 4000.0, 8192, 1 << 30, 10) * k for k in (1.2, 8.0, 1.1)]
-    r = gpu_check.gpu_result(["H100"] * 3, _honest(figures, seen=seen), 8192, "bfloat16", 1 << 30, 10)
+    seen = [gpu_math.claimed_s(800.0, 4000.0, 8192, 1 << 30, 10) * k for k in (1.2, 8.0, 1.1)]
+    r = gpu_math.gpu_result(["H100"] * 3, _honest(figures, seen=seen), 8192, "bfloat16", 1 << 30, 10)
     # Rank 1 claims what rank 0 does, but its turn took 8x: it is judged on what the clocks saw,
     # at the pace the other turns ran against their claims (1.2 and 1.1: 1.15).
     assert [w.refused for w in r.workers] == [False, True, False]
     assert r.workers[1].tflops == pytest.approx(800.0 * 1.15 / 8) and [w.flagged for w in r.workers] == [False, True, False]
     # A busy host stretches every turn 6x (CPU workers claim CPU time): nobody is refused; a
     # rank whose turn ran 8x longer than that still is, and is judged at an eighth.
-    busy = [gpu_check.claimed_s(800.0, 4000.0, 8192, 1 << 30, 10) * k for k in (6.0, 6.2, 5.8, 48.0)]
-    r = gpu_check.gpu_result(["H100"] * 4, _honest(figures + [(800.0, 4000.0)], seen=busy), 8192, "bfloat16", 1 << 30, 10)
+    busy = [gpu_math.claimed_s(800.0, 4000.0, 8192, 1 << 30, 10) * k for k in (6.0, 6.2, 5.8, 48.0)]
+    r = gpu_math.gpu_result(["H100"] * 4, _honest(figures + [(800.0, 4000.0)], seen=busy), 8192, "bfloat16", 1 << 30, 10)
     assert [w.refused for w in r.workers] == [False, False, False, True]
     assert r.workers[3].tflops == pytest.approx(100.0) and [w.flagged for w in r.workers] == [False, False, False, True]
     # Two ranks in one turn: the slowest claim must explain it; the turn's other rank is not named.
-    turn = [1.5 * gpu_check.claimed_s(80.0, 400.0, 8192, 1 << 30, 1)]
+    turn = [1.5 * gpu_math.claimed_s(80.0, 400.0, 8192, 1 << 30, 1)]
     shared = [(0, (800.0, 4000.0, 0), turn), (0, (80.0, 400.0, 0), turn), (0, (800.0, 4000.0, 0), turn)]
-    ok = gpu_check.gpu_result(["H100"] * 3, shared, 8192, "bfloat16", 1 << 30, 1)
+    ok = gpu_math.gpu_result(["H100"] * 3, shared, 8192, "bfloat16", 1 << 30, 1)
     assert not any(w.refused for w in ok.workers) and [w.flagged for w in ok.workers] == [False, True, False]
     # Unexplained with two in the turn: both refused, neither judged on it (suspect, not failed).
     seen = [10 * turn[0], 0.06]
     both = [(0, (800.0, 4000.0, 0), seen), (0, (800.0, 4000.0, 0), seen), (1, (800.0, 4000.0, 0), seen)]
-    r2 = gpu_check.gpu_result(["H100"] * 3, both, 8192, "bfloat16", 1 << 30, 1)
+    r2 = gpu_math.gpu_result(["H100"] * 3, both, 8192, "bfloat16", 1 << 30, 1)
     assert [w.refused for w in r2.workers] == [True, True, False] and not any(w.flagged for w in r2.workers)
 
 
 def test_a_rank_low_in_one_series_only_is_not_flagged_by_the_best_of_both():
     figures = [(800.0, 4000.0), (400.0, 4000.0), (790.0, 4100.0)]  # rank 1 at half, the first time
     first = _honest(figures)
-    assert [w.flagged for w in gpu_check.gpu_result(["H100"] * 3, first, 8192, "bfloat16", 1 << 30, 10).workers] == \
+    assert [w.flagged for w in gpu_math.gpu_result(["H100"] * 3, first, 8192, "bfloat16", 1 << 30, 10).workers] == \
         [False, True, False]
     again = _honest([(800.0, 4000.0), (795.0, 4000.0), (790.0, 4100.0)])
     both = gpu_check.merged(first, again)
     assert both[1][1] == (795.0, 4000.0, 0) and both[1][2] == [a + b for a, b in zip(first[1][2], again[1][2])]
-    r = gpu_check.gpu_result(["H100"] * 3, both, 8192, "bfloat16", 1 << 30, 10, series=2)
+    r = gpu_math.gpu_result(["H100"] * 3, both, 8192, "bfloat16", 1 << 30, 10, series=2)
     assert not any(w.flagged or w.refused for w in r.workers) and r.series == 2
     # A device that is slow reads low in both series, and is flagged on the best of them.
     still = gpu_check.merged(first, _honest(figures))
-    assert [w.flagged for w in gpu_check.gpu_result(["H100"] * 3, still, 8192, "bfloat16", 1 << 30, 10,
+    assert [w.flagged for w in gpu_math.gpu_result(["H100"] * 3, still, 8192, "bfloat16", 1 << 30, 10,
                                                     series=2).workers] == [False, True, False]
 
 
 def _sdc(*ranks):
     """(model, checksum) or (model, checksum, reduce wrong, wrong per sender) per rank."""
     n = len(ranks)
-    return sdc_check.sdc_result([r if len(r) == 4 else (*r, 0, [0] * n) for r in ranks])
+    return sdc_result([r if len(r) == 4 else (*r, 0, [0] * n) for r in ranks])
 
 
 def test_sdc_result_names_the_odd_one_out_by_model():

@@ -10,7 +10,9 @@ from coordinator.health import book as health, verdicts
 from coordinator.store.memory import MemoryJobStore
 from coordinator.store.sqlite import SqliteJobStore
 from ringleader.v1 import jobs_pb2 as pb
-from worker.checks import gpu_check, link_matrix, sdc_check
+from ringleader.checkmath import gpu as gpu_math
+from ringleader.checkmath import links as link_matrix
+from ringleader.checkmath.sdc import sdc_result
 
 
 def _job(kind: str, result, hosts: list[str], state=pb.SUCCEEDED) -> pb.Job:
@@ -31,7 +33,7 @@ def _link_job(hosts, slow=lambda a, b: False, wrong=()):
 
 def _honest(figures, n, nbytes, iters=10):
     """GPU check reports of ranks with a turn each, as long as their figures claim."""
-    seen = [gpu_check.claimed_s(t, c, n, nbytes, iters) for t, c in figures]
+    seen = [gpu_math.claimed_s(t, c, n, nbytes, iters) for t, c in figures]
     return [(r, (t, c, 0), seen) for r, (t, c) in enumerate(figures)]
 
 
@@ -77,9 +79,9 @@ def test_clean_links_give_healthy_verdicts_and_unfinished_jobs_none():
 def test_a_refusal_on_a_turn_longer_than_the_job_ran_fails_nobody():
     # Two ranks: the other's account of rank 0's turn is 100 s longer, so the median (their mean)
     # refuses rank 0 and judges it at a fiftieth. The coordinator saw the whole job run 3 s.
-    claim = gpu_check.claimed_s(800.0, 4300.0, 8192, 1 << 30, 10)
+    claim = gpu_math.claimed_s(800.0, 4300.0, 8192, 1 << 30, 10)
     reports = [(0, (800.0, 4300.0, 0), [claim, claim]), (1, (800.0, 4300.0, 0), [claim + 100.0, claim])]
-    job = _job("gpu_check", gpu_check.gpu_result(["H200"] * 2, reports, 8192, "bfloat16", 1 << 30, 10), ["a", "b"])
+    job = _job("gpu_check", gpu_math.gpu_result(["H200"] * 2, reports, 8192, "bfloat16", 1 << 30, 10), ["a", "b"])
     assert job.gpu_check.workers[0].refused and job.gpu_check.workers[0].flagged
     job.started_at, job.finished_at = 1000.0, 1003.0
     found = verdicts.of_job(job)
@@ -90,29 +92,29 @@ def test_a_refusal_on_a_turn_longer_than_the_job_ran_fails_nobody():
 
 
 def test_gpu_and_sdc_verdicts_carry_figures_and_expectations():
-    g = gpu_check.gpu_result(["H200"] * 3, _honest([(800.0, 4300.0), (100.0, 4300.0), (790.0, 4200.0)], 8192, 1 << 30),
+    g = gpu_math.gpu_result(["H200"] * 3, _honest([(800.0, 4300.0), (100.0, 4300.0), (790.0, 4200.0)], 8192, 1 << 30),
                              8192, "bfloat16", 1 << 30, 10)
     found = verdicts.of_job(_job("gpu_check", g, ["a", "b", "c"]))
     assert _by_verdict(found)[pb.UNHEALTHY] == ["w1"]
     assert "100 TFLOP/s" in found["w1"].figure and "3 H200 peers: 790 TFLOP/s" in found["w1"].expected
     assert "flagged below" in found["w1"].expected
-    s = sdc_check.sdc_result([("m", "aa", 0, [0] * 3), ("m", "bb", 0, [0] * 3), ("m", "aa", 0, [0] * 3)])
+    s = sdc_result([("m", "aa", 0, [0] * 3), ("m", "bb", 0, [0] * 3), ("m", "aa", 0, [0] * 3)])
     assert _by_verdict(verdicts.of_job(_job("sdc_check", s, ["a", "b", "c"])))[pb.UNHEALTHY] == ["w1"]
-    tie = sdc_check.sdc_result([("m", "aa", 0, [0, 0]), ("m", "bb", 0, [0, 0])])
+    tie = sdc_result([("m", "aa", 0, [0, 0]), ("m", "bb", 0, [0, 0])])
     assert _by_verdict(verdicts.of_job(_job("sdc_check", tie, ["a", "b"])))[pb.SUSPECT] == ["w0", "w1"]
 
 
 def test_sdc_blame_goes_to_the_sender_and_a_lone_accuser_is_suspect():
     hosts = ["a", "b", "c", "d"]
-    rogue = sdc_check.sdc_result([("m", "aa", 1, [0, 0, 5, 0]), ("m", "aa", 1, [0, 0, 5, 0]),
+    rogue = sdc_result([("m", "aa", 1, [0, 0, 5, 0]), ("m", "aa", 1, [0, 0, 5, 0]),
                                   ("m", "aa", 1, [0, 0, 0, 0]), ("m", "aa", 1, [0, 0, 5, 0])])
     found = verdicts.of_job(_job("sdc_check", rogue, hosts))
     assert _by_verdict(found) == {pb.HEALTHY: ["w0", "w1", "w3"], pb.SUSPECT: [], pb.UNHEALTHY: ["w2"]}
     assert "by 3 of 3 receivers" in found["w2"].figure
-    liar = sdc_check.sdc_result([("m", "aa", 0, [0, 9, 0, 0])] + [("m", "aa", 0, [0] * 4)] * 3)
+    liar = sdc_result([("m", "aa", 0, [0, 9, 0, 0])] + [("m", "aa", 0, [0] * 4)] * 3)
     assert _by_verdict(verdicts.of_job(_job("sdc_check", liar, hosts))) == {
         pb.HEALTHY: ["w1", "w2", "w3"], pb.SUSPECT: ["w0"], pb.UNHEALTHY: []}
-    lone_sum = sdc_check.sdc_result([("m", "aa", 2, [0] * 4)] + [("m", "aa", 0, [0] * 4)] * 3)
+    lone_sum = sdc_result([("m", "aa", 2, [0] * 4)] + [("m", "aa", 0, [0] * 4)] * 3)
     assert _by_verdict(verdicts.of_job(_job("sdc_check", lone_sum, hosts)))[pb.SUSPECT] == ["w0"]
 
 

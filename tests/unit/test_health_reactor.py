@@ -26,15 +26,15 @@ def gpu_check(ids: list[str]) -> pb.JobSpec:
                       placement=pb.Placement(worker_ids=ids), gpu_check=pb.GpuCheckSpec(iters=2))
 
 
-def gpu_result(ids: list[str], bad: set[str]) -> pb.GpuCheckResult:
-    return pb.GpuCheckResult(matmul_n=64, dtype="float32", workers=[
-        pb.GpuFigures(rank=r, worker_id=w, device="cpu", tflops=0.1 if w in bad else 1.0, copy_gbps=10,
-                      tflops_ratio=0.1 if w in bad else 1.0, copy_ratio=1.0, flagged=w in bad)
-        for r, w in enumerate(ids)])
+def gpu_evidence(ids: list[str], bad: set[str]) -> list[dict]:
+    """What each rank sends with its JobDone: its own figures, `bad` ones at a tenth of the
+    others' product rate (one turn each, short enough for the figures to explain)."""
+    return [{"h49e_gpu": wpb.H49eGpuEvidence(device="cpu", tflops=0.1 if w in bad else 1.0, copy_gbps=10,
+                                             seen_s=[0.05], series=1)} for w in ids]
 
 
-def start_check(core, ws: list[Worker], bad: set[str]) -> tuple[str, pb.GpuCheckResult]:
-    """A gpu_check on `ws`, formed (every rank assigned); returns its id and the result rank 0 sends."""
+def start_check(core, ws: list[Worker], bad: set[str]) -> tuple[str, list[dict]]:
+    """A gpu_check on `ws`, formed (every rank assigned); returns its id and each rank's evidence."""
     ids = [w.id for w in ws]
     job = core.submit(gpu_check(ids))
     (kind, a0), = ws[0].inbox()
@@ -42,7 +42,7 @@ def start_check(core, ws: list[Worker], bad: set[str]) -> tuple[str, pb.GpuCheck
     ws[0].send(store_ready=wpb.StoreReady(job_id=job.id, group_key=a0.group_key, store_port=4242))
     for w in ws[1:]:
         assert w.kinds() == ["assignment"]
-    return job.id, gpu_result(ids, bad)
+    return job.id, gpu_evidence(ids, bad)
 
 
 def placed(core, job_id: str) -> list[str]:
@@ -54,12 +54,12 @@ def test_a_verdict_quarantines_in_the_input_that_ends_the_check_and_its_pass_pla
     check_id, result = start_check(core, ws, bad={"w1"})
     a = core.submit(spec(2)).id
     b = core.submit(spec(1)).id
-    ws[1].done(check_id, 1)
-    ws[2].done(check_id, 2)
+    ws[1].done(check_id, 1, **result[1])
+    ws[2].done(check_id, 2, **result[2])
     # The check holds its gang until its verdicts exist: nothing is placed on w1 or w2 yet.
     assert [ws[1].state, ws[2].state] == [pb.BUSY, pb.BUSY]
     assert core.get(a).state == pb.QUEUED and core.get(b).state == pb.QUEUED
-    ws[0].done(check_id, 0, gpu_check=result)  # the rank that ends the check reports last
+    ws[0].done(check_id, 0, **result[0])  # the rank that ends the check reports last
     # In that same input: the verdict, w1 out of user jobs, A placed on the others.
     assert core.get(check_id).state == pb.SUCCEEDED
     assert core.fleet.book.get("w1").verdict == pb.UNHEALTHY and core.fleet.book.quarantined("w1")
@@ -79,9 +79,9 @@ def test_a_verdict_that_arrives_while_every_other_worker_is_busy(core):
     check_id, result = start_check(core, ws[:3], bad={"w1"})
     a = core.submit(spec(2)).id
     b = core.submit(spec(1)).id
-    ws[1].done(check_id, 1)
-    ws[2].done(check_id, 2)
-    ws[0].done(check_id, 0, gpu_check=result)
+    ws[1].done(check_id, 1, **result[1])
+    ws[2].done(check_id, 2, **result[2])
+    ws[0].done(check_id, 0, **result[0])
     assert core.get(a).state == pb.RUNNING and set(placed(core, a)) == {"w0", "w2"}
     assert core.get(b).state == pb.QUEUED and ws[1].state == pb.IDLE and core.fleet.book.quarantined("w1")
     ws[3].done(busy, 0)
@@ -146,15 +146,15 @@ def test_quarantine_holds_across_a_reconnect_and_a_restart():
     assert again.state == pb.IDLE  # the connection's own state: the listing derives QUARANTINED
 
 
-def sdc_result(ids: list[str], bad: set[str]) -> pb.SdcCheckResult:
-    return pb.SdcCheckResult(majority_checksum="ab" * 8, workers=[
-        pb.SdcFigures(rank=r, worker_id=w, device="cpu", checksum="cd" * 8 if w in bad else "ab" * 8,
-                      flagged=w in bad) for r, w in enumerate(ids)])
+def sdc_evidence(ids: list[str], bad: set[str]) -> list[dict]:
+    """Each rank's own corruption-check evidence: `bad` ones with another checksum."""
+    return [{"h49e_sdc": wpb.H49eSdcEvidence(device="cpu", checksum="cd" * 8 if w in bad else "ab" * 8,
+                                             wrong_from=[0] * len(ids))} for w in ids]
 
 
 def finish_check(core, by_id: dict[str, Worker], bad: set[str] = frozenset()) -> tuple[str, str, list[str]]:
     """Play the check job that was just assigned (to whichever workers got it): form its group,
-    finish every rank (rank 0 last, with the result flagging `bad`); returns (its kind, id, gang)."""
+    finish every rank (rank 0 last; `bad` ones with failing figures); returns (its kind, id, gang)."""
     got = {w.id: dict(w.inbox()) for w in by_id.values()}
     (a0,) = [m["assignment"] for m in got.values() if "assignment" in m]  # a new group: rank 0 first
     kind, ids = a0.spec.WhichOneof("kind"), placed(core, a0.job_id)
@@ -162,8 +162,8 @@ def finish_check(core, by_id: dict[str, Worker], bad: set[str] = frozenset()) ->
     for wid in ids[1:]:
         by_id[wid].inbox()
     for rank, wid in reversed(list(enumerate(ids))):
-        outcome = {} if rank else {kind: (gpu_result if kind == "gpu_check" else sdc_result)(ids, set(bad))}
-        by_id[wid].done(a0.job_id, rank, **outcome)
+        evidence = (gpu_evidence if kind == "gpu_check" else sdc_evidence)(ids, set(bad))
+        by_id[wid].done(a0.job_id, rank, **evidence[rank])
     return kind, a0.job_id, ids
 
 
@@ -233,7 +233,7 @@ def test_the_circuit_breaker_holds_automatic_quarantine_at_its_share_through_the
     bad = {"w2", "w5", "w8"}  # 30 % of the fleet fails one check
     check_id, result = start_check(core, ws, bad=bad)
     for rank in reversed(range(10)):
-        ws[rank].done(check_id, rank, **({"gpu_check": result} if rank == 0 else {}))
+        ws[rank].done(check_id, rank, **result[rank])
     book = core.fleet.book
     assert all(book.get(w).verdict == pb.UNHEALTHY for w in bad)  # every verdict recorded
     assert book.quarantined_ids() == ["w2"] and book.held_ids() == ["w5", "w8"]
@@ -257,12 +257,12 @@ def test_a_preflight_gang_keeps_the_group_its_first_check_formed(core):
     ws[0].send(store_ready=wpb.StoreReady(job_id=gpu.job_id, group_key=key, store_port=4242))
     ws[1].inbox()
     for rank, w in reversed(list(enumerate(ws))):  # every rank reports holding the group it formed
-        w.done(gpu.job_id, rank, holds=key, **({"gpu_check": gpu_result(ids, set())} if rank == 0 else {}))
+        w.done(gpu.job_id, rank, holds=key, **gpu_evidence(ids, set())[rank])
     # The next check, and then the job, go to every rank at once on that group: no new rendezvous.
     (sdc0,), (sdc1,) = ([m for k, m in w.inbox() if k == "assignment"] for w in ws)
     assert sdc0.spec.HasField("sdc_check") and sdc0.group_key == sdc1.group_key == key
     for rank, w in reversed(list(enumerate(ws))):
-        w.done(sdc0.job_id, rank, holds=key, **({"sdc_check": sdc_result(ids, set())} if rank == 0 else {}))
+        w.done(sdc0.job_id, rank, holds=key, **sdc_evidence(ids, set())[rank])
     assert core.get(job).state == pb.RUNNING and core.get(job).warm_start
 
 
@@ -277,27 +277,49 @@ def test_a_preflight_whose_gang_stays_suspect_fails_after_its_rounds_instead_of_
         (a0,) = [m["assignment"] for m in got.values() if "assignment" in m]
         ws["w0"].send(store_ready=wpb.StoreReady(job_id=a0.job_id, group_key=a0.group_key, store_port=1))
         ws["w1"].inbox()
-        result = pb.SdcCheckResult(workers=[pb.SdcFigures(rank=r, worker_id=w, device="cpu", checksum=c)
-                                            for r, (w, c) in enumerate((("w0", "aa"), ("w1", "bb")))])
-        ws["w1"].done(a0.job_id, 1)
-        ws["w0"].done(a0.job_id, 0, sdc_check=result)
+        ws["w1"].done(a0.job_id, 1, h49e_sdc=wpb.H49eSdcEvidence(device="cpu", checksum="bb", wrong_from=[0, 0]))
+        ws["w0"].done(a0.job_id, 0, h49e_sdc=wpb.H49eSdcEvidence(device="cpu", checksum="aa", wrong_from=[0, 0]))
         assert core.fleet.book.get("w0").verdict == pb.SUSPECT
     done = core.get(job)
     assert done.state == pb.FAILED and "not certified 3 times" in done.reason and "suspect" in done.reason
     assert [w.state for w in ws.values()] == [pb.IDLE, pb.IDLE]
 
 
-def test_a_checks_figures_are_named_by_the_coordinator_not_by_rank_0(core):
-    """Rank 0's figures carry no worker ids (or wrong ones): the stored outcome names each row's
-    worker by its rank, as placed, so the UI and CLI show who had which figures."""
+def test_a_checks_result_is_assembled_by_the_coordinator_and_rank_0s_outcome_is_not_read(core):
+    """Rank 0 sends a forged outcome (its peers flagged, wrong worker ids) beside its own evidence:
+    the stored result is built from every rank's own evidence, names each row's worker by its
+    rank as placed, and the forgery frames nobody."""
     ws = [Worker(core, f"w{i}", i) for i in range(3)]
-    check_id, result = start_check(core, ws, bad=set())
-    result.workers[0].worker_id, result.workers[1].worker_id, result.workers[2].worker_id = "", "w0", "zz"
+    check_id, evidence = start_check(core, ws, bad=set())
+    forged = pb.GpuCheckResult(matmul_n=64, dtype="float32", workers=[
+        pb.GpuFigures(rank=r, worker_id=w, device="cpu", tflops=0.01, copy_gbps=10, flagged=True)
+        for r, w in enumerate(("", "w0", "zz"))])
     for rank in (1, 2, 0):
-        ws[rank].done(check_id, rank, **({"gpu_check": result} if rank == 0 else {}))
+        ws[rank].done(check_id, rank, **evidence[rank], **({"gpu_check": forged} if rank == 0 else {}))
     job = core.get(check_id)
     assert job.state == pb.SUCCEEDED
-    assert [(w.rank, w.worker_id) for w in job.gpu_check.workers] == [(0, "w0"), (1, "w1"), (2, "w2")]
+    assert [(w.rank, w.worker_id, w.tflops) for w in job.gpu_check.workers] == [(0, "w0", 1.0), (1, "w1", 1.0),
+                                                                                (2, "w2", 1.0)]
+    assert [core.fleet.book.get(w.id).verdict for w in ws] == [pb.HEALTHY] * 3
+
+
+def test_a_rank_without_evidence_or_claiming_another_model_is_suspect_never_healthy(core):
+    """No rank is judged on another's word: one that reports no figures of its own is suspect;
+    so is one whose executor names a device model its registration does not (its figures are
+    compared under the registered model)."""
+    ws = [Worker(core, f"w{i}", i) for i in range(4)]
+    check_id, evidence = start_check(core, ws, bad=set())
+    evidence[1] = {}
+    evidence[2]["h49e_gpu"].device = "H200"
+    for rank in (1, 2, 3, 0):
+        ws[rank].done(check_id, rank, **evidence[rank])
+    job = core.get(check_id)
+    assert job.state == pb.SUCCEEDED
+    assert {(g.rank, g.reason.split(":")[0]) for g in job.gpu_check.h49e_gaps} == {
+        (1, "no evidence"), (2, "its executor reported a 'H200' device, its registration a 'cpu'")}
+    got = {w.id: core.fleet.book.get(w.id).verdict for w in ws}
+    assert got == {"w0": pb.HEALTHY, "w1": pb.SUSPECT, "w2": pb.SUSPECT, "w3": pb.HEALTHY}
+    assert [w.device for w in job.gpu_check.workers] == ["cpu"] * 3  # rank 1 has no row; rank 2 under "cpu"
 
 
 def test_observe_mode_records_and_alerts_a_failed_verdict_but_quarantines_nothing():
@@ -305,9 +327,9 @@ def test_observe_mode_records_and_alerts_a_failed_verdict_but_quarantines_nothin
 
     core = Coordinator(MemoryJobStore(), health_observe=True)
     ws = [Worker(core, f"w{i}", i) for i in range(4)]
-    check_id, result = start_check(core, ws, bad={"w2"})
+    check_id, evidence = start_check(core, ws, bad={"w2"})
     for rank in reversed(range(4)):
-        ws[rank].done(check_id, rank, **({"gpu_check": result} if rank == 0 else {}))
+        ws[rank].done(check_id, rank, **evidence[rank])
     book = core.fleet.book
     assert book.get("w2").verdict == pb.UNHEALTHY  # the verdict, with its evidence, as ever
     assert book.quarantined_ids() == [] and not book.quarantined("w2") and book.held_ids() == []

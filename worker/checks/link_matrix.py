@@ -6,42 +6,28 @@ workloads/p2p.py's ping-pong, checked the same way). n - 1 rounds (n even).
 
 Evidence no rank can forge for another: both ends time every round trip (the initiator from
 send to return, the echo between successive returns; pingpong.py) and each rank reports only
-the links it is an end of; what a rank says of other links is never read. A link's figure is
-the slower of its two ends' fastest round trips (an end cannot make its link look faster than
-the other end saw it); when the two ends' totals for the same round trips disagree beyond noise
+the links it is an end of (its own stream: H49eLinkEvidence); what a rank says of other links is
+never read. A link's figure is the slower of its two ends' fastest round trips (an end cannot
+make its link look faster than the other end saw it); when the two ends' totals for the same round trips disagree beyond noise
 (DISAGREE), the link is not judged on it and the reporters are suspect (verdicts.py: a rank
 most of whose links its peers dispute).
 
 The size is chosen by link kind (link_sizes.py) unless the spec gives one, so that each link is
 saturated. Each link is compared with the median of comparable links (same host, or across
 hosts; each rank's median first, so that one bad host cannot set it), flagged below a
-noise-aware bound (flags.py).
+noise-aware bound (ringleader/checkmath/: where the ranks' figures are judged).
 """
 
 from __future__ import annotations
 
 from ringleader import roundrobin
+from ringleader.checkmath.links import link_result, passes, rows
 from ringleader.jobspec import ValidJob
 from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
 from worker import faults
-from worker.checks import flags, link_sizes, peers
+from worker.checks import link_sizes, peers
 from worker.kinds import Outcome, RunContext
-
-# The two ends' totals of one link's timed round trips differ by more than this factor: one of
-# them is not true. (The same round trips: apart by about one round trip, even on a busy host,
-# whose fastest round trips seen from the two ends were measured up to 6x apart at load 17.)
-DISAGREE = 2.0
-# ...plus this much: on a quiet machine a few round trips of 512 KiB take about a millisecond, and
-# the two ends' fixed costs (a Python call, a gloo op each way) differ by a good part of it.
-DISAGREE_ALLOW_US = 500.0
-# Passes over the rounds of the links still flagged after the first: one was not enough beside a test suite at
-# load 12 on the namespace bed (a clean host's worker failed with 4 of 7 links at 0.24 of the
-# median, 1 clean run in 12); a rate-limited link reads slow in every pass.
-AGAIN = 2
-# Passes over every link, at most, after a first pass too noisy to judge (below). Under bursts of
-# two busy processes on the 2-core machine beside the namespace bed one more was not enough: the
-# band stayed wider than the floor after it in 3 checks of 4 at half rate.
-NOISY_AGAIN = 3
 
 
 def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
@@ -51,115 +37,26 @@ def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
     schedule = roundrobin.rounds(n)
     links = [(a, b, r) for r, pairs in enumerate(schedule) for a, b in pairs]
     sizes, reason = link_sizes.choose(s.size_bytes, everyone, links)
+    evidence = wpb.H49eLinkEvidence(size_reason=reason)
 
     def measure(spec: pb.LinkMatrixSpec, batches: list[list[int]]) -> list[dict]:
-        return _rows(links, sizes, _measure(spec, sizes, ctx, links, batches))
+        reports = _measure(spec, sizes, ctx, links, batches)
+        evidence.passes.append(own_pass(spec.iters, batches, links, sizes, reports[ctx.rank]))
+        return rows(links, sizes, reports)
 
-    def judge(rows: list[dict], reference: tuple[float, float, float, float] | None = None,
+    def judge(measured: list[dict], reference: tuple[float, float, float, float] | None = None,
               slow: set[int] | None = None) -> pb.LinkMatrixResult:
-        return link_result(rows, hosts, max(sizes), len(schedule), reason, reference, slow)
+        return link_result(measured, hosts, max(sizes), len(schedule), reason, reference, slow)
 
-    return Outcome(message=passes(s, links, hosts, len(schedule), measure, judge))
-
-
-def passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hosts: list[str], rounds: int, measure,
-           judge) -> pb.LinkMatrixResult:
-    """Every link measured in its round, then again as below; `measure(spec, batches)` runs the
-    batches of links one after the other (each batch's links at once) and gives every link's
-    row, `judge(rows, reference, slow)` the result. No other communication: every rank holds the
-    same figures, so every rank takes the same passes."""
-    batches = [[k for k, link in enumerate(links) if link[2] == r] for r in range(rounds)]
-    rows = measure(s, batches)
-    result = judge(rows)
-    # Every link again while a pass leaves the figures too noisy to judge a link at half its peers
-    # (the band wider than the floor's): waiting for a CPU only ever slows a round trip, so each
-    # link's best over passes nears what it can do, and the band narrows. A fresh CI machine's bed
-    # read its clean links so unevenly that the bound fell to 0.25 x the median, twice in a row,
-    # and a 2x slower host was named by nobody (1 first pass in 8 locally, at load 2).
-    # The pass kept is the one whose band is narrowest: on the 2-core bed a link's best of more
-    # passes reached a second, faster mode on some ranks only, and the band after three more
-    # passes (0.25 of the median) let a 2x slower host through that the first (0.48) flagged.
-    kept = rows, result
-    for _ in range(NOISY_AGAIN):
-        if not _noisy(result):
-            break
-        rows = _best_of(rows, measure(s, batches), set(range(len(links))))
-        result = judge(rows)
-        if _band_share(result) > _band_share(kept[1]):
-            kept = rows, result
-    rows, result = kept
-    # More passes over the rounds that hold a flagged link: a link that was slow only because its
-    # ends waited for a CPU (a busy host) is fast now, while a slow link is slow again. A flagged
-    # link is cleared when it reads at least 0.7 of its round-mates' median in the same pass (the
-    # links of those rounds not flagged), and it keeps its best figure:
-    # - whole rounds, as the first pass measured them: a link measured alone is not comparable
-    #   with links measured beside others (on the 2-core namespace bed clean links measured alone
-    #   read 2.1-2.7 GB/s against round-mates of up to 4.6, and a clean worker stayed failed);
-    # - against its round-mates of the same pass, not the first pass's reference: a fresh group's
-    #   first seconds on the bed read 3.5-4.4 GB/s and later ones half that, so a clean link could
-    #   never climb back to the first pass's median (a clean worker failed on a fresh bed's first
-    #   check, 1 in 8); nor against every link's best of all passes: that spread the ranks'
-    #   medians (1.4 -> 1.5-2.1 GB/s) and a host at 0.33 of the median was not flagged.
-    # Three times the round trips: a rank starved of CPU for a moment gets more chances to run.
-    # The result keeps the first pass's reference (median and bound) for its ratios.
-    longer = pb.LinkMatrixSpec(iters=3 * s.iters, warmup=s.warmup)
-    reference = (result.median_same_host_gbps, result.flag_same_host_gbps,
-                 result.median_cross_host_gbps, result.flag_cross_host_gbps)
-    first_low = {True: reference[1], False: reference[3]}  # by same-host or not
-    slow = {k for k, x in enumerate(result.links) if x.flagged and not x.wrong}
-    for _ in range(AGAIN):
-        if not slow:
-            break
-        again = [batches[r] for r in sorted({links[k][2] for k in slow})]
-        now = measure(longer, again)
-        mates = [now[k] for batch in again for k in batch if k not in slow and not now[k].get("ends_disagree")]
-        # Cleared at the floor's share of the mates' median, not their noise band: a pass of 3x
-        # the round trips read noisier, its band fell to 0.25 of the median, and a host at 0.38
-        # was cleared (1 half-rate run in 6, over 2 beds).
-        limits = {same: ((1 - flags.FLOOR) * _reference(mates, hosts, same)[0], first_low[same])
-                  for same in (True, False)}
-        rows = _best_of(rows, now, slow)
-        slow = {k for k in slow if _still_slow(now[k], rows[k], *limits[_same(links[k], hosts)])}
-        result = judge(rows, reference, slow)
-    return result
+    return Outcome(message=passes(s, links, hosts, len(schedule), measure, judge), evidence=evidence)
 
 
-def _best_of(rows: list[dict], second: list[dict], measured: set[int]) -> list[dict]:
-    """Each link of `measured` keeping the best of its passes; the others as they were."""
-    return [_best(row, second[k]) if k in measured else row for k, row in enumerate(rows)]
-
-
-def _best(first: dict, second: dict) -> dict:
-    """A link measured twice: its faster pass, with every wrong byte of both."""
-    return {**max(first, second, key=lambda x: x["gbps"]), "wrong": first["wrong"] + second["wrong"]}
-
-
-def _same(link: tuple[int, int, int], hosts: list[str]) -> bool:
-    return hosts[link[0]] == hosts[link[1]]
-
-
-def _still_slow(now: dict, best: dict, mates_low: float, first_low: float) -> bool:
-    """A flagged link after one more pass: below `mates_low` (set by its round-mates in that pass); with
-    no round-mates of its kind (a round of one pair: 3 ranks), its best below the first bound."""
-    if not mates_low:
-        return best["gbps"] < first_low
-    return bool(now.get("ends_disagree")) or now["gbps"] < mates_low
-
-
-def _kinds(result: pb.LinkMatrixResult) -> list[tuple[float, float]]:
-    """(median, flag bound) of each kind of link: across hosts, within a host."""
-    return [(result.median_cross_host_gbps, result.flag_cross_host_gbps),
-            (result.median_same_host_gbps, result.flag_same_host_gbps)]
-
-
-def _band_share(result: pb.LinkMatrixResult) -> float:
-    """The lowest share of its median a link of some kind may read unflagged (higher: narrower)."""
-    return min((low / median for median, low in _kinds(result) if median > 0), default=1.0)
-
-
-def _noisy(result: pb.LinkMatrixResult) -> bool:
-    """Whether a kind of link's band is set by its noise rather than the floor (flags.py)."""
-    return any(flags.set_by_noise(median, low) for median, low in _kinds(result))
+def own_pass(iters: int, batches: list[list[int]], links, sizes: list[int], mine: dict) -> wpb.H49eLinkPass:
+    """What this rank reports of one pass: its own ends of the links it measured (a rank's report
+    of another's link, the rogue's, is left to the coordinator to ignore)."""
+    return wpb.H49eLinkPass(iters=iters, batches=[links[b[0]][2] for b in batches if b], ends=[
+        wpb.H49eLinkEnd(link=k, size_bytes=sizes[k], fastest_us=us, total_us=total, wrong=int(wrong))
+        for k, (us, total, wrong) in sorted(mine.items())])
 
 
 def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,
@@ -187,62 +84,3 @@ def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,
                      for k in range(len(links)) if ctx.rank not in links[k][:2]})
     return peers.gather(mine)
 
-
-def _rows(links, sizes: list[int], reports: list[dict]) -> list[dict]:
-    """LinkRow fields from both ends' reports, each read only for its own links. The fastest
-    round trip counts (what the link can do: a rate-limited link is slow on every one, a rank
-    that waited for a CPU on some); the link's figure is the slower end's."""
-    out = []
-    for k, (a, b, r) in enumerate(links):
-        ends = [reports[a].get(k), reports[b].get(k)]
-        gbps = [sizes[k] / e[0] / 1e3 if e and e[0] > 0 else 0.0 for e in ends]
-        wrong = sum(int(e[2]) for e in ends if e)
-        # An end with no figure leaves the other's (a rank cannot help its link by staying silent).
-        timed = [g for g in gbps if g > 0]
-        slow = min(timed, default=0.0)
-        totals = [e[1] for e in ends if e and e[1] > 0]
-        disagree = not timed or (len(totals) == 2 and max(totals) > DISAGREE * min(totals) + DISAGREE_ALLOW_US)
-        out.append(dict(a=a, b=b, round=r, latency_us=sizes[k] / slow / 1e3 if slow > 0 else 0.0, wrong=wrong,
-                        gbps=slow, gbps_a=gbps[0], gbps_b=gbps[1], ends_disagree=disagree, size_bytes=sizes[k]))
-    return out
-
-
-def link_result(rows: list[dict], hosts: list[str], size_bytes: int, rounds: int,
-                size_reason: str = "given", reference: tuple[float, float, float, float] | None = None,
-                slow: set[int] | None = None) -> pb.LinkMatrixResult:
-    """The result from measured links (dicts of LinkRow's first fields) and each rank's host:
-    ratios to the median of comparable links, flags, and the symmetric matrix. No communication.
-    A link whose ends disagree is not flagged on its figure (bad bytes still flag it).
-    `reference` (same-host median and bound, cross-host median and bound) holds an earlier
-    pass's instead of the rows' own; `slow`, the links found slow (by later passes), instead of
-    those below the reference's bound."""
-    n = len(hosts)
-    agreed = [r for r in rows if not r.get("ends_disagree")]
-    ref = ({True: reference[:2], False: reference[2:]} if reference
-           else {same: _reference(agreed, hosts, same) for same in (True, False)})
-    out = pb.LinkMatrixResult(size_bytes=size_bytes, rounds=rounds, median_same_host_gbps=ref[True][0],
-                              median_cross_host_gbps=ref[False][0], size_reason=size_reason,
-                              flag_same_host_gbps=ref[True][1], flag_cross_host_gbps=ref[False][1])
-    matrix = [[-1.0] * n for _ in range(n)]
-    for k, r in enumerate(rows):
-        median, low = ref[hosts[r["a"]] == hosts[r["b"]]]
-        ratio = r["gbps"] / median if median > 0 else 0.0
-        below = k in slow if slow is not None else not r.get("ends_disagree") and r["gbps"] < low
-        flagged = below or r["wrong"] > 0
-        out.links.append(pb.LinkRow(ratio=ratio, flagged=flagged, **r))
-        matrix[r["a"]][r["b"]] = matrix[r["b"]][r["a"]] = r["gbps"]
-    out.matrix.extend(pb.P2PMatrixRow(gbps=line) for line in matrix)
-    return out
-
-
-def _reference(rows: list[dict], hosts: list[str], same_host: bool) -> tuple[float, float]:
-    """(median, flag bound) of comparable links, robust to one bad host: each rank's median link
-    of that kind, then the median and noise over ranks. (A plain median over links fails with few
-    hosts: on 3 hosts a slow one carries 2 of every 3 cross-host links, and would set it.)"""
-    per_rank: dict[int, list[float]] = {}
-    for r in rows:
-        if (hosts[r["a"]] == hosts[r["b"]]) == same_host:
-            per_rank.setdefault(r["a"], []).append(r["gbps"])
-            per_rank.setdefault(r["b"], []).append(r["gbps"])
-    medians = [peers.median(v) for v in per_rank.values()]
-    return peers.median(medians), flags.bound(medians)

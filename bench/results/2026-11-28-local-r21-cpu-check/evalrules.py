@@ -1,6 +1,6 @@
 import json, sys, statistics, random
 sys.path.insert(0, ".")
-from worker.checks import flags
+from ringleader.checkmath import flags
 med = statistics.median
 def rule_best(fig, passes):  # fig[r][p] -> flagged list
     best = [max(fig[r][:passes]) for r in range(len(fig))]

@@ -2,7 +2,7 @@
 bounds recomputed with flags.bound)."""
 import json, sys
 sys.path.insert(0, ".")
-from worker.checks import flags
+from ringleader.checkmath import flags
 from collections import defaultdict
 res = defaultdict(lambda: defaultdict(int)); low = defaultdict(list)
 for l in open(sys.argv[1]):

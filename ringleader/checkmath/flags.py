@@ -58,3 +58,7 @@ def describe(median: float, low: float) -> str:
     share = low / median if median > 0 else 0.0
     return (f">= {low:.4g} ({share:.2f} of the median {median:.4g}: median - max({K_MAD:g} sigma (1.4826 MAD, "
             f"at most the lower quartile's), {FLOOR:g} x median), at least {CEILING:g} x median)")
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0

@@ -74,9 +74,9 @@ def test_a_repeat_offender_is_kept_out_until_a_check_passes():
     core.cancel(job)
     for w in ws:
         w.inbox()
-    check_id, result = start_check(core, ws, bad=set())
+    check_id, evidence = start_check(core, ws, bad=set())
     for rank in reversed(range(4)):
-        ws[rank].done(check_id, rank, **({"gpu_check": result} if rank == 0 else {}))
+        ws[rank].done(check_id, rank, **evidence[rank])
     assert core.fleet.book.get("w0").verdict == pb.HEALTHY and not core.fleet.book.quarantined("w0")
 
 

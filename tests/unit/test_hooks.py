@@ -58,9 +58,9 @@ def test_every_verdict_change_arrives_exactly_once_through_failures_and_a_restar
     sender = HookSender([receiver.url], log.put, backoff_s=0.05, source="test")
     core = Coordinator(log.store, Timings(heartbeat_timeout_s=30, blame_grace_s=3), health_observers=[sender.observe])
     ws = [Worker(core, f"w{i}", i) for i in range(3)]
-    check_id, result = start_check(core, ws, bad={"w1"})
+    check_id, evidence = start_check(core, ws, bad={"w1"})
     for rank in reversed(range(3)):
-        ws[rank].done(check_id, rank, **({"gpu_check": result} if rank == 0 else {}))
+        ws[rank].done(check_id, rank, **evidence[rank])
     assert core.fleet.book.quarantined("w1")
     core.cordon("w1", False, force=True)  # the operator puts it back over its verdict: suspect
     events = receiver.wait_for(4)
@@ -123,9 +123,9 @@ def test_the_circuit_breakers_hold_says_hold_not_drain(receiver):
     sender = HookSender([receiver.url], log.put, backoff_s=0.05)
     core.fleet.observers = (sender.observe,)
     ws = [Worker(core, f"w{i}", i) for i in range(10)]
-    check_id, result = start_check(core, ws, bad={"w2", "w5"})
+    check_id, evidence = start_check(core, ws, bad={"w2", "w5"})
     for rank in reversed(range(10)):
-        ws[rank].done(check_id, rank, **({"gpu_check": result} if rank == 0 else {}))
+        ws[rank].done(check_id, rank, **evidence[rank])
     events = receiver.wait_for(10)
     actions = {e["data"]["worker_id"]: (e["data"]["action"], e["data"]["held"]) for e in events}
     assert actions["w2"] == ("drain", False) and actions["w5"] == ("hold", True)

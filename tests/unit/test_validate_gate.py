@@ -17,9 +17,9 @@ from test_health_reactor import placed, start_check
 
 
 def run_check(core, ws, bad: set[str]) -> None:
-    check_id, result = start_check(core, ws, bad=bad)
+    check_id, evidence = start_check(core, ws, bad=bad)
     for rank in reversed(range(len(ws))):
-        ws[rank].done(check_id, rank, **({"gpu_check": result} if rank == 0 else {}))
+        ws[rank].done(check_id, rank, **evidence[rank])
     assert core.get(check_id).state == pb.SUCCEEDED
 
 

@@ -47,12 +47,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import churn, loadstats  # noqa: E402
+from bench.calls import DEADLINE_S, fill, until  # noqa: E402
 from bench.simfleet import SimFleet, fleet_specs  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc  # noqa: E402
-
-DEADLINE_S = 30.0
-
 
 @dataclasses.dataclass
 class Config:
@@ -138,28 +136,6 @@ async def timed(rec: loadstats.Recorder, coro) -> object:
         return None
     rec.ok(t, time.perf_counter() - t)
     return out
-
-
-async def fill(stub, specs, concurrency: int = 32) -> list[str]:
-    """Submit `specs`; the ids of the jobs."""
-    todo, ids = list(specs), []
-
-    async def worker() -> None:
-        while todo:
-            job = await stub.SubmitJob(pb.SubmitJobRequest(spec=todo.pop(), request_id=uuid.uuid4().hex),
-                                       timeout=DEADLINE_S)
-            ids.append(job.id)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return ids
-
-
-async def until(check, what: str, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.5)
 
 
 async def run_config(cfg: Config, tmp: Path, db: str = "") -> dict:

@@ -4,7 +4,7 @@ a client that submits at a fixed rate and measures SubmitJob, GetJob and ListWor
 with the coordinator's CPU and RSS (read from /proc).
 
     python bench/control_plane.py --workers 2000 --duration 300          # one configuration
-    python bench/control_plane.py --matrix --out bench/results/DATE-control-plane
+    python bench/control_plane.py --matrix --out bench/out/DATE-control-plane
 
 One configuration: start the coordinator; connect N daemons (8 per host, half the hosts with
 GPUs); measure a window of heartbeats alone (CPU per heartbeat); with --queue, hold every GPU

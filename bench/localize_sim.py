@@ -1,7 +1,7 @@
 """Localization and link-matrix planning at fleet scale, against a pure model of a fleet: rounds
 needed, coordinator CPU per round, and how often the wrong culprit is named with noisy figures.
 
-    python bench/localize_sim.py [--trials 100] [--out bench/results/2026-11-25-localize-sim]
+    python bench/localize_sim.py [--trials 100] [--out bench/out/localize-sim]
 
 The model: N workers, 8 per host, every one of them a suspect (no known-good worker to start
 from, no baseline: the hardest start). A group's figure is its slowest member's speed (a

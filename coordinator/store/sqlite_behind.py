@@ -6,13 +6,13 @@ and write the file at once.
 
 An experiment, not the default (`--db PATH` is SqliteJobStore, on the loop). Measured with
 5,000 simulated workers draining 10,000 queued jobs, the coordinator pinned to 2 cores of a 32-core
-host (bench/results/2026-11-27-h200x2-r11): it drained the queue (12,251 jobs done in 45 s against
+host (docs/results/2026-11-27-h200x2-r11): it drained the queue (12,251 jobs done in 45 s against
 4,027-6,345 on the default store), and the users' calls starved: submit p50 2.8-4.7 s, p99 13-15 s,
 against 24-26 ms and 155-566 ms. With 3,000 workers on the 2-core development machine: submit p50
 169-486 ms against 29-30 ms. The calls' time on the core loop stayed under 0.3 s
 and the edge loop's timers ran on time: they waited between gRPC receiving them and their
-handlers starting (bench/results/2026-11-27-local-r11). Measured in r12, that wait was gRPC's own
-threads short of CPU (bench/results/2026-11-27-local-r12). It waits for an admission control that
+handlers starting (docs/results/2026-11-27-local-r11). Measured in r12, that wait was gRPC's own
+threads short of CPU (docs/results/2026-11-27-local-r12). It waits for an admission control that
 keeps the coordinator's CPU below its cores (issue 27).
 """
 

@@ -13,6 +13,8 @@ exactly the culprit (GPU: the worker; link: the host) is named.
 
 The link-matrix schedule is the round-robin (circle) method: n - 1 rounds of n/2 disjoint pairs;
 its cost per round is timed for a few rounds (the full 16,384-worker schedule has 134 M pairs).
+What is right or wrong is the measurement here (reported per scenario, not asserted); asserted:
+every round of the schedule is n/2 disjoint pairs.
 """
 
 from __future__ import annotations

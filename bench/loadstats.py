@@ -1,5 +1,6 @@
 """What bench/control_plane.py measures and how it reports it: call latencies, a process's CPU
-and RSS (from /proc), and the results table."""
+and RSS (from /proc), and the results table. Not a bench by itself: it asserts nothing; the benches
+that use it mark a run INVALID when their scenario did not hold."""
 
 from __future__ import annotations
 

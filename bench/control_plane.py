@@ -311,10 +311,9 @@ def main() -> None:
                     "and keep the load generator off them")
     ap.add_argument("--out", type=Path, default=None, help="write results.json and results.md here")
     ap.add_argument("--logs", type=Path, default=None, help="keep each run's coordinator log here")
-    ap.add_argument("--db", choices=["sqlite", "postgres", "both", "sqlite-behind"], default="sqlite",
+    ap.add_argument("--db", choices=["sqlite", "postgres", "both"], default="sqlite",
                     help="the coordinator's store; postgres: a server of the bench's own (tests/pgserver.py); "
-                         "both: each configuration on SQLite, then on PostgreSQL, in the same run; "
-                         "sqlite-behind: the experimental write-behind SQLite store")
+                         "both: each configuration on SQLite, then on PostgreSQL, in the same run")
     ap.add_argument("--pg-options", default="", help="server settings for the PostgreSQL runs' sessions, e.g. "
                     "'-c synchronous_commit=off' (commits not flushed before the answer, as SQLite's WAL with "
                     "synchronous=NORMAL: durable across a coordinator crash, not an operating system's)")
@@ -339,8 +338,6 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="rl-cp-") as tmp:
             # new_schema's DSN ends in its options parameter: --pg-options continue it.
             dsn = pg.new_schema(f"run{i}") + urllib.parse.quote(" " + a.pg_options) if cfg.db == "postgres" else ""
-            if cfg.db == "sqlite-behind":
-                dsn = f"sqlite-behind:{Path(tmp) / 'jobs.db'}"
             try:
                 run = asyncio.run(run_config(cfg, Path(tmp), dsn))
             finally:  # a coordinator that did not start says why in its log: kept too

@@ -46,8 +46,8 @@ def children(pid: int) -> list[int]:
 
 
 class ProcessWatch:
-    """A process and its children, together: the coordinator's CPU and RSS include its store's
-    writer process (coordinator/store/sqlite_writer.py)."""
+    """A process and its children, together: the coordinator's CPU and RSS include its worker
+    relay's process."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid

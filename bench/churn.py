@@ -25,6 +25,7 @@ from pathlib import Path
 import grpc
 
 from bench import loadstats
+from bench.calls import DEADLINE_S, fill, until
 from bench.simfleet import fleet_specs
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -63,7 +64,6 @@ def counts(http_url: str) -> dict[str, float]:
 
 
 async def run(cfg, stub, sims, watch, http_url: str, rng: random.Random, measured_window) -> dict:
-    from bench.control_plane import DEADLINE_S, fill, until
 
     specs = fleet_specs(cfg.workers)
     base = sims.stats().assignments

@@ -4,7 +4,7 @@ a client that submits at a fixed rate and measures SubmitJob, GetJob and ListWor
 with the coordinator's CPU and RSS (read from /proc).
 
     python bench/control_plane.py --workers 2000 --duration 300          # one configuration
-    python bench/control_plane.py --matrix --out bench/results/DATE-control-plane
+    python bench/control_plane.py --matrix --out bench/out/DATE-control-plane
 
 One configuration: start the coordinator; connect N daemons (8 per host, half the hosts with
 GPUs); measure a window of heartbeats alone (CPU per heartbeat); with --queue, hold every GPU
@@ -47,12 +47,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import churn, loadstats  # noqa: E402
+from bench.calls import DEADLINE_S, fill, until  # noqa: E402
 from bench.simfleet import SimFleet, fleet_specs  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc  # noqa: E402
-
-DEADLINE_S = 30.0
-
 
 @dataclasses.dataclass
 class Config:
@@ -138,28 +136,6 @@ async def timed(rec: loadstats.Recorder, coro) -> object:
         return None
     rec.ok(t, time.perf_counter() - t)
     return out
-
-
-async def fill(stub, specs, concurrency: int = 32) -> list[str]:
-    """Submit `specs`; the ids of the jobs."""
-    todo, ids = list(specs), []
-
-    async def worker() -> None:
-        while todo:
-            job = await stub.SubmitJob(pb.SubmitJobRequest(spec=todo.pop(), request_id=uuid.uuid4().hex),
-                                       timeout=DEADLINE_S)
-            ids.append(job.id)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return ids
-
-
-async def until(check, what: str, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.5)
 
 
 async def run_config(cfg: Config, tmp: Path, db: str = "") -> dict:
@@ -335,10 +311,9 @@ def main() -> None:
                     "and keep the load generator off them")
     ap.add_argument("--out", type=Path, default=None, help="write results.json and results.md here")
     ap.add_argument("--logs", type=Path, default=None, help="keep each run's coordinator log here")
-    ap.add_argument("--db", choices=["sqlite", "postgres", "both", "sqlite-behind"], default="sqlite",
+    ap.add_argument("--db", choices=["sqlite", "postgres", "both"], default="sqlite",
                     help="the coordinator's store; postgres: a server of the bench's own (tests/pgserver.py); "
-                         "both: each configuration on SQLite, then on PostgreSQL, in the same run; "
-                         "sqlite-behind: the experimental write-behind SQLite store")
+                         "both: each configuration on SQLite, then on PostgreSQL, in the same run")
     ap.add_argument("--pg-options", default="", help="server settings for the PostgreSQL runs' sessions, e.g. "
                     "'-c synchronous_commit=off' (commits not flushed before the answer, as SQLite's WAL with "
                     "synchronous=NORMAL: durable across a coordinator crash, not an operating system's)")
@@ -363,8 +338,6 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="rl-cp-") as tmp:
             # new_schema's DSN ends in its options parameter: --pg-options continue it.
             dsn = pg.new_schema(f"run{i}") + urllib.parse.quote(" " + a.pg_options) if cfg.db == "postgres" else ""
-            if cfg.db == "sqlite-behind":
-                dsn = f"sqlite-behind:{Path(tmp) / 'jobs.db'}"
             try:
                 run = asyncio.run(run_config(cfg, Path(tmp), dsn))
             finally:  # a coordinator that did not start says why in its log: kept too

@@ -8,7 +8,7 @@ the leader is killed with SIGKILL. Checked every round (a failed check makes the
 - the running job is re-attached (it ends SUCCEEDED, on the same workers) or FAILED with a reason;
 - all 4 workers are IDLE or BUSY under the new leader.
 
-    python bench/failover.py --rounds 10 --out bench/results/2026-11-25-postgres/failover.json
+    python bench/failover.py --rounds 10 --out bench/out/2026-11-25-postgres/failover.json
 
 It starts its own PostgreSQL (tests/pgserver.py); tests/integration/test_failover.py runs one
 round of the same scenario (`failover_round`).

@@ -8,7 +8,7 @@ writes what every run measured, with the machine and its load, to OUT (JSON). Ne
 (network namespaces), as the multihost tests do. The run is valid only if the test passed (each
 of its runs asserts its own scenario: nobody named when clean, the slow host alone otherwise).
 
-    sudo python bench/fleet_checks.py --runs 20 --half-runs 5 --out bench/results/2026-11-25-fleet-checks/fleet_8hosts.json
+    sudo python bench/fleet_checks.py --runs 20 --half-runs 5 --out bench/out/2026-11-25-fleet-checks/fleet_8hosts.json
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Fleet checks on loopback CPU workers (gloo): false verdicts, faults caught, what a sweep costs
 user jobs, and quarantine. A real coordinator and worker processes (tests/integration/cluster.py).
 
-    python bench/fleet_sweeps.py --out bench/results/2026-11-24-fleet/sweeps.json
+    python bench/fleet_sweeps.py --out bench/out/2026-11-24-fleet/sweeps.json
 
 1. clean: --sweeps sweeps of gpu_check + sdc_check over 4 clean workers; every non-healthy
    verdict is a false one.

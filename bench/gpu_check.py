@@ -1,7 +1,7 @@
 """The GPU check's two figures on this machine's GPUs, one rank per GPU in turn, without a
 coordinator: the same functions the gpu_check runner times (worker/checks/gpu_check.py).
 
-    python bench/gpu_check.py --out bench/results/DATE-gpu-check/h200.json
+    python bench/gpu_check.py --out bench/out/DATE-gpu-check/h200.json
 
 matmul: bf16, n = 8192, 2 n^3 flops per product (the convention of published dense figures:
 H200 989 TFLOP/s dense bf16 on paper, about 790 seen on this kind); copy: 1 GiB device to

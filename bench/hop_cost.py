@@ -4,6 +4,9 @@ coroutine on the "edge" loop (a thread of its own) awaits N trivial bodies run o
 `hop.on` and for asyncio's own run_coroutine_threadsafe + wrap_future.
 
     python bench/hop_cost.py [--n 20000] [--rounds 2]
+
+Asserts its scenario: every one of the N bodies ran on the core loop and its answer came back;
+otherwise the run is INVALID and exits 1.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import argparse
 import asyncio
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +30,8 @@ def cpu_s() -> float:
 
 
 async def nothing() -> int:
+    if threading.current_thread() is not threading.main_thread():
+        sys.exit("INVALID: a body ran off the core loop's thread")
     return 1
 
 
@@ -39,11 +45,12 @@ async def measure(n: int, rounds: int) -> list[dict]:
     try:
         for r in range(rounds):
             for name, hop in (("hop.on", on), ("run_coroutine_threadsafe", stdlib_on)):
-                async def client() -> None:
-                    for _ in range(n):
-                        await hop(core, nothing())
+                async def client() -> int:
+                    return sum([await hop(core, nothing()) for _ in range(n)])
                 c0, t0 = cpu_s(), time.perf_counter()
-                await on(edge.loop, client())
+                answered = await on(edge.loop, client())
+                if answered != n:
+                    sys.exit(f"INVALID: {answered} of {n} round trips answered")
                 out.append({"round": r, "hop": name, "n": n, "cpu_us": (cpu_s() - c0) / n * 1e6,
                             "wall_us": (time.perf_counter() - t0) / n * 1e6})
     finally:

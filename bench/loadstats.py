@@ -1,5 +1,6 @@
 """What bench/control_plane.py measures and how it reports it: call latencies, a process's CPU
-and RSS (from /proc), and the results table."""
+and RSS (from /proc), and the results table. Not a bench by itself: it asserts nothing; the benches
+that use it mark a run INVALID when their scenario did not hold."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ def children(pid: int) -> list[int]:
 
 
 class ProcessWatch:
-    """A process and its children, together: the coordinator's CPU and RSS include its store's
-    writer process (coordinator/store/sqlite_writer.py)."""
+    """A process and its children, together: the coordinator's CPU and RSS include its worker
+    relay's process."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid

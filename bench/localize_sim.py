@@ -1,7 +1,7 @@
 """Localization and link-matrix planning at fleet scale, against a pure model of a fleet: rounds
 needed, coordinator CPU per round, and how often the wrong culprit is named with noisy figures.
 
-    python bench/localize_sim.py [--trials 100] [--out bench/results/2026-11-25-localize-sim]
+    python bench/localize_sim.py [--trials 100] [--out bench/out/localize-sim]
 
 The model: N workers, 8 per host, every one of them a suspect (no known-good worker to start
 from, no baseline: the hardest start). A group's figure is its slowest member's speed (a
@@ -13,6 +13,8 @@ exactly the culprit (GPU: the worker; link: the host) is named.
 
 The link-matrix schedule is the round-robin (circle) method: n - 1 rounds of n/2 disjoint pairs;
 its cost per round is timed for a few rounds (the full 16,384-worker schedule has 134 M pairs).
+What is right or wrong is the measurement here (reported per scenario, not asserted); asserted:
+every round of the schedule is n/2 disjoint pairs.
 """
 
 from __future__ import annotations

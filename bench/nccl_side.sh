@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ringleader and nccl-tests side by side on this machine's GPUs, in one call (issue 28).
+# ringleader and nccl-tests side by side on this machine's GPUs, in one call.
 #   usage: bench/nccl_side.sh NCCL_TESTS_SRC   (logs and results under $OUT, default ./gpu-out)
 # Builds nccl-tests (measurement only, never committed) against the NCCL in torch's wheel, runs it
 # (eager -n 20 and -n 1000, graph -G 20, per-iteration -I 1), then bench/small_latency.py (torch's

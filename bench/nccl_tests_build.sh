@@ -1,4 +1,4 @@
-# Sourced by bench/nccl_side.sh and bench/latency_probe.sh (issue 28): nccl-tests (measurement
+# Sourced by bench/nccl_side.sh: nccl-tests (measurement
 # only, never committed) built against the NCCL in torch's wheel, so both sides run one NCCL.
 #   build_nccl_tests SRC LOG [MAKE_ARGS...]   builds SRC in place, the make output in LOG; its
 #   status is make's. Sets LD_LIBRARY_PATH to that NCCL for what runs after.

@@ -5,6 +5,8 @@ timed with two CUDA events around all timed iterations (nccl-tests' method). Mod
 the `iters` ops captured once into a CUDA graph, replayed GRAPH_LAUNCHES times between two
 events (nccl-tests -G). Written apart from worker/collectives.py on purpose, so the comparison
 does not share code with what it measures. Run by bench/run.py; rank 0 writes the JSON file.
+Not a bench by itself: it asserts nothing (an unknown op is an error); bench/run.py checks its
+goals against these figures and nccl-tests'.
 
     torchrun --standalone --nproc-per-node N bench/plain_torch.py OPS SIZES ITERS WARMUP OUT [eager|graph]
 """

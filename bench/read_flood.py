@@ -9,7 +9,7 @@ for --duration runs --clients closed-loop readers (GetJob of a random job, ListJ
 ten) in --procs processes, as fast as the coordinator answers, while it reads the coordinator's
 `ringleader_worker_message_wait_seconds` and `ringleader_loop_lag_seconds` four times a second.
 
-    python bench/read_flood.py --workers 2000 --duration 30 --out bench/results/DATE-read-flood
+    python bench/read_flood.py --workers 2000 --duration 30 --out bench/out/DATE-read-flood
 
 The run is valid when the flood was one (the coordinator busy at least --min-cpu % of a core
 through the window, as a saturated core loop is) and no read failed but as RESOURCE_EXHAUSTED;

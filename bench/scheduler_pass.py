@@ -8,6 +8,8 @@ CPUs (idle). The queue: Q GPU jobs that wait (world sizes 1-8, priorities 0-2, o
 pinned to a host). Two events, each followed by a pass, timed over many repetitions:
 - submit: a 1-rank CPU job arrives and starts at once on an idle CPU worker (which then ends it);
 - freed: a GPU worker finishes its job, and the head of the GPU queue takes it (or waits).
+Asserts its scenario: each submit is placed at once on an idle CPU worker, and a freed GPU goes
+only to GPU jobs; otherwise the run is INVALID and exits 1.
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ def per_event_us(n: int, q: int, reps: int = 2000) -> tuple[float, float]:
     t = time.perf_counter()
     for i in range(reps):
         s.add(PendingJob(f"c{i}", 0, 1e9 + i, Need(1, device_type="cpu")))
-        (d,) = s.place()
-        wid = d.worker_ids[0]
+        placed = s.place()
+        if len(placed) != 1 or int(placed[0].worker_ids[0][1:]) < n // 2:
+            sys.exit(f"INVALID: a 1-rank CPU submit was not placed at once on a CPU worker: {placed}")
+        wid = placed[0].worker_ids[0]
         s.put_worker(worker(int(wid[1:]), n, idle=False))
         s.put_worker(worker(int(wid[1:]), n, idle=True))  # it ends (no pass: measured above)
     submit = (time.perf_counter() - t) / reps * 1e6
@@ -56,6 +60,8 @@ def per_event_us(n: int, q: int, reps: int = 2000) -> tuple[float, float]:
         gpu = rng.randrange(n // 2)
         s.put_worker(worker(gpu, n, idle=True))
         for d in s.place():
+            if any(int(w[1:]) >= n // 2 for w in d.worker_ids):
+                sys.exit(f"INVALID: a GPU job was placed on a CPU worker: {d}")
             for wid in d.worker_ids:
                 s.put_worker(worker(int(wid[1:]), n, idle=False))
         s.put_worker(worker(gpu, n, idle=False))  # taken by a queued job, or busy again

@@ -131,7 +131,7 @@ def main() -> None:
            f"Machine: {', '.join(m['gpus'])}; torch {m['torch']} (CUDA {m['cuda']}), NCCL {m['nccl']}, "
            f"NCCL_NVLS_ENABLE={m['NCCL_NVLS_ENABLE']}. nccl-tests: -g 2 (one process), float32, out of place, "
            "-n 20 -w 5 -c 1 unless said; ringleader: `worker --device all`, iterations calibrated per size.", "",
-           "## Goals (issue 28)", "", *goals(nt, mine, bench.get("starts", {})), "",
+           "## Goals", "", *goals(nt, mine, bench.get("starts", {})), "",
            "## all_reduce: graph mode and per-iteration statistics", "", *graph_and_iter_table(nt, mine), "",
            "## Eager, every op", "", *table(nt, mine), ""]
     if len(sys.argv) > 3 and Path(sys.argv[3]).exists():

@@ -4,7 +4,7 @@ into a PostgreSQL store of the bench's own (tests/pgserver.py; ANALYZEd after th
 autovacuum would), then each downsampled as the coordinator does: a call a turn of its loop, the
 turn's commit waited for, until a call finds none due.
 
-    python bench/trends_downsampling.py --workers 5000 --days 90 --out bench/results/.../downsampling.json
+    python bench/trends_downsampling.py --workers 5000 --days 90 --out bench/out/.../downsampling.json
 
 Measured, per store: rows (the fleet's, the hosts') before and after; the calls; the time the
 calls themselves took (on the coordinator's loop: SQLite merges there, PostgreSQL only hands the

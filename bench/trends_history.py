@@ -8,6 +8,7 @@ a two-host sweep (2^28, 2^30: 4 results), each at its own hour; busbw is its key
 within +-3 %. In the last REGRESSED_DAYS days, one host's local all_reduce at 2^28 runs at 55 %:
 its jobs are the only ones stored as jobs (so their pages open), and the only results below their
 baselines' thresholds. Baselines: 50 samples of each key's nominal figure (+-1 %).
+A fixture and a timing: the tests that load it assert what the views show of it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The web UI's overview with thousands of workers, in headless Chromium: a real coordinator
 process, N simulated daemons (bench/simfleet.py) and a stream of short jobs while the page is open.
 
-    python bench/ui_fleet.py --workers 5000 --out bench/results/2026-11-25-ui/5000.json
+    python bench/ui_fleet.py --workers 5000 --out bench/out/2026-11-25-ui/5000.json
 
 Measured, on whatever UI the checkout serves:
 - first render: from navigation start to the frame after every worker is in the page (each

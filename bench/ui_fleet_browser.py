@@ -1,6 +1,7 @@
 """The headless Chromium side of bench/ui_fleet.py: open the overview, time its first render,
 read the renderers' CPU, press on job links and worker cells as a person does (a click is right
-only when the intended page or worker opens), and follow a failed worker's evidence."""
+only when the intended page or worker opens), and follow a failed worker's evidence. A run in
+which the overview never shows every worker raises; wrong clicks are reported per click."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ bench/trends_history.py's fleet (5,000 GPUs by default, one regression in the la
 into an SQLite store, downsampled as the coordinator does once an hour, then served by a real
 coordinator process.
 
-    python bench/ui_trends.py --workers 5000 --days 90 --out bench/results/2026-11-26-ui/trends.json
+    python bench/ui_trends.py --workers 5000 --days 90 --out bench/out/2026-11-26-ui/trends.json
 
 Measured:
 - the store: trend rows (the fleet's and the hosts') before and after `downsample_trends`, called

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""p2p, gradient-average and train jobs through ringleader on this machine's GPUs.
+"""p2p, gradient-average and train jobs through ringleader on this machine's GPUs: latency,
+bandwidth, the gradient average's device time against host staging, training throughput.
+Asserts its scenario: every job must end SUCCEEDED, else the run is printed INVALID and exits 1.
 
     python bench/workloads.py --out DIR      -> DIR/workloads.md and DIR/workloads.json
 """
@@ -56,6 +58,9 @@ def main() -> None:
     (out / "workloads.md").write_text("\n".join(lines))
     (out / "workloads.json").write_text(json.dumps({"machine": info, "jobs": results}, indent=1))
     print("\n".join(lines))
+    failed = [name for name, job in results.items() if job.get("state") != "SUCCEEDED"]
+    if failed:
+        sys.exit(f"INVALID: not every job succeeded: {failed}")
 
 
 if __name__ == "__main__":

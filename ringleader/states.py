@@ -11,9 +11,9 @@ Jobs (JobState):
     RUNNING -> QUEUED     only when a coordinator restart interrupted it and its workers did not
                           come back in time (partial results dropped)
 Worker connections (WorkerState); a reconnecting worker gets a new connection:
-    IDLE <-> BUSY;  IDLE <-> QUARANTINED (kept out of user jobs, or let back);
-    QUARANTINED -> BUSY (a job that names it, or a check);  BUSY -> QUARANTINED (freed while
-    quarantined);  IDLE | BUSY | QUARANTINED -> DISCONNECTED
+    IDLE <-> BUSY;  IDLE | BUSY -> DISCONNECTED
+    QUARANTINED is never a connection's state: a listing shows an idle worker QUARANTINED when its
+    health record keeps it out of user jobs (coordinator/core/facade.py, `listed_state`).
 Warm groups (an initialised process group held by the executors of its members):
     FORMING -> WARM        its first job finished on every rank
     FORMING | WARM -> BROKEN   a member left, failed, restarted or was taken into another gang,
@@ -69,9 +69,8 @@ TERMINAL = tuple(sorted(JOBS.terminal))  # SUCCEEDED, FAILED, CANCELLED
 UNFINISHED = (pb.QUEUED, pb.RUNNING)
 
 WORKERS = Machine("worker", {
-    pb.IDLE: frozenset({pb.BUSY, pb.QUARANTINED, pb.DISCONNECTED}),
-    pb.BUSY: frozenset({pb.IDLE, pb.QUARANTINED, pb.DISCONNECTED}),
-    pb.QUARANTINED: frozenset({pb.IDLE, pb.BUSY, pb.DISCONNECTED}),
+    pb.IDLE: frozenset({pb.BUSY, pb.DISCONNECTED}),
+    pb.BUSY: frozenset({pb.IDLE, pb.DISCONNECTED}),
     pb.DISCONNECTED: frozenset(),
 }, lambda s: pb.WorkerState.Name(s))
 

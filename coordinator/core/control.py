@@ -18,7 +18,7 @@ queue_timeout_s and forgets workers gone longer than the registry's TTL.
 
 The worker protocol (what the daemons report, how jobs end, warm-group bookkeeping) is the other
 half of this class, in coordinator/core/dispatch.py. Store writes happen as the change is applied;
-the caller (service.Coordinator) awaits their commit before it acknowledges a user.
+the caller (facade.Coordinator, coordinator/core/facade.py) awaits their commit before it acknowledges a user.
 
 Hooks for other parts:
 - health: a check job's verdicts are applied as it ends, cordons are inputs (`Cordon`); both in

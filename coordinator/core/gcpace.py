@@ -20,12 +20,12 @@ pacer's passes keep from coming (r21, on the VM: none after start-up in any pace
 is on purpose for now: the oldest generation holds the queued jobs (about ten tracked objects
 each), and a full pass at 9,000-12,000 queued took 100-181 ms of CPU there. The garbage it leaves
 is small: 0-5 objects per 40 s reached the oldest generation in a churn run
-(bench/results/2026-11-28-local-r21-gc).
+(docs/results/2026-11-28-local-r21-gc).
 
 Only in a process that does not hold the workers' streams: each stream's pending read is made anew
 per message, so a pass on a clock walks all of them, whatever else was allocated (r17: a pass
 every 2 s took 96-117 ms at 10,000 workers, and p99 rose from 34.8 to 297.6 ms;
-bench/results/2026-11-27-h200x2-r17). So the coordinator paces its passes when its relay process
+docs/results/2026-11-27-h200x2-r17). So the coordinator paces its passes when its relay process
 (coordinator/edge/relay.py) serves the streams, and the relay does not.
 """
 

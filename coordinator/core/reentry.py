@@ -17,7 +17,7 @@ class Guard:
     """`with guard.entered(what):` around applying an input. A plain class, not a generator
     context manager: it wraps every worker message, and generator context managers (this guard's
     and the SQLite store's `_tx`) were about a tenth of the GIL time a churned coordinator's inbox
-    took (bench/results/2026-11-27-local-r15/gil-profiles.txt)."""
+    took (docs/results/2026-11-27-local-r15/gil-profiles.txt)."""
 
     def __init__(self) -> None:
         self.applying: str | None = None  # the input being applied

@@ -145,7 +145,7 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
     specs = plan(workers, request.kinds, request)
     # All or none: nothing is submitted if one cannot run. Each gang's own workers, looked up by
     # id: each spec filtering the whole list held the loop 218-296 ms for 5,000 workers' 157
-    # gangs (churn on the device, bench/results/2026-11-27-h200x4-r18).
+    # gangs (churn on the device, docs/results/2026-11-27-h200x4-r18).
     by_id = {w.worker_id: w for w in workers}
     for n, spec in enumerate(specs, 1):
         fits_devices(spec, [by_id[i] for i in spec.placement.worker_ids])

@@ -1,6 +1,6 @@
 """The write-behind store: what the coordinator's loop reads and writes is memory; a writer
-thread makes it durable. PostgreSQL's (coordinator/store/postgres.py) and an experimental SQLite
-one (coordinator/store/sqlite_behind.py) are this store on their own record and writer.
+thread makes it durable. PostgreSQL's store (coordinator/store/postgres.py) is this store on its
+own record and writer.
 
 Nothing on the coordinator's loop waits for the database. The store answers from memory (the
 in-memory store's own code, MemoryJobStore) for what the coordinator works on: every unfinished

@@ -8,7 +8,6 @@ from coordinator.store.api import JobStore
 from ringleader.errors import InvalidSpec
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-BEHIND = "sqlite-behind:"  # an experiment, not the default: coordinator/store/sqlite_behind.py says why
 
 
 def is_postgres(url: str) -> bool:
@@ -31,8 +30,7 @@ def require_psycopg(url: str) -> None:
 
 def open_store(url: str) -> JobStore:
     """':memory:' gives the in-memory store, a postgresql:// (or postgres://) URL the PostgreSQL
-    store, 'sqlite-behind:PATH' the write-behind SQLite store (an experiment), anything else is an
-    SQLite path."""
+    store, anything else is an SQLite path."""
     if url == ":memory:":
         from coordinator.store.memory import MemoryJobStore
 
@@ -42,10 +40,6 @@ def open_store(url: str) -> JobStore:
         from coordinator.store.postgres import PostgresJobStore  # here: psycopg is the optional extra
 
         return PostgresJobStore(url)
-    if url.startswith(BEHIND):
-        from coordinator.store.sqlite_behind import SqliteBehindStore
-
-        return SqliteBehindStore(url[len(BEHIND):])
     from coordinator.store.sqlite import SqliteJobStore
 
     return SqliteJobStore(url)

@@ -4,7 +4,7 @@ their own, so nothing waits for the database on the coordinator's loop. Group co
 together as the next one, in the order they came, so the disk is waited for once per transaction
 however many turns it holds. A transaction that fails fails every group in it. The database's own
 part is a subclass's `_write`: PostgreSQL's (coordinator/store/postgres_writer.py, fenced by a
-lease) and SQLite's (coordinator/store/sqlite_writer.py).
+lease).
 
 A group may also carry a `Share`: the store's own upkeep (the trends' downsampling) that needs the
 database's answers as it goes. It runs in the group's transaction, after the group's statements,
@@ -34,11 +34,15 @@ class Share:
         self._error: BaseException | None = None
 
     def run(self, cur) -> None:
-        self.ran(*run_share(cur, self.fn))
-
-    def ran(self, ok: bool, value: Any) -> None:
-        """What `fn` came to (`value`: its outcome, or its exception), run here or in another process."""
-        self._outcome, self._error = (value, None) if ok else (None, value)
+        """`fn(cur)` under a savepoint of its own: its outcome kept, or its exception with what it
+        did rolled back."""
+        cur.execute("SAVEPOINT share")
+        try:
+            self._outcome = self.fn(cur)
+        except Exception as exc:  # noqa: BLE001 - its own failure: handed to whoever waits on it
+            cur.execute("ROLLBACK TO SAVEPOINT share")  # a broken connection raises here: the group fails too
+            self._error = exc
+        cur.execute("RELEASE SAVEPOINT share")
 
     def settle(self, failed: BaseException | None) -> None:
         """The transaction committed (`failed` None) or did not."""
@@ -46,19 +50,6 @@ class Share:
             self.done.set_exception(failed or self._error)
         else:
             self.done.set_result(self._outcome)
-
-
-def run_share(cur, fn: Callable[[Any], Any]) -> tuple[bool, Any]:
-    """`fn(cur)` under a savepoint of its own: (True, its outcome), or (False, its exception) with
-    what it did rolled back."""
-    cur.execute("SAVEPOINT share")
-    try:
-        out = (True, fn(cur))
-    except Exception as exc:  # noqa: BLE001 - its own failure: handed to whoever waits on it
-        cur.execute("ROLLBACK TO SAVEPOINT share")  # a broken connection raises here: the group fails too
-        out = (False, exc)
-    cur.execute("RELEASE SAVEPOINT share")
-    return out
 
 
 class GroupWriter(abc.ABC):

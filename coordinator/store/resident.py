@@ -4,7 +4,7 @@ in memory so that updating or reading one does not read its row back first.
 Why: the sqlite3 module lets go of the GIL in every statement, and while the gRPC edge thread
 wants it, taking it back can wait out a switch interval. A placement pass that starts a drained
 fleet's jobs updates each one: with a read-back per update, such passes stalled the coordinator's
-loop for 0.2-1 s (5,000 simulated workers draining a queue, 2 x H200 host, r10). Only what the
+loop for 0.2-1 s (5,000 simulated workers draining a queue, 2 x H200 host, 2026-11-26). Only what the
 store itself committed, or is about to commit in its open group, is here: a group that fails to
 commit empties it, and a finished job leaves it (its row is read back as before).
 """

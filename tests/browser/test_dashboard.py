@@ -167,7 +167,7 @@ def test_compare_overlays_a_second_job(web_cluster, jobs, browser):
 def test_overview_lists_workers_and_jobs(web_cluster, jobs, browser):
     browser.get(f"{web_cluster.http_url}/#fleet")
     wait_for(browser, "document.querySelectorAll('#fleet [data-worker]').length >= 2")
-    # A cell per worker (tests/browser/test_fleet_view.py covers the fleet view); its title says what it is.
+    # A cell per worker (tests/browser/test_fleet_health_view.py covers the fleet view); its title says what it is.
     workers = browser.execute_script(
         "return Object.fromEntries([...document.querySelectorAll('#fleet [data-worker]')]"
         ".map((c) => [c.dataset.worker, [c.className, c.title]]));")

@@ -1,4 +1,4 @@
-"""Every job kind's page shows its outcome (issue 30, item 2): one real job of each kind in the
+"""Every job kind's page shows its outcome: one real job of each kind in the
 kind table (ringleader/kinds.py), check kinds included, run by two real CPU workers (gloo), then
 its page in headless Chromium: the header names the kind's own parameters (never another kind's),
 and the outcome the job document carries is on the page."""

@@ -1,4 +1,4 @@
-"""Issue 21 in the web UI: a job's placement label is the CLI's (torch's all_reduce runs in one
+"""A user's first hour in the web UI: a job's placement label is the CLI's (torch's all_reduce runs in one
 buffer, so an out-of-place request is labelled in-place, as the CLI's table says), and a queued
 job's row shows its live waiting reason (a worker joining changes it without a state change)."""
 

@@ -1,4 +1,4 @@
-"""Blame in seconds on NCCL (issue 18): with the default op deadline (120 s), a SIGSTOPped executor
+"""Blame in seconds on NCCL: with the default op deadline (120 s), a SIGSTOPped executor
 mid-op fails its job within 10 s naming its rank, and the pair runs the next job. On the one-GPU
 machine this runs on the shared-GPU fleet (RINGLEADER_TEST_SHARED_GPU=N: NCCL's socket transport)."""
 

@@ -1,4 +1,4 @@
-"""Issue 13 on real GPUs (NCCL): CUDA-graph mode for every capturable op, calibrated eager loops,
+"""Small-message latency on real GPUs (NCCL): CUDA-graph mode for every capturable op, calibrated eager loops,
 gather/scatter on one buffer, symmetric-memory all_reduce, pinned NCCL algorithms on groups of
 their own flavor, the algo sweep, and whether NCCL re-reads NCCL_ALGO/NCCL_PROTO for a new
 communicator (what the algo sweep's variant groups rely on).

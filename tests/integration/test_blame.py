@@ -237,7 +237,7 @@ def test_a_rank_writing_its_peers_link_rows_is_not_read(rogues):
     assert max(x.latency_us for x in links) < 1e5  # the 1 s it wrote for the others' links is not there
     # Had its rows been read, each of those three links would carry its extra second, and their
     # ends' totals would all disagree. Scheduling noise on a busy 2-core machine sets one link's
-    # ends apart now and then, two of the six in 1 of about 5 full suites (r11, r17): never that
+    # ends apart now and then, two of the six in 1 of about 5 full suites: never that
     # signature, and never a second.
     assert not all(x.ends_disagree for x in theirs)
     assert all(h.verdict == pb.HEALTHY for h in health.values()), health

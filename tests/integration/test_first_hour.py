@@ -1,4 +1,4 @@
-"""Issue 21, a user's first hour, against a real coordinator (with its dashboard) and two real
+"""A user's first hour, against a real coordinator (with its dashboard) and two real
 CPU workers: a job the fleet cannot hold is refused unless queued, and then shows its live
 waiting reason; closed pipes are quiet; listings and documents that tools parse; job-id
 completion; `logs -f`; a kept-alive HTTP connection answers at once; large JSON is gzipped; TLS
@@ -238,7 +238,7 @@ def test_a_worker_with_the_daemonsets_shared_certificate_joins(tmp_path):
         c.close()
 
 
-# ---- issue 30: one behaviour on every interface (the CLI and REST, the same cluster) ----------
+# ---- one behaviour on every interface (the CLI and REST, the same cluster) ----------
 
 
 def _rest_refusal(c: Cluster, body: dict) -> tuple[list, str]:

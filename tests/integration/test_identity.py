@@ -1,4 +1,4 @@
-"""Each worker proves its own name (issue 18, items 2, 3 and 6): a per-worker secret bound to its
+"""Each worker proves its own name: a per-worker secret bound to its
 id, advertised addresses the coordinator can vouch for, malformed requests answered as such.
 
 The real coordinator in this process (gRPC on loopback, SQLite in a temp folder, its metrics)
@@ -181,7 +181,7 @@ def test_malformed_request_bytes_answer_invalid_argument_without_a_traceback(tmp
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
 
 
-# ---- a crash during the first registration, and re-claims without the secret (issue 31) ----------
+# ---- a crash during the first registration, and re-claims without the secret ---------------------
 
 REGISTRANT = Path(__file__).with_name("registrant.py")
 

@@ -129,7 +129,7 @@ async def test_a_100k_entry_table_imports_and_exports_on_both_apis_without_stall
         worst = await probe
         # The figure is printed for the record; the bound is loose because CI machines are shared.
         print(f"100k import: gRPC {grpc_s:.1f} s, REST {rest_s:.1f} s; longest loop stall {worst * 1e3:.0f} ms")
-        assert worst < 5.0, worst  # a whole-table stall was 11-16 s before (issue 27)
+        assert worst < 5.0, worst  # a whole-table stall was 11-16 s before
 
 
 def next_token(text: str) -> str:

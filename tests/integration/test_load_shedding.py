@@ -1,4 +1,4 @@
-"""A saturated coordinator (issue 27): calls that add work are refused at once with
+"""A saturated coordinator: calls that add work are refused at once with
 RESOURCE_EXHAUSTED / 429 and a retry-after, nothing done, while reads are still answered; the
 CLI's client waits as asked and tries again. A real coordinator (gRPC and REST on loopback, in
 this process); the saturation is real too: the test blocks the coordinator's event loop, as a

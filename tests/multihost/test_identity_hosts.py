@@ -1,4 +1,4 @@
-"""Every worker by name, across hosts made of network namespaces (issue 18, items 2, 3 and 4).
+"""Every worker by name, across hosts made of network namespaces.
 
 The coordinator on h0, workers w1-w3 on h1-h3, with both tokens, and with both tokens and mTLS.
 h3 plays a compromised host: it holds the workers' token (and w3's certificate) and starts real
@@ -113,7 +113,7 @@ def reports_rejected(c: Cluster, mode: str, kind: str) -> float:
 
 
 def test_a_member_lying_about_its_rank_is_refused_counted_and_not_freed(hosts):
-    """Issue 18 item 4 (its fix is in the control core): rank 1 says it is rank 0 and done."""
+    """A rank that speaks for another (the control core refuses it): rank 1 says it is rank 0 and done."""
     mode, bed, c = hosts
     pki = c.tmp / "pki"
     tls = [str(pki / "ca.pem"), *(str(pki / f) for f in worker_files("liar"))] if mode == "tokens+mtls" else []

@@ -1,11 +1,9 @@
-"""The write-behind store's memory (coordinator/store/behind.py), on SQLite (the experimental
-`sqlite-behind:`) and on a real PostgreSQL (tests/pgserver.py): what the coordinator's loop reads is in
+"""The write-behind store's memory (coordinator/store/behind.py), on a real PostgreSQL
+(tests/pgserver.py): what the coordinator's loop reads is in
 memory; a finished job leaves it only once durable, and is then read from the database, by
 `prefetch` off the loop; a group the database refuses fails alone."""
 
 from __future__ import annotations
-
-import sqlite3
 
 import pytest
 
@@ -19,24 +17,19 @@ from ringleader.v1 import jobs_pb2 as pb
 class Db:
     """The database under a store, and statements run on it without the store."""
 
-    def __init__(self, url: str, path: str = "") -> None:
-        self.url, self.path = url, path  # path: the SQLite file
+    def __init__(self, url: str) -> None:
+        self.url = url
 
     def sql(self, stmt: str, args: tuple = ()) -> list[tuple]:
-        if self.url.startswith("postgresql"):
-            import psycopg  # the optional extra
+        import psycopg  # the optional extra
 
-            with psycopg.connect(self.url, autocommit=True) as conn:
-                cur = conn.execute(stmt.replace("?", "%s"), args)
-                return cur.fetchall() if cur.description else []
-        with sqlite3.connect(self.path, isolation_level=None) as conn:
-            return conn.execute(stmt, args).fetchall()
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            cur = conn.execute(stmt.replace("?", "%s"), args)
+            return cur.fetchall() if cur.description else []
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request, tmp_path):
-    if request.param == "sqlite":
-        return Db(f"sqlite-behind:{tmp_path / 'jobs.sqlite'}", str(tmp_path / "jobs.sqlite"))
+@pytest.fixture
+def db(request):
     pg = request.getfixturevalue("postgres")
     return Db(pg.new_schema("p" + str(abs(hash(request.node.nodeid)))[:18]))
 

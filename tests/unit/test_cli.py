@@ -227,7 +227,7 @@ def test_one_settings_object_reaches_the_coordinator_and_worker_configs(monkeypa
 
 def test_every_coordinator_flag_reaches_the_running_coordinator(monkeypatch):
     """A flag whose value the coordinator never sees is worse than none (`--stall-warn` was such a
-    one until r17): each lands in CoordinatorConfig, its timings or the server's security."""
+    one once): each lands in CoordinatorConfig, its timings or the server's security."""
     from ringleader.app import security_flags
     from ringleader.app.process import timings_of
 

@@ -1,4 +1,4 @@
-"""Issue 21, a user's first hour, in-process: nccl-tests' short flags, queue timeouts, the fleet
+"""A user's first hour, in-process: nccl-tests' short flags, queue timeouts, the fleet
 check at submit, output that tools parse, kubectl-style listings, stable CPU worker ids, TLS
 hints, and the web UI's placement label (run by node against the CLI's rule)."""
 
@@ -264,7 +264,7 @@ def test_demo_refuses_a_single_shared_rank(capsys):
     assert exit_.value.code == 2 and "at least 2" in capsys.readouterr().err
 
 
-# ---- issue 30: bad values are one line, every -o choice honoured, every flag explained ---------
+# ---- bad values are one line, every -o choice honoured, every flag explained ---------
 
 
 @pytest.mark.parametrize("argv,names", [

@@ -56,7 +56,7 @@ def test_a_refusal_repeated_by_a_retrying_daemon_is_logged_once(caplog):
     assert warned == ["registration refused: bound to another", "registration refused: address"]
 
 
-# ---- issued secrets bind only once stored; re-claims vouched for (issue 31) --------------------
+# ---- issued secrets bind only once stored; re-claims vouched for --------------------------
 
 SECRET = "s3cret-s3cret-s3cret-s3cret-s3cret"
 

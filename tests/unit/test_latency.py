@@ -1,4 +1,4 @@
-"""Issue 13 on CPU: iteration calibration, the algo vocabulary and its refusals, group flavors in
+"""Small-message latency on CPU: iteration calibration, the algo vocabulary and its refusals, group flavors in
 a real coordinator (in process, its workers simulated by the messages a daemon sends), the
 algo-sweep choice and dispatch table, and how the CLI and tables show them."""
 

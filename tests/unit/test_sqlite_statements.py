@@ -1,4 +1,4 @@
-"""How many statements the SQLite store runs for what a finished job writes (issue 27).
+"""How many statements the SQLite store runs for what a finished job writes.
 
 Each statement lets go of the GIL and may wait a switch interval to take it back beside the gRPC
 edge thread (coordinator/store/sqlite.py's _tx), so a job's statements are the coordinator's

@@ -14,21 +14,17 @@ from coordinator.store.factory import open_store
 from coordinator.store.memory import MemoryJobStore
 from coordinator.store.schema import MIGRATIONS as SQL_MIGRATIONS
 from coordinator.store.sqlite import SqliteJobStore
-from coordinator.store.sqlite_behind import SqliteBehindStore
 from ringleader.errors import AlreadyExists, NotFound
 from ringleader.v1 import jobs_pb2 as pb
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlite-deferred", "sqlite-behind", "sqlite-behind-deferred",
-                        "postgres", "postgres-deferred"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-deferred", "postgres", "postgres-deferred"])
 def store(request, tmp_path):
     if request.param.startswith("postgres"):
         # The session's PostgreSQL (tests/conftest.py), a schema of this test's own.
         s: JobStore = open_store(request.getfixturevalue("postgres").new_schema(schema_name(request.node.nodeid)))
     elif request.param == "memory":
         s = MemoryJobStore()
-    elif request.param.startswith("sqlite-behind"):  # the write-behind SQLite store (open_store's sqlite-behind:)
-        s = open_store(f"sqlite-behind:{tmp_path / 'db' / 'jobs.sqlite'}")
     else:
         s = SqliteJobStore(tmp_path / "db" / "jobs.sqlite")  # parent dir does not exist yet: the store creates it
     if request.param.endswith("-deferred"):
@@ -59,10 +55,8 @@ def ids(jobs: list[pb.Job]) -> list[str]:
 def test_open_store_picks_implementation(tmp_path):
     mem = open_store(":memory:")
     sql = open_store(str(tmp_path / "x.sqlite"))
-    behind = open_store(f"sqlite-behind:{tmp_path / 'y.sqlite'}")
     try:
         assert isinstance(mem, MemoryJobStore) and isinstance(sql, SqliteJobStore)
-        assert isinstance(behind, SqliteBehindStore)
     finally:
         mem.close()
         sql.close()

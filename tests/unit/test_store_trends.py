@@ -21,13 +21,10 @@ KEY_B = "H100|all_gather|float32|2^20|r16|h2|cross|eager|"
 T0 = 1_700_000_000 // HOUR_S * HOUR_S  # on an hour
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlite-deferred", "sqlite-behind", "sqlite-behind-deferred",
-                        "postgres", "postgres-deferred"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-deferred", "postgres", "postgres-deferred"])
 def store(request, tmp_path):
     if request.param.startswith("postgres"):
         s = open_store(request.getfixturevalue("postgres").new_schema(schema_name(request.node.nodeid)))
-    elif request.param.startswith("sqlite-behind"):
-        s = open_store(f"sqlite-behind:{tmp_path / 'jobs.sqlite'}")
     else:
         s = MemoryJobStore() if request.param == "memory" else SqliteJobStore(tmp_path / "jobs.sqlite")
     if request.param.endswith("-deferred"):

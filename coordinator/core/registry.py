@@ -13,11 +13,8 @@ index, worker id) order, kept sorted as workers come and go, so a page costs no 
 from __future__ import annotations
 
 import asyncio
-import base64
 import bisect
-import binascii
 import collections
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -27,13 +24,12 @@ from coordinator.health import fingerprints
 from ringleader import states
 from ringleader.defaults import page_limit
 from ringleader.errors import AlreadyExists, InvalidSpec
+from ringleader.page_token import SortKey, decode_token, encode_token  # noqa: F401 - the listing's tokens
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
 DEFAULT_TTL_S = 600.0
 
-SortKey = tuple[str, int, str]  # host, device index, worker id: the listing order
-MAX_TOKEN = 2048  # a page token carries a sort key of two strings of at most 256 characters
 
 
 @dataclass
@@ -223,20 +219,3 @@ class WorkerRegistry:
         i = bisect.bisect_left(self._order, conn.sort_key)
         if i < len(self._order) and self._order[i] == conn.sort_key:
             del self._order[i]
-
-
-def encode_token(key: SortKey) -> str:
-    return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode()
-
-
-def decode_token(token: str) -> SortKey:
-    """The sort key a page token carries; InvalidSpec naming page_token if it is not one."""
-    if len(token) > MAX_TOKEN:
-        raise InvalidSpec("page_token", f"at most {MAX_TOKEN} characters")
-    try:
-        host, index, worker_id = json.loads(base64.urlsafe_b64decode(token.encode()))
-        if isinstance(host, str) and isinstance(index, int) and isinstance(worker_id, str):
-            return (host, index, worker_id)
-    except (ValueError, TypeError, binascii.Error):
-        pass
-    raise InvalidSpec("page_token", "not a page token of this listing (pass next_page_token as it came)")

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Callable, Iterable, Iterator
 
-from coordinator.core.registry import encode_token
+from ringleader.page_token import encode_token
 from coordinator.health.book import HealthBook
 from ringleader.defaults import PAGE_MAX
 from ringleader.v1 import jobs_pb2 as pb

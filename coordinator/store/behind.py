@@ -33,6 +33,7 @@ from coordinator.store.api import job_op
 from coordinator.store.memory import MemoryJobStore, _copy
 from coordinator.store.behind_fleet import BehindFleet
 from coordinator.store.behind_trends import BehindTrends
+from coordinator.store.hook_log import MemoryHookLog
 from coordinator.store.group_writer import GroupWriter, Op, Share
 from coordinator.store.seen import Seen
 from coordinator.store.sqlite import SqliteJobStore
@@ -76,7 +77,7 @@ class WriteBehindStore(BehindFleet, BehindTrends, MemoryJobStore):
         self._health = r.worker_health()
         self._credentials = r.worker_credentials()
         self._baselines = {e.key: e for e in r.baselines()}
-        self._hook_log = {(d.event_id, d.url): d for d in r.hook_deliveries()}
+        self._hook_log = MemoryHookLog({(d.event_id, d.url): d for d in r.hook_deliveries()})
         for request_id in r.request_ids():
             self._seen.add(request_id)
 

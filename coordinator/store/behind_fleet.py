@@ -1,15 +1,21 @@
 """A write-behind store's (coordinator/store/behind.py) fleet tables: worker verdicts,
-credentials, baselines and the hooks' delivery log (BehindHookLog) answered from memory and written with the group, as its jobs are (its
+credentials, baselines and the hooks' delivery log answered from memory and written with the group, as its jobs are (its
 bandwidth trends: coordinator/store/behind_trends.py). A mixin of WriteBehindStore, which
 provides _mem, _write and _written."""
 
 from __future__ import annotations
 
-from coordinator.store.hook_log import BehindHookLog
+from coordinator.store.hook_log import UPSERT
 from ringleader.v1 import jobs_pb2 as pb
 
 
-class BehindFleet(BehindHookLog):
+class BehindFleet:
+    def put_hook_delivery(self, d: pb.HooksDelivery) -> None:
+        with self._mem:  # type: ignore[attr-defined]
+            super().put_hook_delivery(d)  # type: ignore[misc]
+            self._write("", UPSERT, (d.event_id, d.url, d.first_at, d.SerializeToString()))  # type: ignore[attr-defined]
+        self._written()  # type: ignore[attr-defined]
+
     def set_worker_health(self, worker_id: str, health: pb.WorkerHealth) -> None:
         with self._mem:  # type: ignore[attr-defined]
             super().set_worker_health(worker_id, health)

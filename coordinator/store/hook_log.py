@@ -1,8 +1,8 @@
 """The remediation hooks' delivery log (coordinator/health/hooks.py) in each job store: one
-serialized pb.HooksDelivery per (event id, webhook URL), replaced as its attempts go on. Mixins:
-MemoryHookLog (MemoryJobStore, and so the write-behind stores' memory), SqliteHookLog
-(SqliteJobStore, which provides `_tx`), BehindHookLog (WriteBehindStore: memory at once, the
-database with the group)."""
+serialized pb.HooksDelivery per (event id, webhook URL), replaced as its attempts go on.
+MemoryHookLog is a part the memory store holds (and so the write-behind stores' memory);
+SqliteHookLog a mixin of SqliteJobStore, which provides `_tx`; the write-behind store writes its
+rows with the group (coordinator/store/behind_fleet.py)."""
 
 from __future__ import annotations
 
@@ -17,20 +17,16 @@ def _newest_first(rows: list[pb.HooksDelivery], limit: int) -> list[pb.HooksDeli
 
 
 class MemoryHookLog:
-    _hook_log: dict[tuple[str, str], pb.HooksDelivery] | None = None
+    """The log in memory, owned by a store that answers from memory."""
 
-    def _hooks(self) -> dict[tuple[str, str], pb.HooksDelivery]:
-        if self._hook_log is None:
-            self._hook_log = {}
-        return self._hook_log
+    def __init__(self, rows: dict[tuple[str, str], pb.HooksDelivery] | None = None) -> None:
+        self.rows = rows or {}
 
-    def put_hook_delivery(self, d: pb.HooksDelivery) -> None:
-        copy = pb.HooksDelivery()
-        copy.CopyFrom(d)
-        self._hooks()[(d.event_id, d.url)] = copy
+    def put(self, d: pb.HooksDelivery) -> None:
+        self.rows[(d.event_id, d.url)] = _copy(d)
 
-    def hook_deliveries(self, limit: int = 0) -> list[pb.HooksDelivery]:
-        return _newest_first([_copy(d) for d in self._hooks().values()], limit)
+    def newest(self, limit: int = 0) -> list[pb.HooksDelivery]:
+        return _newest_first([_copy(d) for d in self.rows.values()], limit)
 
 
 class SqliteHookLog:
@@ -43,14 +39,6 @@ class SqliteHookLog:
             sql = "SELECT blob FROM hook_deliveries ORDER BY first_at DESC, event_id, url" + (" LIMIT ?" if limit else "")
             rows = c.execute(sql, (limit,) if limit else ()).fetchall()
         return [pb.HooksDelivery.FromString(r[0]) for r in rows]
-
-
-class BehindHookLog:
-    def put_hook_delivery(self, d: pb.HooksDelivery) -> None:
-        with self._mem:  # type: ignore[attr-defined]
-            super().put_hook_delivery(d)  # type: ignore[misc]
-            self._write("", UPSERT, (d.event_id, d.url, d.first_at, d.SerializeToString()))  # type: ignore[attr-defined]
-        self._written()  # type: ignore[attr-defined]
 
 
 def _copy(d: pb.HooksDelivery) -> pb.HooksDelivery:

@@ -20,7 +20,7 @@ def _copy(msg):
     return out
 
 
-class MemoryJobStore(MemoryHookLog, MemoryTrends, JobStore):
+class MemoryJobStore(MemoryTrends, JobStore):
     def __init__(self) -> None:
         self._seq = 0  # submission counter: order of `create` calls
         self._order: dict[str, int] = {}
@@ -32,6 +32,13 @@ class MemoryJobStore(MemoryHookLog, MemoryTrends, JobStore):
         self._health: dict[str, pb.WorkerHealth] = {}
         self._credentials: dict[str, str] = {}  # worker id -> credential digest
         self._baselines: dict[str, pb.BaselineEntry] = {}
+        self._hook_log = MemoryHookLog()
+
+    def put_hook_delivery(self, d: pb.HooksDelivery) -> None:
+        self._hook_log.put(d)
+
+    def hook_deliveries(self, limit: int = 0) -> list[pb.HooksDelivery]:
+        return self._hook_log.newest(limit)
 
     def _known(self, job_id: str) -> pb.Job:
         try:

@@ -87,6 +87,9 @@ class FleetHealth(_Strict):
     breaker_held: list[str] = Field(description="failed workers the circuit breaker left in service "
                                     "(--quarantine-max-share): an operator decides")
     alerts: list[str] = Field(description="the circuit breaker's latest alerts, newest last")
+    findings: list[str] = Field(default_factory=list, description="standing fleet- or host-wide findings: workers "
+                                "below their expectation alike (WorkerHealth.finding), shown even when the "
+                                "circuit breaker holds their quarantines")
     attention: list[WorkerInfo]  # type: ignore[valid-type]
 
 
@@ -121,7 +124,8 @@ def router(core: Coordinator) -> APIRouter:
         attention = sorted((w for w in workers if w.health.verdict in order or w.health.cordoned),
                            key=lambda w: (order.get(w.health.verdict, 2), w.host, w.worker_id))
         return JSON({"counts": dict(counts), "quarantined": book.quarantined_ids(), "breaker_held": book.held_ids(),
-                     "alerts": core.alerts[-20:], "attention": [to_json(w) for w in attention]})
+                     "alerts": core.alerts[-20:], "attention": [to_json(w) for w in attention],
+                     "findings": list(dict.fromkeys(w.health.finding for w in workers if w.health.finding))})
 
     return r
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 VERDICTS = ("HEALTHY", "SUSPECT", "UNHEALTHY")  # names of ringleader.v1.Verdict
@@ -32,11 +32,18 @@ class FleetHealthCollector(Collector):
 
     def collect(self) -> Iterable:
         verdicts, quarantined, held = self._families()
+        findings = CounterMetricFamily("ringleader_expectation_findings",
+                                       "Checks whose every worker (scope fleet) or every worker of a host (scope "
+                                       "host) fell below its expectation alike (history or shipped floor)",
+                                       labels=["scope"])
+        raised = self.fleet.core.control.expectations.findings
+        for scope in ("fleet", "host"):
+            findings.add_metric([scope], raised.get(scope, 0))
         counts = self.fleet.book.counts()
         for v in VERDICTS:  # every verdict, zeros included, so an alert sees the first failure
             verdicts.add_metric([v.lower()], counts.get(v, 0))
         quarantined.add_metric([], len(self.fleet.book.quarantined_ids()))
         held.add_metric([], len(self.fleet.book.held_ids()))
-        return [verdicts, quarantined, held]
+        return [verdicts, quarantined, held, findings]
 
 

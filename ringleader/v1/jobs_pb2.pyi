@@ -1855,6 +1855,7 @@ class WorkerHealth(_message.Message):
     RECHECK_AT_FIELD_NUMBER: _builtins.int
     BREAKER_HELD_FIELD_NUMBER: _builtins.int
     ALSO_FIELD_NUMBER: _builtins.int
+    FINDING_FIELD_NUMBER: _builtins.int
     verdict: Global___Verdict.ValueType
     check: _builtins.str
     """link_matrix, gpu_check, sdc_check, cordon, ..."""
@@ -1878,6 +1879,10 @@ class WorkerHealth(_message.Message):
     """What another check found that still stands when this verdict, a worse one, replaced it: e.g.
     a gpu_check's UNHEALTHY over telemetry's "telemetry SUSPECT: foreign_process: pid 4242 ...".
     """
+    finding: _builtins.str
+    """One cause for many verdicts: every worker of the run, or of one host, fell below its
+    expectation alike (coordinator/health/expectations.py); the same text on each verdict it covers.
+    """
     def __init__(
         self,
         *,
@@ -1891,10 +1896,11 @@ class WorkerHealth(_message.Message):
         recheck_at: _builtins.float = ...,
         breaker_held: _builtins.bool = ...,
         also: _builtins.str = ...,
+        finding: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "finding", b"finding", "job_id", b"job_id", "recheck_at", b"recheck_at", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2228,6 +2234,7 @@ class RunCheckResponse(_message.Message):
     JOBS_FIELD_NUMBER: _builtins.int
     NAMED_HOSTS_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
+    FINDINGS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:
         """one per kind and backend (CPU and GPU workers never share a group)"""
@@ -2240,16 +2247,21 @@ class RunCheckResponse(_message.Message):
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
         """with wait: the checked workers, with their health"""
 
+    @_builtins.property
+    def findings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """with wait: fleet- or host-wide findings of these checks (WorkerHealth.finding)"""
+
     def __init__(
         self,
         *,
         jobs: _abc.Iterable[Global___Job] | None = ...,
         named_hosts: _abc.Iterable[_builtins.str] | None = ...,
         workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
+        findings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "named_hosts", b"named_hosts", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["findings", b"findings", "jobs", b"jobs", "named_hosts", b"named_hosts", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -105,6 +105,7 @@ class Figure:
     name: str  # what it is, e.g. "TFLOP/s (bfloat16 n=8192)"
     value: float
     floor: Floor | None
+    measured: str = ""  # what was measured when not the rank itself: a link ("0-1"), both of whose ends it is
 
 
 Found = dict[int, tuple[int, str, str]]  # rank -> (verdict, figure, expected): verdicts.Found
@@ -145,7 +146,8 @@ def figures(job: pb.Job, models: Mapping[str, str]) -> list[Figure]:
             pair = "+".join(sorted({model[x.a], model[x.b]}))
             key = f"link_matrix|gbps|{pair}|{where}|{r.size_bytes}"
             for rank in (x.a, x.b):  # a link is a figure of both its ends
-                out.append(Figure(rank, key, f"{where} link {x.a}-{x.b} GB/s ({r.size_bytes} bytes)", x.gbps, None))
+                out.append(Figure(rank, key, f"{where} link {x.a}-{x.b} GB/s ({r.size_bytes} bytes)", x.gbps, None,
+                                  f"{x.a}-{x.b}"))
     return out
 
 
@@ -167,6 +169,10 @@ def judge(job: pb.Job, found: Found, models: Mapping[str, str], history: History
         seen[f.rank].append(line)
         if f.value < limit:
             below[f.rank].append(line)
+    for rank in list(below):  # a link is below for both its ends: a worker is, when most of its links are
+        links = [f for f in figs if f.rank == rank and f.measured]
+        if links and 2 * len(below[rank]) <= len(links):
+            del below[rank]
     out: Found = dict(found)
     lone = _without_peers(job, models)
     for rank, (verdict, figure, expected) in found.items():
@@ -224,7 +230,7 @@ def _findings(job: pb.Job, below: dict[int, list[str]], judged: set[int]) -> tup
     finding_of: dict[int, str] = {}
     findings: list[tuple[str, str]] = []
     for host, rs in sorted(by_host.items()):
-        if all(r in below for r in rs):
+        if len(rs) >= 2 and all(r in below for r in rs):  # one worker alone is its own verdict
             text = (f"every worker of host {host} below expectation: {len(rs)} of {len(rs)} judged by {kind} - "
                     "a host-wide cause")
             findings.append((HOST, text))
@@ -238,7 +244,7 @@ def learn(job: pb.Job, final: Mapping[int, int], models: Mapping[str, str], hist
     failed or is suspect never becomes the expectation."""
     ranks_of: dict[tuple[str, str, float], list[int]] = defaultdict(list)  # a link is one figure of two ends
     for f in figures(job, models):
-        ranks_of[(f.key, f.name, f.value)].append(f.rank)
+        ranks_of[(f.key, f.measured or str(f.rank), f.value)].append(f.rank)
     for (key, _, value), ranks in ranks_of.items():
         if all(final.get(r) in (pb.HEALTHY, pb.VERDICT_UNSPECIFIED) for r in ranks):
             history.learn(key, value)

@@ -131,3 +131,17 @@ def test_one_link_below_its_history_names_nobody_but_most_of_a_workers_links_do(
     run(), run()
     assert _by_verdict(run(slow={(0, 1)}))[pb.UNHEALTHY] == []  # one slow link: one figure, maybe noise
     assert _by_verdict(run(slow={(0, 1), (0, 2), (0, 3)}))[pb.UNHEALTHY] == ["w0"]
+
+
+def test_a_cpu_worker_is_below_its_history_only_past_a_wider_band():
+    def runs(device: str):
+        history, out = expectations.History(), []
+        for tflops in ([10.0] * 3, [4.0] * 3, [1.0] * 3):  # clean, at 0.4 (a loaded machine), at 0.1
+            job = _gpu_job(tflops, device="x", dtype="float32")
+            for w in job.workers:
+                w.device = f"{device}:0"  # the coordinator's, from registration
+            out.append(_by_verdict(verdicts.of_job(job, _expect(job, "m", history)))[pb.UNHEALTHY])
+        return out
+
+    assert runs("cuda") == [[], ["w0", "w1", "w2"], ["w0", "w1", "w2"]]
+    assert runs("cpu") == [[], [], ["w0", "w1", "w2"]]

@@ -145,3 +145,17 @@ def test_a_cpu_worker_is_below_its_history_only_past_a_wider_band():
 
     assert runs("cuda") == [[], ["w0", "w1", "w2"], ["w0", "w1", "w2"]]
     assert runs("cpu") == [[], [], ["w0", "w1", "w2"]]
+
+
+def test_check_output_shows_the_finding_and_an_unjudged_worker():
+    from ringleader.app.check_cmds import check_doc, check_text
+
+    finding = "every worker below expectation: 2 of 2 workers judged by gpu_check (hosts a) ..."
+    r = pb.RunCheckResponse(findings=[finding], workers=[
+        pb.WorkerInfo(worker_id="w0", host="a", health=pb.WorkerHealth(verdict=pb.UNHEALTHY, check="gpu_check",
+                                                                       finding=finding, expected="below expectation")),
+        pb.WorkerInfo(worker_id="w1", host="b", health=pb.WorkerHealth(check="gpu_check", expected="not yet judged: x"))])
+    text = check_text(r)
+    assert f"finding: {finding}" in text
+    assert "UNJUDGED" in text and "expected not yet judged: x" in text
+    assert check_doc(r)["findings"] == [finding]

@@ -1,6 +1,7 @@
 """Prometheus gauges of fleet health, computed at scrape time from the health book
 (coordinator/health/fleet.py). Labels: the verdict only (three values); no worker id is a label: which
-worker is failed is in `ringleader workers` and GET /api/v1/fleet/health."""
+worker is failed is in `ringleader workers` and GET /api/v1/fleet/health. Beside them, a counter of the
+fleet- and host-wide expectation findings (coordinator/health/expectations.py), by scope."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class FleetHealthCollector(Collector):
         return self._families()
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
         return (GaugeMetricFamily("ringleader_worker_verdicts",
                                   "Checked workers by their last health verdict (healthy, suspect, unhealthy)",
                                   labels=["verdict"]),
@@ -28,14 +29,13 @@ class FleetHealthCollector(Collector):
                                   "Workers kept out of user jobs: failed a check, or cordoned by hand"),
                 GaugeMetricFamily("ringleader_quarantine_breaker_held",
                                   "Failed workers the circuit breaker left in service (automatic quarantine at its "
-                                  "share of their GPU model, --quarantine-max-share): alert, an operator decides"))
+                                  "share of their GPU model, --quarantine-max-share): alert, an operator decides"),
+                CounterMetricFamily("ringleader_expectation_findings",
+                                    "Checks whose every worker (scope fleet) or every worker of a host (scope host) "
+                                    "fell below its expectation alike (history or shipped floor)", labels=["scope"]))
 
     def collect(self) -> Iterable:
-        verdicts, quarantined, held = self._families()
-        findings = CounterMetricFamily("ringleader_expectation_findings",
-                                       "Checks whose every worker (scope fleet) or every worker of a host (scope "
-                                       "host) fell below its expectation alike (history or shipped floor)",
-                                       labels=["scope"])
+        verdicts, quarantined, held, findings = self._families()
         raised = self.fleet.core.control.expectations.findings
         for scope in ("fleet", "host"):
             findings.add_metric([scope], raised.get(scope, 0))

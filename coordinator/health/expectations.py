@@ -148,7 +148,8 @@ def figures(job: pb.Job, models: Mapping[str, str]) -> list[Figure]:
         r = job.link_matrix
         host = {k: w.host for k, w in ranks.items()}
         for x in r.links:
-            if x.a not in ranks or x.b not in ranks or x.wrong or x.gbps <= 0:
+            # A link whose ends' figures disagree rests on one end's word: judged by the peers' rules only.
+            if x.a not in ranks or x.b not in ranks or x.wrong or x.gbps <= 0 or x.ends_disagree:
                 continue
             where = "same-host" if host[x.a] == host[x.b] else "cross-host"
             pair = "+".join(sorted({model[x.a], model[x.b]}))

@@ -159,3 +159,19 @@ def test_check_output_shows_the_finding_and_an_unjudged_worker():
     assert f"finding: {finding}" in text
     assert "UNJUDGED" in text and "expected not yet judged: x" in text
     assert check_doc(r)["findings"] == [finding]
+
+
+def test_a_link_whose_ends_disagree_is_no_evidence_against_either_end():
+    hosts = ["a", "b"]
+    history = expectations.History()
+
+    def run(gbps: float, disagree: bool = False):
+        rows = [dict(a=0, b=1, round=0, latency_us=1.0, gbps=gbps, wrong=0)]
+        job = _job("link_matrix", link_matrix.link_result(rows, hosts, 1 << 20, 1), hosts)
+        job.link_matrix.links[0].ends_disagree = disagree
+        return verdicts.of_job(job, _expect(job, "cpu", history))
+
+    for _ in range(3):
+        run(1.0)
+    assert _by_verdict(run(0.1, disagree=True))[pb.UNHEALTHY] == []  # one end's word
+    assert _by_verdict(run(0.1))[pb.UNHEALTHY] == ["w0", "w1"]  # a 2-host pair's only link: both ends

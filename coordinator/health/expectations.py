@@ -11,7 +11,8 @@ figure is judged again here:
   is the check, the figure, the worker's device model from its registration (never the check
   payload's device string), and what sets the figure's scale (dtype and n; copy bytes; link kind
   and size).
-- shipped floor: per GPU model (FLOORS), used where the key has no history yet.
+- shipped floor: per GPU model (FLOORS), always: a fleet slow from its first check learns a slow
+  history, and the floor still says what the hardware does.
 
 A figure below its expectation fails the worker (UNHEALTHY), whatever its peers said. When every
 judged worker of the run is below, that is ONE fleet-wide finding; when every worker of one host
@@ -166,21 +167,22 @@ def judge(job: pb.Job, found: Found, models: Mapping[str, str], history: History
     below: dict[int, list[str]] = defaultdict(list)  # rank -> what fell below
     seen: dict[int, list[str]] = defaultdict(list)  # rank -> each figure beside its expectation
     judged: set[int] = set()
+    low_figures: dict[int, int] = defaultdict(int)
     for f in figs:
-        yard = _yardstick(f, history)
-        if yard is None:
-            continue
-        name, value, why = yard
-        judged.add(f.rank)
-        ratio = f.value / value if value else 0.0
-        limit = f.band * value if name == "history" else value
-        line = f"{name}: {f.name} {f.value:.4g} is {ratio:.2f} of {value:.4g} ({why})"
-        seen[f.rank].append(line)
-        if f.value < limit:
-            below[f.rank].append(line)
+        fell = False
+        for name, value, why in _yardsticks(f, history):
+            judged.add(f.rank)
+            ratio = f.value / value if value else 0.0
+            limit = f.band * value if name == "history" else value
+            line = f"{name}: {f.name} {f.value:.4g} is {ratio:.2f} of {value:.4g} ({why})"
+            seen[f.rank].append(line)
+            if f.value < limit:
+                below[f.rank].append(line)
+                fell = True
+        low_figures[f.rank] += fell
     for rank in list(below):  # a link is below for both its ends: a worker is, when most of its links are
         links = [f for f in figs if f.rank == rank and f.measured]
-        if links and 2 * len(below[rank]) <= len(links):
+        if links and 2 * low_figures[rank] <= len(links):
             del below[rank]
     out: Found = dict(found)
     lone = _without_peers(job, models)
@@ -200,14 +202,17 @@ def judge(job: pb.Job, found: Found, models: Mapping[str, str], history: History
     return Judged(out, finding_of, findings)
 
 
-def _yardstick(f: Figure, history: History) -> tuple[str, float, str] | None:
-    """(name, value, why) of the expectation that judges this figure: history first, then floor."""
+def _yardsticks(f: Figure, history: History) -> list[tuple[str, float, str]]:
+    """(name, value, why) of each expectation that judges this figure: its history where the key
+    has one, and its shipped floor always (a fleet that was slow from its first check has learnt a
+    slow history; the floor still says what the hardware does)."""
+    out = []
     h = history.median(f.key)
     if h is not None:
-        return "history", h[0], f"median of {h[1]} passing checks of {f.key}; below {f.band} x it is below"
+        out.append(("history", h[0], f"median of {h[1]} passing checks of {f.key}; below {f.band} x it is below"))
     if f.floor is not None:
-        return "shipped floor", f.floor.value, f"{f.floor.model}; {f.floor.source}"
-    return None
+        out.append(("shipped floor", f.floor.value, f"{f.floor.model}; {f.floor.source}"))
+    return out
 
 
 def _without_peers(job: pb.Job, models: Mapping[str, str]) -> dict[int, str]:

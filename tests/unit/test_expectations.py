@@ -175,3 +175,14 @@ def test_a_link_whose_ends_disagree_is_no_evidence_against_either_end():
         run(1.0)
     assert _by_verdict(run(0.1, disagree=True))[pb.UNHEALTHY] == []  # one end's word
     assert _by_verdict(run(0.1))[pb.UNHEALTHY] == ["w0", "w1"]  # a 2-host pair's only link: both ends
+
+
+def test_a_slow_history_does_not_excuse_a_figure_below_the_floor():
+    history = expectations.History()
+    for _ in range(3):  # learnt before the floor shipped (or below it on another table): slow
+        history.learn("gpu_check|tflops|NVIDIA H200|bfloat16|n8192", 300.0)
+    job = _gpu_job([300.0, 300.0])
+    found = verdicts.of_job(job, _expect(job, history=history))
+    assert _by_verdict(found)[pb.UNHEALTHY] == ["w0", "w1"]  # 1.00 of its history, 0.61 of the floor
+    assert "history: TFLOP/s (bfloat16 n=8192) 300 is 1.00 of 300" not in found["w0"].expected.split("(judged")[0]
+    assert found["w0"].expected.startswith("below expectation: shipped floor: TFLOP/s (bfloat16 n=8192) 300 is 0.61")

@@ -71,9 +71,18 @@ FLOORS: tuple[Floor, ...] = (
 )
 
 
-def floor_of(model: str, figure: str, dtype: str, floors: tuple[Floor, ...] = FLOORS) -> Floor | None:
-    """The shipped floor of this device model's figure: TFLOP/s floors are bf16 figures only."""
-    if figure == "tflops" and dtype != "bfloat16":
+# The floors hold for the GPU default check's sizes (ringleader/checks.py GPU_DEFAULTS): a smaller
+# product or copy spends more of its time in launch and tail effects and reads lower.
+FLOOR_MIN_N, FLOOR_MIN_COPY_BYTES = 8192, 1 << 30
+
+
+def floor_of(model: str, figure: str, dtype: str, n: int = FLOOR_MIN_N, copy_bytes: int = FLOOR_MIN_COPY_BYTES,
+             floors: tuple[Floor, ...] = FLOORS) -> Floor | None:
+    """The shipped floor of this device model's figure: TFLOP/s floors are bf16 figures of products
+    of at least FLOOR_MIN_N, copy floors of copies of at least FLOOR_MIN_COPY_BYTES."""
+    if figure == "tflops" and (dtype != "bfloat16" or n < FLOOR_MIN_N):
+        return None
+    if figure == "copy_gbps" and copy_bytes < FLOOR_MIN_COPY_BYTES:
         return None
     matches = [f for f in floors if f.figure == figure and f.model in model]
     return max(matches, key=lambda f: len(f.model)) if matches else None
@@ -140,10 +149,10 @@ def figures(job: pb.Job, models: Mapping[str, str]) -> list[Figure]:
                 continue  # an untrusted or wrong figure is judged by the peers' rules only
             m = model[w.rank]
             out.append(Figure(w.rank, f"gpu_check|tflops|{m}|{r.dtype}|n{r.matmul_n}",
-                              f"TFLOP/s ({r.dtype} n={r.matmul_n})", w.tflops, floor_of(m, "tflops", r.dtype),
+                              f"TFLOP/s ({r.dtype} n={r.matmul_n})", w.tflops, floor_of(m, "tflops", r.dtype, r.matmul_n),
                               band=band[w.rank]))
             out.append(Figure(w.rank, f"gpu_check|copy_gbps|{m}|{r.copy_bytes}",
-                              f"copy GB/s ({r.copy_bytes} bytes)", w.copy_gbps, floor_of(m, "copy_gbps", r.dtype),
+                              f"copy GB/s ({r.copy_bytes} bytes)", w.copy_gbps, floor_of(m, "copy_gbps", r.dtype, copy_bytes=r.copy_bytes),
                               band=band[w.rank]))
     elif kind == "link_matrix":
         r = job.link_matrix

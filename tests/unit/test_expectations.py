@@ -186,3 +186,11 @@ def test_a_slow_history_does_not_excuse_a_figure_below_the_floor():
     assert _by_verdict(found)[pb.UNHEALTHY] == ["w0", "w1"]  # 1.00 of its history, 0.61 of the floor
     assert "history: TFLOP/s (bfloat16 n=8192) 300 is 1.00 of 300" not in found["w0"].expected.split("(judged")[0]
     assert found["w0"].expected.startswith("below expectation: shipped floor: TFLOP/s (bfloat16 n=8192) 300 is 0.61")
+
+
+def test_floors_hold_only_for_the_default_sizes():
+    assert expectations.floor_of("NVIDIA H200", "tflops", "bfloat16", n=1024) is None  # a small product reads lower
+    assert expectations.floor_of("NVIDIA H200", "copy_gbps", "bfloat16", copy_bytes=1 << 20) is None
+    g = gpu_check.gpu_result(["H200"], _honest([(50.0, 100.0)], 1024, 1 << 20), 1024, "bfloat16", 1 << 20, 10)
+    job = _job("gpu_check", g, ["a"])
+    assert verdicts.of_job(job, _expect(job))["w0"].verdict == pb.VERDICT_UNSPECIFIED  # not judged by the floor

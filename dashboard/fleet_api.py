@@ -89,6 +89,9 @@ class FleetHealth(_Strict):
     breaker_held: list[str] = Field(description="failed workers the circuit breaker left in service "
                                     "(--quarantine-max-share): an operator decides")
     alerts: list[str] = Field(description="the circuit breaker's latest alerts, newest last")
+    findings: list[str] = Field(default_factory=list, description="standing fleet- or host-wide findings: workers "
+                                "below their expectation alike (WorkerHealth.finding), shown even when the "
+                                "circuit breaker holds their quarantines")
     attention: list[WorkerInfo]  # type: ignore[valid-type]
     observe: bool = Field(False, description="fleet health observes only (--health-observe): no verdict "
                                              "quarantines a worker or taints a node")
@@ -147,7 +150,8 @@ def router(core: Coordinator) -> APIRouter:
                      "alerts": core.alerts[-20:], "attention": [to_json(w) for w in attention],
                      "observe": book.observe,
                      "config_drift": [{"worker_id": w.worker_id, "host": w.host, "drift": w.config_drift}
-                                      for w in workers if w.config_drift]})
+                                      for w in workers if w.config_drift],
+                     "findings": list(dict.fromkeys(w.health.finding for w in workers if w.health.finding))})
 
     return r
 

@@ -53,6 +53,7 @@ from coordinator.core.inputs import (CLOSE, Cancel, Cordon, Disconnect, Fail, In
 from coordinator.core.jobs import JobBook, Page, Queued
 from coordinator.core.liveness import Timings
 from coordinator.core.registry import WorkerConn, WorkerRegistry
+from coordinator.health.expectations import History
 from coordinator.health.book import DEFAULT_MAX_SHARE, HealthBook
 from ringleader.errors import FailedPrecondition
 from ringleader.v1 import jobs_pb2 as pb
@@ -72,6 +73,7 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
         self.groups = Groups()
         self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
         self.health = HealthBook(store, max_share=quarantine_max_share, observe=health_observe)
+        self.expectations = History()  # each check key's passing figures (coordinator/health/expectations.py)
         self.scheduler = scheduler.Scheduler(cordoned_ids=self.health.cordoned_ids)  # counted apart when waiting
         self._out = Out()
         self._guard = Guard()  # re-entry is an error (coordinator/core/reentry.py)

@@ -19,6 +19,7 @@ from coordinator.core.scheduler import Decision
 from coordinator.health import telemetry_rules, verdicts
 from coordinator.health.sweeper import short
 from coordinator.health.book import Change, HealthBook
+from coordinator.health.expectations import History
 from ringleader.errors import NotFound
 from ringleader import checks, jobspec
 from ringleader.jobspec import check_text
@@ -33,6 +34,7 @@ class HealthProtocol:
 
     _out: Out
     health: HealthBook
+    expectations: History
 
     def _cordon(self, inp: Cordon) -> None:
         check_text("worker_id", inp.worker_id)
@@ -47,10 +49,11 @@ class HealthProtocol:
 
     def _verdicts(self, rj: Running) -> None:
         """Apply what a finished check found, before this input's placement pass."""
-        found = verdicts.of_job(rj.job)
+        model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
+        expect = verdicts.Expect(model_of, self.expectations)
+        found = verdicts.of_job(rj.job, expect)
         if not found:
             return
-        model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
         before = {w: _verdict_of(self.health.get(w)) for w in found}
         self._health_changed(self.health.record(found, model_of))
         self._verdict_changed(before)
@@ -65,6 +68,10 @@ class HealthProtocol:
                      f"left in service for an operator to decide (`ringleader workers cordon ID`)")
             log.error("%s", alert)
             self._out.alerts.append(alert)
+        for scope, text in expect.findings:  # shown even when the breaker holds the quarantines
+            self.expectations.findings[scope] += 1
+            log.error("check %s: %s", rj.id, text)
+            self._out.alerts.append(f"check {rj.id}: {text}")
 
     def _telemetry(self, worker_id: str, readings: wpb.GpuTelemetry) -> None:
         """A heartbeat's GPU telemetry, judged by the rule table (coordinator/health/telemetry_rules.py)

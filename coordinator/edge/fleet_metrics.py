@@ -1,12 +1,13 @@
 """Prometheus gauges of fleet health, computed at scrape time from the health book
 (coordinator/health/fleet.py). Labels: the verdict only (three values); no worker id is a label: which
-worker is failed is in `ringleader workers` and GET /api/v1/fleet/health."""
+worker is failed is in `ringleader workers` and GET /api/v1/fleet/health. Beside them, a counter of the
+fleet- and host-wide expectation findings (coordinator/health/expectations.py), by scope."""
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 VERDICTS = ("HEALTHY", "SUSPECT", "UNHEALTHY")  # names of ringleader.v1.Verdict
@@ -21,7 +22,7 @@ class FleetHealthCollector(Collector):
         return self._families()
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, ...]:
+    def _families() -> tuple:
         return (GaugeMetricFamily("ringleader_worker_verdicts",
                                   "Checked workers by their last health verdict (healthy, suspect, unhealthy)",
                                   labels=["verdict"]),
@@ -33,10 +34,16 @@ class FleetHealthCollector(Collector):
                 GaugeMetricFamily("ringleader_worker_config_drift",
                                   "Connected workers configured unlike the others of their backend and device model, "
                                   "by what differs (software, topology, settings): `ringleader workers -o wide` names "
-                                  "them", labels=["part"]))
+                                  "them", labels=["part"]),
+                CounterMetricFamily("ringleader_expectation_findings",
+                                    "Checks whose every worker (scope fleet) or every worker of a host (scope host) "
+                                    "fell below its expectation alike (history or shipped floor)", labels=["scope"]))
 
     def collect(self) -> Iterable:
-        verdicts, quarantined, held, drift = self._families()
+        verdicts, quarantined, held, drift, findings = self._families()
+        raised = self.fleet.core.control.expectations.findings
+        for scope in ("fleet", "host"):
+            findings.add_metric([scope], raised.get(scope, 0))
         counts = self.fleet.book.counts()
         for v in VERDICTS:  # every verdict, zeros included, so an alert sees the first failure
             verdicts.add_metric([v.lower()], counts.get(v, 0))
@@ -45,6 +52,6 @@ class FleetHealthCollector(Collector):
         drifting = self.fleet.core.workers.configs.drifting()
         for part in PARTS:
             drift.add_metric([part], drifting.get(part, 0))
-        return [verdicts, quarantined, held, drift]
+        return [verdicts, quarantined, held, drift, findings]
 
 

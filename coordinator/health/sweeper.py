@@ -160,9 +160,13 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
     out = pb.RunCheckResponse(jobs=jobs)
     if request.wait:
         out = pb.RunCheckResponse(jobs=await wait_all(core, [j.id for j in jobs], request.timeout_s or DEFAULT_WAIT_S))
-        out.named_hosts.extend(sorted({h for j in out.jobs for h in verdicts.named_hosts(j)}))
         ids = {w.worker_id for w in workers}
         out.workers.extend(w for w in fleet.all_workers() if w.worker_id in ids)
+        recorded = {w.worker_id: w.health for w in out.workers}
+        out.named_hosts.extend(sorted({h for j in out.jobs for h in verdicts.named_hosts(j, recorded)}))
+        job_ids = {j.id for j in out.jobs}
+        out.findings.extend(dict.fromkeys(w.health.finding for w in out.workers
+                                          if w.health.finding and w.health.job_id in job_ids))
     return out
 
 

@@ -18,20 +18,29 @@ could not judge on its own evidence (none, or claims its registration contradict
   of wrong data is not the culprit). With no checksum majority, the disagreeing workers are
   suspect; a worker named by a minority, or that saw wrong data no failed sender explains, is
   suspect (one accuser's word quarantines nobody).
+
+Then, with an `Expect`, every figure is judged against what that hardware should do as well
+(coordinator/health/expectations.py): the expectation wins where the peers, all alike, cannot see
+a slowdown, and a fleet or a host below it alike is one finding.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Mapping
 
+from coordinator.health import expectations
 from ringleader import checks, kinds
 from ringleader.v1 import jobs_pb2 as pb
 
 HEALTHY, SUSPECT, FAILED = pb.HEALTHY, pb.SUSPECT, pb.UNHEALTHY
 
 
-def of_job(job: pb.Job) -> dict[str, pb.WorkerHealth]:
-    """{worker id: verdict} for every worker of a SUCCEEDED check job ({} for other jobs)."""
+def of_job(job: pb.Job, expect: Expect | None = None) -> dict[str, pb.WorkerHealth]:
+    """{worker id: verdict} for every worker of a SUCCEEDED check job ({} for other jobs). With
+    `expect` (the registered models and the history), each figure is judged against its
+    expectation too (coordinator/health/expectations.py), which then learns the passing figures."""
     kind = job.spec.WhichOneof("kind")
     if job.state != pb.SUCCEEDED or kind not in checks.KINDS or not job.HasField(kind):
         return {}
@@ -40,8 +49,15 @@ def of_job(job: pb.Job) -> dict[str, pb.WorkerHealth]:
     if kind == "gpu_check":
         found.update(_beyond_the_clock(job))
     _no_evidence(getattr(job, kind), found)
+    finding_of: dict[int, str] = {}
+    if expect is not None:
+        judged = expectations.judge(job, found, expect.models, expect.history)
+        found, finding_of = judged.found, judged.finding_of
+        expect.findings.extend(judged.findings)
+        expectations.learn(job, {r: v for r, (v, _, _) in found.items()}, expect.models, expect.history)
     at = job.finished_at
-    return {ranks[r].worker_id: pb.WorkerHealth(verdict=v, check=kind, figure=fig, expected=exp, at=at, job_id=job.id)
+    return {ranks[r].worker_id: pb.WorkerHealth(verdict=v, check=kind, figure=fig, expected=exp, at=at, job_id=job.id,
+                                                finding=finding_of.get(r, ""))
             for r, (v, fig, exp) in found.items() if r in ranks}
 
 
@@ -54,9 +70,24 @@ def _no_evidence(result, found: Found) -> None:
                                "(each rank speaks for itself: coordinator/health/assemble.py)")
 
 
-def named_hosts(job: pb.Job) -> list[str]:
-    """Hosts every one of whose workers a check failed (what `ringleader check` names)."""
-    verdicts = of_job(job)
+@dataclass
+class Expect:
+    """What judging against expectations needs: worker id -> registered device model, the history;
+    `findings` collects the (scope, text) findings raised."""
+
+    models: Mapping[str, str]
+    history: expectations.History
+    findings: list[tuple[str, str]] = field(default_factory=list)
+
+
+def named_hosts(job: pb.Job, recorded: Mapping[str, pb.WorkerHealth] | None = None) -> list[str]:
+    """Hosts every one of whose workers a check failed (what `ringleader check` names). `recorded`:
+    the workers' health as the coordinator recorded it (a verdict of this job counts); without it
+    the peers' verdicts are computed again."""
+    if recorded is None:
+        verdicts = of_job(job)
+    else:
+        verdicts = {w: h for w, h in recorded.items() if h.job_id == job.id}
     by_host: dict[str, list[int]] = defaultdict(list)
     for w in job.workers:
         by_host[w.host].append(verdicts.get(w.worker_id, pb.WorkerHealth()).verdict)

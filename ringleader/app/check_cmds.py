@@ -118,14 +118,14 @@ def check_doc(r: pb.RunCheckResponse) -> dict:
     """-o json|yaml: the check jobs as `ringleader job -o json` shows a job (its own kind's
     outcome only, RFC 3339 times), the hosts named, the workers checked."""
     return {"jobs": [job_body(j, to_json(j)) for j in r.jobs], "named_hosts": list(r.named_hosts),
-            "workers": [times(to_json(w)) for w in r.workers]}
+            "findings": list(r.findings), "workers": [times(to_json(w)) for w in r.workers]}
 
 
 def health_line(w: pb.WorkerInfo) -> str:
     h = w.health
-    verdict = pb.Verdict.Name(h.verdict) if h.verdict else "UNCHECKED"
+    verdict = pb.Verdict.Name(h.verdict) if h.verdict else "UNJUDGED" if h.check else "UNCHECKED"
     line = f"{w.worker_id:<28} {w.host:<16} {verdict:<9}{' CORDONED' if h.cordoned else ''}"
-    if h.verdict not in (pb.VERDICT_UNSPECIFIED, pb.HEALTHY) or h.cordoned:
+    if h.verdict not in (pb.VERDICT_UNSPECIFIED, pb.HEALTHY) or h.cordoned or h.check:
         line += f"  {h.check}: {h.figure}; expected {h.expected}"
     if h.also:
         line += f"; also {h.also}"
@@ -136,6 +136,7 @@ def check_text(r: pb.RunCheckResponse) -> str:
     lines = [f"{j.id}  {j.spec.WhichOneof('kind'):<12} n={j.spec.world_size:<4} {pb.JobState.Name(j.state):<9} "
              f"{j.reason}" for j in r.jobs]
     lines.append("named hosts: " + (", ".join(r.named_hosts) or "none"))
+    lines += [f"finding: {f}" for f in r.findings]
     bad = [w for w in r.workers if w.health.verdict != pb.HEALTHY]
     lines += [health_line(w) for w in bad]
     broken = unfinished(r)

@@ -2005,6 +2005,7 @@ class WorkerHealth(_message.Message):
     OBSERVE_ONLY_FIELD_NUMBER: _builtins.int
     VALIDATE_QUARANTINED_AT_FIELD_NUMBER: _builtins.int
     VALIDATE_NEEDS_APPROVAL_FIELD_NUMBER: _builtins.int
+    FINDING_FIELD_NUMBER: _builtins.int
     verdict: Global___Verdict.ValueType
     check: _builtins.str
     """link_matrix, gpu_check, sdc_check, cordon, ..."""
@@ -2036,6 +2037,10 @@ class WorkerHealth(_message.Message):
     """Quarantined 3 times within 24 h: it stays out, whatever later checks say, until a person
     approves its return after a pass (ApproveWorkerReturn; `ringleader workers approve-return ID`).
     """
+    finding: _builtins.str
+    """One cause for many verdicts: every worker of the run, or of one host, fell below its
+    expectation alike (coordinator/health/expectations.py); the same text on each verdict it covers.
+    """
     @_builtins.property
     def validate_quarantined_at(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """When automatic quarantines of this worker began (unix seconds), those of the last 24 h only."""
@@ -2056,10 +2061,11 @@ class WorkerHealth(_message.Message):
         observe_only: _builtins.bool = ...,
         validate_quarantined_at: _abc.Iterable[_builtins.float] | None = ...,
         validate_needs_approval: _builtins.bool = ...,
+        finding: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "job_id", b"job_id", "observe_only", b"observe_only", "recheck_at", b"recheck_at", "validate_needs_approval", b"validate_needs_approval", "validate_quarantined_at", b"validate_quarantined_at", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "at", b"at", "breaker_held", b"breaker_held", "check", b"check", "cordoned", b"cordoned", "expected", b"expected", "figure", b"figure", "finding", b"finding", "job_id", b"job_id", "observe_only", b"observe_only", "recheck_at", b"recheck_at", "validate_needs_approval", b"validate_needs_approval", "validate_quarantined_at", b"validate_quarantined_at", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2517,6 +2523,7 @@ class RunCheckResponse(_message.Message):
     JOBS_FIELD_NUMBER: _builtins.int
     NAMED_HOSTS_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
+    FINDINGS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:
         """one per kind and backend (CPU and GPU workers never share a group)"""
@@ -2529,16 +2536,21 @@ class RunCheckResponse(_message.Message):
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
         """with wait: the checked workers, with their health"""
 
+    @_builtins.property
+    def findings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """with wait: fleet- or host-wide findings of these checks (WorkerHealth.finding)"""
+
     def __init__(
         self,
         *,
         jobs: _abc.Iterable[Global___Job] | None = ...,
         named_hosts: _abc.Iterable[_builtins.str] | None = ...,
         workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
+        findings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "named_hosts", b"named_hosts", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["findings", b"findings", "jobs", b"jobs", "named_hosts", b"named_hosts", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

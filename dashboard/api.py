@@ -23,7 +23,7 @@ from fastapi.routing import APIRoute
 import google.protobuf
 import grpc
 
-from coordinator.core.registry import MAX_TOKEN
+from ringleader.page_token import MAX_TOKEN
 from coordinator.core.facade import Coordinator
 from dashboard.job_docs import View, check_fits, job_doc, results_csv, summary
 from dashboard.schemas import (

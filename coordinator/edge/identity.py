@@ -94,8 +94,13 @@ def peer_identity(context) -> CertIdentity | None:
 
 
 def caller_may_use_jobs(context) -> None:
-    """The users' API: a worker's certificate is refused, whatever token comes with it."""
-    cert = peer_identity(context)
+    """The users' API (gRPC): a worker's certificate is refused, whatever token comes with it."""
+    cert_may_use_jobs(peer_identity(context))
+
+
+def cert_may_use_jobs(cert: CertIdentity | None) -> None:
+    """The one rule for both transports (the REST side: dashboard/guard.py): a worker's
+    certificate never acts as a user."""
     if cert is not None and cert.role == WORKER:
         raise PermissionDenied(f"this is worker {cert.name}'s certificate: a worker cannot submit, "
                                "cancel or read jobs (use a user's certificate)")

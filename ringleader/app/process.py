@@ -168,9 +168,11 @@ class RunningCoordinator:
             # Without a users' token only loopback names are served (DNS rebinding), unless the
             # operator chose to be open.
             guard = GuardConfig(access, metrics_auth=sec.metrics_auth,
-                                any_host=access.needs_token("users") or sec.insecure)
+                                any_host=access.needs_token("users") or sec.insecure,
+                                client_certs=bool(sec.tls.cert and sec.tls.ca))
             self.http = HttpServer(create_app(self.core, self.metrics, guard, self.identities), self.config.http_address,
-                                   tls=(sec.tls.cert, sec.tls.key) if sec.tls.cert else None)
+                                   tls=(sec.tls.cert, sec.tls.key) if sec.tls.cert else None,
+                                   client_ca=sec.tls.ca or None)
             await self.http.start()
             self.http_url = self.http.url
         self.core.serving()  # load shedding measures the loop from here (coordinator/core/load.py)

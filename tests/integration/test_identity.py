@@ -282,12 +282,29 @@ def test_an_operator_approves_a_reclaim_without_a_coordinator_restart(tmp_path):
             await until_disconnected(coord, "w0")
             for stale in ("", first.worker_secret):  # the approval let one daemon in, once
                 await refused(target, "w0", secret=stale)
-            # The same over REST, for a worker gone again.
+            # The same over REST, for a worker gone again: two daemons wait, so the approval names one.
             url = f"{coord.http_url}/api/v1/workers/w0/approve"
+            auth = {"Authorization": f"Bearer {USERS_TOKEN}"}
             async with httpx.AsyncClient() as http:
-                r = await http.post(url, headers={"Authorization": f"Bearer {USERS_TOKEN}"})
+                r = await http.post(url, headers=auth)
+                assert r.status_code == 422 and "2 daemons wait for worker w0" in r.json()["detail"][0]["msg"], r.text
+                waiting = (await http.get(f"{coord.http_url}/api/v1/daemons/pending", headers=auth)).json()["daemons"]
+                assert [d["host"] for d in waiting] == ["fakehost", "fakehost"]
+                assert all(d["address"] == "127.0.0.1" and d["attempts"] >= 1 for d in waiting)
+                async with grpc.aio.insecure_channel(target) as users:
+                    listed = await jobs_pb2_grpc.JobServiceStub(users).ListPendingDaemons(
+                        pb.ListPendingDaemonsRequest(), metadata=bearer(USERS_TOKEN))
+                assert {d.credential_fingerprint for d in listed.daemons} == {d["credential_fingerprint"] for d in waiting}
+                await refused(target, "w0", secret="")  # the secretless one (a lost state dir) again: one entry
+                after = (await http.get(f"{coord.http_url}/api/v1/daemons/pending", headers=auth)).json()["daemons"]
+                assert sorted(d["attempts"] for d in after) == [1, 2], after
+                [secretless] = [d for d in after if d["attempts"] == 2]
+                r = await http.post(url, headers=auth, params={"credential_fingerprint": secretless["credential_fingerprint"]})
                 assert r.status_code == 200, r.text
                 assert r.json()["worker_id"] == "w0"
+                assert r.json()["credential_fingerprint"] == secretless["credential_fingerprint"]
+                err = await refused(target, "w0", secret=first.worker_secret)  # the other one: still refused
+                assert err.code() == grpc.StatusCode.PERMISSION_DENIED
                 channel, third = await register(target, "w0")
                 assert third.worker_secret not in ("", back.worker_secret)
                 r = await http.post(url, headers={"Authorization": f"Bearer {USERS_TOKEN}"})

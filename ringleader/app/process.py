@@ -120,7 +120,10 @@ class RunningCoordinator:
                                 quarantine_max_share=config.quarantine_max_share)
         self.metrics = CoordinatorMetrics(self.core)
         # The workers' credentials, shared by gRPC (registration, ApproveWorker) and REST (approve).
-        self.identities = WorkerIdentities(self.store, token_review=TokenReviewer() if config.k8s_token_review else None)
+        sec_ = config.security
+        trusted = not sec_.users_token and not sec_.workers_token and not exposed(config)
+        self.identities = WorkerIdentities(self.store, token_review=TokenReviewer() if config.k8s_token_review else None,
+                                           trusted_host=trusted)
         if lease is not None:
             self.metrics.registry.register(LeaseCollector(lease))
         self.sweeper = Sweeper(self.core, self.core.fleet, config.check_every)

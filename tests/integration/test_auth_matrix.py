@@ -14,6 +14,7 @@ A real coordinator in this process: both tokens, TLS with client certificates re
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import ssl
 from pathlib import Path
@@ -116,7 +117,7 @@ async def grpc_matrix(target: str, pki: Path) -> dict:
     return got
 
 
-def rest_routes(url: str, trust: ssl.SSLContext, pki: Path) -> list[tuple[str, str]]:
+def rest_routes(url: str, trust: ssl.SSLContext) -> list[tuple[str, str]]:
     """Every closed route's (method, path; /healthz and /readyz are open to probes) from the OpenAPI document, path parameters filled in."""
     doc = httpx.get(f"{url}/openapi.json", verify=trust, timeout=30).json()
     routes = [("GET", "/metrics")]
@@ -134,7 +135,7 @@ def rest_matrix(url: str, pki: Path) -> dict:
         trust = ssl.create_default_context(cafile=str(pki / "ca.pem"))
         if (files := cert_files(pki, cert)):
             trust.load_cert_chain(*files)
-        routes = rest_routes(url, trust, pki)
+        routes = rest_routes(url, trust)
         with httpx.Client(base_url=url, verify=trust, timeout=30) as http:
             for token in TOKENS:
                 headers = {"authorization": f"Bearer {tokens(pki)[token]}"} if token != "none" else {}
@@ -142,9 +143,7 @@ def rest_matrix(url: str, pki: Path) -> dict:
                     # A stream: only its status is read (an event stream would not end).
                     with http.stream(method, path, headers=headers,
                                      json={} if method != "GET" else None) as r:
-                        detail = r.read().decode(errors="replace") if r.status_code in (401, 403) else ""
-                        if detail:
-                            detail = httpx.Response(r.status_code, content=detail).json().get("detail", "")
+                        detail = json.loads(r.read())["detail"] if r.status_code in (401, 403) else ""
                         got[(token, cert, f"{method} {path}")] = http_answer(r.status_code, detail)
     return got
 

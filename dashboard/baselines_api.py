@@ -12,7 +12,7 @@ import json
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -66,7 +66,10 @@ async def parse_table(body: bytes, chunk: int = 1000) -> pb.BaselineTable:
     Parsed entry by entry and checked a chunk at a time in a worker thread: a parser holds the
     interpreter for the whole of what it is given (a 17 MB body: seconds on a busy machine), so
     nothing is given it whole; the loop serves other calls between the chunks."""
-    raw = await asyncio.to_thread(split_entries, body)
+    try:
+        raw = await asyncio.to_thread(split_entries, body)
+    except RecursionError:  # the stdlib parser recurses per level: 1,000 levels deep exhaust it
+        raise HTTPException(400, "request body: JSON nested too deeply to parse") from None
     if raw is None:  # not the plain {"entries": [...]} shape: the model's checks say what is wrong
         raw = [await asyncio.to_thread(_checked, BaselineTableIn, body, ())]
         return pb.BaselineTable(entries=[pb.BaselineEntry(**e.model_dump()) for e in raw[0].entries])

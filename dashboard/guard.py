@@ -7,7 +7,9 @@ A pure ASGI middleware in front of every route, so a refused request never reach
     /, /jobs/{id}, /static/*           open: the page holds no data; it asks for the token
     /openapi.json                      open: the API's shape is no secret
     /metrics                           open, or the users' token with --metrics-auth
-    everything else (/api/v1, ...)     the users' token (coordinator.edge.auth.Access)
+    everything else (/api/v1, ...)     the users' token (coordinator.edge.auth.Access), and with
+                                       client certificates (--tls-client-ca) one that is not a
+                                       worker's: the rule gRPC applies (coordinator/edge/identity.py)
 
 Refusals are JSON (`{"detail": ...}`): 401 with `WWW-Authenticate: Bearer` for no or a wrong
 token, 403 for the workers' token. A request another site's page sends (a cross-origin `Origin`
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -29,7 +32,9 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator.edge.auth import USERS, Access
+from coordinator.edge.identity import cert_identity, cert_may_use_jobs
 from dashboard.asgi import HttpMiddleware
+from dashboard.tls_sniff import PEER_CERT
 from ringleader.errors import RingleaderError, answer
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -53,6 +58,7 @@ class GuardConfig:
     access: Access
     metrics_auth: bool = False
     any_host: bool = True  # False: only loopback names and IP literals as Host
+    client_certs: bool = False  # TLS with a client CA: a closed route needs a client certificate
 
 
 def is_open(path: str, metrics_auth: bool) -> bool:
@@ -93,7 +99,7 @@ class Guard(HttpMiddleware):
         self.config = config
 
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refusal = self.refusal(scope["path"], Headers(scope=scope))
+        refusal = self.refusal(scope["path"], Headers(scope=scope), (scope.get("state") or {}).get(PEER_CERT))
         if refusal:
             await _send_refusal(send, *refusal)
             return
@@ -107,13 +113,19 @@ class Guard(HttpMiddleware):
 
         await self.app(scope, receive, send_with_headers)
 
-    def refusal(self, path: str, headers: Headers) -> tuple[int, str] | None:
-        """(HTTP status, detail) for a request that must not reach a handler, else None."""
+    def refusal(self, path: str, headers: Headers, peer_cert: bytes | None = None) -> tuple[int, str] | None:
+        """(HTTP status, detail) for a request that must not reach a handler, else None.
+        `peer_cert`: the connection's verified client certificate (DER), None without one."""
         if is_open(path, self.config.metrics_auth):
             return None
+        if self.config.client_certs and not peer_cert:
+            # The gRPC port refuses such a caller at its handshake (UNAVAILABLE).
+            return 401, "no client certificate: this coordinator requires one (--tls-client-ca) on its API"
         access = self.config.access
         try:
-            access.require(USERS, headers.get("authorization"))
+            access.require(USERS, headers.get("authorization"))  # the token first, as the gRPC interceptor
+            if peer_cert:
+                cert_may_use_jobs(cert_identity(ssl.DER_cert_to_PEM_cert(peer_cert).encode()))
         except RingleaderError as exc:
             return answer(exc).http_status, str(exc)
         if not access.needs_token(USERS):  # an open coordinator: only its own pages may call it

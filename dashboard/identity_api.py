@@ -1,10 +1,13 @@
-"""REST route of worker identity under /api/v1: an operator approves a worker's re-claim of its id
-without its secret (a replaced pod, a lost state dir; coordinator/edge/identity.py). The same call
-as the gRPC RPC ApproveWorker; errors through dashboard/api.py's one mapping."""
+"""REST routes of worker identity under /api/v1: the daemons refused re-claiming an id, and an
+operator's approval of one daemon's re-claim without its secret (a replaced pod, a lost state dir;
+coordinator/edge/identity.py). The same calls as the gRPC RPCs ListPendingDaemons and
+ApproveWorker; errors through dashboard/api.py's one mapping."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from coordinator.core.facade import Coordinator
@@ -16,6 +19,7 @@ from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
 Approved = proto_model(pb.ApproveWorkerResponse.DESCRIPTOR)
+Pending = proto_model(pb.ListPendingDaemonsResponse.DESCRIPTOR)
 
 
 def router(core: Coordinator, identities: WorkerIdentities) -> APIRouter:
@@ -24,9 +28,16 @@ def router(core: Coordinator, identities: WorkerIdentities) -> APIRouter:
     @r.post("/workers/{worker_id}/approve", tags=["workers"], operation_id="approveWorker",
             response_model=Approved, responses={409: {"model": Error, "description": "The worker is connected"}},
             summary="Let a worker re-claim its id without its secret (its next registration within the window)")
-    async def approve(worker_id: WorkerId) -> Response:
+    async def approve(worker_id: WorkerId, credential_fingerprint: Annotated[str, Query(
+            max_length=64, description="the daemon to admit (GET /api/v1/daemons/pending); empty: the only one "
+                                       "waiting")] = "") -> Response:
         with domain_errors():
-            answer = identities.approve_reclaim(core.workers, worker_id)
+            answer = identities.approve_reclaim(core.workers, worker_id, credential_fingerprint)
         return JSON(to_json(answer))
+
+    @r.get("/daemons/pending", tags=["workers"], operation_id="listPendingDaemons", response_model=Pending,
+           summary="The daemons refused re-claiming a worker id without its secret, with their fingerprints")
+    async def pending() -> Response:
+        return JSON(to_json(identities.pending_daemons()))
 
     return r

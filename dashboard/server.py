@@ -33,9 +33,10 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class HttpServer:
-    """`tls`: (certificate, key) PEM paths to serve HTTPS (plain HTTP on that port gets a 400)."""
+    """`tls`: (certificate, key) PEM paths to serve HTTPS (plain HTTP on that port gets a 400);
+    `client_ca`: the CA whose client certificates are verified (dashboard/tls_sniff.py)."""
 
-    def __init__(self, app, address: str, tls: tuple[str, str] | None = None) -> None:
+    def __init__(self, app, address: str, tls: tuple[str, str] | None = None, client_ca: str | None = None) -> None:
         host, port = address.rsplit(":", 1)
         family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -43,7 +44,7 @@ class HttpServer:
         self._sock.bind((host.strip("[]"), int(port)))  # bound here so port 0 reports the real port
         self.url = f"{'https' if tls else 'http'}://{host}:{self._sock.getsockname()[1]}"
         # TLS is the sniffing protocol's (dashboard/tls_sniff.py), not uvicorn's ssl_* settings.
-        http = tls_sniff.sniffing(AutoHTTPProtocol, tls_sniff.server_context(*tls)) if tls else "auto"
+        http = tls_sniff.sniffing(AutoHTTPProtocol, tls_sniff.server_context(*tls, client_ca)) if tls else "auto"
         gzipped = GZipMiddleware(app, minimum_size=GZIP_MIN_BYTES, compresslevel=GZIP_LEVEL)
         self._server = _EmbeddedServer(uvicorn.Config(gzipped, http=http, log_level="warning", lifespan="off",
                                                       timeout_graceful_shutdown=2))

@@ -21,8 +21,15 @@ reason naming the worker id (DESIGN.md point 8).
   on its acknowledgement, when something the operator already trusts vouches for the daemon: its
   worker certificate (mTLS: the certificate is the identity), a Kubernetes token naming its node
   (coordinator/edge/k8s_identity.py), or an operator's approval (`ringleader workers approve ID`,
-  POST /api/v1/workers/{id}/approve), which lasts APPROVAL_S. `ringleader coordinator
+  POST /api/v1/workers/{id}/approve), which lasts APPROVAL_S. An approval names one daemon: each
+  refused daemon is kept as a PendingDaemon with a credential fingerprint (of its address, host
+  name, certificate and presented secret; `ringleader workers pending`), and the approval admits
+  only the daemon with that fingerprint, so an impostor registering under the id after it is
+  still refused. `ringleader coordinator
   --forget-worker ID` still resets an id at start.
+- Trusted single host: a coordinator with no tokens whose every port listens on loopback lets a
+  daemon without its secret re-claim an id that is not connected (the README's recipe restarts
+  workers without --state-dir); a connected id is still refused.
 - Address: the advertised address must be one the connection comes from (a host name counts if
   it resolves to it); a loopback peer may advertise only loopback. So a rank 0 cannot send its
   peers' executors to a host and port it does not own.
@@ -94,8 +101,13 @@ def peer_identity(context) -> CertIdentity | None:
 
 
 def caller_may_use_jobs(context) -> None:
-    """The users' API: a worker's certificate is refused, whatever token comes with it."""
-    cert = peer_identity(context)
+    """The users' API (gRPC): a worker's certificate is refused, whatever token comes with it."""
+    cert_may_use_jobs(peer_identity(context))
+
+
+def cert_may_use_jobs(cert: CertIdentity | None) -> None:
+    """The one rule for both transports (the REST side: dashboard/guard.py): a worker's
+    certificate never acts as a user."""
     if cert is not None and cert.role == WORKER:
         raise PermissionDenied(f"this is worker {cert.name}'s certificate: a worker cannot submit, "
                                "cancel or read jobs (use a user's certificate)")
@@ -137,6 +149,26 @@ async def check_address(reg: wpb.Register, peer: str) -> None:
                            "connect from the address peers reach it on")
 
 
+def credential_fingerprint(reg: wpb.Register, cert: CertIdentity | None, peer: str) -> str:
+    """What tells one refused daemon from another: where it connects from, the host it names,
+    its certificate's identity and the secret it presented (its digest). 16 hex digits."""
+    seen = peer_ip(peer) if peer else None
+    parts = (str(seen or peer.rpartition(":")[0]), reg.host, f"{cert.role}/{cert.name}" if cert else "",
+             digest(reg.worker_secret) if reg.worker_secret else "")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+@dataclass
+class PendingDaemon:
+    worker_id: str
+    address: str
+    host: str
+    credential_fingerprint: str
+    first_seen: float  # wall clock, Unix seconds
+    last_seen: float
+    attempts: int = 1
+
+
 def digest(secret: str) -> str:
     # A random 32-byte secret needs no slow hash: nothing can be guessed from its SHA-256.
     return hashlib.sha256(secret.encode()).hexdigest()
@@ -148,13 +180,18 @@ class WorkerIdentities:
 
     SAID_MAX = 1024  # refusals remembered, so a daemon retrying every few seconds is logged once
 
-    def __init__(self, store: JobStore, clock=time.monotonic, token_review=None) -> None:
+    def __init__(self, store: JobStore, clock=time.monotonic, token_review=None, trusted_host: bool = False) -> None:
         self.store = store
+        # No tokens and every port on loopback (ringleader/app/process.py decides): whoever can
+        # register can already run anything as this host's users, so a restarted daemon without
+        # its secret takes its id back once the id is not connected.
+        self.trusted_host = trusted_host
         self.clock = clock
         self.token_review = token_review  # coordinator/edge/k8s_identity.TokenReviewer, or None
         self._said: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
         self._issued: dict[str, str] = {}  # worker id -> the digest of its unacknowledged secret
-        self._approved: dict[str, float] = {}  # worker id -> when the operator's approval lapses
+        self._approved: dict[str, tuple[float, str]] = {}  # worker id -> (when it lapses, fingerprint or "")
+        self._pending: collections.OrderedDict[tuple[str, str], PendingDaemon] = collections.OrderedDict()
 
     def log_refusal(self, worker_id: str, reason: str) -> None:
         """Log a refused registration at WARNING the first time, then at DEBUG."""
@@ -175,12 +212,14 @@ class WorkerIdentities:
             return ""
         return await self.token_review.vouch(reg)
 
-    def check(self, reg: wpb.Register, cert: CertIdentity | None, vouched: str = "", connected: bool = False) -> str:
+    def check(self, reg: wpb.Register, cert: CertIdentity | None, vouched: str = "", connected: bool = False,
+              peer: str = "") -> str:
         """Return if `reg` may register its id, with the secret to issue ("" when it presented
         the bound one); raise PermissionDenied naming the id otherwise. `vouched`: what else
         proved this daemon is the worker (a Kubernetes token naming its node), "" if nothing;
         `connected`: the id is connected now (the registry's word, not the stream's: a stream
-        whose daemon died unseen holds nothing once liveness has dropped it)."""
+        whose daemon died unseen holds nothing once liveness has dropped it); `peer`: the
+        connection's gRPC peer string (the daemon's fingerprint)."""
         wid = reg.worker_id
         if cert is not None and cert.role == USER:
             raise PermissionDenied(f"register: worker {wid}: user {cert.name}'s certificate cannot register a worker "
@@ -199,28 +238,59 @@ class WorkerIdentities:
             raise self._refusal(wid, reg.worker_secret)
         if not bound:
             return secrets.token_urlsafe(32)
-        why = self._voucher(wid, cert, vouched)
+        fingerprint = credential_fingerprint(reg, cert, peer)
+        why = self._voucher(wid, cert, vouched, fingerprint)
+        if not why and self.trusted_host and not connected:
+            why = "a trusted single host (no tokens, loopback only)"
         if not why:
-            raise self._refusal(wid, reg.worker_secret)
+            self._wait(reg, peer, fingerprint)
+            raise self._refusal(wid, reg.worker_secret, fingerprint)
+        self._pending.pop((wid, fingerprint), None)
         log.warning("worker %s re-claims its id without its secret, vouched for by %s: a new secret is issued",
                     wid, why)
         return secrets.token_urlsafe(32)
 
-    def _voucher(self, wid: str, cert: CertIdentity | None, vouched: str) -> str:
+    def _voucher(self, wid: str, cert: CertIdentity | None, vouched: str, fingerprint: str) -> str:
         if cert is not None and cert.role == WORKER and cert.name == wid:
             return "its worker certificate"
         if vouched:
             return vouched
-        if self._approved.get(wid, 0.0) > self.clock():
+        lapses, named = self._approved.get(wid, (0.0, ""))
+        if lapses > self.clock() and (not named or hmac.compare_digest(named, fingerprint)):
             return "an operator's approval"
         return ""
 
+    PENDING_MAX = 1024  # refused daemons remembered (the oldest forgotten first)
+
+    def _wait(self, reg: wpb.Register, peer: str, fingerprint: str) -> None:
+        key, now = (reg.worker_id, fingerprint), time.time()
+        if (seen := self._pending.get(key)) is not None:
+            seen.last_seen, seen.attempts = now, seen.attempts + 1
+            self._pending.move_to_end(key)
+            return
+        address = str(peer_ip(peer) or "this host") if peer else ""
+        self._pending[key] = PendingDaemon(reg.worker_id, address, reg.host, fingerprint, now, now)
+        if len(self._pending) > self.PENDING_MAX:
+            self._pending.popitem(last=False)
+
+    def pending(self, worker_id: str = "") -> list[PendingDaemon]:
+        """The daemons refused re-claiming a bound id (of `worker_id` only, if given), oldest first."""
+        return sorted((p for p in self._pending.values() if not worker_id or p.worker_id == worker_id),
+                      key=lambda p: (p.worker_id, p.first_seen))
+
+    def pending_daemons(self) -> pb.ListPendingDaemonsResponse:
+        """ListPendingDaemons (gRPC) and GET /api/v1/workers/pending."""
+        return pb.ListPendingDaemonsResponse(daemons=[pb.PendingDaemon(
+            worker_id=p.worker_id, address=p.address, host=p.host, credential_fingerprint=p.credential_fingerprint,
+            first_seen=p.first_seen, last_seen=p.last_seen, attempts=p.attempts) for p in self.pending()])
+
     @staticmethod
-    def _refusal(wid: str, secret: str) -> PermissionDenied:
+    def _refusal(wid: str, secret: str, fingerprint: str = "") -> PermissionDenied:
         said = "a different secret" if secret else "none"
+        this = f" (this daemon: --fingerprint {fingerprint}, as `ringleader workers pending` lists it)" if fingerprint else ""
         return PermissionDenied(f"register: worker id {wid} is bound to another daemon's credential (this one "
                                 f"presented {said}); a daemon keeps its secret under --state-dir; "
-                                + FORGET_HINT.format(id=wid))
+                                + FORGET_HINT.format(id=wid) + this)
 
     def issued(self, worker_id: str, secret: str, cert: CertIdentity | None = None) -> None:
         """The coordinator accepted the registration and sends `secret` (check's answer). To a
@@ -257,26 +327,37 @@ class WorkerIdentities:
     def bind(self, worker_id: str, secret: str) -> None:
         self._bind(worker_id, digest(secret))
 
-    def approve(self, worker_id: str, connected: bool) -> float:
-        """Let the next daemon that registers `worker_id` within APPROVAL_S re-claim it without
-        its secret; returns the seconds the approval lasts. Refused while the id is connected:
-        that would hand a live worker's id to whoever registers next."""
+    def approve(self, worker_id: str, connected: bool, fingerprint: str = "") -> tuple[float, str]:
+        """Let the daemon with `fingerprint` (a pending one; empty: the only one waiting for the
+        id, or any daemon when none is) re-claim `worker_id` without its secret at its next
+        registration within APPROVAL_S; returns (the seconds the approval lasts, the fingerprint
+        it names). Refused while the id is connected: that would hand a live worker's id to
+        whoever registers next."""
         if connected:
             raise FailedPrecondition(f"worker {worker_id} is connected: its id needs no approval (approve a "
                                      "re-claim once the old daemon is gone)")
-        self._approved[worker_id] = self.clock() + APPROVAL_S
-        log.warning("worker %s: an operator approved a re-claim of its id for %.0f s", worker_id, APPROVAL_S)
-        return APPROVAL_S
+        waiting = [p.credential_fingerprint for p in self.pending(worker_id)]
+        if fingerprint and fingerprint not in waiting:
+            raise InvalidSpec("credential_fingerprint", f"no daemon waiting for worker {worker_id} has fingerprint "
+                                                        f"{fingerprint[:64]!r} (`ringleader workers pending` lists them)")
+        if not fingerprint and len(waiting) > 1:
+            raise InvalidSpec("credential_fingerprint", f"{len(waiting)} daemons wait for worker {worker_id}: name "
+                                                        "the one to admit (`ringleader workers pending`)")
+        named = fingerprint or (waiting[0] if waiting else "")
+        self._approved[worker_id] = (self.clock() + APPROVAL_S, named)
+        log.warning("worker %s: an operator approved a re-claim of its id by %s for %.0f s", worker_id,
+                    f"the daemon with fingerprint {named}" if named else "the next daemon", APPROVAL_S)
+        return APPROVAL_S, named
 
-    def approve_reclaim(self, workers, worker_id: str) -> pb.ApproveWorkerResponse:
+    def approve_reclaim(self, workers, worker_id: str, fingerprint: str = "") -> pb.ApproveWorkerResponse:
         """ApproveWorker (gRPC) and POST /api/v1/workers/{id}/approve: `workers` is the control
         core's registry (WorkerRegistry.get), which says whether the id is connected."""
         if not worker_id:
             raise InvalidSpec("worker_id", "the worker whose re-claim to approve")
         jobspec.check_text("worker_id", worker_id)
         conn = workers.get(worker_id)
-        lasts = self.approve(worker_id, connected=bool(conn and conn.connected))
-        return pb.ApproveWorkerResponse(worker_id=worker_id, expires_in_s=lasts)
+        lasts, named = self.approve(worker_id, connected=bool(conn and conn.connected), fingerprint=fingerprint)
+        return pb.ApproveWorkerResponse(worker_id=worker_id, expires_in_s=lasts, credential_fingerprint=named)
 
     def forget(self, worker_id: str) -> None:
         if self.store.forget_worker_credential(worker_id):

@@ -111,7 +111,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     @guarded()
     def ApproveWorker(self, request, context):
-        return self.identities.approve_reclaim(self.c.workers, request.worker_id)
+        return self.identities.approve_reclaim(self.c.workers, request.worker_id, request.credential_fingerprint)
+
+    @guarded()
+    def ListPendingDaemons(self, request, context):
+        return self.identities.pending_daemons()
 
     @guarded(durable=True)
     def ApproveWorkerReturn(self, request, context):

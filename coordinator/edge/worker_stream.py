@@ -221,7 +221,8 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             vouched = await self.identities.kubernetes(reg)
             known = self.c.workers.get(reg.worker_id)
             cert = identity.peer_identity(context)
-            secret = self.identities.check(reg, cert, vouched, connected=bool(known and known.connected))
+            secret = self.identities.check(reg, cert, vouched, connected=bool(known and known.connected),
+                                           peer=context.peer())
             reg.worker_secret = reg.k8s_token = ""  # they go no further than these checks
             conn = self.c.register(reg)
         except RingleaderError as exc:

@@ -14,6 +14,7 @@ the verdict (and says so).
 from __future__ import annotations
 
 import argparse
+import time
 
 from ringleader import checks
 from ringleader.app import argtypes
@@ -25,7 +26,7 @@ from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
-ACTIONS = ("cordon", "uncordon", "approve", "approve-return")
+ACTIONS = ("cordon", "uncordon", "approve", "approve-return", "pending")
 DOCS = ("table", "json", "yaml")  # what check and cordon print: no wide form
 
 
@@ -44,11 +45,14 @@ def add_commands(sub, talker, client_options) -> None:
     w = sub.choices["workers"]
     # Checked in run(), not by argparse: an optional positional with choices trips argparse when
     # ringleader/app/config.py re-parses with every default suppressed.
-    w.add_argument("action", nargs="?", metavar="{cordon,uncordon,approve,approve-return}", help="cordon: keep the "
-                   "worker out of user jobs; uncordon: put it back; approve: let a daemon that lost its secret (a "
-                   "replaced pod, a lost --state-dir) re-claim the id at its next registration; approve-return: let "
-                   "a worker quarantined 3 times within 24 h back, after it passed `ringleader validate`")
+    w.add_argument("action", nargs="?", metavar="{cordon,uncordon,approve,approve-return,pending}", help="cordon: keep "
+                   "the worker out of user jobs; uncordon: put it back; pending: the daemons refused re-claiming an "
+                   "id, with their fingerprints; approve: let one such daemon (a replaced pod, a lost --state-dir) "
+                   "re-claim the id at its next registration; approve-return: let a worker quarantined 3 times "
+                   "within 24 h back, after it passed `ringleader validate`")
     w.add_argument("worker_id", nargs="?", default="", help="the worker to cordon, uncordon or approve")
+    w.add_argument("--fingerprint", default="", help="approve: the daemon to admit (`ringleader workers pending`); "
+                   "needed when more than one waits for the id")
     w.add_argument("--force", action="store_true", help="uncordon: put back a worker whose latest verdict failed, "
                    "without the recheck it otherwise gets first")
 
@@ -62,13 +66,19 @@ def run(a: argparse.Namespace) -> int:
         if a.command == "workers":
             if a.action not in ACTIONS:
                 raise InvalidSpec("action", f"expected {' or '.join(ACTIONS)}, got {a.action[:64]!r}")
+            if a.action == "pending":
+                got = client.pending_daemons()
+                print(dump(times(to_json(got)), a.output) if a.output in DOCS[1:] else pending_text(got))
+                return 0
             if not a.worker_id:
                 raise InvalidSpec("worker_id", f"`ringleader workers {a.action}` needs a worker id")
             if a.action == "approve":
-                ok = client.approve(a.worker_id)
+                ok = client.approve(a.worker_id, getattr(a, "fingerprint", ""))
+                who = f"the daemon with fingerprint {ok.credential_fingerprint}" if ok.credential_fingerprint \
+                    else "the next daemon"
                 print(dump(times(to_json(ok)), a.output) if a.output in DOCS[1:] else
-                      f"{ok.worker_id}: its next registration within {ok.expires_in_s:.0f} s re-claims the id "
-                      "with a new secret")
+                      f"{ok.worker_id}: {who} re-claims the id with a new secret at its next registration "
+                      f"within {ok.expires_in_s:.0f} s")
                 return 0
             if a.action == "approve-return":
                 info = client.approve_return(a.worker_id)
@@ -87,6 +97,16 @@ def run(a: argparse.Namespace) -> int:
 def unfinished(r: pb.RunCheckResponse) -> list[pb.Job]:
     """The check jobs of this request that did not succeed: they judged nobody healthy."""
     return [j for j in r.jobs if j.state != pb.SUCCEEDED]
+
+
+def pending_text(r: pb.ListPendingDaemonsResponse) -> str:
+    if not r.daemons:
+        return "No daemon waits to re-claim a worker id."
+    rows = ["WORKER\tADDRESS\tHOST\tFINGERPRINT\tFIRST SEEN\tATTEMPTS"]
+    rows += [f"{d.worker_id}\t{d.address}\t{d.host}\t{d.credential_fingerprint}\t"
+             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(d.first_seen))}\t{d.attempts}" for d in r.daemons]
+    rows.append("admit one: ringleader workers approve WORKER --fingerprint FINGERPRINT")
+    return "\n".join(rows)
 
 
 def failed_here(r: pb.RunCheckResponse) -> list[pb.WorkerInfo]:

@@ -100,9 +100,12 @@ class Client:
         call = self._stub.CordonWorker if on else self._stub.UncordonWorker
         return call(pb.CordonRequest(worker_id=worker_id, force=force), timeout=self.timeout, metadata=self._auth)
 
-    def approve(self, worker_id: str) -> pb.ApproveWorkerResponse:
-        return self._stub.ApproveWorker(pb.ApproveWorkerRequest(worker_id=worker_id), timeout=self.timeout,
-                                        metadata=self._auth)
+    def approve(self, worker_id: str, fingerprint: str = "") -> pb.ApproveWorkerResponse:
+        return self._stub.ApproveWorker(pb.ApproveWorkerRequest(worker_id=worker_id, credential_fingerprint=fingerprint),
+                                        timeout=self.timeout, metadata=self._auth)
+
+    def pending_daemons(self) -> pb.ListPendingDaemonsResponse:
+        return self._stub.ListPendingDaemons(pb.ListPendingDaemonsRequest(), timeout=self.timeout, metadata=self._auth)
 
     def approve_return(self, worker_id: str) -> pb.WorkerInfo:
         return self._stub.ApproveWorkerReturn(pb.ValidateApproveReturnRequest(worker_id=worker_id),

@@ -99,7 +99,27 @@ def cmd_workers(a, client: Client) -> int:
         print(dump(table.workers_doc(workers), a.output))
     else:
         print(listing.workers_table(workers, wide=a.output == "wide"))
+        refused = _refused_daemons(client)
+        if refused:
+            print(refused)
     return 0
+
+
+def _refused_daemons(client: Client) -> str:
+    """The daemons refused re-claiming an id, and the command that admits each ("" when none)."""
+    import grpc
+
+    from ringleader.app.check_cmds import pending_text
+
+    try:
+        pending = client.pending_daemons()
+    except grpc.RpcError as exc:  # a coordinator from before ListPendingDaemons
+        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            return ""
+        raise
+    if not pending.daemons:
+        return ""
+    return "\nRefused: these daemons register a worker id bound to another daemon's credential.\n" + pending_text(pending)
 
 
 def cmd_logs(a, client: Client) -> int:

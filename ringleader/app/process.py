@@ -137,7 +137,10 @@ class RunningCoordinator:
                                 quarantine_max_share=config.quarantine_max_share, health_observe=config.health_observe)
         self.metrics = CoordinatorMetrics(self.core)
         # The workers' credentials, shared by gRPC (registration, ApproveWorker) and REST (approve).
-        self.identities = WorkerIdentities(self.store, token_review=TokenReviewer() if config.k8s_token_review else None)
+        sec_ = config.security
+        trusted = not sec_.users_token and not sec_.workers_token and not exposed(config)
+        self.identities = WorkerIdentities(self.store, token_review=TokenReviewer() if config.k8s_token_review else None,
+                                           trusted_host=trusted)
         if lease is not None:
             self.metrics.registry.register(LeaseCollector(lease))
         self.sweeper = Sweeper(self.core, self.core.fleet, config.check_every)
@@ -199,9 +202,11 @@ class RunningCoordinator:
             # Without a users' token only loopback names are served (DNS rebinding), unless the
             # operator chose to be open.
             guard = GuardConfig(access, metrics_auth=sec.metrics_auth,
-                                any_host=access.needs_token("users") or sec.insecure)
+                                any_host=access.needs_token("users") or sec.insecure,
+                                client_certs=bool(sec.tls.cert and sec.tls.ca))
             self.http = HttpServer(create_app(self.core, self.metrics, guard, self.identities), self.config.http_address,
-                                   tls=(sec.tls.cert, sec.tls.key) if sec.tls.cert else None)
+                                   tls=(sec.tls.cert, sec.tls.key) if sec.tls.cert else None,
+                                   client_ca=sec.tls.ca or None)
             await self.http.start()
             self.http_url = self.http.url
         self.core.serving()  # load shedding measures the loop from here (coordinator/core/load.py)

@@ -2399,15 +2399,19 @@ class ApproveWorkerRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     WORKER_ID_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_FINGERPRINT_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
+    credential_fingerprint: _builtins.str
+    """The one daemon to admit (ListPendingDaemons); empty: the one waiting for the id, if only one is."""
     def __init__(
         self,
         *,
         worker_id: _builtins.str = ...,
+        credential_fingerprint: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_fingerprint", b"credential_fingerprint", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2419,22 +2423,104 @@ class ApproveWorkerResponse(_message.Message):
 
     WORKER_ID_FIELD_NUMBER: _builtins.int
     EXPIRES_IN_S_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_FINGERPRINT_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     expires_in_s: _builtins.float
     """the approval lapses if no daemon re-claims the id by then"""
+    credential_fingerprint: _builtins.str
+    """the daemon admitted; empty: any (none was waiting)"""
     def __init__(
         self,
         *,
         worker_id: _builtins.str = ...,
         expires_in_s: _builtins.float = ...,
+        credential_fingerprint: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_in_s", b"expires_in_s", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credential_fingerprint", b"credential_fingerprint", "expires_in_s", b"expires_in_s", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ApproveWorkerResponse: _TypeAlias = ApproveWorkerResponse  # noqa: Y015
+
+@_typing.final
+class ListPendingDaemonsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPendingDaemonsRequest: _TypeAlias = ListPendingDaemonsRequest  # noqa: Y015
+
+@_typing.final
+class PendingDaemon(_message.Message):
+    """A daemon refused re-claiming a bound id without its secret, as the coordinator saw it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    CREDENTIAL_FINGERPRINT_FIELD_NUMBER: _builtins.int
+    FIRST_SEEN_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    address: _builtins.str
+    """the address the connection came from"""
+    host: _builtins.str
+    """the host name the daemon gave"""
+    credential_fingerprint: _builtins.str
+    """of what it presented: address, host, certificate, secret"""
+    first_seen: _builtins.float
+    """Unix seconds"""
+    last_seen: _builtins.float
+    attempts: _builtins.int
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        host: _builtins.str = ...,
+        credential_fingerprint: _builtins.str = ...,
+        first_seen: _builtins.float = ...,
+        last_seen: _builtins.float = ...,
+        attempts: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "attempts", b"attempts", "credential_fingerprint", b"credential_fingerprint", "first_seen", b"first_seen", "host", b"host", "last_seen", b"last_seen", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingDaemon: _TypeAlias = PendingDaemon  # noqa: Y015
+
+@_typing.final
+class ListPendingDaemonsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DAEMONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def daemons(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingDaemon]: ...
+    def __init__(
+        self,
+        *,
+        daemons: _abc.Iterable[Global___PendingDaemon] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["daemons", b"daemons"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPendingDaemonsResponse: _TypeAlias = ListPendingDaemonsResponse  # noqa: Y015
 
 @_typing.final
 class CordonRequest(_message.Message):

@@ -114,6 +114,11 @@ class JobServiceStub:
                 request_serializer=ringleader_dot_v1_dot_jobs__pb2.ValidateApproveReturnRequest.SerializeToString,
                 response_deserializer=ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.FromString,
                 _registered_method=True)
+        self.ListPendingDaemons = channel.unary_unary(
+                '/ringleader.v1.JobService/ListPendingDaemons',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -226,6 +231,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListPendingDaemons(self, request, context):
+        """The daemons refused re-claiming a bound id, each with its fingerprint (for ApproveWorker).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -308,6 +320,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ApproveWorkerReturn,
                     request_deserializer=ringleader_dot_v1_dot_jobs__pb2.ValidateApproveReturnRequest.FromString,
                     response_serializer=ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.SerializeToString,
+            ),
+            'ListPendingDaemons': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPendingDaemons,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -742,6 +759,33 @@ class JobService:
             '/ringleader.v1.JobService/ApproveWorkerReturn',
             ringleader_dot_v1_dot_jobs__pb2.ValidateApproveReturnRequest.SerializeToString,
             ringleader_dot_v1_dot_jobs__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPendingDaemons(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/ListPendingDaemons',
+            ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -232,9 +232,13 @@ def test_rest_answers_by_role_over_https(secure, pki):
     queued = secure.client.submit(pb.JobSpec(world_size=1, placement=NOWHERE,
                                              collective=pb.CollectiveSpec(op="all_reduce")))
     trust = ssl.create_default_context(cafile=str(pki / "ours" / "ca.pem"))
-    with httpx.Client(base_url=secure.http_url, verify=trust, timeout=30) as http:
+    with httpx.Client(base_url=secure.http_url, verify=trust, timeout=30) as http:  # no client certificate
         for path in ("/healthz", "/readyz", "/", f"/jobs/{queued.id}", "/static/app.js"):
             assert http.get(path).status_code == 200, path
+        r = http.get("/api/v1/jobs", headers=bearer_header(users))
+        assert r.status_code == 401 and r.json()["detail"].startswith("no client certificate")
+    trust.load_cert_chain(str(pki / "ours" / "client.pem"), str(pki / "ours" / "client.key"))
+    with httpx.Client(base_url=secure.http_url, verify=trust, timeout=30) as http:  # a user's certificate
         r = http.get("/api/v1/jobs")
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
         assert r.json()["detail"].startswith("no bearer token")

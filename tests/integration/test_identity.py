@@ -282,12 +282,29 @@ def test_an_operator_approves_a_reclaim_without_a_coordinator_restart(tmp_path):
             await until_disconnected(coord, "w0")
             for stale in ("", first.worker_secret):  # the approval let one daemon in, once
                 await refused(target, "w0", secret=stale)
-            # The same over REST, for a worker gone again.
+            # The same over REST, for a worker gone again: two daemons wait, so the approval names one.
             url = f"{coord.http_url}/api/v1/workers/w0/approve"
+            auth = {"Authorization": f"Bearer {USERS_TOKEN}"}
             async with httpx.AsyncClient() as http:
-                r = await http.post(url, headers={"Authorization": f"Bearer {USERS_TOKEN}"})
+                r = await http.post(url, headers=auth)
+                assert r.status_code == 422 and "2 daemons wait for worker w0" in r.json()["detail"][0]["msg"], r.text
+                waiting = (await http.get(f"{coord.http_url}/api/v1/daemons/pending", headers=auth)).json()["daemons"]
+                assert [d["host"] for d in waiting] == ["fakehost", "fakehost"]
+                assert all(d["address"] == "127.0.0.1" and d["attempts"] >= 1 for d in waiting)
+                async with grpc.aio.insecure_channel(target) as users:
+                    listed = await jobs_pb2_grpc.JobServiceStub(users).ListPendingDaemons(
+                        pb.ListPendingDaemonsRequest(), metadata=bearer(USERS_TOKEN))
+                assert {d.credential_fingerprint for d in listed.daemons} == {d["credential_fingerprint"] for d in waiting}
+                await refused(target, "w0", secret="")  # the secretless one (a lost state dir) again: one entry
+                after = (await http.get(f"{coord.http_url}/api/v1/daemons/pending", headers=auth)).json()["daemons"]
+                assert sorted(d["attempts"] for d in after) == [1, 2], after
+                [secretless] = [d for d in after if d["attempts"] == 2]
+                r = await http.post(url, headers=auth, params={"credential_fingerprint": secretless["credential_fingerprint"]})
                 assert r.status_code == 200, r.text
                 assert r.json()["worker_id"] == "w0"
+                assert r.json()["credential_fingerprint"] == secretless["credential_fingerprint"]
+                err = await refused(target, "w0", secret=first.worker_secret)  # the other one: still refused
+                assert err.code() == grpc.StatusCode.PERMISSION_DENIED
                 channel, third = await register(target, "w0")
                 assert third.worker_secret not in ("", back.worker_secret)
                 r = await http.post(url, headers={"Authorization": f"Bearer {USERS_TOKEN}"})
@@ -362,3 +379,59 @@ def test_a_replaced_pod_reclaims_its_nodes_ids_with_its_kubernetes_token(tmp_pat
     finally:
         fake.server.shutdown()
         fake.server.server_close()
+
+
+# ---- a trusted single host (no tokens, loopback only) against one that enforces identity --------
+
+
+async def cli(*args: str, env: dict | None = None) -> tuple[int, str]:
+    """The real CLI, in a subprocess (awaited: the coordinator shares this loop)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RINGLEADER_")}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "ringleader", *args, env={**clean, **(env or {})},
+                                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out, _ = await proc.communicate()
+    return proc.returncode, out.decode()
+
+
+def test_on_a_trusted_single_host_a_restarted_worker_takes_its_id_back(tmp_path):
+    async def scenario():
+        config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                                   db=str(tmp_path / "jobs.db"), timings=Timings(heartbeat_timeout_s=120))
+        async with RunningCoordinator(config) as coord:  # no tokens, every port on loopback
+            target = coord.grpc_target
+            channel, first = await register(target, "w0")
+            await until_bound(coord, "w0", first.worker_secret)
+            err = await refused(target, "w0")  # a second daemon while the first is connected: refused
+            assert "bound to another daemon's credential" in err.details()
+            await channel.close()
+            await until_disconnected(coord, "w0")
+            channel, back = await register(target, "w0")  # restarted without --state-dir: its id again
+            assert back.worker_secret not in ("", first.worker_secret)
+            await until_bound(coord, "w0", back.worker_secret)
+            await channel.close()
+
+    asyncio.run(scenario())
+
+
+def test_where_identity_is_enforced_workers_shows_the_refused_daemons_and_the_command(tmp_path):
+    async def scenario():
+        async with coordinator(tmp_path) as coord:  # both tokens: identity enforced
+            target = coord.grpc_target
+            channel, first = await register(target, "w0")
+            await until_bound(coord, "w0", first.worker_secret)
+            await channel.close()
+            await until_disconnected(coord, "w0")
+            err = await refused(target, "w0")
+            said = err.details().split("--fingerprint ")[1].split(",")[0]
+            code, out = await cli("--coordinator", target, "workers", env={"RINGLEADER_TOKEN": USERS_TOKEN})
+            assert code == 0, out
+            assert "w0" in out and "127.0.0.1" in out and said in out, out
+            assert "ringleader workers approve WORKER --fingerprint FINGERPRINT" in out, out
+            code, out = await cli("--coordinator", target, "workers", "approve", "w0", "--fingerprint", said,
+                                  env={"RINGLEADER_TOKEN": USERS_TOKEN})
+            assert code == 0 and out.startswith(f"w0: the daemon with fingerprint {said}"), out
+            channel, back = await register(target, "w0")
+            assert back.worker_secret
+            await channel.close()
+
+    asyncio.run(scenario())

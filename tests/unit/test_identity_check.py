@@ -126,7 +126,7 @@ def test_an_operators_approval_lets_one_daemon_reclaim_within_its_window():
     ids.bind("w0", SECRET)
     with pytest.raises(FailedPrecondition, match="worker w0 is connected"):
         ids.approve("w0", connected=True)
-    assert ids.approve("w0", connected=False) == APPROVAL_S
+    assert ids.approve("w0", connected=False) == (APPROVAL_S, "")  # none waiting: the next daemon
     new = ids.check(reg(), None)
     ids.issued("w0", new)  # killed before storing it: the approval still stands
     newer = ids.check(reg(), None)
@@ -138,6 +138,36 @@ def test_an_operators_approval_lets_one_daemon_reclaim_within_its_window():
     clock.now += APPROVAL_S + 1
     with pytest.raises(PermissionDenied, match="`ringleader workers approve w0`"):  # lapsed
         ids.check(reg(), None)
+
+
+def registering(host: str, secret: str = "") -> wpb.Register:
+    return wpb.Register(worker_id="w0", host=host, worker_secret=secret)
+
+
+def test_an_approval_admits_the_daemon_it_names_and_no_impostor():
+    ids = WorkerIdentities(MemoryJobStore())
+    ids.bind("w0", SECRET)
+    real, real_peer = registering("gpu1"), "ipv4:10.0.0.1:40000"
+    with pytest.raises(PermissionDenied):
+        ids.check(real, None, peer=real_peer)
+    with pytest.raises(PermissionDenied):
+        ids.check(real, None, peer="ipv4:10.0.0.1:40001")  # the same daemon retrying: one entry
+    [waiting] = ids.pending()
+    assert (waiting.worker_id, waiting.address, waiting.host, waiting.attempts) == ("w0", "10.0.0.1", "gpu1", 2)
+    assert len(waiting.credential_fingerprint) == 16
+    with pytest.raises(InvalidSpec, match="credential_fingerprint"):  # not one that waits
+        ids.approve("w0", connected=False, fingerprint="0" * 16)
+    assert ids.approve("w0", connected=False) == (APPROVAL_S, waiting.credential_fingerprint)  # the only one
+    # An impostor registering under the id after the approval: another host, or another name.
+    for impostor, peer in ((registering("gpu1"), "ipv4:10.0.0.9:40000"), (registering("evil"), real_peer),
+                           (registering("gpu1", "x" * 43), real_peer)):
+        with pytest.raises(PermissionDenied):
+            ids.check(impostor, None, peer=peer)
+    assert len(ids.pending()) == 4
+    with pytest.raises(InvalidSpec, match="4 daemons wait for worker w0"):  # which one, then
+        ids.approve("w0", connected=False)
+    assert ids.check(real, None, peer=real_peer)  # the approved daemon: a new secret
+    assert len(ids.pending()) == 3
 
 
 def test_approve_reclaim_names_a_bad_worker_id():

@@ -42,6 +42,13 @@ AGAIN = 2
 # two busy processes on the 2-core machine beside the namespace bed one more was not enough: the
 # band stayed wider than the floor after it in 3 checks of 4 at half rate.
 NOISY_AGAIN = 3
+# Seconds of round trips a link makes at most in one pass (pingpong.py's box; a few round trips
+# more past it). A clean CPU link of the namespace bed does its 20 round trips in tens of
+# milliseconds, a 200 Mbit/s one takes 42 ms for each, a 50 Mbit/s one 168 ms: without a box each
+# pass over a slow host's rounds took seconds per round (30-61 s a check at 200 Mbit/s against
+# 3.6 s clean). A link cut short reports the round trips it made (LinkRow.round_trips) and the
+# fastest of them; a slow link is as slow on few as on many.
+BOX_S = 0.25
 
 
 def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
@@ -165,7 +172,7 @@ def _noisy(result: pb.LinkMatrixResult) -> bool:
 def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,
              batches: list[list[int]]) -> list[dict]:
     """Ping-pong the links of each batch at the same time, batch after batch. Every rank's own
-    report ({link: (fastest one-way us, total us, bytes wrong)} for the links it is an end of), in rank order."""
+    report ({link: (fastest one-way us, total us, bytes wrong, timed round trips)} for the links it is an end of), in rank order."""
     from worker.checks.pingpong import echo, initiate
     from worker.distutil import sync
 
@@ -178,12 +185,13 @@ def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,
         for k in batch:
             a, b, _ = links[k]
             if ctx.rank == a:
-                mine[k] = initiate(b, sizes[k], s.iters, s.warmup, ctx.device, ctx.counter)
+                mine[k] = initiate(b, sizes[k], s.iters, s.warmup, ctx.device, ctx.counter, BOX_S)
             elif ctx.rank == b:
-                mine[k] = echo(a, sizes[k], s.iters, s.warmup, ctx.device, ctx.counter)
-    mine = {k: (us / fault.inflate_figures, total / fault.inflate_figures, wrong) for k, (us, total, wrong) in mine.items()}
+                mine[k] = echo(a, sizes[k], ctx.device, ctx.counter)
+    mine = {k: (us / fault.inflate_figures, total / fault.inflate_figures, wrong, n)
+            for k, (us, total, wrong, n) in mine.items()}
     if fault.write_peer_row:  # the rogue: a slower figure for every link of the others
-        mine.update({k: (fault.write_peer_row, fault.write_peer_row * s.iters, 0)
+        mine.update({k: (fault.write_peer_row, fault.write_peer_row * s.iters, 0, s.iters)
                      for k in range(len(links)) if ctx.rank not in links[k][:2]})
     return peers.gather(mine)
 
@@ -202,8 +210,10 @@ def _rows(links, sizes: list[int], reports: list[dict]) -> list[dict]:
         slow = min(timed, default=0.0)
         totals = [e[1] for e in ends if e and e[1] > 0]
         disagree = not timed or (len(totals) == 2 and max(totals) > DISAGREE * min(totals) + DISAGREE_ALLOW_US)
+        trips = min((int(e[3]) for e in ends if e and len(e) > 3), default=0)
         out.append(dict(a=a, b=b, round=r, latency_us=sizes[k] / slow / 1e3 if slow > 0 else 0.0, wrong=wrong,
-                        gbps=slow, gbps_a=gbps[0], gbps_b=gbps[1], ends_disagree=disagree, size_bytes=sizes[k]))
+                        gbps=slow, gbps_a=gbps[0], gbps_b=gbps[1], ends_disagree=disagree, size_bytes=sizes[k],
+                        round_trips=trips))
     return out
 
 

@@ -16,7 +16,7 @@ from coordinator.core import preflight
 from coordinator.core.inputs import Cordon, Out
 from coordinator.core.jobs import Running
 from coordinator.core.scheduler import Decision
-from coordinator.health import telemetry_rules, verdicts
+from coordinator.health import recheck, telemetry_rules, verdicts
 from coordinator.health.sweeper import short
 from coordinator.health.book import Change, HealthBook
 from ringleader.errors import NotFound
@@ -47,6 +47,7 @@ class HealthProtocol:
         found = verdicts.of_job(rj.job)
         if not found:
             return
+        found = recheck.hold_unfounded_releases(rj.job, found, self.health.get)
         model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
         self._health_changed(self.health.record(found, model_of))
         for worker_id in found:  # a verdict changes which workers the scheduler prefers

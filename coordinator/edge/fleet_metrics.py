@@ -4,9 +4,10 @@ worker is failed is in `ringleader workers` and GET /api/v1/fleet/health."""
 
 from __future__ import annotations
 
+import time
 from typing import Iterable
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 VERDICTS = ("HEALTHY", "SUSPECT", "UNHEALTHY")  # names of ringleader.v1.Verdict
@@ -37,6 +38,26 @@ class FleetHealthCollector(Collector):
             verdicts.add_metric([v.lower()], counts.get(v, 0))
         quarantined.add_metric([], len(self.fleet.book.quarantined_ids()))
         held.add_metric([], len(self.fleet.book.held_ids()))
-        return [verdicts, quarantined, held]
+        return [verdicts, quarantined, held, *sweep_families(getattr(self.fleet, "sweep_ledger", None))]
+
+
+def sweep_families(ledger) -> list:
+    """The sweep's plan (coordinator/health/sweeper.py SweepLedger): per check kind, how long since
+    it last ran on the least recently checked worker a sweep has checked, and how many sweeps
+    skipped it (no idle worker at its turn, or its job failed). None before the sweeper starts."""
+    if ledger is None:
+        return []
+    from ringleader import checks
+
+    age = GaugeMetricFamily("ringleader_sweep_kind_age_seconds",
+                            "Seconds since a check kind last ran in a sweep on its least recently checked worker",
+                            labels=["kind"])
+    skips = CounterMetricFamily("ringleader_sweep_skips", "Sweeps that skipped a check kind", labels=["kind"])
+    workers = {w for w, _ in ledger.last}
+    for kind, seconds, _ in ledger.plan(checks.KINDS, workers, time.monotonic()):
+        if seconds != float("inf"):
+            age.add_metric([kind], seconds)
+        skips.add_metric([kind], ledger.skips.get(kind, 0))
+    return [age, skips]
 
 

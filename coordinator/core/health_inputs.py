@@ -16,7 +16,7 @@ from coordinator.core import preflight
 from coordinator.core.inputs import Cordon, Out
 from coordinator.core.jobs import Running
 from coordinator.core.scheduler import Decision
-from coordinator.health import telemetry_rules, verdicts
+from coordinator.health import recheck, telemetry_rules, verdicts
 from coordinator.health.sweeper import short
 from coordinator.health.book import Change, HealthBook
 from coordinator.health.expectations import History
@@ -54,6 +54,7 @@ class HealthProtocol:
         found = verdicts.of_job(rj.job, expect)
         if not found:
             return
+        found = recheck.hold_unfounded_releases(rj.job, found, self.health.get)
         before = {w: _verdict_of(self.health.get(w)) for w in found}
         self._health_changed(self.health.record(found, model_of))
         self._verdict_changed(before)

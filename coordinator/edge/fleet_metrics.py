@@ -5,6 +5,7 @@ fleet- and host-wide expectation findings (coordinator/health/expectations.py), 
 
 from __future__ import annotations
 
+import time
 from typing import Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -52,6 +53,26 @@ class FleetHealthCollector(Collector):
         drifting = self.fleet.core.workers.configs.drifting()
         for part in PARTS:
             drift.add_metric([part], drifting.get(part, 0))
-        return [verdicts, quarantined, held, drift, findings]
+        return [verdicts, quarantined, held, drift, findings, *sweep_families(getattr(self.fleet, "sweep_ledger", None))]
+
+
+def sweep_families(ledger) -> list:
+    """The sweep's plan (coordinator/health/sweeper.py SweepLedger): per check kind, how long since
+    it last ran on the least recently checked worker a sweep has checked, and how many sweeps
+    skipped it (no idle worker at its turn, or its job failed). None before the sweeper starts."""
+    if ledger is None:
+        return []
+    from ringleader import checks
+
+    age = GaugeMetricFamily("ringleader_sweep_kind_age_seconds",
+                            "Seconds since a check kind last ran in a sweep on its least recently checked worker",
+                            labels=["kind"])
+    skips = CounterMetricFamily("ringleader_sweep_skips", "Sweeps that skipped a check kind", labels=["kind"])
+    workers = {w for w, _ in ledger.last}
+    for kind, seconds, _ in ledger.plan(checks.KINDS, workers, time.monotonic()):
+        if seconds != float("inf"):
+            age.add_metric([kind], seconds)
+        skips.add_metric([kind], ledger.skips.get(kind, 0))
+    return [age, skips]
 
 

@@ -167,5 +167,5 @@ def _pass_reports(links: list[tuple[int, int, int]], evidence: dict, i: int) -> 
         both = len(by_rank) == 2 and len({e.size_bytes for e in by_rank.values()}) == 1
         sizes[k] = max(e.size_bytes for e in by_rank.values())
         for r, e in by_rank.items():
-            reports[r][k] = (e.fastest_us, e.total_us, e.wrong) if both else (0.0, 0.0, e.wrong)
+            reports[r][k] = (e.fastest_us, e.total_us, e.wrong, e.round_trips) if both else (0.0, 0.0, e.wrong, 0)
     return sizes, reports

@@ -12,6 +12,7 @@ healthy peers idle now (AT_LEAST) waits for the next round.
 
 from __future__ import annotations
 
+import statistics
 from typing import Callable, Iterable
 
 from coordinator.health.fingerprints import gang_key
@@ -55,3 +56,59 @@ def plan(workers: Iterable[pb.WorkerInfo], due: Iterable[str], short: Callable) 
         getattr(spec, kind).CopyFrom(short(kind))
         specs.append(spec)
     return specs
+
+
+# A condemned worker's link is as good as its peers' when it reads at least this share of the
+# median of the links that do not touch it: the bound a link is condemned by never asks more
+# (worker/checks/flags.py: the median less at least its FLOOR, 0.3, of it).
+RELEASE_SHARE = 0.7
+
+
+def hold_unfounded_releases(job: pb.Job, found: dict[str, pb.WorkerHealth],
+                            standing: Callable[[str], pb.WorkerHealth]) -> dict[str, pb.WorkerHealth]:
+    """`found` (verdicts.of_job's) with every release of a worker failed by a link check that the
+    check cannot support turned back into a failure of the same check: released only by evidence as
+    strong as what condemned it. A link check releases a worker only when each of its links reads
+    at least RELEASE_SHARE of the median of the links of that kind that do not touch it and whose
+    two ends agree; with no such link (a 3-worker recheck whose one peer link was dropped for
+    ends_disagree) the suspect's own links would set the median and it could pass itself.
+    `standing(worker_id)`: the book's current verdict."""
+    if job.spec.WhichOneof("kind") != "link_matrix" or not job.HasField("link_matrix"):
+        return found
+    rank_of = {w.worker_id: w.rank for w in job.workers}
+    host_of = {w.rank: w.host for w in job.workers}
+    out = dict(found)
+    for worker_id, new in found.items():
+        old = standing(worker_id)
+        if new.verdict != pb.HEALTHY or old.verdict != pb.UNHEALTHY or old.check != "link_matrix":
+            continue
+        why = _unfounded(job.link_matrix, rank_of.get(worker_id), host_of)
+        if why:
+            held = pb.WorkerHealth()
+            held.CopyFrom(new)
+            held.verdict = pb.UNHEALTHY
+            held.figure = f"not released: {why}"[:200]
+            held.expected = old.expected or old.figure
+            out[worker_id] = held
+    return out
+
+
+def _unfounded(r: pb.LinkMatrixResult, rank: int | None, host_of: dict[int, str]) -> str:
+    """Why this result cannot release `rank` ('' when it can)."""
+    if rank is None:
+        return "the worker is not in the check"
+    own = [x for x in r.links if rank in (x.a, x.b)]
+    if not own:
+        return "the check measured none of its links"
+    for x in own:
+        same = host_of.get(x.a) == host_of.get(x.b)
+        ref = [y.gbps for y in r.links if rank not in (y.a, y.b) and not y.ends_disagree and y.gbps > 0
+               and (host_of.get(y.a) == host_of.get(y.b)) == same]
+        if not ref:
+            kind = "same-host" if same else "cross-host"
+            return f"no {kind} link without it whose two ends agree, to judge its links against"
+        median = statistics.median(ref)
+        if x.gbps < RELEASE_SHARE * median:
+            return (f"link {x.a}-{x.b} at {x.gbps:.4g} GB/s, {x.gbps / median:.2f} of the median {median:.4g} of "
+                    f"{len(ref)} link(s) without it (at least {RELEASE_SHARE:.2f} to release)")
+    return ""

@@ -53,8 +53,21 @@ def add_commands(sub, talker, client_options) -> None:
     w.add_argument("worker_id", nargs="?", default="", help="the worker to cordon, uncordon or approve")
     w.add_argument("--fingerprint", default="", help="approve: the daemon to admit (`ringleader workers pending`); "
                    "needed when more than one waits for the id")
-    w.add_argument("--force", action="store_true", help="uncordon: put back a worker whose latest verdict failed, "
-                   "without the recheck it otherwise gets first")
+    # An optional value: argparse gives both optional positionals to `uncordon` before it sees the
+    # flag, so the id after `--force` (the documented `workers uncordon --force ID`) lands here.
+    w.add_argument("--force", nargs="?", const=True, default=False, metavar="ID",
+                   help="uncordon: put back a worker whose latest verdict failed, without the recheck it otherwise "
+                   "gets first")
+
+
+def target(a: argparse.Namespace) -> tuple[str, bool]:
+    """(worker id, --force) of `workers ACTION`: `uncordon ID --force` and `uncordon --force ID` alike."""
+    force = getattr(a, "force", False)
+    if isinstance(force, str):
+        if a.worker_id:
+            raise InvalidSpec("worker_id", f"one worker at a time, got {a.worker_id[:64]!r} and {force[:64]!r}")
+        return force, True
+    return a.worker_id, bool(force)
 
 
 def handles(a: argparse.Namespace) -> bool:
@@ -64,6 +77,7 @@ def handles(a: argparse.Namespace) -> bool:
 def run(a: argparse.Namespace) -> int:
     with Client(a.coordinator, security=client_security(a)) as client:
         if a.command == "workers":
+            a.worker_id, a.force = target(a)
             if a.action not in ACTIONS:
                 raise InvalidSpec("action", f"expected {' or '.join(ACTIONS)}, got {a.action[:64]!r}")
             if a.action == "pending":
@@ -145,7 +159,9 @@ def health_line(w: pb.WorkerInfo) -> str:
     h = w.health
     verdict = pb.Verdict.Name(h.verdict) if h.verdict else "UNJUDGED" if h.check else "UNCHECKED"
     line = f"{w.worker_id:<28} {w.host:<16} {verdict:<9}{' CORDONED' if h.cordoned else ''}"
-    if h.verdict not in (pb.VERDICT_UNSPECIFIED, pb.HEALTHY) or h.cordoned or h.check:
+    if h.breaker_held and not h.cordoned:
+        line += " BREAKER-HELD (left in service: automatic quarantine is at its GPU model's share)"
+    if h.verdict not in (pb.VERDICT_UNSPECIFIED, pb.HEALTHY) or h.cordoned:
         line += f"  {h.check}: {h.figure}; expected {h.expected}"
     if h.also:
         line += f"; also {h.also}"

@@ -65,9 +65,10 @@ def jobs_table(jobs, wide: bool = False, now: float | None = None) -> str:
 
 
 def health(h: pb.WorkerHealth) -> str:
-    """A worker's verdict in one word, "cordoned" beside it when quarantined by hand."""
+    """A worker's verdict in one word, "cordoned" beside it when quarantined by hand, "breaker-held"
+    when it failed but the circuit breaker left it in service (an operator decides)."""
     word = pb.Verdict.Name(h.verdict) if h.verdict else "-"
-    return word + (",cordoned" if h.cordoned else "") + (",observed" if h.observe_only else "")
+    return word + (",cordoned" if h.cordoned else ",breaker-held" if h.breaker_held else "") + (",observed" if h.observe_only else "")
 
 
 def workers_table(workers, wide: bool = False, now: float | None = None) -> str:

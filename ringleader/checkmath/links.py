@@ -143,8 +143,10 @@ def rows(links, sizes: list[int], reports: list[dict]) -> list[dict]:
         slow = min(timed, default=0.0)
         totals = [e[1] for e in ends if e and e[1] > 0]
         disagree = not timed or (len(totals) == 2 and max(totals) > DISAGREE * min(totals) + DISAGREE_ALLOW_US)
+        trips = min((int(e[3]) for e in ends if e and len(e) > 3), default=0)  # fewer past the time box
         out.append(dict(a=a, b=b, round=r, latency_us=sizes[k] / slow / 1e3 if slow > 0 else 0.0, wrong=wrong,
-                        gbps=slow, gbps_a=gbps[0], gbps_b=gbps[1], ends_disagree=disagree, size_bytes=sizes[k]))
+                        gbps=slow, gbps_a=gbps[0], gbps_b=gbps[1], ends_disagree=disagree, size_bytes=sizes[k],
+                        round_trips=trips))
     return out
 
 

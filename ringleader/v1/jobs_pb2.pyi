@@ -1249,6 +1249,7 @@ class LinkRow(_message.Message):
     GBPS_B_FIELD_NUMBER: _builtins.int
     ENDS_DISAGREE_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    ROUND_TRIPS_FIELD_NUMBER: _builtins.int
     a: _builtins.int
     b: _builtins.int
     round: _builtins.int
@@ -1270,6 +1271,10 @@ class LinkRow(_message.Message):
     """the two ends' figures differ beyond noise: its reporters are suspect, not the link"""
     size_bytes: _builtins.int
     """the size this link was measured at (chosen by link kind)"""
+    round_trips: _builtins.int
+    """Timed round trips of the pass its figure comes from, the fewer of its two ends: fewer than
+    the spec's iters when the pass's time box cut it short (a slow link; the figure is its best).
+    """
     def __init__(
         self,
         *,
@@ -1286,10 +1291,11 @@ class LinkRow(_message.Message):
         gbps_b: _builtins.float = ...,
         ends_disagree: _builtins.bool = ...,
         size_bytes: _builtins.int = ...,
+        round_trips: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "baseline_ratio", b"baseline_ratio", "ends_disagree", b"ends_disagree", "flagged", b"flagged", "gbps", b"gbps", "gbps_a", b"gbps_a", "gbps_b", b"gbps_b", "latency_us", b"latency_us", "ratio", b"ratio", "round", b"round", "size_bytes", b"size_bytes", "wrong", b"wrong"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["a", b"a", "b", b"b", "baseline_ratio", b"baseline_ratio", "ends_disagree", b"ends_disagree", "flagged", b"flagged", "gbps", b"gbps", "gbps_a", b"gbps_a", "gbps_b", b"gbps_b", "latency_us", b"latency_us", "ratio", b"ratio", "round", b"round", "round_trips", b"round_trips", "size_bytes", b"size_bytes", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -641,6 +641,7 @@ class H49eLinkEnd(_message.Message):
     FASTEST_US_FIELD_NUMBER: _builtins.int
     TOTAL_US_FIELD_NUMBER: _builtins.int
     WRONG_FIELD_NUMBER: _builtins.int
+    ROUND_TRIPS_FIELD_NUMBER: _builtins.int
     link: _builtins.int
     """index in the round-robin schedule's order of links"""
     size_bytes: _builtins.int
@@ -650,6 +651,8 @@ class H49eLinkEnd(_message.Message):
     """its total over the timed round trips"""
     wrong: _builtins.int
     """bytes it received wrong"""
+    round_trips: _builtins.int
+    """timed round trips it made (fewer than asked past the time box: pingpong.py)"""
     def __init__(
         self,
         *,
@@ -658,10 +661,11 @@ class H49eLinkEnd(_message.Message):
         fastest_us: _builtins.float = ...,
         total_us: _builtins.float = ...,
         wrong: _builtins.int = ...,
+        round_trips: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fastest_us", b"fastest_us", "link", b"link", "size_bytes", b"size_bytes", "total_us", b"total_us", "wrong", b"wrong"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fastest_us", b"fastest_us", "link", b"link", "round_trips", b"round_trips", "size_bytes", b"size_bytes", "total_us", b"total_us", "wrong", b"wrong"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

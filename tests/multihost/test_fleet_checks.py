@@ -11,7 +11,7 @@ named alone, every run.
 
 RINGLEADER_FLEET_CLEAN_RUNS (default 2) sets the clean link-matrix runs, RINGLEADER_FLEET_DEFAULT_RUNS
 (default 1) the clean runs of the default `check` (every kind), RINGLEADER_FLEET_HALF_RUNS (default 1)
-the runs at half rate; RINGLEADER_FLEET_REPORT, a path, gets every run's figures as JSON
+the runs at half rate, RINGLEADER_FLEET_RATE (default 200mbit) the slow host's rate; RINGLEADER_FLEET_REPORT, a path, gets every run's figures as JSON
 (bench/fleet_checks.py runs this test with 20 / 20 / 5 and keeps that).
 """
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.multihost
 
 WORKERS = {f"w{i}": f"h{i}" for i in range(1, 9)}
 SLOW_HOST, SLOW_WORKER = "h5", "w5"
-RATE = "200mbit"
+RATE = os.environ.get("RINGLEADER_FLEET_RATE", "200mbit")  # the slow host's rate (tc tbf syntax)
 # A 2x slower link: each of the slow host's links at most this share of the run's median (a
 # little over a half: the rate is set from a clean check just before, and the bed drifts).
 HALF_SCENARIO = 0.6

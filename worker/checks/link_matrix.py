@@ -29,6 +29,14 @@ from worker import faults
 from worker.checks import link_sizes, peers
 from worker.kinds import Outcome, RunContext
 
+# Seconds of round trips a link makes at most in one pass (pingpong.py's box; a few round trips
+# more past it). A clean CPU link of the namespace bed does its 20 round trips in tens of
+# milliseconds, a 200 Mbit/s one takes 42 ms for each, a 50 Mbit/s one 168 ms: without a box each
+# pass over a slow host's rounds took seconds per round (30-61 s a check at 200 Mbit/s against
+# 3.6 s clean). A link cut short reports the round trips it made (LinkRow.round_trips) and the
+# fastest of them; a slow link is as slow on few as on many.
+BOX_S = 0.25
+
 
 def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
     s, n = job.spec.link_matrix, job.world_size
@@ -55,19 +63,19 @@ def own_pass(iters: int, batches: list[list[int]], links, sizes: list[int], mine
     """What this rank reports of one pass: its own ends of the links it measured (a rank's report
     of another's link, the rogue's, is left to the coordinator to ignore)."""
     return wpb.H49eLinkPass(iters=iters, batches=[links[b[0]][2] for b in batches if b], ends=[
-        wpb.H49eLinkEnd(link=k, size_bytes=sizes[k], fastest_us=us, total_us=total, wrong=int(wrong))
-        for k, (us, total, wrong) in sorted(mine.items())])
+        wpb.H49eLinkEnd(link=k, size_bytes=sizes[k], fastest_us=us, total_us=total, wrong=int(wrong), round_trips=n)
+        for k, (us, total, wrong, n) in sorted(mine.items())])
 
 
 def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,
              batches: list[list[int]]) -> list[dict]:
     """Ping-pong the links of each batch at the same time, batch after batch. Every rank's own
-    report ({link: (fastest one-way us, total us, bytes wrong)} for the links it is an end of), in rank order."""
+    report ({link: (fastest one-way us, total us, bytes wrong, timed round trips)} for the links it is an end of), in rank order."""
     from worker.checks.pingpong import echo, initiate
     from worker.distutil import sync
 
     fault = faults.load()
-    mine: dict[int, tuple[float, float, int]] = {}
+    mine: dict[int, tuple[float, float, int, int]] = {}
     for i, batch in enumerate(batches):
         ctx.progress(i, len(batches), max(sizes[k] for k in batch))
         sync(ctx.device)  # a batch starts when every pair of the last one is done
@@ -75,12 +83,13 @@ def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,
         for k in batch:
             a, b, _ = links[k]
             if ctx.rank == a:
-                mine[k] = initiate(b, sizes[k], s.iters, s.warmup, ctx.device, ctx.counter)
+                mine[k] = initiate(b, sizes[k], s.iters, s.warmup, ctx.device, ctx.counter, BOX_S)
             elif ctx.rank == b:
-                mine[k] = echo(a, sizes[k], s.iters, s.warmup, ctx.device, ctx.counter)
-    mine = {k: (us / fault.inflate_figures, total / fault.inflate_figures, wrong) for k, (us, total, wrong) in mine.items()}
+                mine[k] = echo(a, sizes[k], ctx.device, ctx.counter)
+    mine = {k: (us / fault.inflate_figures, total / fault.inflate_figures, wrong, n)
+            for k, (us, total, wrong, n) in mine.items()}
     if fault.write_peer_row:  # the rogue: a slower figure for every link of the others
-        mine.update({k: (fault.write_peer_row, fault.write_peer_row * s.iters, 0)
+        mine.update({k: (fault.write_peer_row, fault.write_peer_row * s.iters, 0, s.iters)
                      for k in range(len(links)) if ctx.rank not in links[k][:2]})
     return peers.gather(mine)
 

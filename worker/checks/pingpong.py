@@ -5,7 +5,14 @@ end reports its own fastest round trip, halved (one-way, osu_latency's conventio
 for the timed round trips (the initiator: the sum of its round trips; the echo: from the
 warm-up's last return to the last timed one; the same round trips, so the two totals agree
 within 2x plus 0.5 ms where the fastest ones may not), and the bytes it found wrong on one more
-round trip of fresh data. Blocking transfers."""
+round trip of fresh data. Blocking transfers.
+
+Each link's round trips are bounded in time (`box_s`): the initiator alone decides, and tells the
+echo in the last byte of what it sends (a warm-up or a timed round trip, and whether it is the
+last), so both ends stop on the same round trip however slow the link. Past the box a link ends
+its warm-up after one round trip and its timed ones after MIN_TIMED: a pass over a link at
+50 Mbit/s takes a few round trips, not `warmup + iters` of them. The count of timed round trips
+is reported; a link cut short by its box is slow by that fact (its figure is what it reached)."""
 
 from __future__ import annotations
 
@@ -13,6 +20,10 @@ import time
 
 _TIMED_SEED, _CHECK_SEED = 0, 1
 _SENTINEL = 253
+# The last byte of a round trip's data: bit 0 a timed round trip (else warm-up), bit 1 the last.
+_TIMED, _LAST = 1, 2
+# Timed round trips a link makes at least, past its box: two give the echo an interval to time.
+MIN_TIMED = 2
 
 
 def _done(device) -> None:
@@ -23,8 +34,18 @@ def _done(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def initiate(dst: int, size: int, iters: int, warmup: int, device, counter) -> tuple[float, float, int]:
-    """(fastest one-way us, us of the timed round trips, bytes wrong) of `iters` round trips to `dst`."""
+def _phase(warm: int, timed: int, warmup: int, iters: int, over: bool) -> int:
+    """The next round trip's marker after `warm` warm-up and `timed` timed ones; `over`: past the box."""
+    if warm < warmup and not (over and warm >= 1):
+        return _LAST if warm + 1 >= warmup and iters < 1 else 0
+    last = timed + 1 >= iters or (over and timed + 1 >= MIN_TIMED)
+    return _TIMED | (_LAST if last else 0)
+
+
+def initiate(dst: int, size: int, iters: int, warmup: int, device, counter,
+             box_s: float = float("inf")) -> tuple[float, float, int, int]:
+    """(fastest one-way us, us of the timed round trips, bytes wrong, timed round trips) of at most
+    `warmup + iters` round trips to `dst`, fewer past `box_s` seconds."""
     import torch
     import torch.distributed as dist
 
@@ -34,26 +55,36 @@ def initiate(dst: int, size: int, iters: int, warmup: int, device, counter) -> t
     recv = torch.empty(size, dtype=torch.uint8, device=device)
     _fill(send, _TIMED_SEED)
     best, total = float("inf"), 0.0
-    for i in range(warmup + iters):
+    warm = timed = 0
+    start = time.perf_counter()
+    while True:
         t0 = time.perf_counter()
+        phase = _phase(warm, timed, warmup, iters, t0 - start >= box_s)
+        send[-1] = phase
         dist.send(send, dst)
         dist.recv(recv, dst)
         _done(device)
-        if i >= warmup:
+        counter.value += 2
+        if phase & _TIMED:
+            timed += 1
             best = min(best, time.perf_counter() - t0)
             total += time.perf_counter() - t0
-        counter.value += 2
+        else:
+            warm += 1
+        if phase & _LAST:
+            break
     _fill(send, _CHECK_SEED)
     recv.fill_(_SENTINEL)
     dist.send(send, dst)
     dist.recv(recv, dst)
     counter.value += 2
-    return best * 1e6 / 2, total * 1e6, _count_wrong(recv, _CHECK_SEED)
+    return (best * 1e6 / 2 if timed else 0.0), total * 1e6, _count_wrong(recv, _CHECK_SEED), timed
 
 
-def echo(src: int, size: int, iters: int, warmup: int, device, counter) -> tuple[float, float, int]:
+def echo(src: int, size: int, device, counter) -> tuple[float, float, int, int]:
     """(fastest one-way us between successive returns, us from the warm-up's last return to the
-    last timed one, bytes wrong) of the echo's side."""
+    last timed one, bytes wrong, timed round trips) of the echo's side: as many round trips as
+    the initiator's markers say."""
     import torch
     import torch.distributed as dist
 
@@ -63,20 +94,28 @@ def echo(src: int, size: int, iters: int, warmup: int, device, counter) -> tuple
     _fill(buf, _TIMED_SEED)  # overwritten by the first receive; no garbage sent
     best, last = float("inf"), time.perf_counter()
     start = last  # with no warm-up, the first timed round trip's wait counts in the total
-    for i in range(warmup + iters):
+    returned = timed = 0
+    while True:
         dist.recv(buf, src)
+        phase = int(buf[-1].item())
         dist.send(buf, src)
         _done(device)
         now = time.perf_counter()
-        if i >= max(warmup, 1):  # the return before starts the first timed interval
-            best = min(best, now - last)
-        if i == warmup - 1:
+        if phase & _TIMED:
+            timed += 1
+            if returned:  # the return before starts the first timed interval
+                best = min(best, now - last)
+        else:
             start = now
+        returned += 1
         last = now
         counter.value += 2
+        if phase & _LAST:
+            break
     buf.fill_(_SENTINEL)
     dist.recv(buf, src)
     dist.send(buf, src)
     counter.value += 2
     # Counted after the echo, so it adds no delay; 0 us: no interval timed (one round trip).
-    return (best * 1e6 / 2 if best < float("inf") else 0.0), (last - start) * 1e6, _count_wrong(buf, _CHECK_SEED)
+    return ((best * 1e6 / 2 if best < float("inf") else 0.0), (last - start) * 1e6, _count_wrong(buf, _CHECK_SEED),
+            timed)

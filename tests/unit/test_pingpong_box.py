@@ -1,0 +1,83 @@
+"""The link check's ping-pong bounded in time (worker/checks/pingpong.py), on a real gloo pair
+over loopback: past its box a link stops after MIN_TIMED timed round trips, both ends on the same
+one (a disagreement would hang or garble the next transfer); within it, every round trip runs."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import traceback
+import types
+
+import pytest
+
+from ports import free_port
+from ranks import rank_context
+
+SIZE = 256 << 10
+# (iters, warmup, box seconds): no box; a box already spent when the first round trip starts.
+CASES = [(12, 3, float("inf")), (12, 3, 0.0), (1, 0, 0.0)]
+
+
+def _rank_main(rank: int, port: int, path: str) -> None:
+    payload: dict = {}
+    try:
+        import torch
+        import torch.distributed as dist
+
+        from worker.checks.pingpong import echo, initiate
+
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                                timeout=datetime.timedelta(seconds=60))
+        counter = types.SimpleNamespace(value=0)
+        out = []
+        for iters, warmup, box in CASES:
+            if rank == 0:
+                out.append(list(initiate(1, SIZE, iters, warmup, torch.device("cpu"), counter, box)))
+            else:
+                out.append(list(echo(0, SIZE, torch.device("cpu"), counter)))
+        payload = {"results": out, "ops": counter.value}
+        dist.destroy_process_group()
+    except BaseException:
+        payload["traceback"] = traceback.format_exc()
+    with open(path, "w") as f:
+        json.dump(payload, f)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> list[dict]:
+    ctx = rank_context()
+    tmp = tmp_path_factory.mktemp("pingpong")
+    port = free_port()
+    paths = [str(tmp / f"rank{r}.json") for r in range(2)]
+    procs = [ctx.Process(target=_rank_main, args=(r, port, paths[r])) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    out = []
+    for r, path in enumerate(paths):
+        with open(path) as f:
+            payload = json.load(f)
+        assert "traceback" not in payload, f"rank {r} failed:\n{payload['traceback']}"
+        out.append(payload)
+    return out
+
+
+def test_both_ends_stop_on_the_same_round_trip_past_the_box(pair):
+    from worker.checks.pingpong import MIN_TIMED
+
+    initiator, echoer = pair[0]["results"], pair[1]["results"]
+    # (fastest us, total us, wrong, timed round trips) at each end
+    unboxed, boxed, single = zip(initiator, echoer)
+    assert unboxed[0][3] == unboxed[1][3] == 12
+    assert boxed[0][3] == boxed[1][3] == MIN_TIMED  # the box was spent: warm-up cut to one, timed to MIN_TIMED
+    assert single[0][3] == single[1][3] == 1  # fewer iters than MIN_TIMED: the spec's count stands
+    for ends in (unboxed, boxed):
+        assert all(e[0] > 0 and e[1] > 0 and e[2] == 0 for e in ends)
+    assert single[0][0] > 0 and single[0][2] == single[1][2] == 0
+    # Every round trip is two ops on both ends: 3 + 12 + 1 check, 1 + 2 + 1, 0 + 1 + 1.
+    assert pair[0]["ops"] == pair[1]["ops"] == 2 * (16 + 1 + MIN_TIMED + 1 + 2)

@@ -161,7 +161,7 @@ def health_line(w: pb.WorkerInfo) -> str:
     line = f"{w.worker_id:<28} {w.host:<16} {verdict:<9}{' CORDONED' if h.cordoned else ''}"
     if h.breaker_held and not h.cordoned:
         line += " BREAKER-HELD (left in service: automatic quarantine is at its GPU model's share)"
-    if h.verdict not in (pb.VERDICT_UNSPECIFIED, pb.HEALTHY) or h.cordoned:
+    if h.verdict not in (pb.VERDICT_UNSPECIFIED, pb.HEALTHY) or h.cordoned or h.check:
         line += f"  {h.check}: {h.figure}; expected {h.expected}"
     if h.also:
         line += f"; also {h.also}"

@@ -85,6 +85,8 @@ class WorkerDaemon:
         try:
             began = time.monotonic()
             await self._start_executor()
+            if self.executor is None:  # stopped before an executor came up: nothing is ready
+                return
             # Said once: a daemon that is slow to appear says where its first seconds went.
             log.info("worker %s: executor ready on %s in %.1f s; registering with %s", self.worker_id,
                      self.config.device, time.monotonic() - began, self.link.address)
@@ -248,12 +250,29 @@ class WorkerDaemon:
         while not self._stopping.is_set():
             handle = ExecutorHandle(self.config.device, self.on_executor, self.advertise)
             try:
-                self.device = await handle.start()
-                self.executor = handle
-                return
+                device = await self._unless_stopped(handle.start())
             except ExecutorStartError as exc:
                 log.error("%s; retrying", exc)
-            await asyncio.sleep(backoff.next_delay())
+            else:
+                if device is None or self._stopping.is_set():  # told to stop while it started
+                    await handle.kill()
+                    return
+                self.device, self.executor = device, handle
+                return
+            await self._unless_stopped(asyncio.sleep(backoff.next_delay()))
+
+    async def _unless_stopped(self, work):
+        """`work`'s result, or None at once when the daemon is told to stop (work cancelled)."""
+        task = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        return None
 
     async def _retire_executor(self) -> None:
         old, self.executor = self.executor, None

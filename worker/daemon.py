@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from ringleader import __version__
 from ringleader.leader import addresses
 from ringleader.security import ClientSecurity
+from ringleader.signals import unless_set
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker import api, telemetry
@@ -250,29 +251,15 @@ class WorkerDaemon:
         while not self._stopping.is_set():
             handle = ExecutorHandle(self.config.device, self.on_executor, self.advertise)
             try:
-                device = await self._unless_stopped(handle.start())
+                device = await unless_set(self._stopping, handle.start())
             except ExecutorStartError as exc:
                 log.error("%s; retrying", exc)
-            else:
-                if device is None or self._stopping.is_set():  # told to stop while it started
-                    await handle.kill()
-                    return
-                self.device, self.executor = device, handle
-                return
-            await self._unless_stopped(asyncio.sleep(backoff.next_delay()))
-
-    async def _unless_stopped(self, work):
-        """`work`'s result, or None at once when the daemon is told to stop (work cancelled)."""
-        task = asyncio.ensure_future(work)
-        stopping = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        return None
+                await unless_set(self._stopping, asyncio.sleep(backoff.next_delay()))
+                continue
+            if device is None or self._stopping.is_set():  # told to stop while it started
+                return await handle.kill()
+            self.device, self.executor = device, handle
+            return
 
     async def _retire_executor(self) -> None:
         old, self.executor = self.executor, None

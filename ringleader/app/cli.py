@@ -252,8 +252,9 @@ def run_workers(settings: config.Settings) -> int:
     from worker import faults
     from worker.daemon import WorkerConfig, run_daemons
     from worker.ids import local_cuda_devices
+    from worker.supervisor import torch_installed
 
-    if not _torch_installed():  # else each executor's start fails with an import traceback, forever
+    if not torch_installed():  # else each executor's start fails with an import traceback, forever
         raise CliError("the worker needs torch, which this environment lacks: "
                        "pip install 'ringleader[worker]' (with -c constraints.txt from the source tree)")
     try:
@@ -280,16 +281,6 @@ def run_workers(settings: config.Settings) -> int:
         if metrics:
             metrics.close()
     return 0
-
-
-def _torch_installed() -> bool:
-    """Found without importing it: the daemon itself never imports torch (its executors do)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("torch") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _worker_metrics(address: str):

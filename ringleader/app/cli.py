@@ -164,7 +164,7 @@ def _add_clients(sub) -> None:
         x = _talker(sub, name, helptext)
         x.add_argument("job_id", help="the job's id (`ringleader jobs` lists them)").completer = \
             completion.job_ids  # type: ignore[attr-defined]
-        _client_options(x, '{"job": Job without results, "results": [SizeResult, ...]}')
+        _client_options(x, '{...Job, "results": [SizeResult, ...]}, as GET /api/v1/jobs/ID')
     x = _talker(sub, "logs", "each rank's executor stderr captured during a job")
     x.add_argument("job_id", help="the job's id").completer = completion.job_ids  # type: ignore[attr-defined]
     x.add_argument("-f", "--follow", action="store_true",

@@ -418,3 +418,19 @@ def test_a_heartbeat_timeout_shorter_than_two_beats_is_refused_and_a_longer_one_
     coord = RunningCoordinator(CoordinatorConfig(db=":memory:", heartbeat_timeout=30))
     assert coord.core.timings.heartbeat_timeout_s == 30
     coord.store.close()
+
+
+def test_the_baselines_table_lists_sizes_in_numeric_order():
+    from ringleader.app.baseline_cmds import baselines_table
+
+    entries = [pb.BaselineEntry(gpu_model="H200", op="all_reduce", dtype="float32", size_bucket=size, ranks=2,
+                                hosts=1, link="nvl", mode="eager") for size in (1024, 64 << 20, 8, 512, 1 << 20)]
+    rows = baselines_table(pb.BaselineTable(entries=entries)).splitlines()[1:]
+    assert [row.split()[3:5] for row in rows] == [["8", "B"], ["512", "B"], ["1KiB", "2"], ["1MiB", "2"], ["64MiB", "2"]]
+
+
+def test_submit_help_names_the_device_types_readably(capsys):
+    with pytest.raises(SystemExit):
+        main(["submit", "--help"])
+    text = capsys.readouterr().out
+    assert "{,cuda,cpu}" not in text and "--device-type {cuda,cpu}" in text

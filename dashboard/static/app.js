@@ -685,8 +685,10 @@
       foot(job, rows) {
         const lm = job.link_matrix || {};
         const flagged = rows.filter((r) => r.flagged).length;
-        return rows.length ? `# Median link : ${fmtFixed(lm.median_same_host_gbps ?? 0)} GB/s same host, `
-          + `${fmtFixed(lm.median_cross_host_gbps ?? 0)} GB/s across hosts\n# Flagged links : ${flagged}` : "";
+        const hosts = new Set((job.workers || []).map((w) => w.host)).size;
+        return rows.length ? `# Median link : ${fmtFixed(lm.median_same_host_gbps ?? 0)} GB/s same host`
+          + (hosts > 1 ? `, ${fmtFixed(lm.median_cross_host_gbps ?? 0)} GB/s across hosts` : " (one host)")
+          + `\n# Flagged links : ${flagged}` : "";
       },
     },
     gpu_check: {

@@ -32,10 +32,11 @@ TEST_PROCS ?= 2
 .PHONY: setup demo test test-slow test-all tools protos images push-images
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# constraints.txt: the versions every install path resolves (README, deploy/docker).
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) $(TORCH)
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	$(PY) -m pip install -q -c constraints.txt $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) $(TORCH)
+	$(PY) -m pip install -q -c constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
 
 demo: setup
@@ -57,6 +58,7 @@ tools:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || echo "make: chromium or chromedriver missing: tests/browser (the web UI) will be skipped; install them: apt-get install chromium chromium-driver"
 	@command -v promtool >/dev/null || echo "make: promtool missing: the /metrics lint and the alerting rules checks (tests/integration/test_metrics.py, tests/unit/test_deploy.py) will be skipped; install it: apt-get install prometheus"
 	@command -v kubectl >/dev/null || echo "make: kubectl missing: the Kubernetes manifest renders (tests/unit/test_k8s.py) will be skipped; .ci/run installs a pinned one as root"
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || echo "make: PostgreSQL (initdb) missing: the PostgreSQL store contract and failover tests will be skipped; install it: apt-get install postgresql"
 	@[ "$$(id -u)" = 0 ] || echo "make: not root: tests/multihost (network namespaces) will be skipped by make test-all"
 
 protos: setup

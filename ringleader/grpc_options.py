@@ -18,6 +18,9 @@ MAX_MESSAGE_BYTES = 4 << 20
 # other request is refused by its own field bounds once parsed.
 MAX_REQUEST_BYTES = 32 << 20
 SERVER_OPTIONS = KEEPALIVE_OPTIONS + [
+    # A port already taken fails to bind instead of being shared: with gRPC's default
+    # SO_REUSEPORT a second coordinator on the same port took half the calls meant for the first.
+    ("grpc.so_reuseport", 0),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),  # accept the clients' pings
     ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),

@@ -27,3 +27,18 @@ def on_stop_signals(loop: asyncio.AbstractEventLoop, callback: Callable[[], obje
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, handler)
+
+
+async def unless_set(stop: asyncio.Event, work):
+    """`work`'s result, or None as soon as `stop` is set (`work` then cancelled): a stop signal
+    ends a wait at once, not when the wait would have ended."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from ringleader import __version__
 from ringleader.leader import addresses
 from ringleader.security import ClientSecurity
+from ringleader.signals import unless_set
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker import api, fingerprint, telemetry
@@ -89,6 +90,8 @@ class WorkerDaemon:
         try:
             began = time.monotonic()
             await self._start_executor()
+            if self.executor is None:  # stopped before an executor came up: nothing is ready
+                return
             # Said once: a daemon that is slow to appear says where its first seconds went.
             log.info("worker %s: executor ready on %s in %.1f s; registering with %s", self.worker_id,
                      self.config.device, time.monotonic() - began, self.link.address)
@@ -266,12 +269,15 @@ class WorkerDaemon:
         while not self._stopping.is_set():
             handle = ExecutorHandle(self.config.device, self.on_executor, self.advertise)
             try:
-                self.device = await handle.start()
-                self.executor = handle
-                return
+                device = await unless_set(self._stopping, handle.start())
             except ExecutorStartError as exc:
                 log.error("%s; retrying", exc)
-            await asyncio.sleep(backoff.next_delay())
+                await unless_set(self._stopping, asyncio.sleep(backoff.next_delay()))
+                continue
+            if device is None or self._stopping.is_set():  # told to stop while it started
+                return await handle.kill()
+            self.device, self.executor = device, handle
+            return
 
     async def _retire_executor(self) -> None:
         old, self.executor = self.executor, None

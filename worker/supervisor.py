@@ -43,6 +43,16 @@ def _context():
     return _CONTEXT
 
 
+def torch_installed() -> bool:
+    """Found without importing it: the daemon itself never imports torch (its executors do)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 class ExecutorStartError(RuntimeError):
     pass
 

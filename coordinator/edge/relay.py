@@ -57,8 +57,8 @@ class Relay:
     async def run(self, path: str) -> None:
         loop = asyncio.get_running_loop()
         _, self.link = await loop.create_unix_connection(lambda: link.LinkProtocol(self._on_frame, self._on_lost), path)
-        # A port already taken fails here, rather than sharing it (gRPC's default SO_REUSEPORT).
-        server = grpc.aio.server(options=[*SERVER_OPTIONS, ("grpc.so_reuseport", 0)],
+        # A port already taken fails here, rather than sharing it (SERVER_OPTIONS says why).
+        server = grpc.aio.server(options=SERVER_OPTIONS,
                                  interceptors=[AuthInterceptor(Access("", self.security.workers_token))])
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             SERVICE, {"Connect": grpc.stream_stream_rpc_method_handler(self.connect)}),))  # bytes both ways

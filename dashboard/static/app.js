@@ -453,7 +453,7 @@
       // per visible row, never a stale figure.
       setInterval(() => this.tickAges(), 1000);
       setInterval(() => this.refreshQueued(), QUEUED_REFRESH_MS);
-      this.loadJobs();
+      this.loaded = this.loadJobs();
       this.listen();
     }
 
@@ -605,7 +605,9 @@
         return;
       }
       // A shown job: its row changes in place (one that left the filter is greyed until the
-      // user shows the new jobs), so nothing moves.
+      // user shows the new jobs), so nothing moves. An ended job stays ended: a listing read
+      // before its end can answer after the event that said so.
+      if (TERMINAL.has(known.state) && !TERMINAL.has(job.state)) return;
       this.jobs.set(job.id, { ...known, ...job, results: undefined });
       const row = document.querySelector(`tr[data-job="${CSS.escape(job.id)}"]`);
       if (row) patchRow(row, this.jobRow(this.jobs.get(job.id)));
@@ -623,9 +625,12 @@
 
     listen() {
       this.events = new EventStream(`${API}/events`);
+      // On every open, the first included: what changed between the listing's read and the
+      // stream's start (a job that ended meanwhile) reaches no stream, so the rows are read again
+      // once the listing is in; from then on the stream carries every change.
       this.events.onopen = () => {
         setLive("on", "live");
-        if (this.hadError) this.catchUp();
+        (this.loaded || Promise.resolve()).then(() => this.catchUp());
         this.hadError = false;
       };
       this.events.onerror = () => {
@@ -685,8 +690,10 @@
       foot(job, rows) {
         const lm = job.link_matrix || {};
         const flagged = rows.filter((r) => r.flagged).length;
-        return rows.length ? `# Median link : ${fmtFixed(lm.median_same_host_gbps ?? 0)} GB/s same host, `
-          + `${fmtFixed(lm.median_cross_host_gbps ?? 0)} GB/s across hosts\n# Flagged links : ${flagged}` : "";
+        const hosts = new Set((job.workers || []).map((w) => w.host)).size;
+        return rows.length ? `# Median link : ${fmtFixed(lm.median_same_host_gbps ?? 0)} GB/s same host`
+          + (hosts > 1 ? `, ${fmtFixed(lm.median_cross_host_gbps ?? 0)} GB/s across hosts` : " (one host)")
+          + `\n# Flagged links : ${flagged}` : "";
       },
     },
     gpu_check: {

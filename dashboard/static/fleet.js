@@ -410,11 +410,18 @@ window.RingleaderFleet = (function () {
       + (f.baseline_ratio ? `, ${f.baseline_ratio.toFixed(2)}× its baseline` : ""))));
     node.replaceChildren(
       h("h3", {}, "Links ", h("span", { class: "muted" }, `(latest link matrix `, jobLink(links.job_id, links.job_id.slice(0, 8)),
-        `, ${n} ${links.by === "rank" ? "workers" : "hosts, slowest link per pair"}, ${(links.size_bytes / 2 ** 20).toFixed(0)} MiB ping-pong)`)),
+        `, ${n} ${links.by === "rank" ? "workers" : "hosts, slowest link per pair"}, ${binarySize(links.size_bytes)} ping-pong)`)),
       h("div", { class: "links-body" }, canvas, h("div", { class: "links-side" },
-        h("p", { class: "muted" }, `median same host ${links.median_same_host_gbps.toFixed(2)} GB/s, across hosts `
-          + `${links.median_cross_host_gbps.toFixed(2)} GB/s; red: slow, outlined: flagged`),
+        h("p", { class: "muted" }, `median same host ${links.median_same_host_gbps.toFixed(2)} GB/s`
+          + (new Set(links.ranks.map((r) => r.host)).size > 1 ? `, across hosts ${links.median_cross_host_gbps.toFixed(2)} GB/s` : " (one host)")
+          + "; red: slow, outlined: flagged"),
         flagged.length ? h("ul", { class: "flagged" }, flagged) : h("p", {}, "No link flagged."))));
+  }
+
+  // A size as the checks are sized: 512 KiB, 1 MiB (not 512 KiB rounded to "1 MiB").
+  function binarySize(bytes) {
+    const [unit, scale] = bytes >= 2 ** 20 ? ["MiB", 2 ** 20] : bytes >= 1024 ? ["KiB", 1024] : ["B", 1];
+    return `${+(bytes / scale).toFixed(1)} ${unit}`;
   }
 
   // Blue at the median and above, through yellow, to red at a quarter of it or less.

@@ -94,7 +94,8 @@ window.RingleaderTrends = (function () {
       this.$("trends-summary").textContent = answer.keys.length
         ? `${marked ? `${marked} key${marked === 1 ? "" : "s"} with low results · ` : "no low results · "}`
           + `${answer.keys.length}${answer.left_off ? ` of ${answer.keys.length + answer.left_off}` : ""} keys, ${step} buckets`
-        : "";
+          + ` · as of ${this.ui.fmtTime(answer.until)}`
+        : `as of ${this.ui.fmtTime(answer.until)}`;
       const cards = answer.keys.map((k) => this.card(k, answer));
       this.$("trends").replaceChildren(...(cards.length ? cards
         : [h("p", { class: "muted" }, "No results with a baseline in this range. Collective sweeps feed it as they finish.")]));
@@ -131,7 +132,8 @@ window.RingleaderTrends = (function () {
         series: [{}, line("mean", COLORS.mean, { width: 2, points: { show: k.t.length < 60, size: 4 } }),
           line("lowest", COLORS.min, { width: 1 }),
           line("baseline", COLORS.median, { dash: [6, 4] }), line("low below", COLORS.threshold, { dash: [3, 3] })],
-        axes: [{ stroke: "#4b5563", grid: { stroke: "#eceef1" } }, { stroke: "#4b5563", grid: { stroke: "#eceef1" }, size: 44 }],
+        axes: [{ stroke: "#4b5563", grid: { stroke: "#eceef1" }, label: "time (local)", labelSize: 16 },
+          { stroke: "#4b5563", grid: { stroke: "#eceef1" }, size: 44, label: "busbw (GB/s)", labelSize: 16 }],
         legend: { show: false },
         cursor: { points: { size: 6 } },
         hooks: { draw: [(u) => this.placeMarks(u, k, node)] },

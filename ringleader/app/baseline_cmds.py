@@ -27,7 +27,8 @@ COMMANDS = ("localize", "baselines")
 
 def add_parsers(sub, talker, client_options) -> None:
     """Called by cli.py with its helpers for commands that talk to a coordinator."""
-    x = talker(sub, "localize", "find the worker, link or host that makes a job's gang slow (group testing)")
+    x = talker(sub, "localize", "find the worker, link or host that makes a job's gang slow (group testing); "
+                                "exits 0 whether it names one or nobody (a failed call exits 1)")
     x.add_argument("job_id", help="a finished collective job whose gang was slow")
     x.add_argument("--known-good", default="", metavar="ID,...",
                    help="workers to pad test groups with (default: idle workers outside the gang)")
@@ -67,11 +68,16 @@ def baselines_table(t: pb.BaselineTable) -> str:
     """`baselines export - -o table`: one line per comparable key, its median busbw and noise."""
     lines = [f"{'GPU':<16} {'OP':<14} {'DTYPE':<9} {'SIZE':>7} {'RANKS':>5} {'HOSTS':>5} {'LINK':<5} {'MODE':<5} "
              f"{'MEDIAN GB/S':>11} {'MAD':>8} {'RUNS':>4}"]
-    for e in t.entries:
+    for e in sorted(t.entries, key=_table_order):
         lines.append(f"{e.gpu_model[:16]:<16} {e.op:<14} {e.dtype:<9} {size_label(e.size_bucket):>7} {e.ranks:>5} "
                      f"{e.hosts:>5} {e.link:<5} {e.mode:<5} {e.median_busbw_gbps:>11.2f} {e.mad_busbw_gbps:>8.2f} "
                      f"{len(e.samples):>4}")
     return "\n".join(lines) + "\n" if t.entries else "No baselines found.\n"
+
+
+def _table_order(e: pb.BaselineEntry) -> tuple:
+    """Sizes in numeric order (8 B ... 512 B, 1KiB ... 64MiB), within each key's other fields."""
+    return (e.gpu_model, e.op, e.dtype, e.ranks, e.hosts, e.link, e.mode, e.size_bucket)
 
 
 def read_table(text: str) -> pb.BaselineTable:
@@ -110,4 +116,7 @@ def _localize(a: argparse.Namespace, client: Client) -> int:
             tested = ",".join(g.suspects) or "control"
             print(f"  {'SLOW' if g.slow else 'ok  '} {g.busbw_gbps:10.3f} GB/s  {tested}  (job {g.job_id})")
     print(result.verdict)
-    return 0 if result.culprits else 1
+    if not result.culprits:  # a finding, not an error: the search ran and every group kept up
+        print("Nobody named: no worker or host of the gang was slow on its own at this size "
+              "(exit 0; --size or a lower --tolerance look closer)")
+    return 0

@@ -169,7 +169,7 @@ def _add_clients(sub) -> None:
         x = _talker(sub, name, helptext)
         x.add_argument("job_id", help="the job's id (`ringleader jobs` lists them)").completer = \
             completion.job_ids  # type: ignore[attr-defined]
-        _client_options(x, '{"job": Job without results, "results": [SizeResult, ...]}')
+        _client_options(x, '{...Job, "results": [SizeResult, ...]}, as GET /api/v1/jobs/ID')
     x = _talker(sub, "logs", "each rank's executor stderr captured during a job")
     x.add_argument("job_id", help="the job's id").completer = completion.job_ids  # type: ignore[attr-defined]
     x.add_argument("-f", "--follow", action="store_true",
@@ -260,7 +260,11 @@ def run_workers(settings: config.Settings) -> int:
     from worker import faults
     from worker.daemon import WorkerConfig, run_daemons
     from worker.ids import local_cuda_devices
+    from worker.supervisor import torch_installed
 
+    if not torch_installed():  # else each executor's start fails with an import traceback, forever
+        raise CliError("the worker needs torch, which this environment lacks: "
+                       "pip install 'ringleader[worker]' (with -c constraints.txt from the source tree)")
     try:
         faults.check_allowed()  # the fault injector is for tests: refuse before anything starts
     except faults.FaultsRefused as exc:

@@ -29,6 +29,7 @@ from coordinator.edge.lease_metrics import LeaseCollector
 from coordinator.health.sweeper import Sweeper
 from ringleader import defaults
 from ringleader.errors import InvalidSpec
+from ringleader.ports import refuse_if_taken
 from ringleader.security import ServerSecurity, is_loopback, with_port
 from ringleader.signals import on_stop_signals
 
@@ -102,6 +103,13 @@ def check_exposure(config: CoordinatorConfig) -> str:
             "anyone who reaches it can submit and cancel jobs, read results or join as a worker")
 
 
+def check_ports(config: CoordinatorConfig) -> None:
+    """Refuse (one line, exit code 2) a gRPC or HTTP address another process already listens on."""
+    refuse_if_taken("--grpc-address", config.grpc_address)
+    if config.http_address:
+        refuse_if_taken("--http-address", config.http_address)
+
+
 def check_worker_address(config: CoordinatorConfig) -> None:
     """The relay's port is its own: one shared with the gRPC API would take users' calls too."""
     w = config.worker_address
@@ -154,6 +162,7 @@ class RunningCoordinator:
     async def start(self) -> "RunningCoordinator":
         warning = check_exposure(self.config)  # before anything is bound
         check_worker_address(self.config)
+        check_ports(self.config)
         try:
             await self._start()
             if warning:
@@ -250,6 +259,8 @@ async def serve(config: CoordinatorConfig) -> None:
     lease = None
     if is_postgres(config.db):  # one of several coordinators: lead first (ringleader/app/standby.py)
         from ringleader.app.standby import stand_by
+
+        check_ports(config)  # the standby serves on the same addresses
 
         lease = await stand_by(config)
     running = await RunningCoordinator(config, lease).start()

@@ -68,7 +68,8 @@ def add_submit(s: argparse.ArgumentParser, completer) -> None:
     s.add_argument("--host", default="", help="only workers on this host")
     s.add_argument("--gpu-model", default="", help='only GPUs whose name contains this, e.g. "H200"')
     s.add_argument("--workers", default="", help="exactly these worker ids, comma-separated")
-    s.add_argument("--device-type", default="", choices=["", "cuda", "cpu"], help="only workers of this device type")
+    s.add_argument("--device-type", default="", choices=["", "cuda", "cpu"], metavar="{cuda,cpu}",
+                   help="only workers of this device type (default: either)")
     s.add_argument("--op-timeout", type=float, default=0.0,
                    help=f"seconds without progress before failing (default {specs.DEFAULT_OP_TIMEOUT_S:g})")
     s.add_argument("--queue", action="store_true",

@@ -8,8 +8,9 @@ import json
 
 from ringleader import kinds
 from ringleader import spec as specs
-from ringleader.app.render import job_body, times
+from ringleader.app.render import times
 from ringleader.jobspec import op_name
+from ringleader.leanjson import lean_job
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -53,13 +54,9 @@ def state_name(state: int) -> str:
 
 
 def job_doc(job: pb.Job) -> dict:
-    """The -o json|yaml shape: {"job": {...without results}, "results": [...]}."""
-    body = job_body(job, to_json(job))
-    results = body.pop("results")
-    out = {"job": body, "results": results}
-    if job.HasField("algo_sweep"):
-        out["dispatch"] = dispatch_table(job.algo_sweep)
-    return out
+    """The -o json|yaml document: GET /api/v1/jobs/ID's, from the same function (its results
+    inside; an algo sweep's dispatch table is its outcome's `table`)."""
+    return lean_job(job)
 
 
 def job_json(job: pb.Job) -> str:
@@ -67,11 +64,8 @@ def job_json(job: pb.Job) -> str:
 
 
 def jobs_doc(page: pb.ListJobsResponse) -> dict:
-    """`jobs -o json`: GET /api/v1/jobs's shape, {"jobs": [Job without results], "next_before"}."""
-    jobs = [job_body(j, to_json(j)) for j in page.jobs]
-    for j in jobs:
-        j.pop("results")
-    return {"jobs": jobs, "next_before": page.next_before_id or None}
+    """`jobs -o json`: GET /api/v1/jobs's document, {"jobs": [job without results], "next_before"}."""
+    return {"jobs": [lean_job(j, results=False) for j in page.jobs], "next_before": page.next_before_id or None}
 
 
 def workers_doc(workers) -> dict:

@@ -54,3 +54,32 @@ def test_a_queued_jobs_row_shows_its_live_reason(web_cluster, browser):
 
 
 pytestmark = pytest.mark.integration
+
+
+# Holds the Jobs list's live stream (a fetch of /api/v1/events) until the test lets it go, so a
+# change can land between the listing's read and the stream's start.
+HOLD_EVENTS = """
+window.__holdEvents = true;
+const realFetch = window.fetch;
+window.fetch = async (url, options) => {
+  while (String(url).includes("/api/v1/events") && window.__holdEvents) await new Promise((r) => setTimeout(r, 50));
+  return realFetch(url, options);
+};
+"""
+
+
+def test_a_job_that_ends_before_the_live_stream_starts_is_not_left_stale(web_cluster, browser):
+    job = web_cluster.client.submit(pb.JobSpec(world_size=4, collective=pb.CollectiveSpec(op="all_reduce")))
+    row = f"document.querySelector('tr[data-job=\"{job.id}\"]')"
+    held = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": HOLD_EVENTS})
+    try:
+        browser.get(f"{web_cluster.http_url}/")
+        assert "QUEUED" in wait_for(browser, f"{row} && {row}.textContent")
+        web_cluster.client.cancel(job.id)  # its event reaches no stream: none has started
+        assert web_cluster.client.get(job.id).state == pb.CANCELLED
+        browser.execute_script("window.__holdEvents = false;")
+        assert wait_for(browser, f"{row}.textContent.includes('CANCELLED')")
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": held["identifier"]})
+        if web_cluster.client.get(job.id).state == pb.QUEUED:
+            web_cluster.client.cancel(job.id)

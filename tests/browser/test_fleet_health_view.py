@@ -56,9 +56,9 @@ def link_matrix_job() -> pb.Job:
     gbps = [[-1.0 if a == b else 12.0 for b in range(n)] for a in range(n)]
     gbps[0][3] = gbps[3][0] = 0.6
     job = pb.Job(id="4c1c0ffee000", state=pb.SUCCEEDED, created_at=time.time() - 60, finished_at=time.time() - 50,
-                 spec=pb.JobSpec(world_size=n, link_matrix=pb.LinkMatrixSpec(size_bytes=1 << 20)),
+                 spec=pb.JobSpec(world_size=n, link_matrix=pb.LinkMatrixSpec(size_bytes=512 << 10)),
                  workers=[pb.WorkerRef(rank=r, worker_id=w, host=w[:9]) for r, w in enumerate(LINK_RANKS)])
-    job.link_matrix.size_bytes = 1 << 20
+    job.link_matrix.size_bytes = 512 << 10  # a check's size: said as such, not rounded to "1 MiB"
     job.link_matrix.matrix.extend(pb.P2PMatrixRow(gbps=row) for row in gbps)
     job.link_matrix.links.add(a=0, b=3, gbps=0.6, ratio=0.05, flagged=True)
     return job
@@ -172,6 +172,9 @@ def test_the_failed_worker_comes_first_and_its_evidence_is_one_click_away(page, 
 def test_the_link_matrix_marks_the_flagged_link(page):
     wait_for(page, "!document.getElementById('fleet-links').hidden")
     assert page.execute_script("return document.querySelector('#fleet-links canvas').dataset.n") == "4"
+    heading = page.find_element(By.CSS_SELECTOR, "#fleet-links h3").text
+    assert "512 KiB ping-pong" in heading and "1 MiB" not in heading, heading
+    assert "across hosts" in page.find_element(By.CSS_SELECTOR, "#fleet-links .links-side").text  # two hosts
     flagged = page.find_elements(By.CSS_SELECTOR, "#fleet-links .flagged-link")
     assert len(flagged) == 1
     assert "sim-h0000-d0@sim-h0000 ↔ sim-h0001-d1@sim-h0001" in flagged[0].text and "0.05×" in flagged[0].text

@@ -62,7 +62,10 @@ def test_a_marked_point_leads_to_its_job(served, page, tmp_path):
     assert len(cards) == history.keys and cards[0] == history.key
     marks = wait_for(page, "document.querySelectorAll('.trend-card.trend-low .trend-mark').length")
     assert 1 <= marks <= 3
-    assert page.find_element(By.ID, "trends-summary").text.startswith("1 key with low results")
+    summary = page.find_element(By.ID, "trends-summary").text
+    assert summary.startswith("1 key with low results") and " · as of " in summary, summary
+    axes = page.execute_script("return [...window.ringleaderTrends.charts.values()].map((c) => c.axes.map((a) => a.label))")
+    assert axes and all(labels == ["time (local)", "busbw (GB/s)"] for labels in axes), axes  # a unit on every axis
     page.save_screenshot(str(tmp_path / "trends.png"))
 
     page.find_elements(By.CSS_SELECTOR, ".trend-card.trend-low .trend-mark")[-1].click()

@@ -15,6 +15,7 @@ import socket
 import ssl
 import statistics
 import subprocess
+import signal
 import time
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def test_a_job_the_fleet_cannot_hold_is_refused_unless_queued_then_says_why_it_w
     assert "needs 20 workers, 2 connected" in p.stderr and "--queue" in p.stderr
     p = cli(two, "submit", "--op", "all_reduce", "--world-size", "20", "--queue", "--queue-timeout", "600", "-o", "json")
     assert p.returncode == 0, p.stderr
-    job = json.loads(p.stdout)["job"]
+    job = json.loads(p.stdout)
     assert job["state"] == "QUEUED" and job["spec"]["queue_timeout_s"] == 600
     assert RFC3339.match(job["created_at"]) and "finished_at" not in job and "started_at" not in job
     with open(two.tmp / "watch.out", "w+") as out:
@@ -103,8 +104,8 @@ def test_listings_and_documents(two, done_job):
 
     doc = yaml.safe_load(cli(two, "job", done_job.id, "-o", "yaml").stdout)
     assert doc == json.loads(cli(two, "job", done_job.id, "-o", "json").stdout)
-    assert all(RFC3339.match(doc["job"][k]) for k in ("created_at", "started_at", "finished_at"))
-    assert not {"p2p", "train", "gradient_average", "algo_sweep"} & set(doc["job"])
+    assert all(RFC3339.match(doc[k]) for k in ("created_at", "started_at", "finished_at"))
+    assert not {"p2p", "train", "gradient_average", "algo_sweep"} & set(doc)
 
 
 def test_job_ids_complete(two, done_job, tmp_path):
@@ -270,12 +271,15 @@ def test_cli_and_rest_refuse_the_same_job_for_the_same_reason_unless_queued(two,
 def test_cli_json_and_the_rest_document_of_a_job_are_the_same(two, done_job):
     shown = json.loads(cli(two, "job", done_job.id, "-o", "json").stdout)
     rest = httpx.get(f"{two.http_url}/api/v1/jobs/{done_job.id}", timeout=30).json()
-    assert {**shown["job"], "results": shown["results"]} == rest
+    assert shown == rest  # field for field: one serializer (ringleader/leanjson.py)
     assert RFC3339.match(rest["created_at"]) and RFC3339.match(rest["finished_at"])
     assert not {"p2p", "train", "gradient_average", "algo_sweep", "link_matrix", "gpu_check", "sdc_check"} & set(rest)
     assert rest["spec"]["collective"]["iters"] == 3
     listed = httpx.get(f"{two.http_url}/api/v1/jobs", timeout=30).json()["jobs"]
-    assert next(j for j in listed if j["id"] == done_job.id) == shown["job"]
+    lean = {k: v for k, v in shown.items() if k != "results"}
+    assert next(j for j in listed if j["id"] == done_job.id) == lean
+    cli_listed = json.loads(cli(two, "jobs", "-o", "json").stdout)["jobs"]
+    assert next(j for j in cli_listed if j["id"] == done_job.id) == lean
     # The web UI's view: the whole message, times in unix seconds.
     full = httpx.get(f"{two.http_url}/api/v1/jobs/{done_job.id}", params={"view": "full"}, timeout=30).json()
     assert isinstance(full["created_at"], float) and {"p2p", "train", "sdc_check"} <= set(full)
@@ -311,3 +315,83 @@ def test_the_openapi_document_is_built_at_start(two):
     doc = first.json()
     assert "LeanJob" in doc["components"]["schemas"] and "queue" in doc["components"]["schemas"]["JobSpecIn"]["properties"]
     assert httpx.get(f"{two.http_url}/openapi.json", timeout=30).json() == doc
+
+
+# ---- a newcomer's traps end in one line that says what to do ----------------------------------
+
+
+def _one_line_refusal(argv: list[str], env: dict | None = None, timeout: float = 60) -> tuple[int, list[str]]:
+    """Run a command that should refuse at once: (exit code, its stderr's lines). One that is
+    still running after `timeout` (a second coordinator sharing the port) fails the test."""
+    p = subprocess.Popen(ringleader_cmd(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"still running after {timeout} s: {err[-2000:]}")
+    assert out == ""
+    return p.returncode, err.splitlines()
+
+
+def test_a_second_coordinator_on_a_taken_grpc_port_refuses_in_one_line(two, tmp_path):
+    code, lines = _one_line_refusal(["coordinator", "--grpc-address", two.address, "--http-address", "",
+                                     "--db", str(tmp_path / "second.db")])
+    assert code == 2 and lines == [
+        f"ringleader: error: --grpc-address: {two.address} is already in use (another coordinator running?): "
+        "stop that one, or give --grpc-address a free port (:0 picks one)"]
+    assert cli(two, "workers", "-o", "json").returncode == 0  # the first one still answers
+
+
+def test_a_second_coordinator_on_a_taken_http_port_refuses_in_one_line(two, tmp_path):
+    http_address = two.http_url.split("//")[1]
+    code, lines = _one_line_refusal(["coordinator", "--grpc-address", "127.0.0.1:0", "--http-address", http_address,
+                                     "--db", str(tmp_path / "second.db")])
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"ringleader: error: --http-address: {http_address} is already in use")
+    assert httpx.get(f"{two.http_url}/healthz", timeout=30).text == "ok"
+
+
+def _without(tmp: Path, module: str) -> dict:
+    """An environment whose Python processes cannot import `module` (nor its submodules), as on
+    a plain `pip install ringleader`: a sitecustomize that refuses it, on PYTHONPATH."""
+    site = tmp / f"without-{module}"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class _Refuse:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name == {module!r} or name.startswith({module + '.'!r}):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, _Refuse())\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGLEADER_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH", "")]))
+    return env
+
+
+def test_a_worker_without_torch_exits_at_once_naming_the_extra(two, tmp_path):
+    code, lines = _one_line_refusal(["--coordinator", two.address, "worker", "--device", "cpu", "--worker-id", "nt0"],
+                                    env=_without(tmp_path, "torch"))
+    assert code == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("ringleader: error: the worker needs torch") and "pip install 'ringleader[worker]'" in lines[0]
+
+
+def test_a_worker_whose_executor_cannot_start_stops_at_sigterm_without_claiming_it_is_ready(two, tmp_path):
+    """Its executors fail to import torch.distributed, so each start fails and the daemon waits
+    out a growing backoff; a SIGTERM ends that wait, and nothing says "executor ready"."""
+    log = tmp_path / "worker.log"
+    with open(log, "w") as out:
+        p = subprocess.Popen(ringleader_cmd("--coordinator", two.address, "worker", "--device", "cpu", "--worker-id", "bt0"),
+                             stdout=out, stderr=subprocess.STDOUT, env=_without(tmp_path, "torch.distributed"))
+    try:
+        deadline = time.monotonic() + 120
+        while log.read_text().count("failed to start") < 3:  # the next wait is up to 4 s, growing
+            assert p.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0
+    finally:
+        p.kill()
+        p.wait()
+    said = log.read_text()
+    assert "executor ready" not in said and "registering" not in said, said[-3000:]

@@ -136,7 +136,7 @@ def test_cli_submit_wait_json(cluster):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
-    assert out["job"]["state"] == "SUCCEEDED"
+    assert out["state"] == "SUCCEEDED"
     assert [r["size_bytes"] for r in out["results"]] == [1024, 65536]
     assert {"op", "size_bytes", "count", "dtype", "time_us", "algbw_gbps", "busbw_gbps", "wrong"} <= set(out["results"][0])
 

@@ -65,6 +65,8 @@ def test_localize_of_a_clean_job_names_nobody(fresh_cluster):
     # Whatever looked slow on the way is reported, with why, never dropped silently.
     assert all(s["why"] for s in result.get("unresolved", []))
     assert ("could not be resolved" in result["verdict"]) == bool(result.get("unresolved"))
+    human = cli(c, "localize", job.id, "--size", "1M")
+    assert human.returncode == 0 and human.stdout.splitlines()[-1].startswith("Nobody named: "), human.stdout
 
 
 def test_job_names_the_delayed_rank_a_straggler_with_its_lag(fresh_cluster):

@@ -399,21 +399,22 @@ def test_job_commands_print_the_documented_json(cl):
     sub = run(cl, "submit", "--op", "all_gather", "--world-size", "2", "--sizes", "1K,64K", "--iters", "3",
               "--warmup", "1", "--wait", "-o", "json")
     body = json.loads(sub.stdout)  # stdout is one JSON document; progress went to stderr
-    job_id = body["job"]["id"]
-    assert body["job"]["state"] == "SUCCEEDED" and "results" not in body["job"]
+    job_id = body["id"]
+    assert body["state"] == "SUCCEEDED"
     assert [r["size_bytes"] for r in body["results"]] == [1024, 65536] and f"[{job_id}]" in sub.stderr
     assert json.loads(run(cl, "job", job_id, "--json").stdout) == body
     watched = run(cl, "watch", job_id, "-o", "json")
     assert json.loads(watched.stdout) == body and "SUCCEEDED" in watched.stderr
     listed = json.loads(run(cl, "jobs", "--limit", "1", "-o", "json").stdout)
     assert [j["id"] for j in listed["jobs"]] == [job_id] and "results" not in listed["jobs"][0]
+    assert listed["jobs"][0] == {k: v for k, v in body.items() if k != "results"}
     assert listed["next_before"] is None or isinstance(listed["next_before"], str)
     listing = run(cl, "jobs", "--op", "all_gather").stdout.splitlines()
     assert listing[0].split()[:2] == ["ID", "STATE"] and listing[1].split()[0] == job_id
     queued = json.loads(run(cl, "submit", "--op", "broadcast", "--world-size", "2", "--host", "nowhere.invalid", "--queue",
-                            "-o", "json").stdout)["job"]
+                            "-o", "json").stdout)
     assert queued["state"] == "QUEUED"
-    assert json.loads(run(cl, "cancel", queued["id"], "-o", "json").stdout)["job"]["state"] == "CANCELLED"
+    assert json.loads(run(cl, "cancel", queued["id"], "-o", "json").stdout)["state"] == "CANCELLED"
     again = run(cl, "cancel", queued["id"], ok=False)
     assert again.returncode == 1 and "failed_precondition" in again.stderr and again.stdout == ""
 

@@ -28,6 +28,7 @@ from coordinator.store.trends import TrendPoint
 from dashboard.app import create_app
 from deployfacts import COORDINATOR_GRPC_PORT, COORDINATOR_HTTP_PORT, DEPLOY, ROOT, dockerfile, exec_form, parse_cli
 from ringleader import __version__, jobspec
+from test_constraints import constraint_pins
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from worker.metrics import DEFAULT_PORT, WorkerMetrics
@@ -284,15 +285,17 @@ def test_prometheus_operator_rule_is_generated_from_the_rules_file():
 
 
 def _pins(text: str) -> dict[str, str]:
-    """name -> version of every `pip install "name==version"` (not the project's --no-deps install)."""
+    """name -> version of every package a `pip install -c /tmp/constraints.txt "name" ...` names
+    (not the project's --no-deps install): the version constraints.txt pins it to."""
     joined = text.replace("\\\n", " ")
+    pinned = constraint_pins()
     pins = {}
     for line in joined.splitlines():
         if "pip install" in line and "--no-deps" not in line:
-            for req in re.findall(r'"([^"]+)"', line.split("pip install", 1)[1]):
-                name, sep, version = req.partition("==")
-                assert sep and version, f"not pinned: {req}"
-                pins[name] = version
+            assert "-c /tmp/constraints.txt" in line and "COPY constraints.txt /tmp/constraints.txt" in text
+            for name in re.findall(r'"([^"]+)"', line.split("pip install", 1)[1]):
+                assert name in pinned, f"not pinned in constraints.txt: {name}"
+                pins[name] = pinned[name]
     return pins
 
 

@@ -122,14 +122,14 @@ def test_size_labels_say_binary_units():
 def test_json_times_are_rfc3339_and_unreached_times_absent_and_only_the_jobs_kind():
     job = pb.Job(id="j1", state=pb.RUNNING, created_at=86400.25, started_at=86401.0,
                  spec=pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="all_reduce")))
-    doc = table.job_doc(job)["job"]
+    doc = table.job_doc(job)
     assert doc["created_at"] == "1970-01-02T00:00:00.250Z" and doc["started_at"] == "1970-01-02T00:00:01.000Z"
     assert "finished_at" not in doc
     assert not {"p2p", "gradient_average", "train", "algo_sweep", "link_matrix", "gpu_check", "sdc_check",
                 "stragglers"} & set(doc)
     assert {"spec", "progress", "workers"} <= set(doc)
     trained = pb.Job(id="j2", train=pb.TrainResult(steps=3), spec=pb.JobSpec(world_size=2, train=pb.TrainSpec()))
-    assert "train" in table.job_doc(trained)["job"]
+    assert "train" in table.job_doc(trained)
 
 
 def test_yaml_is_the_same_document():
@@ -319,7 +319,7 @@ def test_auto_iters_read_auto_in_documents():
     job = pb.Job(id="j", spec=pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="all_reduce", iters=0)))
     assert "iters: auto" in render.dump(table.job_doc(job), "yaml")
     job.spec.collective.iters = 7
-    assert yaml.safe_load(render.dump(table.job_doc(job), "yaml"))["job"]["spec"]["collective"]["iters"] == 7
+    assert yaml.safe_load(render.dump(table.job_doc(job), "yaml"))["spec"]["collective"]["iters"] == 7
 
 
 def test_p2p_without_pairwise_on_three_ranks_is_warned_about():
@@ -373,7 +373,7 @@ def test_check_json_is_lean_like_job_json():
     job = pb.Job(id="c1", created_at=86400.0, link_matrix=pb.LinkMatrixResult(size_bytes=512 << 10),
                  spec=pb.JobSpec(world_size=2, link_matrix=pb.LinkMatrixSpec()))
     doc = check_doc(pb.RunCheckResponse(jobs=[job], named_hosts=["h3"]))
-    assert doc["jobs"][0] == table.job_doc(job)["job"] | {"results": []}
+    assert doc["jobs"][0] == table.job_doc(job)
     assert "p2p" not in doc["jobs"][0] and doc["jobs"][0]["created_at"] == "1970-01-02T00:00:00.000Z"
     assert doc["named_hosts"] == ["h3"]
 
@@ -418,3 +418,19 @@ def test_a_heartbeat_timeout_shorter_than_two_beats_is_refused_and_a_longer_one_
     coord = RunningCoordinator(CoordinatorConfig(db=":memory:", heartbeat_timeout=30))
     assert coord.core.timings.heartbeat_timeout_s == 30
     coord.store.close()
+
+
+def test_the_baselines_table_lists_sizes_in_numeric_order():
+    from ringleader.app.baseline_cmds import baselines_table
+
+    entries = [pb.BaselineEntry(gpu_model="H200", op="all_reduce", dtype="float32", size_bucket=size, ranks=2,
+                                hosts=1, link="nvl", mode="eager") for size in (1024, 64 << 20, 8, 512, 1 << 20)]
+    rows = baselines_table(pb.BaselineTable(entries=entries)).splitlines()[1:]
+    assert [row.split()[3:5] for row in rows] == [["8", "B"], ["512", "B"], ["1KiB", "2"], ["1MiB", "2"], ["64MiB", "2"]]
+
+
+def test_submit_help_names_the_device_types_readably(capsys):
+    with pytest.raises(SystemExit):
+        main(["submit", "--help"])
+    text = capsys.readouterr().out
+    assert "{,cuda,cpu}" not in text and "--device-type {cuda,cpu}" in text

@@ -280,7 +280,10 @@ def test_algo_sweep_table_and_dispatch_json():
     assert d["table"] == [{"max_bytes": 8, "algo": "symm:one_shot"}, {"max_bytes": None, "algo": "nccl"}]
     assert d["measured"][0] == {"size_bytes": 8, "algo": "symm:one_shot", "time_us": 3.5, "speedup": 2.0}
     job = pb.Job(id="j", spec=pb.JobSpec(world_size=2, algo_sweep=pb.AlgoSweepSpec()), algo_sweep=r)
-    assert json.loads(table.job_json(job))["dispatch"] == json.loads(json.dumps(d))
+    # -o json is REST's document: the dispatch table is the outcome's own `table` and `best`
+    outcome = json.loads(table.job_json(job))["algo_sweep"]
+    assert [{"max_bytes": t["max_bytes"] or None, "algo": t["algo"]} for t in outcome["table"]] == d["table"]
+    assert [{k: b[k] for k in ("size_bytes", "algo", "time_us", "speedup")} for b in outcome["best"]] == d["measured"]
     assert table.outcome_table(job) == text
 
 

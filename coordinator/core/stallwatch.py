@@ -43,8 +43,10 @@ class Pause(NamedTuple):
 
 
 class StallWatch:
-    def __init__(self, lag: LagMeter, threshold_s: float = DEFAULT_THRESHOLD_S, period_s: float = 0.02) -> None:
+    def __init__(self, lag: LagMeter, threshold_s: float = DEFAULT_THRESHOLD_S, period_s: float = 0.02,
+                 loop_name: str = "") -> None:
         self.lag, self.threshold_s, self.period_s = lag, threshold_s, period_s
+        self.loop_name = loop_name  # "" for the core's loop; the warning names any other ("gRPC edge")
         self.stalls = 0  # stalls reported (a metric)
         self.gc_pauses: collections.deque[Pause] = collections.deque(maxlen=256)
         self._gc_start, self._gc_young = 0.0, 0
@@ -108,10 +110,11 @@ class StallWatch:
                        f"(generations {sorted({p.generation for p in pauses})}; the longest {longest.s * 1e3:.0f} ms, "
                        f"generation {longest.generation}, {longest.young:,} new objects since the last pass, "
                        f"{longest.collected:,} collected)")
-        where = "no stack sampled (the loop ran again before this watch did)"
+        loop = f"the {self.loop_name} loop" if self.loop_name else "the loop"
+        where = f"no stack sampled ({loop} ran again before this watch did)"
         if stacks:
             stack, seen = stacks.most_common(1)[0]
-            where = f"the loop's stack in {seen} of {sum(stacks.values())} samples:\n  " + "\n  ".join(stack)
+            where = f"{loop}'s stack in {seen} of {sum(stacks.values())} samples:\n  " + "\n  ".join(stack)
         log.warning("event loop stalled %.0f ms: %s; %s", worst * 1e3, gc_part, where)
 
 

@@ -140,3 +140,18 @@ def test_cpython_starts_no_full_pass_in_a_tuned_process(monkeypatch):
     finally:
         gc.unfreeze()
         gc.set_threshold(*old)
+
+
+def test_the_relay_keeps_cpythons_full_passes(monkeypatch):
+    """The worker relay's passes hold no user's call, and only a full pass frees the cycles of the
+    streams that ended there: CPython keeps starting them in a process tuned for it."""
+    old = gc.get_threshold()
+    try:
+        gc.collect()
+        gc.set_threshold(500, 10, 10)
+        monkeypatch.setattr("coordinator.core.gcpace.GC_YOUNG", 500)
+        assert tune_collector(pace_s=0, full_passes=True) is None
+        assert full_passes_while_the_heap_grows(600_000) >= 1
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*old)

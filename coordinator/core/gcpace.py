@@ -37,16 +37,33 @@ import time
 
 GC_YOUNG = 20_000  # allocations between young collections (CPython's default: 700)
 PACE_S = 0.25  # the longest time without a pass while the process allocates
+# Middle passes before CPython starts a full one by itself: never. A full pass walks every object
+# the process holds (tune_collector says why that is a stall, and what is left uncollected).
+FULL_NEVER = 1 << 30
 
 
-def tune_collector(pace_s: float = PACE_S) -> CollectorPacer | None:
+def tune_collector(pace_s: float = PACE_S, full_passes: bool = False) -> CollectorPacer | None:
     """For a long-lived server process, once it is started: what it holds now (modules, the app,
     the servers) lives as long as the process, so it leaves the collector's passes (gc.freeze);
     young passes come less often by count, and on a clock too (pace_s <= 0: not). On two busy cores
     with 2,000 workers, full passes held the event loop for 100-650 ms before the freeze
-    (bench/control_plane.py)."""
+    (bench/control_plane.py).
+
+    CPython starts no full pass by itself either (FULL_NEVER), unless `full_passes` (the worker
+    relay: its passes hold no user's call, and the cycles of its ended streams need one). With the
+    pacer, its passes already kept CPython's own from coming; without it (the default coordinator,
+    whose process also holds the workers' streams) CPython starts one whenever the objects promoted
+    since its last full pass outnumber a quarter of those that pass kept. Such a pass walks the
+    whole fleet, the queue and every stream while it holds every thread, users' calls included:
+    380,000 objects, 270-320 ms of CPU, with 3,000 simulated workers held (development VM). It is
+    the likeliest cause of the default coordinator's stalls under churn, which the relay path never
+    had (5,000 workers draining 10,000 jobs: 1.5 s, twice a run, 2 x H200 host; not confirmed
+    there, as the stall watch then missed stalls that ended in another thread). The price is the
+    cyclic garbage that reaches the oldest generation, which only a full pass frees: 0-5 objects
+    per 40 s of churn with the relay (bench/results/2026-11-28-local-r21-gc); without it, also the
+    cycles of the workers' streams that end, not measured yet."""
     gc.freeze()
-    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+    gc.set_threshold(GC_YOUNG, gc.get_threshold()[1], gc.get_threshold()[2] if full_passes else FULL_NEVER)
     if pace_s <= 0:
         return None
     pacer = CollectorPacer(pace_s)

@@ -163,6 +163,7 @@ class LagMeter:
         self.shed = 0  # calls refused (a metric)
         self._task: asyncio.Task | None = None
         self._pending_since = 0.0  # when the sample now in flight was due (a stalled loop shows at once)
+        self._longest = (0.0, 0.0)  # (when, how late) of the longest sample since take_longest (monotonic)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._sample_forever())
@@ -180,7 +181,16 @@ class LagMeter:
             self.record(time.monotonic() - due)
 
     def record(self, lag_s: float, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         self._worst.record(lag_s, now)
+        if lag_s >= self._longest[1]:
+            self._longest = (now, lag_s)
+
+    def take_longest(self) -> tuple[float, float]:
+        """(when, how late) of the longest sample since the last call, from another thread
+        (coordinator/core/stallwatch.py: a stall it did not see while it lasted)."""
+        got, self._longest = self._longest, (0.0, 0.0)
+        return got
 
     def overdue_s(self, now: float | None = None) -> float:
         """How late the sample in flight already is (negative while it is not yet due; 0 before

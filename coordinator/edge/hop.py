@@ -31,6 +31,9 @@ from typing import Awaitable, Callable, Coroutine
 
 import grpc
 
+from coordinator.core.load import LagMeter
+from coordinator.core.stallwatch import StallWatch
+
 
 def on(loop: asyncio.AbstractEventLoop, coro: Coroutine, key: str = "") -> asyncio.Future:
     """Await `coro` run on `loop` (another thread's) from the calling loop, in `key`'s turn of its
@@ -209,6 +212,21 @@ class EdgeLoop:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="grpc-edge", daemon=True)
         self._thread.start()
+        self.stalls: StallWatch | None = None
+
+    def watch_stalls(self, threshold_s: float) -> None:
+        """Log this loop's stalls as the core's are (coordinator/core/stallwatch.py; 0: not). Without
+        the worker relay every worker's stream is read and written here, and a stall here holds
+        every user call while the core loop, and its own watch, run on."""
+        if threshold_s <= 0:
+            return
+        lag = LagMeter(shed_lag_s=0)
+        self.stalls = StallWatch(lag, threshold_s, loop_name="gRPC edge")
+
+        def start() -> None:  # on this loop (its task is cancelled with the others at close)
+            lag.start()
+            self.stalls.start()
+        self.loop.call_soon_threadsafe(start)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -219,6 +237,8 @@ class EdgeLoop:
 
     def close(self) -> None:
         """Cancel what is left on the loop (the server is stopped first), stop it and close it."""
+        if self.stalls:
+            self.stalls.stop()
         if self.loop.is_running():
             asyncio.run_coroutine_threadsafe(self._finish(), self.loop)
         self._thread.join(10)

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
                               tls=TlsFiles(cert=s.get("cert", ""), key=s.get("key", ""), ca=s.get("ca", ""),
                                            ca_flag="--tls-client-ca"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator stops it (its link closes), not the terminal
-    tune_collector(pace_s=0)  # no passes on a clock where the streams are: coordinator/core/gcpace.py
+    tune_collector(pace_s=0, full_passes=True)  # no passes on a clock where the streams are: coordinator/core/gcpace.py
     relay = Relay(a.listen, security)
     try:
         asyncio.run(relay.run(a.link))

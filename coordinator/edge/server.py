@@ -45,6 +45,7 @@ async def start_server(coordinator: Coordinator, address: str,
     for worker_id in forget_workers:
         identities.forget(worker_id)
     core, edge = asyncio.get_running_loop(), EdgeLoop()
+    edge.watch_stalls(coordinator.timings.stall_warn_s)
     jobs = HoppedServicer(JobServicer(coordinator, identities), [m for m in service_methods(JOBS) if m != "WatchJob"],
                           core, edge.loop)
     jobs.WatchJob = EdgeWatch(coordinator, core).WatchJob  # on the edge, events pushed from the core

@@ -102,3 +102,56 @@ def test_tune_collector_sets_the_young_threshold_and_starts_a_pacer():
 def test_an_interval_of_zero_is_refused():
     with pytest.raises(ValueError, match="every_s"):
         CollectorPacer(every_s=0)
+
+
+def full_passes_while_the_heap_grows(objects: int) -> int:
+    """Full passes CPython starts by itself while `objects` tracked objects are made and kept."""
+    full = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            full.append(1)
+
+    kept = []
+    gc.callbacks.append(seen)
+    try:
+        for i in range(objects):
+            kept.append([i])
+    finally:
+        gc.callbacks.remove(seen)
+    return len(full)
+
+
+def test_cpython_starts_no_full_pass_in_a_tuned_process(monkeypatch):
+    """A full pass walks everything the process holds (the fleet, the queue, the workers' streams)
+    and holds every thread meanwhile: a tuned process leaves CPython none to start, with or without
+    the pacer. (The young threshold is lowered here so that a heap of 600,000 objects is far past
+    the point where CPython's own heuristic starts full passes, as the control shows.)"""
+    old = gc.get_threshold()
+    try:
+        gc.collect()
+        gc.set_threshold(500, 10, 10)  # CPython's own rule, at this test's young threshold
+        assert full_passes_while_the_heap_grows(600_000) >= 1, "the control: CPython starts full passes here"
+
+        gc.collect()
+        monkeypatch.setattr("coordinator.core.gcpace.GC_YOUNG", 500)
+        assert tune_collector(pace_s=0) is None
+        assert full_passes_while_the_heap_grows(600_000) == 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*old)
+
+
+def test_the_relay_keeps_cpythons_full_passes(monkeypatch):
+    """The worker relay's passes hold no user's call, and only a full pass frees the cycles of the
+    streams that ended there: CPython keeps starting them in a process tuned for it."""
+    old = gc.get_threshold()
+    try:
+        gc.collect()
+        gc.set_threshold(500, 10, 10)
+        monkeypatch.setattr("coordinator.core.gcpace.GC_YOUNG", 500)
+        assert tune_collector(pace_s=0, full_passes=True) is None
+        assert full_passes_while_the_heap_grows(600_000) >= 1
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*old)

@@ -134,3 +134,55 @@ def test_the_bench_reads_the_warning_as_the_coordinator_logs_it(caplog):
     assert message.startswith(f"event loop stalled {found['ms']} ms: garbage collection {found['gc_ms']} ms "), found
     assert found["gc_ms"] >= 100 and found["what"] in message and "generation" in found["what"]
     assert loadstats.stalls(log, time.time() + 5) == []  # outside the window
+
+
+
+async def watch_while(scenario, period_s: float = 0.01) -> StallWatch:
+    lag = LagMeter(shed_lag_s=0)
+    watch = StallWatch(lag, threshold_s=0.1, period_s=period_s)
+    lag.start()
+    watch.start()
+    try:
+        await scenario(lag)
+    finally:
+        watch.stop()
+        await lag.stop()
+    return watch
+
+
+def test_a_stall_the_watch_never_saw_is_reported_from_the_loops_own_sample(caplog):
+    """A collection pass holds the watch's thread too: when it ends in another thread, the loop may
+    take its overdue sample before the watch looks, and then nothing is late when it does. The
+    loop's sample measured the stall, so it is reported from that (here a lag of 0.4 s recorded as
+    the loop's sample would record it, with the loop never held: no look of the watch could see it)."""
+    caplog.set_level(logging.WARNING, "ringleader.coordinator")
+
+    async def scenario(lag: LagMeter) -> None:
+        await asyncio.sleep(0.2)
+        lag.record(0.4)
+        await asyncio.sleep(0.3)
+
+    watch = asyncio.run(watch_while(scenario))
+    assert watch.stalls == 1
+    (line,) = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
+    assert line.startswith("event loop stalled 400 ms: ") and "no stack sampled" in line, line
+
+
+def test_a_stall_of_the_grpc_edge_loop_is_named_as_such(caplog):
+    """Without the worker relay the workers' streams are served on the gRPC edge's loop (its own
+    thread): a callback that holds it holds every user call while the core loop runs on, so the
+    edge is watched too, and the warning says which loop stalled and where."""
+    from coordinator.edge.hop import EdgeLoop
+
+    caplog.set_level(logging.WARNING, "ringleader.coordinator")
+    edge = EdgeLoop()
+    try:
+        edge.watch_stalls(0.1)
+        time.sleep(0.3)  # its sampler runs
+        edge.loop.call_soon_threadsafe(hold_the_loop, 0.4)
+        time.sleep(0.6)
+    finally:
+        edge.close()
+    assert edge.stalls is not None and edge.stalls.stalls == 1
+    (line,) = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
+    assert "the gRPC edge loop's stack" in line and line.split("samples:\n")[1].split("\n")[0].endswith(" hold_the_loop")

@@ -77,7 +77,7 @@ class FakeExecutor:
         pass
 
     async def start(self):
-        return None
+        return object()  # the device a started executor reports (None: told to stop while starting)
 
 
 def daemon(device="cpu", facts=None, ops=0):

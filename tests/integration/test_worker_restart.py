@@ -142,7 +142,9 @@ def test_the_gpu_suites_kill_and_return_sequence_on_cpu_workers(fresh_cluster):
     nxt = c.wait_job(c.submit(workers=["k0", "k1"], op="all_reduce", sizes=[4096]).id)
     assert nxt.state == pb.SUCCEEDED, nxt.reason
 
-    # A daemon that lost its state dir is refused its id: the fixture fails fast, naming it.
+    # A daemon that lost its state dir: on this trusted single host (loopback, no tokens) it takes
+    # its id back (docs/security.md), so the fixture restores the fleet as after any restart.
+    # Where identity is enforced it is refused (test_identity.py, and the state-dir test above).
     c.kill_worker("k1")
     (c.tmp / "worker-state" / "worker-k1.secret").unlink()
     # Until the coordinator has seen the stream end: before that it still lists the killed k1 as
@@ -151,7 +153,6 @@ def test_the_gpu_suites_kill_and_return_sequence_on_cpu_workers(fresh_cluster):
     while {w.worker_id: w.state for w in c.client.workers()}.get("k1") == pb.IDLE:
         assert time.monotonic() < deadline, "the coordinator still lists the killed k1 as IDLE after 30 s"
         time.sleep(0.1)
-    t0 = time.monotonic()
-    with pytest.raises(AssertionError, match=r"not whole after 15 s .*k1 DISCONNECTED"):
-        restore(c, fleet, timeout=15)
-    assert time.monotonic() - t0 < 60
+    assert restore(c, fleet) == ["k1"]
+    nxt = c.wait_job(c.submit(workers=["k0", "k1"], op="all_reduce", sizes=[4096]).id)
+    assert nxt.state == pb.SUCCEEDED, nxt.reason

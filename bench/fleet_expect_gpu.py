@@ -138,8 +138,13 @@ def _run(a, bed: Bed, report: dict) -> int:
     listed = cli(bed.address, "workers", "-o", "json")
     report["drift_workers"] = listed
     drift_named = "NCCL_P2P_DISABLE" in json.dumps(listed)
-    job = cli(bed.address, "submit", "--op", "all_reduce", "--world-size", "2", "-b", "1M", "-e", "1M", "-o", "json")
+    job = cli(bed.address, "submit", "--op", "all_reduce", "--world-size", "2", "-b", "1M", "-e", "1M", "--queue",
+              "-o", "json")
+    report["drift_submit"] = job
     job_id = job.get("id") or job.get("job", {}).get("id", "")
+    if not job_id:
+        print("INVALID: the drifted gang's job was not accepted: " + json.dumps(job)[:500])
+        return 2
     time.sleep(10)  # long enough for a placement pass to start it, were it allowed to
     job = cli(bed.address, "job", job_id, "-o", "json")
     report["drift_job"] = job

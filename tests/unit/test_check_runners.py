@@ -16,8 +16,7 @@ import types
 
 import pytest
 
-from ports import free_port
-from ranks import rank_context
+from ranks import run_ranks
 from ringleader import jobspec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -70,28 +69,7 @@ def _rank_main(rank: int, port: int, path: str) -> None:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> list[dict]:
-    ctx = rank_context()
-    tmp = tmp_path_factory.mktemp("checks")
-    port = free_port()
-    paths = [str(tmp / f"rank{r}.json") for r in range(N)]
-    procs = [ctx.Process(target=_rank_main, args=(r, port, paths[r])) for r in range(N)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=240)
-        if p.is_alive():
-            p.kill()
-            p.join()
-    out = []
-    for r, path in enumerate(paths):
-        try:
-            with open(path) as f:
-                payload = json.load(f)
-        except FileNotFoundError:
-            pytest.fail(f"rank {r} wrote nothing (exit code {procs[r].exitcode})")
-        assert "traceback" not in payload, f"rank {r} failed:\n{payload['traceback']}"
-        out.append(payload)
-    return out
+    return run_ranks(_rank_main, N, tmp_path_factory.mktemp("checks"), timeout=240)
 
 
 def _result(ranks, kind):

@@ -11,8 +11,7 @@ import types
 
 import pytest
 
-from ports import free_port
-from ranks import rank_context
+from ranks import run_ranks
 
 SIZE = 256 << 10
 # (iters, warmup, box seconds): no box; a box already spent when the first round trip starts.
@@ -46,25 +45,7 @@ def _rank_main(rank: int, port: int, path: str) -> None:
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> list[dict]:
-    ctx = rank_context()
-    tmp = tmp_path_factory.mktemp("pingpong")
-    port = free_port()
-    paths = [str(tmp / f"rank{r}.json") for r in range(2)]
-    procs = [ctx.Process(target=_rank_main, args=(r, port, paths[r])) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-        if p.is_alive():
-            p.kill()
-            p.join()
-    out = []
-    for r, path in enumerate(paths):
-        with open(path) as f:
-            payload = json.load(f)
-        assert "traceback" not in payload, f"rank {r} failed:\n{payload['traceback']}"
-        out.append(payload)
-    return out
+    return run_ranks(_rank_main, 2, tmp_path_factory.mktemp("pingpong"))
 
 
 def test_both_ends_stop_on_the_same_round_trip_past_the_box(pair):

@@ -55,13 +55,7 @@ class HealthProtocol:
         if not found:
             return
         found = recheck.hold_unfounded_releases(rj.job, found, self.health.get)
-        before = {w: _verdict_of(self.health.get(w)) for w in found}
-        self._health_changed(self.health.record(found, model_of))
-        self._verdict_changed(before)
-        for worker_id in found:  # a verdict changes which workers the scheduler prefers
-            if (conn := self.workers.get(worker_id)) is not None and conn.connected:
-                self._index(conn)
-        self._observed(found)
+        self._record(found, model_of)
         held = [w for w in sorted(found) if self.health.get(w).breaker_held]
         if held:
             alert = (f"circuit breaker: {', '.join(held)} failed {rj.job.spec.WhichOneof('kind')} but automatic "
@@ -84,14 +78,7 @@ class HealthProtocol:
         self.health.telemetry_fired[worker_id] = fired
         if fired == before or (before is None and not fired and self.health.get(worker_id).check != "telemetry"):
             return
-        model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
-        before = {worker_id: _verdict_of(self.health.get(worker_id))}
-        verdict = {worker_id: telemetry_rules.health(found, self.health.clock())}
-        self._health_changed(self.health.record(verdict, model_of))
-        self._observed(verdict)
-        self._verdict_changed(before)
-        if (conn := self.workers.get(worker_id)) is not None and conn.connected:
-            self._index(conn)  # a verdict changes which workers the scheduler prefers
+        self._record({worker_id: telemetry_rules.health(found, self.health.clock())})
 
     def _crashed(self, rj: Running, rank: int, failure: int, error: str) -> None:
         """A rank's own report of its failure ended the job: evidence on its worker (a SUSPECT or,
@@ -101,13 +88,21 @@ class HealthProtocol:
         if found is None:
             return
         log.warning("worker %s: %s", worker_id, found.figure)
-        model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
-        before = {worker_id: _verdict_of(self.health.get(worker_id))}
-        self._health_changed(self.health.record({worker_id: found}, model_of))
-        self._observed({worker_id: found})
+        self._record({worker_id: found})
+
+    def _record(self, found: dict[str, pb.WorkerHealth], model_of: dict[str, str] | None = None) -> None:
+        """Record verdicts in this input, whatever found them (a check, telemetry, a crash): the
+        quarantines they change, the observers told of every changed verdict, observe mode's alerts,
+        and the scheduler's preference (a verdict changes which workers it prefers)."""
+        if model_of is None:
+            model_of = {c.worker_id: c.reg.device.name for c in self.workers.connected()}
+        before = {w: _verdict_of(self.health.get(w)) for w in found}
+        self._health_changed(self.health.record(found, model_of))
         self._verdict_changed(before)
-        if (conn := self.workers.get(worker_id)) is not None and conn.connected:
-            self._index(conn)  # a verdict changes which workers the scheduler prefers
+        self._observed(found)
+        for worker_id in found:
+            if (conn := self.workers.get(worker_id)) is not None and conn.connected:
+                self._index(conn)
 
     def _observed(self, found: dict[str, pb.WorkerHealth]) -> None:
         """In observe mode nothing is quarantined: the operator hears of each failed verdict instead."""

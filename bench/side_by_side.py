@@ -41,7 +41,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def goals(nt: Path, mine: dict, starts: dict) -> list[str]:
+def goals(nt: Path, mine: dict, starts: dict, ngpu: int) -> list[str]:
     out = []
 
     def check(ok: bool, text: str) -> None:
@@ -79,7 +79,7 @@ def goals(nt: Path, mine: dict, starts: dict) -> list[str]:
     warm = starts.get("warm_ms") or []
     if warm:
         p50 = statistics.median(warm)
-        check(p50 <= WARM_P50_MS, f"warm job start (submit to SUCCEEDED, trivial 2-rank job, {len(warm)} jobs): "
+        check(p50 <= WARM_P50_MS, f"warm job start (submit to SUCCEEDED, trivial {ngpu}-rank job, {len(warm)} jobs): "
               f"p50 {p50:.2f} ms, p90 {warm[int(0.9 * (len(warm) - 1))]:.2f}, max {warm[-1]:.2f} (goal p50 <= "
               f"{WARM_P50_MS} ms)")
     return out
@@ -129,9 +129,9 @@ def main() -> None:
     m = bench["machine"]
     out = [f"# ringleader and nccl-tests side by side, {len(m['gpus'])} GPUs, {m['date']}", "",
            f"Machine: {', '.join(m['gpus'])}; torch {m['torch']} (CUDA {m['cuda']}), NCCL {m['nccl']}, "
-           f"NCCL_NVLS_ENABLE={m['NCCL_NVLS_ENABLE']}. nccl-tests: -g 2 (one process), float32, out of place, "
+           f"NCCL_NVLS_ENABLE={m['NCCL_NVLS_ENABLE']}. nccl-tests: -g {len(m['gpus'])} (one process), float32, out of place, "
            "-n 20 -w 5 -c 1 unless said; ringleader: `worker --device all`, iterations calibrated per size.", "",
-           "## Goals", "", *goals(nt, mine, bench.get("starts", {})), "",
+           "## Goals", "", *goals(nt, mine, bench.get("starts", {}), len(m["gpus"])), "",
            "## all_reduce: graph mode and per-iteration statistics", "", *graph_and_iter_table(nt, mine), "",
            "## Eager, every op", "", *table(nt, mine), ""]
     if len(sys.argv) > 3 and Path(sys.argv[3]).exists():

@@ -1,4 +1,4 @@
-"""Fleet health against what the hardware should do, on a real 2-GPU machine (what issue 48 asks).
+"""Fleet health against what the hardware should do, on a real 2-GPU machine.
 
 (a) clean: a coordinator and `worker --device all`; `ringleader check` (every kind) N times:
     every verdict counted (goal: 0 that are not HEALTHY), and the coordinator learns the fleet's

@@ -1,4 +1,4 @@
-"""Fleet bandwidth over time (issue 32), under /api/v1:
+"""Fleet bandwidth over time, under /api/v1:
     GET /trends       busbw per baseline key in buckets over hours or days, against its baseline band,
                       with the buckets that hold a low result marked; filters: host, GPU model, op, link
     GET /trends/jobs  the hours behind one point of one key: the job of the lowest result first

@@ -6,7 +6,7 @@ pipe every call_soon_threadsafe writes a byte to. A loop fed from other threads 
 loop's hops, 2,000 worker streams, executors' readers) can fill that pipe while it is busy; the
 signal's byte is then dropped ("Exception ignored when trying to write to the signal wakeup fd:
 BlockingIOError") and the signal is lost: a coordinator did not stop within 60 s of SIGTERM at
-the end of two 2,000-worker bench runs (docs/results/2026-11-26-postgres-r4, -r5). Python's own
+the end of two 2,000-worker bench runs on PostgreSQL. Python's own
 handler runs in the main thread whatever that pipe holds, and queues the callback on the loop.
 """
 

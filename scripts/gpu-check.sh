@@ -3,7 +3,7 @@
 # unit + GPU tests, the demo, and the benchmark against plain torch.distributed.
 #   usage: scripts/gpu-check.sh [tests|bench|workloads|latency|latency-tests|latency-bench|latency-side|fleet-check|control-plane|all|multihost|suite|suite-a|suite-b]
 #   logs and results under $OUT (default ./gpu-out); BENCH_ARGS go to bench/run.py.
-#   latency (issue 13) = latency-tests (tests/gpu/test_nccl_latency.py: graph mode, calibrated loops,
+#   latency = latency-tests (tests/gpu/test_nccl_latency.py: graph mode, calibrated loops,
 #   gather/scatter, symmetric memory, pinned NCCL algos, algo sweep, NCCL env re-read) then
 #   latency-bench (bench/run.py, every pass, goals checked in $OUT/bench-latency/bench.md).
 # fleet (not part of all): the fleet-health checks on real GPUs: bench/gpu_check.py (matmul and
@@ -46,7 +46,7 @@ fi
 if [ "$what" = latency ] || [ "$what" = latency-bench ]; then
   python3 bench/run.py --out "$OUT/bench-latency" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench-latency.log"
 fi
-# latency-side (issue 28, not part of all): nccl-tests built from NCCL_TESTS_SRC (default
+# latency-side (not part of all): nccl-tests built from NCCL_TESTS_SRC (default
 # ../nccl-tests) beside ringleader in one run, goals checked in $OUT/side_by_side.md.
 if [ "$what" = latency-side ]; then
   bash bench/nccl_side.sh "${NCCL_TESTS_SRC:-../nccl-tests}" 2>&1 | tee "$OUT/latency-side.log"
@@ -63,7 +63,7 @@ if [ "$what" = fleet ]; then
   timeout 330 python3 -m pytest tests/gpu/test_blame_nccl.py tests/gpu/test_fleet_gpu.py -v -s -W default \
     -p no:cacheprovider 2>&1 | tee "$OUT/fleet-gpu.log"
 fi
-# control-plane (issue 27, not part of all): bench/control_plane.py on this machine's spare CPU
+# control-plane (not part of all): bench/control_plane.py on this machine's spare CPU
 # cores (no GPU used), the coordinator pinned to cores 0,1, the load generator on the others.
 # CP_RUNS picks the runs: churn (5,000 workers draining 10,000 jobs beside a check sweep),
 # churn-unpaced (the same with --worker-msgs-per-turn 0: no bound on worker messages per turn),
@@ -108,7 +108,7 @@ if [ ${#suite_files[@]} -gt 0 ]; then
   mkdir -p "$OUT/$what-logs"  # the daemons' and coordinators' logs, for a failure's reason
   find -L /tmp/pytest-of-*/pytest-current/ -name '*.log' -size -2M -exec cp --parents {} "$OUT/$what-logs" \; 2>/dev/null
 fi
-# fleet-check (issue 26, not part of all; scripts/gpu-fleet-check.sh): bench/fleet_gpu.py, clean
+# fleet-check (not part of all; scripts/gpu-fleet-check.sh): bench/fleet_gpu.py, clean
 # checks counted, a competing process on GPU 1 named, the link check over NVLink; RUNS = $2.
 if [ "$what" = fleet-check ]; then
   { nvidia-smi; nvidia-smi topo -m; } > "$OUT/machine.txt" 2>&1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a machine with 2 GPUs or more (the nvidia-h100-x2 kind): the fleet checks against real GPU
-# faults (issue 26), in under 4 minutes. bench/fleet_gpu.py: (a) a coordinator and
+# faults, in under 4 minutes. bench/fleet_gpu.py: (a) a coordinator and
 # `worker --device all`, `ringleader check` 10 times on the clean machine, verdicts counted;
 # (b) a second process running bf16 products on GPU 1, then `check`: GPU 1's worker must be
 # SUSPECT or UNHEALTHY, no other; (c) the link check over NVLink: the size it chose and its GB/s,

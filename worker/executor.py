@@ -7,7 +7,7 @@ An executor whose job failed reports and then exits, for its daemon to replace i
 the forkserver: milliseconds): the group is in an unknown state, an NCCL communicator after an
 error cannot be trusted (re-initialising after an abort is not reliable in torch:
 pytorch/pytorch#151159), and a failed init_process_group has already advanced torch's group
-counter, so this process would rendezvous under store keys fresh peers never use (issue 18: a
+counter, so this process would rendezvous under store keys fresh peers never use (a
 poisoned rank). A new group forms with rank 0 binding its TCP store on a free port and reporting
 it (StoreReady) before the other ranks are told where to connect; forming it has its own
 deadline (JobSpec.rendezvous_timeout_s), shorter than the collectives' timeout.

@@ -40,7 +40,7 @@ from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
 log = logging.getLogger("ringleader.coordinator")
-COMMIT_EVERY_S = 0.01  # a commit a turn was 12.6 % of a draining core (docs/results/2026-11-27-h200x2-r15)
+COMMIT_EVERY_S = 0.01  # a commit a turn was 12.6 % of a draining core: docs/decisions/commit-pacing.md
 
 __all__ = ["Coordinator", "Timings", "WorkerPage"]
 

@@ -1,4 +1,4 @@
-"""The cyclic collector on a clock as well as on CPython's count (issue 27).
+"""The cyclic collector on a clock as well as on CPython's count.
 
 CPython starts a young pass when allocations net of deallocations pass the young threshold, and a
 middle pass every `threshold[1]` young passes. While a fleet drains its queue, most objects that
@@ -16,16 +16,16 @@ one). So the young generation holds at most what one interval allocates, and the
 from this thread costs the loop what an automatic one would.
 
 The pacer runs no full pass, and CPython starts one only from an automatic pass, which the
-pacer's passes keep from coming (r21, on the VM: none after start-up in any paced run). That
+pacer's passes keep from coming (on the VM: none after start-up in any paced run). That
 is on purpose for now: the oldest generation holds the queued jobs (about ten tracked objects
 each), and a full pass at 9,000-12,000 queued took 100-181 ms of CPU there. The garbage it leaves
 is small: 0-5 objects per 40 s reached the oldest generation in a churn run
-(docs/results/2026-11-28-local-r21-gc).
+(docs/decisions/collector-pacer.md).
 
 Only in a process that does not hold the workers' streams: each stream's pending read is made anew
-per message, so a pass on a clock walks all of them, whatever else was allocated (r17: a pass
-every 2 s took 96-117 ms at 10,000 workers, and p99 rose from 34.8 to 297.6 ms;
-docs/results/2026-11-27-h200x2-r17). So the coordinator paces its passes when its relay process
+per message, so a pass on a clock walks all of them, whatever else was allocated (a pass
+every 2 s took 96-117 ms at 10,000 workers, and p99 rose from 34.8 to 297.6 ms:
+docs/decisions/collector-pacer.md). So the coordinator paces its passes when its relay process
 (coordinator/edge/relay.py) serves the streams, and the relay does not.
 """
 
@@ -60,7 +60,7 @@ def tune_collector(pace_s: float = PACE_S, full_passes: bool = False) -> Collect
     had (5,000 workers draining 10,000 jobs: 1.5 s, twice a run, 2 x H200 host; not confirmed
     there, as the stall watch then missed stalls that ended in another thread). The price is the
     cyclic garbage that reaches the oldest generation, which only a full pass frees: 0-5 objects
-    per 40 s of churn with the relay (bench/results/2026-11-28-local-r21-gc); without it, also the
+    per 40 s of churn with the relay (docs/decisions/collector-pacer.md); without it, also the
     cycles of the workers' streams that end, not measured yet."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG, gc.get_threshold()[1], gc.get_threshold()[2] if full_passes else FULL_NEVER)

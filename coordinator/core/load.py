@@ -1,4 +1,4 @@
-"""How loaded the coordinator's event loop is, and what it does about it (issue 27).
+"""How loaded the coordinator's event loop is, and what it does about it.
 
 Everything the coordinator does runs on one asyncio loop, and the loop serves its ready callbacks
 in arrival order: when thousands of workers report at once (a fleet draining a deep queue), a
@@ -12,13 +12,13 @@ machine before this: submit p99 of 16-22 s, and calls that timed out after 30 s.
   turns of 60-77 ms). Throughput is not capped: turns are short and follow one another.
 - `PassPacer`: the placement pass that inputs ask for runs once at the end of the loop's turn,
   for all of them (a pass per message took a third of a draining coordinator's CPU:
-  docs/results/2026-11-25-churn), and passes take at most a quarter of the loop. (A pass cut at a
+  docs/decisions/placement-pacing.md), and passes take at most a quarter of the loop. (A pass cut at a
   time budget and resumed in later turns was tried and measured: it lost a fifth of a drain's
   throughput, 3,470 against 4,295 jobs in 40 s with 3,000 simulated workers on 2 cores; passes
   run whole.)
   A pass starts at most `Timings.pass_ranks` ranks (--pass-ranks) and the next pass, paced so,
   goes on: a fleet freed at once made single passes of 100-1,200 ms (2-core machine and 2 x H200
-  host, docs/results/2026-11-27-local-r12 and -h200x2-r12).
+  host: docs/decisions/placement-pacing.md).
 - `LagMeter`: how late the loop runs a timer (sampled every `period_s`, the worst of the last
   `window_s`). Past `shed_lag_s`, calls that add work (submit, checks, localize, imports) are
   refused at once with `Overloaded` (RESOURCE_EXHAUSTED / 429 and a Retry-After) instead of

@@ -1,4 +1,4 @@
-"""The reactor's re-entry guard (issue 25): nothing called from inside `Control.handle` may call
+"""The reactor's re-entry guard: nothing called from inside `Control.handle` may call
 back into it. A re-entry would reset the outer input's Out and lose its placement pass and events,
 so it is an error at run time: logged, and raised (tests fail on it)."""
 
@@ -17,7 +17,7 @@ class Guard:
     """`with guard.entered(what):` around applying an input. A plain class, not a generator
     context manager: it wraps every worker message, and generator context managers (this guard's
     and the SQLite store's `_tx`) were about a tenth of the GIL time a churned coordinator's inbox
-    took (docs/results/2026-11-27-local-r15/gil-profiles.txt)."""
+    took, profiled under churn on the 2-core VM."""
 
     def __init__(self) -> None:
         self.applying: str | None = None  # the input being applied

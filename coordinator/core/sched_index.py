@@ -205,7 +205,7 @@ class FleetIndex:
         """The idle, unclaimed workers of a job's list, walking the shorter side: the list, or the
         idle workers of the kinds it fits. A fleet-wide check names thousands while a busy fleet
         has a few idle: walking its list every pass was a quarter of a draining coordinator's CPU
-        (docs/results/2026-11-26-churn). In no particular order: its users count them, or sort
+        (churn, 5,000 workers). In no particular order: its users count them, or sort
         them by host and device."""
         kinds = [k for k in self.idle if lane(k) == backend and need.fits(k)]
         taken, host = claims.ids, need.host

@@ -129,7 +129,7 @@ class Scheduler:
             if need.worker_ids:
                 # A job naming fewer idle workers than it needs cannot start: it holds those it
                 # names, as below, without counting them per host (a fleet-wide check's gangs
-                # wait this way by the hundred: docs/results/2026-11-27-local-r17/gangs-pass.txt).
+                # wait this way by the hundred).
                 listed = [self._fleet.listed_idle(need, b, claims) for b in lanes]
                 if all(len(ws) < job.world_size for ws in listed):
                     group.seen_pass, group.blocked = self._pass, job.job_id

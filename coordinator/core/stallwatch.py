@@ -1,5 +1,5 @@
-"""Who stalled the coordinator's event loop (issue 27: a 10,000-worker fleet showed one stall of
-0.3-0.5 s a run, and nothing said what it was).
+"""Who stalled the coordinator's event loop (a 10,000-worker fleet showed one stall of 0.3-0.5 s a
+run, and nothing said what it was).
 
 A thread watches the loop's lag sampler (coordinator/core/load.py's LagMeter). While the sampler
 is overdue by `threshold_s` or more, the thread samples the loop thread's stack; garbage

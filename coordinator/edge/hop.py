@@ -83,7 +83,7 @@ class Lane:
     and the lane starts one body of each in turn. One client's bulk work cannot hold another's
     calls behind it: a user's SubmitJob waited behind 32 cancels of a script's burst. With the
     own turn's budget, churn's first 10 s (bench/control_plane.py) went from p99 122 ms to 59-83
-    (docs/results/2026-11-27-h200-r14)."""
+    (docs/decisions/edge-loop.md)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

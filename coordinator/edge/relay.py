@@ -6,7 +6,7 @@ each message means, what each worker is sent.
 Why a process: a stream in grpc.aio keeps about 17 objects alive for its pending read, made anew
 for each message, so with thousands of workers every collection pass of the coordinator walked
 them all (75,000-92,000 objects a young pass at 4,000 workers, 80 % of it these), and a pass holds
-every thread of its process, the users' calls included (docs/results/2026-11-27-local-r17). Here
+every thread of its process, the users' calls included (docs/decisions/worker-relay.md). Here
 the streams' objects and their passes are this process's; the coordinator holds one socket.
 
 What the relay checks itself, before anything crosses: the workers' token (the same interceptor

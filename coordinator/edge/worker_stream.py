@@ -38,7 +38,7 @@ LANE_PER_MESSAGE = 8  # users' calls started between two worker messages, at mos
 # against the messages' own budget (IntakeGate.budget_s). Counted together, a burst of cancels
 # (0.5-1 ms each, up to 8 between two messages) left a few messages a turn: drains of 15-29 ms,
 # mostly cancels, and worker messages waited 4-6 s for the core (churn, 5,000 workers, the
-# coordinator on 2 cores: docs/results/2026-11-27-h200-r14).
+# coordinator on 2 cores: docs/decisions/edge-loop.md).
 HOPS_PER_DRAIN_S = 0.004
 
 

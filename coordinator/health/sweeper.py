@@ -51,7 +51,7 @@ def chosen(workers: Iterable[pb.WorkerInfo], worker_ids: Iterable[str] = (), hos
 
 # A check job starts only when every worker it names is idle at once. On a fleet with any user
 # traffic, one job naming thousands never was: the churn bench's fleet-wide gpu_check stayed
-# QUEUED in every run (r12-r17, 2,500 workers a job). Gangs of a few hosts each start as their
+# QUEUED in every run (2,500 workers a job). Gangs of a few hosts each start as their
 # own workers free up. 32 is 4 hosts of 8 GPUs: a worker's figures still have dozens of peers of
 # its model, and a host's links still cross to other hosts (how link_matrix names a host).
 GANG_MAX = 32
@@ -147,7 +147,7 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
     specs = plan(workers, request.kinds, request)
     # All or none: nothing is submitted if one cannot run. Each gang's own workers, looked up by
     # id: each spec filtering the whole list held the loop 218-296 ms for 5,000 workers' 157
-    # gangs (churn on the device, docs/results/2026-11-27-h200x4-r18).
+    # gangs (churn, 5,000 workers, on the 4 x H200 host).
     by_id = {w.worker_id: w for w in workers}
     for n, spec in enumerate(specs, 1):
         fits_devices(spec, [by_id[i] for i in spec.placement.worker_ids])

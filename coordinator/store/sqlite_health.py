@@ -71,7 +71,7 @@ class SqliteWorkerHealth:
 class SqliteCredentials:
     """Each registration asks for its id's credential: in bursts of 5,000-10,000 registrations
     these reads, one SQLite transaction each, were the loop's stack in a quarter to a third of the
-    stall watch's samples (docs/results/2026-11-26-h200x4-r7). Only this process writes the table (one coordinator per
+    stall watch's samples (4 x H200 host). Only this process writes the table (one coordinator per
     SQLite file; `--forget-worker` runs inside it), so the copy read at first use stays true."""
 
     _credentials: dict[str, str] | None = None

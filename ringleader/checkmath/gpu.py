@@ -27,7 +27,7 @@ SLACK, ALLOW_S, ALLOW_CPU_S = 4.0, 0.05, 0.5
 # memory-heavy neighbours) a clean rank's best copy read 0.68-0.81 of its peers' median, against
 # the usual floor's 0.7. A device at half its peers' speed is below 0.6 when they agree; where
 # they spread, the band widens past it under either floor (a halved copy on that VM read up to
-# 0.735, named 4 times in 20: docs/results/2026-11-28-local-r21-cpu-check).
+# 0.735, named 4 times in 20: docs/decisions/gpu-check-cpu-floor.md).
 FLOOR_CPU = 0.4
 
 

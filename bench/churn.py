@@ -112,7 +112,8 @@ async def run(cfg, stub, sims, watch, http_url: str, rng: random.Random, measure
     ran = done["succeeded"] + done["failed"]
     sweep_jobs = [await call(stub.GetJob(pb.GetJobRequest(job_id=i), timeout=DEADLINE_S)) for i in sweep_ids]
     sweep_states = [pb.JobState.Name(j.state) if j else "UNANSWERED" for j in sweep_jobs]
-    return {**out, "drain_s": drained[0] if drained else None, "jobs_finished": done, "jobs_failed": done["failed"],
+    verdicts = await not_healthy(stub)
+    return {**out, "verdicts_not_healthy": verdicts, "drain_s": drained[0] if drained else None, "jobs_finished": done, "jobs_failed": done["failed"],
             "cpu_ms_per_job": cpu / max(1.0, ran) * 1e3, "sweep_jobs": sweep_states, "holds": len(holds),
             "worker_message_wait_s": waits,
             "bench_calls_unanswered": dict(UNANSWERED)}
@@ -131,8 +132,29 @@ def profile(pid: int, seconds: float) -> subprocess.Popen | None:
                              *os.environ.get("RINGLEADER_BENCH_PROFILE_ARGS", "").split()])
 
 
+async def not_healthy(stub) -> dict[str, int]:
+    """Workers left with a verdict other than HEALTHY, per verdict: a fault-free simulated fleet's
+    sweep must leave none (a verdict storm is another scenario, with another cost)."""
+    counts: dict[str, int] = {}
+    token = ""
+    while True:
+        page = await call(stub.ListWorkers(pb.ListWorkersRequest(limit=1000, page_token=token), timeout=DEADLINE_S))
+        if page is None:
+            counts["UNANSWERED"] = counts.get("UNANSWERED", 0) + 1
+            return counts
+        for w in page.workers:
+            v = w.health.verdict
+            if v not in (pb.VERDICT_UNSPECIFIED, pb.HEALTHY):
+                counts[pb.Verdict.Name(v)] = counts.get(pb.Verdict.Name(v), 0) + 1
+        token = page.next_page_token
+        if not token:
+            return counts
+
+
 def problems(cfg, out: dict) -> list[str]:
     found = []
+    if out.get("verdicts_not_healthy"):
+        found.append(f"the sweep of a fault-free simulated fleet left verdicts: {out['verdicts_not_healthy']}")
     if out.get("drain_s") is None:
         found.append(f"the queue of {cfg.queue} did not drain within {cfg.duration:g} s")
     if out["jobs_finished"]["succeeded"] < cfg.queue:

@@ -275,7 +275,10 @@ def _evidence(a: wpb.Assignment, model: str) -> tuple[str, object] | None:
     (a simulated fleet has no faults), each on its own device, so all in one turn."""
     kind, n = a.spec.WhichOneof("kind"), a.world_size
     if kind == "gpu_check":
-        return "h49e_gpu", wpb.H49eGpuEvidence(device=model, tflops=50.0, copy_gbps=1000.0, seen_s=[0.001], series=1)
+        # What a sound GPU of the registered model reads (0.8 of its dense bf16 peak, 0.7 of its
+        # HBM bandwidth: what an H100 SXM's check reads), above the shipped floors: a healthy
+        # simulated fleet judged against what its hardware should do stays HEALTHY.
+        return "h49e_gpu", wpb.H49eGpuEvidence(device=model, tflops=790.0, copy_gbps=2350.0, seen_s=[0.001], series=1)
     if kind == "sdc_check":
         return "h49e_sdc", wpb.H49eSdcEvidence(device=model, checksum="00", wrong_from=[0] * n)
     if kind == "link_matrix":

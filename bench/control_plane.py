@@ -159,6 +159,7 @@ async def run_config(cfg: Config, tmp: Path, db: str = "") -> dict:
             stub, user = jobs_pb2_grpc.JobServiceStub(channel), jobs_pb2_grpc.JobServiceStub(own)
             await until(lambda: sims.stats().registered >= cfg.workers, f"{cfg.workers} registrations")
             out["heartbeat"] = await heartbeat_window(cfg, sims, watch)
+            out["streams_moved_to_relay"] = sims.stats().moved  # the coordinator's own relay (--relay-at)
             if cfg.churn:
                 out.update(await churn.run(cfg, stub, sims, watch, http_url, rng,
                                            lambda cfg, _bulk, *rest: measured_window(cfg, user, *rest)))

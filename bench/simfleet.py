@@ -39,6 +39,7 @@ import grpc
 from bench import loadstats
 from ringleader import __version__, roundrobin
 from ringleader.grpc_options import KEEPALIVE_OPTIONS
+from ringleader.security import with_port
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 from ringleader.v1 import workers_pb2_grpc
@@ -78,6 +79,7 @@ class Stats:
     dropped: int = 0  # streams the coordinator ended (e.g. a worker it declared lost)
     refused: int = 0  # registrations refused (ALREADY_EXISTS while the old stream is noticed)
     failed: int = 0  # streams that failed to open or broke (UNAVAILABLE, ...)
+    moved: int = 0  # streams the coordinator moved to its worker relay (Registered.move_to_port)
 
     def add(self, other: "Stats") -> None:
         for name in self.__dataclass_fields__:
@@ -109,6 +111,8 @@ class SimWorker:
     _ready: asyncio.Event = field(default_factory=asyncio.Event)
     _op: int = 0  # the executor's op counter (worker/supervisor.py op_seq)
     _kept: wpb.WorkerMessage | None = None  # the last Done of a job it ran: sent again on each stream (worker/link.py)
+    address: str = ""  # the coordinator's, as given (where a move to its relay is resolved)
+    moved: workers_pb2_grpc.WorkerServiceStub | None = None  # its worker relay's, once moved there (worker/link.py)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Stay registered until `stop`, reconnecting (after 1-2 s) when the stream ends."""
@@ -117,7 +121,10 @@ class SimWorker:
                 try:
                     if await self._session(stop):
                         self.stats.dropped += 1
+                except Moved:
+                    continue  # dial the relay now, as worker/link.py does
                 except grpc.aio.AioRpcError as exc:  # as a daemon's link: count, then reconnect
+                    self.moved = None  # the relay failed: back to the address given
                     if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                         self.stats.refused += 1
                     else:
@@ -129,7 +136,7 @@ class SimWorker:
                 self._run.cancel()
 
     async def _session(self, stop: asyncio.Event) -> bool:
-        call = self.stub.Connect()
+        call = (self.moved or self.stub).Connect()
         try:
             # A job keeps running while the stream is down (the executor is the daemon's child):
             # the daemon says so when it registers again, as worker/daemon.py does; or names the
@@ -143,7 +150,13 @@ class SimWorker:
             await call.write(wpb.WorkerMessage(register=self.spec.register(self.holds, job)))
             first = await call.read()
             if first is grpc.aio.EOF:
+                self.moved = None
                 return True
+            if first.registered.move_to_port:
+                self.stats.moved += 1
+                self.moved = workers_pb2_grpc.WorkerServiceStub(
+                    relay_channel(with_port(self.address, first.registered.move_to_port)))
+                raise Moved()
             self.stats.registered += 1
             if first.registered.worker_secret:
                 SECRETS[self.spec.worker_id] = first.registered.worker_secret
@@ -291,9 +304,26 @@ def _evidence(a: wpb.Assignment, model: str) -> tuple[str, object] | None:
     return None
 
 
-def channels(address: str, n: int) -> list[grpc.aio.Channel]:
+class Moved(Exception):
+    """The coordinator moved the stream to its worker relay."""
+
+
+_RELAY_CHANNELS: dict[str, list[grpc.aio.Channel]] = {}
+_RELAY_STREAMS: dict[str, int] = {}
+
+
+def relay_channel(address: str, per_channel: int = 100) -> grpc.aio.Channel:
+    """A channel to the relay at `address`, about `per_channel` streams a connection (as run_fleet's)."""
+    chans = _RELAY_CHANNELS.setdefault(address, [])
+    n = _RELAY_STREAMS[address] = _RELAY_STREAMS.get(address, 0) + 1
+    if len(chans) * per_channel < n:
+        chans.extend(channels(address, 1, salt=len(chans) + 10_000))
+    return chans[(n - 1) % len(chans)]
+
+
+def channels(address: str, n: int, salt: int = 0) -> list[grpc.aio.Channel]:
     """`n` channels of their own connection each (a distinct argument keeps gRPC from sharing one)."""
-    return [grpc.aio.insecure_channel(address, options=[*KEEPALIVE_OPTIONS, ("ringleader.sim_channel", i)])
+    return [grpc.aio.insecure_channel(address, options=[*KEEPALIVE_OPTIONS, ("ringleader.sim_channel", salt + i)])
             for i in range(n)]
 
 
@@ -302,11 +332,11 @@ async def run_fleet(address: str, specs: list[SimSpec], stop: asyncio.Event, sta
     """Run simulated daemons for `specs` until `stop` (about `per_channel` streams per connection)."""
     chans = channels(address, max(1, (len(specs) + per_channel - 1) // per_channel))
     try:
-        workers = [SimWorker(workers_pb2_grpc.WorkerServiceStub(chans[i % len(chans)]), s, stats, job_s)
-                   for i, s in enumerate(specs)]
+        workers = [SimWorker(workers_pb2_grpc.WorkerServiceStub(chans[i % len(chans)]), s, stats, job_s,
+                             address=address) for i, s in enumerate(specs)]
         await asyncio.gather(*(w.run(stop) for w in workers))
     finally:
-        await asyncio.gather(*(c.close() for c in chans))
+        await asyncio.gather(*(c.close() for c in [*chans, *(c for cs in _RELAY_CHANNELS.values() for c in cs)]))
 
 
 # ---- many daemons, in processes of their own --------------------------------------------------

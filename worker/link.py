@@ -22,7 +22,7 @@ import grpc
 
 from ringleader.grpc_options import KEEPALIVE_OPTIONS
 from ringleader.leader import Rotation
-from ringleader.security import ClientSecurity
+from ringleader.security import ClientSecurity, with_port
 from ringleader.v1 import workers_pb2 as wpb
 from ringleader.v1 import workers_pb2_grpc
 from worker import faults
@@ -44,6 +44,15 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempt = 0
+
+
+# A relay's answers about this daemon, not about the relay: the coordinator's own would be the same.
+REFUSALS = (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.PERMISSION_DENIED)
+
+
+class Moved(Exception):
+    """The coordinator moved this stream to its worker relay: dial it now."""
 
 
 class CoordinatorLink:
@@ -70,10 +79,13 @@ class CoordinatorLink:
         self._session: asyncio.Task | None = None
         self._stopping = False
         self._refusal = ""  # the coordinator's last refusal of our credentials, logged once
+        # The coordinator's worker relay, where the coordinator moved this daemon's stream
+        # (Registered.move_to_port; coordinator/edge/auto_relay.py): dialled until it fails.
+        self._moved = ""
 
     @property
     def address(self) -> str:
-        return self.rotation.current
+        return self._moved or self.rotation.current
 
     def send(self, msg: wpb.WorkerMessage, kept: bool = False) -> None:
         """Queue `msg` for the coordinator; `kept`: it is the JobDone of a job this daemon ran,
@@ -117,8 +129,14 @@ class CoordinatorLink:
             except asyncio.CancelledError:
                 if not self._stopping:
                     raise
+            except Moved:
+                continue  # dial the relay now
             except grpc.aio.AioRpcError as exc:
-                if exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT):
+                if self._moved and exc.code() not in REFUSALS:  # the relay failed us: back to our address
+                    log.info("worker relay %s unreachable (%s): back to %s", self._moved,
+                             exc.details() or exc.code().name, self.rotation.current)
+                    self._moved = ""
+                elif exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT):
                     log.warning("%s", exc.details())
                 elif exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                     # A wrong token is the operator's to fix; keep trying so the worker joins
@@ -157,7 +175,15 @@ class CoordinatorLink:
             await call.write(wpb.WorkerMessage(register=register))
             first = await call.read()
             if first is grpc.aio.EOF:
+                if self._moved:  # the relay ended the stream unregistered: back to our address
+                    self._moved = ""
                 return
+            if first.registered.move_to_port:
+                self._moved = with_port(self.rotation.current, first.registered.move_to_port)
+                log.info("worker %s: %s moves this stream to its worker relay, %s", self.worker_id,
+                         self.rotation.current, self._moved)
+                backoff.reset()
+                raise Moved()
             if first.registered.worker_secret:  # our id's first registration: keep what proves it
                 await self._store_secret(call, first.registered.worker_secret)
             self.heartbeat_s = first.registered.heartbeat_interval_s or self.heartbeat_s

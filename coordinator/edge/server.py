@@ -11,6 +11,7 @@ from grpc_reflection.v1alpha import reflection
 
 from coordinator.edge.hop import EdgeLoop, HoppedServicer, service_methods
 from coordinator.edge.identity import WorkerIdentities
+from coordinator.edge.auto_relay import AutoRelay
 from coordinator.edge.relay_host import RelayHost
 from coordinator.edge.rpc_parse import MalformedRequestInterceptor
 from coordinator.core.facade import Coordinator
@@ -30,7 +31,8 @@ async def start_server(coordinator: Coordinator, address: str,
                        credentials: grpc.ServerCredentials | None = None,
                        forget_workers: Sequence[str] = (),
                        identities: WorkerIdentities | None = None,
-                       relay_address: str = "", relay_settings: str = "") -> tuple["EdgeServer", int]:
+                       relay_address: str = "", relay_settings: str = "",
+                       relay_at: int = 0) -> tuple["EdgeServer", int]:
     """Build and start the gRPC server on `address` (port 0 picks one); returns it with its port.
     The server runs on an edge loop of its own thread, each handler's body on the calling (core)
     loop: coordinator/edge/hop.py says why. `interceptors` wrap every RPC, the first outermost
@@ -40,7 +42,8 @@ async def start_server(coordinator: Coordinator, address: str,
     coordinator/edge/identity.py); `identities`: the workers' credentials, shared with the REST
     API's approvals (default: new); `relay_address`: the workers' streams are also served there, by
     a relay process (coordinator/edge/relay.py; `relay_settings` its share of the security), the
-    server's `relay`."""
+    server's `relay`; without one, `relay_at`: past that many direct streams, new ones move to a
+    relay the server starts itself (coordinator/edge/auto_relay.py; 0: never)."""
     identities = identities or WorkerIdentities(coordinator.store)
     for worker_id in forget_workers:
         identities.forget(worker_id)
@@ -51,6 +54,8 @@ async def start_server(coordinator: Coordinator, address: str,
     jobs.WatchJob = EdgeWatch(coordinator, core).WatchJob  # on the edge, events pushed from the core
     workers = WorkerServicer(coordinator, identities, core, edge.loop)  # its streams' own edge/core split
     relay = RelayHost(workers, relay_address, relay_settings) if relay_address else None
+    if relay is None and relay_at > 0:
+        workers.auto = AutoRelay(workers, address, relay_settings, relay_at)
 
     async def build() -> tuple[grpc.aio.Server, int]:
         server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, MalformedRequestInterceptor()])
@@ -68,28 +73,32 @@ async def start_server(coordinator: Coordinator, address: str,
             await server.stop(0)
             raise
         return server, port
-    return await EdgeServer.start(edge, build(), relay)
+    return await EdgeServer.start(edge, build(), relay, workers.auto)
 
 
 class EdgeServer:
     """A grpc.aio.Server on its edge loop, stopped from the core loop."""
 
-    def __init__(self, server: grpc.aio.Server, edge: EdgeLoop, relay: RelayHost | None = None) -> None:
-        self._server, self._edge, self.relay = server, edge, relay
+    def __init__(self, server: grpc.aio.Server, edge: EdgeLoop, relay: RelayHost | None = None,
+                 auto: AutoRelay | None = None) -> None:
+        self._server, self._edge, self.relay, self.auto = server, edge, relay, auto
 
     @classmethod
-    async def start(cls, edge: EdgeLoop, build, relay: RelayHost | None = None) -> tuple["EdgeServer", int]:
+    async def start(cls, edge: EdgeLoop, build, relay: RelayHost | None = None,
+                    auto: AutoRelay | None = None) -> tuple["EdgeServer", int]:
         try:
             server, port = await edge.run(build)
         except BaseException:
             edge.close()
             raise
-        return cls(server, edge, relay), port
+        return cls(server, edge, relay, auto), port
 
     async def stop(self, grace: float | None) -> None:
         try:
             if self.relay:
                 await self._edge.run(self.relay.stop())
+            if self.auto:
+                await self._edge.run(self.auto.stop())
             await self._edge.run(self._server.stop(grace))
         finally:
             self._edge.close()

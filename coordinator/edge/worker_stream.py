@@ -178,13 +178,21 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
         self.c, self.identities, self.core, self.edge = coordinator, identities, core, edge
         self.inbox = Inbox(coordinator, identities, core, edge)
         self.outgoing = Outgoing(core, edge)
+        self.direct = 0  # streams served on this server now (not through a relay)
+        self.auto = None  # coordinator/edge/auto_relay.AutoRelay, where the fleet may outgrow this server
 
     async def Connect(self, request_iterator, context):
         first = await context.read()
         if first is grpc.aio.EOF or first.WhichOneof("msg") != "register":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must be Register")
+        if self.auto is not None and (port := await self.auto.move_to(self.direct)):
+            # No check here: the relay checks the daemon's token and TLS as this server would, and
+            # the core decides the rest when the relayed stream registers.
+            await context.write(wpb.CoordinatorMessage(registered=wpb.Registered(move_to_port=port)))
+            return
         conn, secret = await on(self.core, self._register(first.register, EdgeContext(context, self.edge)),
                                 client(context))
+        self.direct += 1
         out: asyncio.Queue = asyncio.Queue()
         self.core.call_soon_threadsafe(self.attach, conn, out)
         reader = asyncio.create_task(self._read(conn, context))
@@ -200,6 +208,7 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
             why = "stream cancelled"
             raise
         finally:
+            self.direct -= 1
             for task in (reader, writer):
                 task.cancel()
             self.core.call_soon_threadsafe(detach, conn)

@@ -109,6 +109,10 @@ def _add_servers(sub) -> None:
                    help="also serve the workers' streams here, from a relay process of their own: with thousands of "
                         "workers, their gRPC work and garbage collection leave the process that answers users "
                         "(port 0: a free one; default: none, workers use --grpc-address)")
+    c.add_argument("--relay-at", type=argtypes.non_negative, default=512, metavar="N",
+                   help="without --worker-address: once N workers' streams are served on the gRPC port, the "
+                        "coordinator starts a worker relay of its own beside it and new workers move there by "
+                        "themselves (default 512; 0: never)")
     c.add_argument("--http-address", default=defaults.HTTP_ADDRESS, metavar="HOST:PORT",
                    help='where the REST API, web UI and /metrics listen ("" disables them)')
     c.add_argument("--db", default="", metavar="PATH|URL",

@@ -46,6 +46,7 @@ class CoordinatorConfig:
     grpc_address: str = defaults.COORDINATOR_ADDRESS
     http_address: str = defaults.HTTP_ADDRESS  # "" disables the HTTP side
     worker_address: str = ""  # the workers' streams also served here, by a relay process (--worker-address)
+    relay_at: int = 512  # without --worker-address: past this many direct streams, a relay of its own (--relay-at; 0: never)
     db: str = ""
     timings: Timings | None = None  # None: the defaults, with worker_ttl
     worker_ttl: float = 600.0  # seconds a disconnected worker stays listed (--worker-ttl)
@@ -197,7 +198,7 @@ class RunningCoordinator:
                                                credentials=sec.grpc_credentials(),
                                                forget_workers=sec.forget_workers, identities=self.identities,
                                                relay_address=self.config.worker_address,
-                                               relay_settings=settings_env(sec) if self.config.worker_address else "")
+                                               relay_settings=settings_env(sec), relay_at=self.config.relay_at)
         self.grpc_target = with_port(self.config.grpc_address, port)
         if self.server.relay:
             self.workers_target = with_port(self.config.worker_address, self.server.relay.port)

@@ -909,11 +909,17 @@ class Registered(_message.Message):
     WORKER_ID_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _builtins.int
     WORKER_SECRET_FIELD_NUMBER: _builtins.int
+    MOVE_TO_PORT_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     heartbeat_interval_s: _builtins.float
     worker_secret: _builtins.str
     """Issued once, on the first registration of an id (or after an operator reset it): the daemon
     keeps it and presents it on every later registration. Empty otherwise.
+    """
+    move_to_port: _builtins.int
+    """Set instead of a registration: serve this stream through the coordinator's worker relay on
+    this port, on the host this daemon already dials (coordinator/edge/auto_relay.py). The
+    daemon connects there at once and comes back to its given address should the relay fail.
     """
     def __init__(
         self,
@@ -921,10 +927,11 @@ class Registered(_message.Message):
         worker_id: _builtins.str = ...,
         heartbeat_interval_s: _builtins.float = ...,
         worker_secret: _builtins.str = ...,
+        move_to_port: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval_s", b"heartbeat_interval_s", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval_s", b"heartbeat_interval_s", "move_to_port", b"move_to_port", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

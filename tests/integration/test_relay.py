@@ -146,3 +146,35 @@ def test_a_coordinator_killed_outright_takes_its_relay_and_its_socket_with_it(fr
     c.coordinator.wait(30)
     _wait_for("the relay outlived its killed coordinator", lambda: not Path(f"/proc/{relay}").exists(), timeout=30)
     _wait_for("the link's socket was left behind", lambda: not sock.parent.exists(), timeout=10)
+
+
+def test_a_fleet_past_relay_at_moves_to_a_relay_the_coordinator_starts_itself(fresh_cluster):
+    """--relay-at 2 (512 by default): the first two daemons stay on the gRPC port, the coordinator
+    then starts a relay of its own and the third registers through it, having dialled only the
+    address it was given; one job runs across both; a kill of that relay brings its daemon back."""
+    c = fresh_cluster
+    c.start_coordinator(extra=["--relay-at", "2"])
+    for wid in ("a0", "a1"):
+        c.start_worker(wid)
+    c.wait_idle(["a0", "a1"])
+    with pytest.raises(AssertionError):
+        _relay_pid(c)  # a small fleet starts none
+    c.start_worker("a2")
+    c.wait_idle(["a0", "a1", "a2"], timeout=60)
+    relay = _relay_pid(c)
+    _wait_for("a2 was not moved", lambda: "moves this stream to its worker relay" in _text(c, "a2"))
+    assert "moves this stream" not in _text(c, "a0") + _text(c, "a1")
+    job = c.wait_job(c.submit(world_size=3, workers=["a0", "a1", "a2"], op="all_reduce").id)
+    assert job.state == pb.SUCCEEDED, job.reason
+
+    os.kill(relay, signal.SIGKILL)
+    log = c.tmp / "coordinator.log"
+    _wait_for("the coordinator did not name the relay's end",
+              lambda: "worker a2 left: stream broken (the worker relay exited)" in log.read_text())
+    c.wait_idle(["a0", "a1", "a2"], timeout=60)  # through the relay started again, or directly meanwhile
+    job = c.wait_job(c.submit(world_size=3, workers=["a0", "a1", "a2"], op="all_reduce").id)
+    assert job.state == pb.SUCCEEDED, job.reason
+
+
+def _text(c: Cluster, wid: str) -> str:
+    return (c.tmp / f"{wid}.log").read_text(errors="replace")

@@ -113,6 +113,7 @@ SAMPLES = {
     "lease_ttl": ("15", 15.0),
     "worker_msgs_per_turn": ("64", 64),
     "pass_ranks": ("32", 32),
+    "relay_at": ("1000", 1000),
     "shed_lag": ("0", 0.0),
     "stall_warn": ("0.05", 0.05),
     "gc_pace": ("0.5", 0.5),

@@ -11,8 +11,9 @@ figure is judged again here:
   is the check, the figure, the worker's device model from its registration (never the check
   payload's device string), and what sets the figure's scale (dtype and n; copy bytes; link kind
   and size).
-- shipped floor: per GPU model (FLOORS), always: a fleet slow from its first check learns a slow
-  history, and the floor still says what the hardware does.
+- shipped floor: per GPU model (FLOORS), always, and per same-host NVLink pair of one SXM model
+  (LINK_FLOORS): a fleet slow from its first check learns a slow history, and the floor still says
+  what the hardware does.
 
 A figure below its expectation fails the worker (UNHEALTHY), whatever its peers said. When every
 judged worker of the run is below, that is ONE fleet-wide finding; when every worker of one host
@@ -86,6 +87,34 @@ def floor_of(model: str, figure: str, dtype: str, n: int = FLOOR_MIN_N, copy_byt
         return None
     matches = [f for f in floors if f.figure == figure and f.model in model]
     return max(matches, key=lambda f: len(f.model)) if matches else None
+
+
+# Same-host links between two GPUs of one SXM model ride NVLink: the link check's GB/s (a timed round
+# trip of both directions, 328-349 GB/s at 256 MiB on NV18 H200 pairs, where nccl-tests' sendrecv
+# reads 306) against a third of one direction's NVLink bandwidth. A pair that lost its peer-to-peer
+# path read 27-36 GB/s. PCIe cards (H100 PCIe, the NVL boards) have NVLink only where bridged: no
+# floor (value 0). Links across hosts and smaller transfers have none either.
+LINK_FLOOR_MIN_BYTES = 64 << 20
+LINK_FLOORS: tuple[Floor, ...] = (
+    Floor("H200", "link_gbps", 150.0, "NVLink 4 on H200 SXM: 18 links, 450 GB/s each way (NVIDIA H200 datasheet: 900 GB/s)"),
+    Floor("H100", "link_gbps", 150.0, "NVLink 4 on H100 SXM: 18 links, 450 GB/s each way (NVIDIA H100 datasheet: 900 GB/s)"),
+    Floor("A100", "link_gbps", 100.0, "NVLink 3 on A100 SXM: 12 links, 300 GB/s each way (NVIDIA A100 datasheet: 600 GB/s)"),
+    Floor("B200", "link_gbps", 300.0, "NVLink 5 on B200: 18 links, 900 GB/s each way (NVIDIA B200 datasheet: 1.8 TB/s)"),
+    Floor("H100 PCIe", "link_gbps", 0.0, "a PCIe card: NVLink only where bridged"),
+    Floor("H100 NVL", "link_gbps", 0.0, "a PCIe card: NVLink only where bridged"),
+    Floor("H200 NVL", "link_gbps", 0.0, "a PCIe card: NVLink only where bridged"),
+    Floor("A100 PCIe", "link_gbps", 0.0, "a PCIe card: NVLink only where bridged"),
+)
+
+
+def link_floor_of(model_a: str, model_b: str, same_host: bool, size_bytes: int,
+                  floors: tuple[Floor, ...] = LINK_FLOORS) -> Floor | None:
+    """The shipped floor of a same-host link between two GPUs of one model, at the link check's
+    large sizes; None across hosts, between models, for PCIe cards, and below LINK_FLOOR_MIN_BYTES."""
+    if not same_host or model_a != model_b or size_bytes < LINK_FLOOR_MIN_BYTES:
+        return None
+    found = floor_of(model_a, "link_gbps", "", floors=floors)
+    return found if found is not None and found.value > 0 else None
 
 
 class History:
@@ -164,8 +193,9 @@ def figures(job: pb.Job, models: Mapping[str, str]) -> list[Figure]:
             where = "same-host" if host[x.a] == host[x.b] else "cross-host"
             pair = "+".join(sorted({model[x.a], model[x.b]}))
             key = f"link_matrix|gbps|{pair}|{where}|{r.size_bytes}"
+            floor = link_floor_of(model[x.a], model[x.b], where == "same-host", r.size_bytes)
             for rank in (x.a, x.b):  # a link is a figure of both its ends
-                out.append(Figure(rank, key, f"{where} link {x.a}-{x.b} GB/s ({r.size_bytes} bytes)", x.gbps, None,
+                out.append(Figure(rank, key, f"{where} link {x.a}-{x.b} GB/s ({r.size_bytes} bytes)", x.gbps, floor,
                                   f"{x.a}-{x.b}", min(band[x.a], band[x.b])))
     return out
 

@@ -194,3 +194,25 @@ def test_floors_hold_only_for_the_default_sizes():
     g = gpu_check.gpu_result(["H200"], _honest([(50.0, 100.0)], 1024, 1 << 20), 1024, "bfloat16", 1 << 20, 10)
     job = _job("gpu_check", g, ["a"])
     assert verdicts.of_job(job, _expect(job))["w0"].verdict == pb.VERDICT_UNSPECIFIED  # not judged by the floor
+
+
+def test_a_same_host_nvlink_pair_that_lost_its_path_is_below_its_shipped_floor_from_the_first_check():
+    """No history yet (a fresh fleet): a same-host H200 pair at 256 MiB reading 36 GB/s (peer to
+    peer off) is below the NVLink floor; at 340 GB/s it is not; PCIe cards and cross-host links,
+    and small transfers, have no link floor."""
+    hosts = ["a", "a"]
+
+    def run(gbps: float, model: str = "NVIDIA H200", size: int = 256 << 20, where=hosts):
+        rows = [dict(a=0, b=1, round=0, latency_us=1.0, gbps=gbps, wrong=0)]
+        job = _job("link_matrix", link_matrix.link_result(rows, where, size, 1), where)
+        e = _expect(job, model)
+        return verdicts.of_job(job, e), e
+
+    found, e = run(36.0)
+    assert _by_verdict(found)[pb.UNHEALTHY] == ["w0", "w1"]
+    assert "shipped floor: same-host link 0-1 GB/s" in found["w0"].expected and "NVLink 4" in found["w0"].expected
+    assert [s for s, _ in e.findings] == [expectations.FLEET]
+    assert _by_verdict(run(340.0)[0])[pb.UNHEALTHY] == []
+    for quiet in (run(36.0, "NVIDIA H200 NVL"), run(36.0, "NVIDIA H100 PCIe"), run(36.0, size=1 << 20),
+                  run(36.0, where=["a", "b"])):
+        assert _by_verdict(quiet[0])[pb.UNHEALTHY] == []

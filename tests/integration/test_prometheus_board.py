@@ -1,7 +1,8 @@
 """The Grafana board and the alerting rules against a real Prometheus server (Debian's
 `prometheus`): it scrapes a real coordinator and CPU workers that ran a sweep and the fleet's
 checks, one worker slowed by the fault injector; every panel's query of
-deploy/grafana/ringleader-dashboard.json returns series, and the shipped quarantine alert fires.
+deploy/grafana/ringleader-dashboard.json returns series, the shipped quarantine alert fires, and
+the regression alert fires after sweeps slowed by a straggler rank.
 Skipped where no prometheus binary is installed, unless RINGLEADER_REQUIRE_PROMETHEUS=1 (.ci/run):
 there it fails."""
 
@@ -31,6 +32,8 @@ RULES = ROOT / "deploy/prometheus/rules/ringleader.rules.yml"
 IDS = ["p0", "p1", "p2"]
 SLOW = "p2"
 FAULTY = {"RINGLEADER_FAULTS": "slow_compute=8", "RINGLEADER_FAULTS_ALLOWED": "tests"}
+STRAGGLER = "p3"  # joins after the checks: its sweeps regress against the clean pair's baseline
+STRAGGLING = {"RINGLEADER_FAULTS": "delay_op_ms=30", "RINGLEADER_FAULTS_ALLOWED": "tests"}
 # Grafana's variables, as the board's "All" options and a short dashboard range would set them.
 VARIABLES = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "15s"}
 # Panels that read what only a GPU reports (NVML): a CPU worker exports no such series.
@@ -98,6 +101,16 @@ def scraped(tmp_path_factory):
         assert {w.worker_id for w in answer.workers if w.health.verdict == pb.UNHEALTHY} == {SLOW}
         with pytest.raises(grpc.RpcError):  # a user's call answered NOT_FOUND: the gRPC error panel's series
             c.client.get("no-such-job")
+        # A slowed sweep: the pair's baseline learnt from clean sweeps, then the same sweep with a
+        # straggler rank (every op 30 ms late), several times so the regression counter rises
+        # between scrapes (increase() needs two samples of a series).
+        c.start_worker(STRAGGLER, env=STRAGGLING)
+        c.wait_idle([STRAGGLER])
+        for pair in [["p0", "p1"]] * 6 + [["p0", STRAGGLER]] * 4:
+            job = c.wait_job(c.submit(world_size=2, workers=pair, op="all_reduce").id)
+            assert job.state == pb.SUCCEEDED, job.reason
+            if STRAGGLER in pair:
+                time.sleep(2)
         yield f"http://127.0.0.1:{port}", tmp
     finally:
         if prom is not None:
@@ -112,7 +125,7 @@ def query(url: str, expr: str) -> list:
     return r.json()["data"]["result"]
 
 
-def test_every_panel_of_the_board_returns_series_and_the_quarantine_alert_fires(scraped):
+def test_every_panel_of_the_board_returns_series_and_the_quarantine_and_regression_alerts_fire(scraped):
     url, tmp = scraped
     queries = panel_queries()
     assert len(queries) >= 30
@@ -127,10 +140,14 @@ def test_every_panel_of_the_board_returns_series_and_the_quarantine_alert_fires(
     targets = httpx.get(f"{url}/api/v1/targets", timeout=30).json()["data"]["activeTargets"]
     assert len(targets) == 1 + len(IDS) and all(t["health"] == "up" for t in targets), targets
 
-    firing = []
-    while time.monotonic() < deadline + 30 and not firing:
+    firing: dict[str, dict] = {}
+    while time.monotonic() < deadline + 30 and len(firing) < 2:
         alerts = httpx.get(f"{url}/api/v1/alerts", timeout=30).json()["data"]["alerts"]
-        firing = [a for a in alerts if a["labels"]["alertname"] == "RingleaderWorkerQuarantined"
-                  and a["state"] == "firing"]
+        firing = {a["labels"]["alertname"]: a for a in alerts if a["state"] == "firing"
+                  and a["labels"]["alertname"] in ("RingleaderWorkerQuarantined", "RingleaderBaselineRegression")}
         time.sleep(1)
-    assert firing and firing[0]["annotations"]["summary"] == "1 ringleader worker(s) quarantined", alerts
+    assert firing.get("RingleaderWorkerQuarantined", {}).get("annotations", {}).get("summary") == \
+        "1 ringleader worker(s) quarantined", alerts
+    regression = firing.get("RingleaderBaselineRegression")
+    assert regression and regression["labels"]["op"] == "all_reduce", alerts
+    assert regression["annotations"]["summary"].startswith("all_reduce ("), regression

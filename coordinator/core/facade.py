@@ -246,6 +246,10 @@ class Coordinator:
             rank=w.rank, worker_id=w.worker_id, received=job.state == pb.SUCCEEDED or w.rank in logs, text=logs.get(w.rank, ""))
             for w in sorted(job.workers, key=lambda w: w.rank)])
 
+    def check_verdicts(self, job_id: str) -> dict[str, pb.WorkerHealth]:
+        """A finished check job's verdicts as recorded (worker id -> health); {} when none were."""
+        return self.control.health.job_verdicts(job_id)
+
     def list_workers(self, states: Iterable[int] = (), limit: int = 0, page_token: str = "") -> WorkerPage:
         """A page of workers in (host, device index, id) order; `next_page_token` continues it."""
         health = self.control.health

@@ -55,6 +55,7 @@ class HealthProtocol:
         if not found:
             return
         found = recheck.hold_unfounded_releases(rj.job, found, self.health.get)
+        self.health.keep_job_verdicts(rj.id, found)
         self._record(found, model_of)
         held = [w for w in sorted(found) if self.health.get(w).breaker_held]
         if held:

@@ -26,6 +26,7 @@ approves its return after a pass (`approve_return`; `ringleader workers approve-
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 from collections import Counter
@@ -51,6 +52,9 @@ def quarantined(h: pb.WorkerHealth) -> bool:
     return h.cordoned or h.validate_needs_approval or (h.verdict == pb.UNHEALTHY and not h.breaker_held)
 
 
+JOBS_KEPT = 4096  # check jobs whose verdicts stay readable (a fleet-wide sweep's gangs and then some)
+
+
 class HealthBook:
     def __init__(self, store: JobStore, clock: Callable[[], float] = time.time,
                  max_share: float = DEFAULT_MAX_SHARE, observe: bool = False) -> None:
@@ -68,6 +72,9 @@ class HealthBook:
         self._waits: dict[str, float] = {}
         # The telemetry rules that fired on each worker's last reading (a verdict only on a change).
         self.telemetry_fired: dict[str, tuple] = {}
+        # Each recent check job's verdicts as recorded (job id -> worker id -> health), for the
+        # answer of a RunCheck that waited (`ringleader validate` prints these, not a recompute).
+        self.by_job: collections.OrderedDict[str, dict[str, pb.WorkerHealth]] = collections.OrderedDict()
         self.crashes = CrashLog()  # each worker's recent crashes, its own reports (coordinator/health/crashes.py)
 
     def get(self, worker_id: str) -> pb.WorkerHealth:
@@ -107,6 +114,17 @@ class HealthBook:
 
     def known(self) -> set[str]:
         return set(self._by_worker)
+
+    def keep_job_verdicts(self, job_id: str, found: Mapping[str, pb.WorkerHealth]) -> None:
+        """What a check job found, as recorded: read back by `job_verdicts` (bounded, oldest out)."""
+        self.by_job[job_id] = {w: pb.WorkerHealth(verdict=h.verdict, figure=h.figure, expected=h.expected,
+                                                  check=h.check, job_id=job_id, finding=h.finding)
+                               for w, h in found.items()}
+        while len(self.by_job) > JOBS_KEPT:
+            self.by_job.popitem(last=False)
+
+    def job_verdicts(self, job_id: str) -> dict[str, pb.WorkerHealth]:
+        return self.by_job.get(job_id, {})
 
     def quarantined_ids(self) -> list[str]:
         return sorted(w for w, h in self._by_worker.items() if self._held(h))

@@ -169,6 +169,9 @@ async def run_check(core, fleet, request: pb.RunCheckRequest) -> pb.RunCheckResp
         job_ids = {j.id for j in out.jobs}
         out.findings.extend(dict.fromkeys(w.health.finding for w in out.workers
                                           if w.health.finding and w.health.job_id in job_ids))
+        for j in out.jobs:
+            for worker_id, h in sorted(core.check_verdicts(j.id).items()):
+                out.verdicts.add(job_id=j.id, check=j.spec.WhichOneof("kind"), worker_id=worker_id, health=h)
     return out
 
 

@@ -64,9 +64,9 @@ def run(a: argparse.Namespace) -> int:
 
 def certificate(r: pb.RunCheckResponse, seconds: float, host: str = "") -> dict:
     """What was run, each figure against its yardstick, how long; `passed` only when every check
-    ended and judged every worker it covered HEALTHY, and every worker was covered."""
-    from coordinator.health import verdicts  # the coordinator's own rules, loaded only here
-
+    ended and judged every worker it covered HEALTHY, and every worker was covered. The verdicts
+    are the coordinator's as it recorded them (RunCheckResponse.verdicts: peers, history and
+    shipped floors, the recheck rules), never recomputed here."""
     found: dict[str, list[dict]] = {w.worker_id: [] for w in r.workers}
     ran = []
     for job in r.jobs:
@@ -74,9 +74,11 @@ def certificate(r: pb.RunCheckResponse, seconds: float, host: str = "") -> dict:
         took = job.finished_at - job.started_at if job.finished_at and job.started_at else 0.0
         ran.append({"job_id": job.id, "check": kind, "state": pb.JobState.Name(job.state), "reason": job.reason,
                     "workers": sorted(w.worker_id for w in job.workers), "seconds": round(took, 3)})
-        for worker_id, h in verdicts.of_job(job).items():
-            found.setdefault(worker_id, []).append(
-                {"check": kind, "verdict": pb.Verdict.Name(h.verdict), "figure": h.figure, "expected": h.expected})
+    for v in r.verdicts:
+        h = v.health
+        found.setdefault(v.worker_id, []).append(
+            {"check": v.check, "job_id": v.job_id, "verdict": pb.Verdict.Name(h.verdict), "figure": h.figure,
+             "expected": h.expected})
     workers = []
     for w in r.workers:
         figures = found.get(w.worker_id, [])

@@ -2616,6 +2616,7 @@ class RunCheckResponse(_message.Message):
     NAMED_HOSTS_FIELD_NUMBER: _builtins.int
     WORKERS_FIELD_NUMBER: _builtins.int
     FINDINGS_FIELD_NUMBER: _builtins.int
+    VERDICTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:
         """one per kind and backend (CPU and GPU workers never share a group)"""
@@ -2632,6 +2633,12 @@ class RunCheckResponse(_message.Message):
     def findings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """with wait: fleet- or host-wide findings of these checks (WorkerHealth.finding)"""
 
+    @_builtins.property
+    def verdicts(self) -> _containers.RepeatedCompositeFieldContainer[Global___CheckVerdict]:
+        """With wait: each check's verdict on each worker it covered, as the coordinator recorded it
+        (after the expectations and the recheck rules), not as a client would recompute it.
+        """
+
     def __init__(
         self,
         *,
@@ -2639,14 +2646,49 @@ class RunCheckResponse(_message.Message):
         named_hosts: _abc.Iterable[_builtins.str] | None = ...,
         workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
         findings: _abc.Iterable[_builtins.str] | None = ...,
+        verdicts: _abc.Iterable[Global___CheckVerdict] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["findings", b"findings", "jobs", b"jobs", "named_hosts", b"named_hosts", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["findings", b"findings", "jobs", b"jobs", "named_hosts", b"named_hosts", "verdicts", b"verdicts", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunCheckResponse: _TypeAlias = RunCheckResponse  # noqa: Y015
+
+@_typing.final
+class CheckVerdict(_message.Message):
+    """One check job's verdict on one worker (RunCheckResponse.verdicts; `ringleader validate`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    CHECK_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    HEALTH_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    check: _builtins.str
+    """the check kind, e.g. "gpu_check" """
+    worker_id: _builtins.str
+    @_builtins.property
+    def health(self) -> Global___WorkerHealth:
+        """verdict, figure and the yardstick that judged it (expected)"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        check: _builtins.str = ...,
+        worker_id: _builtins.str = ...,
+        health: Global___WorkerHealth | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["health", b"health"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check", b"check", "health", b"health", "job_id", b"job_id", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckVerdict: _TypeAlias = CheckVerdict  # noqa: Y015
 
 @_typing.final
 class BaselineEntry(_message.Message):

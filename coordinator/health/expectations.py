@@ -86,7 +86,8 @@ def floor_of(model: str, figure: str, dtype: str, n: int = FLOOR_MIN_N, copy_byt
     if figure == "copy_gbps" and copy_bytes < FLOOR_MIN_COPY_BYTES:
         return None
     matches = [f for f in floors if f.figure == figure and f.model in model]
-    return max(matches, key=lambda f: len(f.model)) if matches else None
+    best = max(matches, key=lambda f: len(f.model)) if matches else None
+    return best if best is not None and best.value > 0 else None  # 0: this model has none
 
 
 # Same-host links between two GPUs of one SXM model ride NVLink: the link check's GB/s (a timed round
@@ -113,16 +114,17 @@ def link_floor_of(model_a: str, model_b: str, same_host: bool, size_bytes: int,
     large sizes; None across hosts, between models, for PCIe cards, and below LINK_FLOOR_MIN_BYTES."""
     if not same_host or model_a != model_b or size_bytes < LINK_FLOOR_MIN_BYTES:
         return None
-    found = floor_of(model_a, "link_gbps", "", floors=floors)
-    return found if found is not None and found.value > 0 else None
+    return floor_of(model_a, "link_gbps", "", floors=floors)
 
 
 class History:
     """The passing figures of each key (memory only: lost on a coordinator restart, learnt again)."""
 
-    def __init__(self) -> None:
+    def __init__(self, floors: tuple[Floor, ...] | None = None) -> None:
         self._samples: dict[str, deque[float]] = {}
         self.findings: dict[str, int] = defaultdict(int)  # findings raised, by scope (a counter)
+        # The floors judged by: the shipped table, or an operator's edit of it (--floors FILE).
+        self.floors: tuple[Floor, ...] = floors if floors is not None else FLOORS + LINK_FLOORS
 
     def median(self, key: str) -> tuple[float, int] | None:
         s = self._samples.get(key)
@@ -163,8 +165,10 @@ class Judged:
     findings: list[tuple[str, str]]  # (scope, text)
 
 
-def figures(job: pb.Job, models: Mapping[str, str]) -> list[Figure]:
-    """The figures of a finished check that expectations judge, keyed by registered model."""
+def figures(job: pb.Job, models: Mapping[str, str], floors: tuple[Floor, ...] | None = None) -> list[Figure]:
+    """The figures of a finished check that expectations judge, keyed by registered model, each
+    with its floor from `floors` (default: the shipped tables)."""
+    floors = floors if floors is not None else FLOORS + LINK_FLOORS
     kind = job.spec.WhichOneof("kind")
     ranks = {w.rank: w for w in job.workers}
     model = {r: models.get(w.worker_id) or "unknown" for r, w in ranks.items()}
@@ -178,10 +182,11 @@ def figures(job: pb.Job, models: Mapping[str, str]) -> list[Figure]:
                 continue  # an untrusted or wrong figure is judged by the peers' rules only
             m = model[w.rank]
             out.append(Figure(w.rank, f"gpu_check|tflops|{m}|{r.dtype}|n{r.matmul_n}",
-                              f"TFLOP/s ({r.dtype} n={r.matmul_n})", w.tflops, floor_of(m, "tflops", r.dtype, r.matmul_n),
+                              f"TFLOP/s ({r.dtype} n={r.matmul_n})", w.tflops, floor_of(m, "tflops", r.dtype, r.matmul_n, floors=floors),
                               band=band[w.rank]))
             out.append(Figure(w.rank, f"gpu_check|copy_gbps|{m}|{r.copy_bytes}",
-                              f"copy GB/s ({r.copy_bytes} bytes)", w.copy_gbps, floor_of(m, "copy_gbps", r.dtype, copy_bytes=r.copy_bytes),
+                              f"copy GB/s ({r.copy_bytes} bytes)", w.copy_gbps,
+                              floor_of(m, "copy_gbps", r.dtype, copy_bytes=r.copy_bytes, floors=floors),
                               band=band[w.rank]))
     elif kind == "link_matrix":
         r = job.link_matrix
@@ -193,7 +198,7 @@ def figures(job: pb.Job, models: Mapping[str, str]) -> list[Figure]:
             where = "same-host" if host[x.a] == host[x.b] else "cross-host"
             pair = "+".join(sorted({model[x.a], model[x.b]}))
             key = f"link_matrix|gbps|{pair}|{where}|{r.size_bytes}"
-            floor = link_floor_of(model[x.a], model[x.b], where == "same-host", r.size_bytes)
+            floor = link_floor_of(model[x.a], model[x.b], where == "same-host", r.size_bytes, floors)
             for rank in (x.a, x.b):  # a link is a figure of both its ends
                 out.append(Figure(rank, key, f"{where} link {x.a}-{x.b} GB/s ({r.size_bytes} bytes)", x.gbps, floor,
                                   f"{x.a}-{x.b}", min(band[x.a], band[x.b])))
@@ -202,7 +207,7 @@ def figures(job: pb.Job, models: Mapping[str, str]) -> list[Figure]:
 
 def judge(job: pb.Job, found: Found, models: Mapping[str, str], history: History) -> Judged:
     """The peers' verdicts (`found`) judged again against expectations. Pure: reads `history`."""
-    figs = figures(job, models)
+    figs = figures(job, models, history.floors)
     below: dict[int, list[str]] = defaultdict(list)  # rank -> what fell below
     seen: dict[int, list[str]] = defaultdict(list)  # rank -> each figure beside its expectation
     judged: set[int] = set()
@@ -296,8 +301,47 @@ def learn(job: pb.Job, final: Mapping[int, int], models: Mapping[str, str], hist
     judged (a lone worker's only way to get a yardstick; nothing said it was slow): a figure that
     failed or is suspect never becomes the expectation."""
     ranks_of: dict[tuple[str, str, float], list[int]] = defaultdict(list)  # a link is one figure of two ends
-    for f in figures(job, models):
+    for f in figures(job, models, history.floors):
         ranks_of[(f.key, f.measured or str(f.rank), f.value)].append(f.rank)
     for (key, _, value), ranks in ranks_of.items():
         if all(final.get(r) in (pb.HEALTHY, pb.VERDICT_UNSPECIFIED) for r in ranks):
             history.learn(key, value)
+
+
+# ---- the floors as a document an operator exports, edits and gives a coordinator (--floors FILE)
+
+FLOOR_FIGURES = ("tflops", "copy_gbps", "link_gbps")
+
+
+def floors_doc(floors: tuple[Floor, ...]) -> dict:
+    return {"floors": [{"model": f.model, "figure": f.figure, "value": f.value, "source": f.source} for f in floors]}
+
+
+def floors_from(doc: object, shipped: tuple[Floor, ...] | None = None) -> tuple[Floor, ...]:
+    """The shipped floors with an operator's document over them: a row of the same model and figure
+    replaces the shipped one, others are added (value 0: no floor for that model). Raises
+    InvalidSpec naming the field (floors[3].value) on anything else."""
+    from ringleader.errors import InvalidSpec
+    shipped = shipped if shipped is not None else FLOORS + LINK_FLOORS
+    rows = doc.get("floors") if isinstance(doc, dict) else None
+    if not isinstance(rows, list):
+        raise InvalidSpec("floors", 'expected {"floors": [{"model", "figure", "value", "source"}, ...]}')
+    out = {(f.model, f.figure): f for f in shipped}
+    for i, row in enumerate(rows):
+        where = f"floors[{i}]"
+        if not isinstance(row, dict):
+            raise InvalidSpec(where, "expected an object with model, figure, value and source")
+        unknown = set(row) - {"model", "figure", "value", "source"}
+        if unknown:
+            raise InvalidSpec(f"{where}.{sorted(unknown)[0]}", "unknown field")
+        model, figure, value, source = row.get("model"), row.get("figure"), row.get("value"), row.get("source", "")
+        if not isinstance(model, str) or not model.strip() or len(model) > 128:
+            raise InvalidSpec(f"{where}.model", "a device model name (a part of the registered device name), 1-128 characters")
+        if figure not in FLOOR_FIGURES:
+            raise InvalidSpec(f"{where}.figure", f"one of {', '.join(FLOOR_FIGURES)}, got {str(figure)[:32]!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e7:
+            raise InvalidSpec(f"{where}.value", f"a number of {'TFLOP/s' if figure == 'tflops' else 'GB/s'}, 0 or more")
+        if not isinstance(source, str) or len(source) > 512:
+            raise InvalidSpec(f"{where}.source", "where the figure comes from, at most 512 characters")
+        out[(model.strip(), figure)] = Floor(model.strip(), figure, float(value), source or "operator's table")
+    return tuple(out.values())

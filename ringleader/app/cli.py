@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 import argcomplete
 import grpc
@@ -26,7 +28,7 @@ from ringleader import __version__, defaults, kinds
 from ringleader.app import (argtypes, baseline_cmds, check_cmds, commands, completion, config, coordinator_flags, hints,
                             k8s_secrets, security_flags, submit_args, validate_cmds)
 from ringleader.app.argtypes import OUTPUTS
-from ringleader.errors import EXIT_FAILED, EXIT_USAGE, RingleaderError, answer, exit_code_for_status
+from ringleader.errors import EXIT_FAILED, EXIT_USAGE, InvalidSpec, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
 
 SHELLS = ("bash", "zsh", "fish")
@@ -101,6 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def load_floors(path: str):
+    """The floors a coordinator judges by: the shipped table, with the file's rows over it."""
+    from coordinator.health import expectations
+    if not path:
+        return expectations.FLOORS + expectations.LINK_FLOORS
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise InvalidSpec("floors", f"{path}: {exc}") from None
+    return expectations.floors_from(doc)
+
+
 def _add_servers(sub) -> None:
     c = sub.add_parser("coordinator", help="run the coordinator (gRPC and HTTP)")
     c.add_argument("--grpc-address", default=defaults.COORDINATOR_ADDRESS, metavar="HOST:PORT",
@@ -109,6 +123,9 @@ def _add_servers(sub) -> None:
                    help="also serve the workers' streams here, from a relay process of their own: with thousands of "
                         "workers, their gRPC work and garbage collection leave the process that answers users "
                         "(port 0: a free one; default: none, workers use --grpc-address)")
+    c.add_argument("--floors", default="", metavar="FILE",
+                   help="judge check figures by this edited table of expectation floors (JSON, as `ringleader "
+                        "floors export` prints) over the shipped one; a bad row refuses to start naming the field")
     c.add_argument("--relay-at", type=argtypes.non_negative, default=512, metavar="N",
                    help="without --worker-address: once N workers' streams are served on the gRPC port, the "
                         "coordinator starts a worker relay of its own beside it and new workers move there by "
@@ -186,6 +203,12 @@ def _add_clients(sub) -> None:
     k8s_secrets.add_flag(sub.choices["certs"])
     baseline_cmds.add_parsers(sub, _talker, _client_options)
     validate_cmds.add_commands(sub, _talker, _client_options)
+    floors = sub.add_parser("floors", help="the expectation floors check figures are judged by, as JSON to edit "
+                                           "and give a coordinator (--floors FILE)")
+    floors.add_argument("what", nargs="?", default="export", help="export (the only one)")
+    floors.add_argument("--floors", default="", metavar="FILE",
+                        help="an edited table: print it merged over the shipped one (what a coordinator started "
+                             "with --floors FILE judges by), after checking every row")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -256,6 +279,12 @@ def _run(a, settings: config.Settings) -> int:
         return baseline_cmds.run(a)
     if a.command in validate_cmds.COMMANDS:
         return validate_cmds.run(a)
+    if a.command == "floors":
+        from coordinator.health import expectations  # the coordinator's table, loaded only here
+        if getattr(a, "what", "export") not in ("export", None):
+            raise InvalidSpec("what", f"expected export, got {a.what[:64]!r}")
+        print(json.dumps(expectations.floors_doc(load_floors(a.floors)), indent=1))
+        return 0
     return check_cmds.run(a) if check_cmds.handles(a) else commands.run_client_command(a)
 
 

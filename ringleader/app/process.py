@@ -46,6 +46,7 @@ class CoordinatorConfig:
     grpc_address: str = defaults.COORDINATOR_ADDRESS
     http_address: str = defaults.HTTP_ADDRESS  # "" disables the HTTP side
     worker_address: str = ""  # the workers' streams also served here, by a relay process (--worker-address)
+    floors: str = ""  # an edited table of expectation floors (JSON) over the shipped one (--floors FILE)
     relay_at: int = 512  # without --worker-address: past this many direct streams, a relay of its own (--relay-at; 0: never)
     db: str = ""
     timings: Timings | None = None  # None: the defaults, with worker_ttl
@@ -144,6 +145,9 @@ class RunningCoordinator:
         observers = [o.observe for o in (self.tainter, self.hooks) if o is not None]
         self.core = Coordinator(self.store, timings_of(config), health_observers=observers,
                                 quarantine_max_share=config.quarantine_max_share, health_observe=config.health_observe)
+        if config.floors:  # read and checked before anything is bound: a bad row refuses to start
+            from ringleader.app.cli import load_floors
+            self.core.control.expectations.floors = load_floors(config.floors)
         self.metrics = CoordinatorMetrics(self.core)
         # The workers' credentials, shared by gRPC (registration, ApproveWorker) and REST (approve).
         sec_ = config.security

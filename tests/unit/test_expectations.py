@@ -216,3 +216,34 @@ def test_a_same_host_nvlink_pair_that_lost_its_path_is_below_its_shipped_floor_f
     for quiet in (run(36.0, "NVIDIA H200 NVL"), run(36.0, "NVIDIA H100 PCIe"), run(36.0, size=1 << 20),
                   run(36.0, where=["a", "b"])):
         assert _by_verdict(quiet[0])[pb.UNHEALTHY] == []
+
+
+def test_an_operators_edited_floors_replace_the_shipped_rows_and_judge_by_them():
+    """`ringleader floors export`, edited, then `coordinator --floors FILE`: a row of the same model
+    and figure replaces the shipped one (here a stricter TFLOP/s floor), a value of 0 removes it."""
+    doc = expectations.floors_doc(expectations.FLOORS + expectations.LINK_FLOORS)
+    assert {"model": "H200", "figure": "tflops", "value": 495.0,
+            "source": "NVIDIA H200 datasheet: 989 TFLOP/s dense bf16 (SXM)"} in doc["floors"]
+    stricter = expectations.floors_from({"floors": [{"model": "H200", "figure": "tflops", "value": 700,
+                                                     "source": "our fleet"}]})
+    job = _gpu_job([650.0, 650.0])
+    shipped = verdicts.of_job(job, _expect(job))
+    assert _by_verdict(shipped)[pb.UNHEALTHY] == []  # above 495
+    edited = verdicts.of_job(job, _expect(job, history=expectations.History(stricter)))
+    assert _by_verdict(edited)[pb.UNHEALTHY] == ["w0", "w1"] and "our fleet" in edited["w0"].expected
+    none = expectations.floors_from({"floors": [{"model": "H200", "figure": "tflops", "value": 0}]})
+    assert expectations.floor_of("NVIDIA H200", "tflops", "bfloat16", floors=none) is None
+
+
+def test_a_bad_floors_row_is_refused_naming_its_field():
+    import pytest
+    from ringleader.errors import InvalidSpec
+    for doc, field in [([], "floors"), ({"floors": [1]}, "floors[0]"),
+                       ({"floors": [{"model": "", "figure": "tflops", "value": 1}]}, "floors[0].model"),
+                       ({"floors": [{"model": "H200", "figure": "speed", "value": 1}]}, "floors[0].figure"),
+                       ({"floors": [{"model": "H200", "figure": "tflops", "value": -1}]}, "floors[0].value"),
+                       ({"floors": [{"model": "H200", "figure": "tflops", "value": True}]}, "floors[0].value"),
+                       ({"floors": [{"model": "H200", "figure": "tflops", "value": 1, "x": 2}]}, "floors[0].x")]:
+        with pytest.raises(InvalidSpec) as e:
+            expectations.floors_from(doc)
+        assert e.value.field == field, (doc, e.value)

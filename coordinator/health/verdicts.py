@@ -226,6 +226,10 @@ def _sdc(r: pb.SdcCheckResult, ranks: dict[int, pb.WorkerRef]) -> Found:
             figure += f"; named as the sender of wrong data by {w.named_by} of {len(r.workers) - 1} receivers"
         if w.flagged:
             verdict = FAILED
+        elif _accuses_every_sender(w, failed, n):
+            verdict = FAILED
+            figure += (f"; received wrong data from all {n - 1} senders, each of whom every other receiver got "
+                       "right: its own receive path corrupts, or its report lies")
         elif (no_majority and len(set(same)) > 1) or _tied(w, len(r.workers)) or _unexplained(w, failed):
             verdict = SUSPECT
         else:
@@ -241,6 +245,18 @@ def _tied(w: pb.SdcFigures, n: int) -> bool:
     """Named by exactly half of its receivers (with two ranks, by the only one): the accused and
     the accusers cannot be told apart, so all are suspect. Named by fewer, the majority vouches."""
     return bool(w.named_by) and 2 * w.named_by >= n - 1
+
+
+def _accuses_every_sender(w: pb.SdcFigures, failed: set[int], n: int) -> bool:
+    """This rank's own report says every other rank sent it wrong data, and no sender was named by a
+    majority: each of them reached every other receiver intact (their own reports). The fault is
+    then on this rank's side, whichever way: its receive path corrupts, or it lies about it. The
+    verdict rests on its own word and on each other rank's word about itself, never on what it says
+    of another. Three ranks at least, so each sender has another receiver to clear it."""
+    if n < 3:
+        return False
+    accused = {s for s, k in enumerate(w.wrong_from) if k and s != w.rank}
+    return len(accused) == n - 1 and not (accused & failed)
 
 
 def _unexplained(w: pb.SdcFigures, failed: set[int]) -> bool:

@@ -7,7 +7,8 @@ coordinator assembles every check's result from each rank's own evidence and eac
 registration (coordinator/health/assemble.py), so:
 
 - a rank 0 that forges its peers' figures (the outcome it used to assemble, and accusations of
-  every peer in its own evidence) names nobody honest;
+  every peer in its own evidence) names nobody honest, and is itself failed and quarantined on its
+  own word (every sender wrong for it alone);
 - a rank 0 that corrupts its share of the exact collectives is named by its receivers and
   quarantined, and they stay healthy;
 - a worker whose executor reports a GPU model its registration does not is never healthy: it is
@@ -155,9 +156,14 @@ def test_a_forging_rank_0_names_nobody_honest(bed, kind):
     result = getattr(job, kind)
     assert all(not w.flagged for w in result.workers if w.worker_id in HONEST), result  # not its forgery
     if kind == "sdc_check":
-        # Its own accusations are one receiver's word: it accuses alone, so it is the suspect one.
-        assert health["a-forge"].verdict == pb.SUSPECT, health["a-forge"]
+        # It says every peer sent it wrong data; each peer's other receivers say theirs came intact:
+        # on its own word, the fault is its own (its receive path, or its report). Failed, quarantined.
+        assert health["a-forge"].verdict == pb.UNHEALTHY, health["a-forge"]
+        assert "received wrong data from all 3 senders" in health["a-forge"].figure
         assert all(w.named_by == 1 for w in result.workers if w.worker_id in HONEST), result
+        listed = {w.worker_id: w.state for w in bed.client.workers()}
+        assert listed["a-forge"] == pb.QUARANTINED
+        bed.client.cordon("a-forge", on=False, force=True)  # back for the next check's turn
 
 
 def test_a_corrupting_sender_at_rank_0_is_named_and_quarantined_and_its_receivers_are_healthy(bed):

@@ -275,3 +275,18 @@ def test_a_small_fleet_may_always_quarantine_one_worker_and_a_bad_share_is_refus
     assert book.record({"w01": _verdict(pb.UNHEALTHY, 1000.0)}, _fleet(3)) == []
     with pytest.raises(ValueError, match="quarantine_max_share"):
         health.HealthBook(MemoryJobStore(), Clock(), max_share=1.5)
+
+
+def test_a_receiver_that_accuses_every_sender_whom_all_others_received_intact_is_failed():
+    """Its own report (wrong data from each of the other three) against each sender's other
+    receivers' own reports (intact): the fault is on its side, its receive path or its word. One
+    accused sender only stays a lone accusation: suspect."""
+    hosts = ["a", "b", "c", "d"]
+    forger = sdc_result([("m", "aa", 0, [0, 999, 999, 999])] + [("m", "aa", 0, [0] * 4)] * 3)
+    found = verdicts.of_job(_job("sdc_check", forger, hosts))
+    assert _by_verdict(found) == {pb.HEALTHY: ["w1", "w2", "w3"], pb.SUSPECT: [], pb.UNHEALTHY: ["w0"]}
+    assert "received wrong data from all 3 senders" in found["w0"].figure
+    three = sdc_result([("m", "aa", 0, [0, 9, 9])] + [("m", "aa", 0, [0] * 3)] * 2)
+    assert _by_verdict(verdicts.of_job(_job("sdc_check", three, hosts[:3])))[pb.UNHEALTHY] == ["w0"]
+    pair = sdc_result([("m", "aa", 0, [0, 9]), ("m", "aa", 0, [0, 0])])  # two ranks: nobody clears the sender
+    assert _by_verdict(verdicts.of_job(_job("sdc_check", pair, hosts[:2])))[pb.UNHEALTHY] == []

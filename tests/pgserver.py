@@ -84,6 +84,37 @@ class PostgresServer:
                 pass  # already gone; the directory goes below anyway
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def kill(self) -> None:
+        """Stop at once, as a crashed primary does (no shutdown checkpoint, clients cut off)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def replica(self) -> "PostgresServer":
+        """A streaming replica of this server (pg_basebackup -R), on a socket of its own, started,
+        and made synchronous: a commit on this server returns once the replica has it too."""
+        import psycopg
+
+        r = PostgresServer()
+        r.bindir = self.bindir
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam(r.user)
+            os.chmod(r.root, 0o755)
+            r.sockets.mkdir()
+            os.chown(r.root, pw.pw_uid, pw.pw_gid)
+            os.chown(r.sockets, pw.pw_uid, pw.pw_gid)
+        else:
+            r.sockets.mkdir()
+        r._run("pg_basebackup", "-D", str(r.data), "-d", f"host={self.sockets} user={self.user}", "-R", "-X", "stream")
+        options = f"-k {r.sockets} -c listen_addresses='' -c max_connections=200"
+        r._run("pg_ctl", "-D", str(r.data), "-l", str(r.root / "log"), "-o", options, "-w", "-t", "60", "start")
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            conn.execute("SELECT pg_reload_conf()")
+        return r
+
+    def promote(self) -> None:
+        """A replica becomes a primary that takes writes."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
+
     def new_schema(self, name: str) -> str:
         """A DSN whose tables live in a new, empty schema `name` (each test gets its own, so tests
         never share rows; a schema is far cheaper to make than a database)."""

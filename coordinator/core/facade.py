@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Iterable
+from typing import AsyncIterator, Callable, Iterable
 
 from coordinator.core import admission, paging
 from coordinator.store.api import JobStore
@@ -58,6 +58,7 @@ class Coordinator:
         self.store = store
         self.timings = timings or Timings()
         self.control = Control(store, self.timings, quarantine_max_share, health_observe)
+        self.on_commit_failure: Callable[[BaseException], None] | None = None  # see _committed
         # Control's parts, for readers (metrics, the dashboard, tests); only Control changes them.
         self.events, self.book = self.control.events, self.control.book
         self.workers, self.groups = self.control.workers, self.control.groups
@@ -139,9 +140,18 @@ class Coordinator:
             self._settle(waiters, exc)
             return
         if later is not None:  # committing off the loop (the PostgreSQL store): settle when durable
-            asyncio.wrap_future(later).add_done_callback(lambda f: self._settle(waiters, f.exception()))
+            asyncio.wrap_future(later).add_done_callback(lambda f: self._committed(waiters, f.exception()))
         else:
             self._settle(waiters, None)
+
+    def _committed(self, waiters: list[asyncio.Future], exc: BaseException | None) -> None:
+        """A commit off the loop ended. One that failed left this coordinator's memory ahead of the
+        database (a job whose row was never written, still known by its request id): whoever
+        waits hears the failure, but first `on_commit_failure` (a leader on PostgreSQL steps down,
+        and a standby leads from what is stored) so nothing is answered from that memory again."""
+        if exc is not None and self.on_commit_failure is not None:
+            self.on_commit_failure(exc)
+        self._settle(waiters, exc)
 
     @staticmethod
     def _settle(waiters: list[asyncio.Future], exc: BaseException | None) -> None:

@@ -156,6 +156,11 @@ class RunningCoordinator:
                                            trusted_host=trusted)
         if lease is not None:
             self.metrics.registry.register(LeaseCollector(lease))
+            # A commit that failed (the database lost, failed over): this process's memory is ahead
+            # of what is stored, so it steps down (exit 3) and a standby leads from the database.
+            self.core.on_commit_failure = lambda exc: lease.lost(
+                f"a commit failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); "
+                "what this coordinator holds in memory is ahead of the database")
         self.sweeper = Sweeper(self.core, self.core.fleet, config.check_every)
         self.server: EdgeServer | None = None
         self.http = None

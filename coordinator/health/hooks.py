@@ -66,7 +66,10 @@ def verdict_event(info: pb.WorkerInfo, source: str, now: float) -> dict:
             "gpu_model": info.device.name, "verdict": pb.Verdict.Name(h.verdict), "check": h.check,
             "figure": h.figure, "expected": h.expected, "job_id": h.job_id, "quarantined": quarantined(h),
             "cordoned": h.cordoned, "held": h.breaker_held and h.verdict == pb.UNHEALTHY,
-            "needs_approval": h.validate_needs_approval, "action": action(h)}
+            "needs_approval": h.validate_needs_approval, "action": action(h),
+            # One cause for many verdicts (a host or the whole run below its expectation alike):
+            # the same text on each worker's event, so a receiver can act once per host or fleet.
+            "finding": h.finding}
     what = (info.worker_id, data["verdict"], h.check, repr(h.at), data["quarantined"], h.cordoned,
             data["held"], h.validate_needs_approval)
     event_id = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:32]

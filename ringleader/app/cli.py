@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 
 import argcomplete
 import grpc
@@ -27,6 +26,7 @@ import grpc
 from ringleader import __version__, defaults, kinds
 from ringleader.app import (argtypes, baseline_cmds, check_cmds, commands, completion, config, coordinator_flags, hints,
                             k8s_secrets, security_flags, submit_args, validate_cmds)
+from ringleader.app import floors_file
 from ringleader.app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, InvalidSpec, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
@@ -101,18 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
     x = sub.add_parser("completion", help="print the shell completion script (eval it in your shell's rc file)")
     x.add_argument("shell", choices=SHELLS, help="the shell to complete in")
     return p
-
-
-def load_floors(path: str):
-    """The floors a coordinator judges by: the shipped table, with the file's rows over it."""
-    from coordinator.health import expectations
-    if not path:
-        return expectations.FLOORS + expectations.LINK_FLOORS
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise InvalidSpec("floors", f"{path}: {exc}") from None
-    return expectations.floors_from(doc)
 
 
 def _add_servers(sub) -> None:
@@ -283,7 +271,7 @@ def _run(a, settings: config.Settings) -> int:
         from coordinator.health import expectations  # the coordinator's table, loaded only here
         if getattr(a, "what", "export") not in ("export", None):
             raise InvalidSpec("what", f"expected export, got {a.what[:64]!r}")
-        print(json.dumps(expectations.floors_doc(load_floors(a.floors)), indent=1))
+        print(json.dumps(expectations.floors_doc(floors_file.load_floors(a.floors)), indent=1))
         return 0
     return check_cmds.run(a) if check_cmds.handles(a) else commands.run_client_command(a)
 

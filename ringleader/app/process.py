@@ -146,7 +146,7 @@ class RunningCoordinator:
         self.core = Coordinator(self.store, timings_of(config), health_observers=observers,
                                 quarantine_max_share=config.quarantine_max_share, health_observe=config.health_observe)
         if config.floors:  # read and checked before anything is bound: a bad row refuses to start
-            from ringleader.app.cli import load_floors
+            from ringleader.app.floors_file import load_floors
             self.core.control.expectations.floors = load_floors(config.floors)
         self.metrics = CoordinatorMetrics(self.core)
         # The workers' credentials, shared by gRPC (registration, ApproveWorker) and REST (approve).

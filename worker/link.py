@@ -82,6 +82,7 @@ class CoordinatorLink:
         # The coordinator's worker relay, where the coordinator moved this daemon's stream
         # (Registered.move_to_port; coordinator/edge/auto_relay.py): dialled until it fails.
         self._moved = ""
+        self._relay_failed = False  # the relay we were moved to did not answer: ask to stay direct
 
     @property
     def address(self) -> str:
@@ -133,9 +134,9 @@ class CoordinatorLink:
                 continue  # dial the relay now
             except grpc.aio.AioRpcError as exc:
                 if self._moved and exc.code() not in REFUSALS:  # the relay failed us: back to our address
-                    log.info("worker relay %s unreachable (%s): back to %s", self._moved,
-                             exc.details() or exc.code().name, self.rotation.current)
-                    self._moved = ""
+                    log.warning("worker relay %s unreachable (%s): back to %s, served there from now on",
+                                self._moved, exc.details() or exc.code().name, self.rotation.current)
+                    self._moved, self._relay_failed = "", True
                 elif exc.code() in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INVALID_ARGUMENT):
                     log.warning("%s", exc.details())
                 elif exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
@@ -172,11 +173,12 @@ class CoordinatorLink:
                 # the group it held may have been dropped since (the coordinator takes the last word)
                 kept.done.warm_group, kept.done.executor_restarts = register.warm_group, register.executor_restarts
             register.worker_secret = self.secret.value
+            register.relay_unreachable = self._relay_failed and not self._moved
             await call.write(wpb.WorkerMessage(register=register))
             first = await call.read()
             if first is grpc.aio.EOF:
                 if self._moved:  # the relay ended the stream unregistered: back to our address
-                    self._moved = ""
+                    self._moved, self._relay_failed = "", True
                 return
             if first.registered.move_to_port:
                 self._moved = with_port(self.rotation.current, first.registered.move_to_port)

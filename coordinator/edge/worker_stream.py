@@ -185,7 +185,7 @@ class WorkerServicer(workers_pb2_grpc.WorkerServiceServicer):
         first = await context.read()
         if first is grpc.aio.EOF or first.WhichOneof("msg") != "register":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message must be Register")
-        if self.auto is not None and (port := await self.auto.move_to(self.direct)):
+        if self.auto is not None and not first.register.relay_unreachable and (port := await self.auto.move_to(self.direct)):
             # No check here: the relay checks the daemon's token and TLS as this server would, and
             # the core decides the rest when the relayed stream registers.
             await context.write(wpb.CoordinatorMessage(registered=wpb.Registered(move_to_port=port)))

@@ -25,59 +25,59 @@ _sym_db = _symbol_database.Default()
 from ringleader.v1 import jobs_pb2 as ringleader_dot_v1_dot_jobs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bringleader/v1/workers.proto\x12\rringleader.v1\x1a\x18ringleader/v1/jobs.proto\"\xfa\x02\n\x08Register\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12%\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x15.ringleader.v1.Device\x12\x0f\n\x07\x62\x61\x63kend\x18\x05 \x01(\t\x12\x16\n\x0erunning_job_id\x18\x07 \x01(\t\x12\x14\n\x0crunning_rank\x18\x08 \x01(\r\x12\x12\n\nwarm_group\x18\t \x01(\t\x12\x19\n\x11\x65xecutor_restarts\x18\n \x01(\r\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x15\n\rworker_secret\x18\x0c \x01(\t\x12\x12\n\tk8s_token\x18\xa0\x01 \x01(\t\x12\x10\n\x07\x66orming\x18\xdf\x02 \x01(\x08\x12\x1b\n\x12\x66orming_store_port\x18\xde\x02 \x01(\r\x12\x36\n\x0b\x66ingerprint\x18\xdc\x01 \x01(\x0b\x32 .ringleader.v1.ConfigFingerprintJ\x04\x08\x06\x10\x07\"\xa5\x01\n\tHeartbeat\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06op_seq\x18\x02 \x01(\x04\x12/\n\x08\x65xecutor\x18\x03 \x01(\x0e\x32\x1d.ringleader.v1.ExecutorHealth\x12\x17\n\x0f\x65xecutor_detail\x18\x04 \x01(\t\x12.\n\ttelemetry\x18x \x01(\x0b\x32\x1b.ringleader.v1.GpuTelemetry\"$\n\x08XidEvent\x12\x0c\n\x04\x63ode\x18\x01 \x01(\r\x12\n\n\x02\x61t\x18\x02 \x01(\x01\"1\n\x0e\x46oreignProcess\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x12\n\nused_bytes\x18\x02 \x01(\x04\"\xac\x05\n\x0cGpuTelemetry\x12\n\n\x02\x61t\x18\x01 \x01(\x01\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12%\n\x04xids\x18\x03 \x03(\x0b\x32\x17.ringleader.v1.XidEvent\x12\x18\n\x10\x65\x63\x63_volatile_sbe\x18\x04 \x01(\x04\x12\x18\n\x10\x65\x63\x63_volatile_dbe\x18\x05 \x01(\x04\x12\x19\n\x11\x65\x63\x63_aggregate_sbe\x18\x06 \x01(\x04\x12\x19\n\x11\x65\x63\x63_aggregate_dbe\x18\x07 \x01(\x04\x12\x1d\n\x15retired_pages_pending\x18\x08 \x01(\x08\x12\x1d\n\x15remapped_rows_pending\x18\t \x01(\x08\x12\x1c\n\x14remapped_rows_failed\x18\n \x01(\x08\x12\x18\n\x10throttle_reasons\x18\x0b \x01(\x04\x12\x14\n\x0csm_clock_mhz\x18\x0c \x01(\r\x12\x18\n\x10max_sm_clock_mhz\x18\r \x01(\r\x12\x15\n\rtemperature_c\x18\x0e \x01(\x01\x12\x1e\n\x16slowdown_temperature_c\x18\x0f \x01(\x01\x12\x0f\n\x07power_w\x18\x10 \x01(\x01\x12\x15\n\rpower_limit_w\x18\x11 \x01(\x01\x12\x10\n\x08pcie_gen\x18\x12 \x01(\r\x12\x14\n\x0cpcie_max_gen\x18\x13 \x01(\r\x12\x12\n\npcie_width\x18\x14 \x01(\r\x12\x16\n\x0epcie_max_width\x18\x15 \x01(\r\x12\x14\n\x0cnvlink_links\x18\x16 \x01(\r\x12\x13\n\x0bnvlink_down\x18\x17 \x01(\r\x12\x15\n\rnvlink_errors\x18\x18 \x01(\x04\x12.\n\x07\x66oreign\x18\x19 \x03(\x0b\x32\x1d.ringleader.v1.ForeignProcess\x12\x17\n\x0futilization_pct\x18\x1a \x01(\r\x12\x0c\n\x04\x66\x61ke\x18\x1b \x01(\x08\"C\n\nStoreReady\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tgroup_key\x18\x02 \x01(\t\x12\x12\n\nstore_port\x18\x03 \x01(\r\"!\n\x0cGroupDropped\x12\x11\n\tgroup_key\x18\x01 \x01(\t\"Y\n\x0eProgressReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12)\n\x08progress\x18\x03 \x01(\x0b\x32\x17.ringleader.v1.Progress\"I\n\x0cResultReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x19.ringleader.v1.SizeResult\"\xd1\x06\n\x07JobDone\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x12\n\nwarm_group\x18\x05 \x01(\t\x12\x12\n\nwarm_start\x18\x07 \x01(\x08\x12\x19\n\x11\x65xecutor_restarts\x18\x08 \x01(\r\x12*\n\x07results\x18\t \x03(\x0b\x32\x19.ringleader.v1.SizeResult\x12+\n\x07\x66\x61ilure\x18\n \x01(\x0e\x32\x1a.ringleader.v1.FailureKind\x12\'\n\x03p2p\x18\x0b \x01(\x0b\x32\x18.ringleader.v1.P2PResultH\x00\x12@\n\x10gradient_average\x18\x0c \x01(\x0b\x32$.ringleader.v1.GradientAverageResultH\x00\x12+\n\x05train\x18\r \x01(\x0b\x32\x1a.ringleader.v1.TrainResultH\x00\x12\x34\n\nalgo_sweep\x18\x0f \x01(\x0b\x32\x1e.ringleader.v1.AlgoSweepResultH\x00\x12\x36\n\x0blink_matrix\x18\x10 \x01(\x0b\x32\x1f.ringleader.v1.LinkMatrixResultH\x00\x12\x32\n\tgpu_check\x18\x11 \x01(\x0b\x32\x1d.ringleader.v1.GpuCheckResultH\x00\x12\x32\n\tsdc_check\x18\x12 \x01(\x0b\x32\x1d.ringleader.v1.SdcCheckResultH\x00\x12\x33\n\nstragglers\x18\x13 \x01(\x0b\x32\x1f.ringleader.v1.StragglerSummary\x12\x0b\n\x03log\x18\x0e \x01(\t\x12\x33\n\x08h49e_gpu\x18\x84\x02 \x01(\x0b\x32\x1e.ringleader.v1.H49eGpuEvidenceH\x01\x12\x33\n\x08h49e_sdc\x18\x85\x02 \x01(\x0b\x32\x1e.ringleader.v1.H49eSdcEvidenceH\x01\x12\x35\n\th49e_link\x18\x86\x02 \x01(\x0b\x32\x1f.ringleader.v1.H49eLinkEvidenceH\x01\x42\t\n\x07outcomeB\x0f\n\rh49e_evidenceJ\x04\x08\x06\x10\x07\"\x81\x01\n\x0fH49eGpuEvidence\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\x0c\n\x04turn\x18\x02 \x01(\r\x12\x0e\n\x06tflops\x18\x03 \x01(\x01\x12\x11\n\tcopy_gbps\x18\x04 \x01(\x01\x12\r\n\x05wrong\x18\x05 \x01(\x04\x12\x0e\n\x06seen_s\x18\x06 \x03(\x01\x12\x0e\n\x06series\x18\x07 \x01(\r\"]\n\x0fH49eSdcEvidence\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\x10\n\x08\x63hecksum\x18\x02 \x01(\t\x12\x14\n\x0creduce_wrong\x18\x03 \x01(\x04\x12\x12\n\nwrong_from\x18\x04 \x03(\x04\"y\n\x0bH49eLinkEnd\x12\x0c\n\x04link\x18\x01 \x01(\r\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x12\n\nfastest_us\x18\x03 \x01(\x01\x12\x10\n\x08total_us\x18\x04 \x01(\x01\x12\r\n\x05wrong\x18\x05 \x01(\x04\x12\x13\n\x0bround_trips\x18\x06 \x01(\r\"X\n\x0cH49eLinkPass\x12\r\n\x05iters\x18\x01 \x01(\r\x12\x0f\n\x07\x62\x61tches\x18\x02 \x03(\r\x12(\n\x04\x65nds\x18\x03 \x03(\x0b\x32\x1a.ringleader.v1.H49eLinkEnd\"T\n\x10H49eLinkEvidence\x12+\n\x06passes\x18\x01 \x03(\x0b\x32\x1b.ringleader.v1.H49eLinkPass\x12\x13\n\x0bsize_reason\x18\x02 \x01(\t\"\xa3\x03\n\rWorkerMessage\x12+\n\x08register\x18\x01 \x01(\x0b\x32\x17.ringleader.v1.RegisterH\x00\x12-\n\theartbeat\x18\x02 \x01(\x0b\x32\x18.ringleader.v1.HeartbeatH\x00\x12\x31\n\x08progress\x18\x03 \x01(\x0b\x32\x1d.ringleader.v1.ProgressReportH\x00\x12-\n\x06result\x18\x04 \x01(\x0b\x32\x1b.ringleader.v1.ResultReportH\x00\x12&\n\x04\x64one\x18\x05 \x01(\x0b\x32\x16.ringleader.v1.JobDoneH\x00\x12\x30\n\x0bstore_ready\x18\x06 \x01(\x0b\x32\x19.ringleader.v1.StoreReadyH\x00\x12\x34\n\rgroup_dropped\x18\x07 \x01(\x0b\x32\x1b.ringleader.v1.GroupDroppedH\x00\x12=\n\x11\x63redential_stored\x18\xa0\x01 \x01(\x0b\x32\x1f.ringleader.v1.CredentialStoredH\x00\x42\x05\n\x03msg\")\n\x10\x43redentialStored\x12\x15\n\rsecret_sha256\x18\x01 \x01(\t\"\xc6\x01\n\nAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x12\n\nstore_host\x18\x05 \x01(\t\x12\x12\n\nstore_port\x18\x06 \x01(\r\x12\x11\n\tgroup_key\x18\x07 \x01(\t\x12$\n\x04spec\x18\x08 \x01(\x0b\x32\x16.ringleader.v1.JobSpec\x12\x0e\n\x06\x66lavor\x18\n \x01(\tJ\x04\x08\t\x10\n\"\'\n\x05\x41\x62ort\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\".\n\tDropGroup\x12\x11\n\tgroup_key\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"k\n\nRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x15\n\rworker_secret\x18\x03 \x01(\t\x12\x15\n\x0cmove_to_port\x18\xf4\x03 \x01(\r\"\xd4\x01\n\x12\x43oordinatorMessage\x12/\n\nregistered\x18\x01 \x01(\x0b\x32\x19.ringleader.v1.RegisteredH\x00\x12/\n\nassignment\x18\x02 \x01(\x0b\x32\x19.ringleader.v1.AssignmentH\x00\x12%\n\x05\x61\x62ort\x18\x03 \x01(\x0b\x32\x14.ringleader.v1.AbortH\x00\x12.\n\ndrop_group\x18\x04 \x01(\x0b\x32\x18.ringleader.v1.DropGroupH\x00\x42\x05\n\x03msg*k\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12\x0e\n\nRANK_ERROR\x10\x01\x12\x0e\n\nPEER_ERROR\x10\x02\x12\x11\n\rEXECUTOR_DIED\x10\x03\x12\x0b\n\x07\x41\x42ORTED\x10\x04\x32_\n\rWorkerService\x12N\n\x07\x43onnect\x12\x1c.ringleader.v1.WorkerMessage\x1a!.ringleader.v1.CoordinatorMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bringleader/v1/workers.proto\x12\rringleader.v1\x1a\x18ringleader/v1/jobs.proto\"\x96\x03\n\x08Register\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12%\n\x06\x64\x65vice\x18\x04 \x01(\x0b\x32\x15.ringleader.v1.Device\x12\x0f\n\x07\x62\x61\x63kend\x18\x05 \x01(\t\x12\x16\n\x0erunning_job_id\x18\x07 \x01(\t\x12\x14\n\x0crunning_rank\x18\x08 \x01(\r\x12\x12\n\nwarm_group\x18\t \x01(\t\x12\x19\n\x11\x65xecutor_restarts\x18\n \x01(\r\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x15\n\rworker_secret\x18\x0c \x01(\t\x12\x12\n\tk8s_token\x18\xa0\x01 \x01(\t\x12\x10\n\x07\x66orming\x18\xdf\x02 \x01(\x08\x12\x1b\n\x12\x66orming_store_port\x18\xde\x02 \x01(\r\x12\x36\n\x0b\x66ingerprint\x18\xdc\x01 \x01(\x0b\x32 .ringleader.v1.ConfigFingerprint\x12\x1a\n\x11relay_unreachable\x18\xf5\x03 \x01(\x08J\x04\x08\x06\x10\x07\"\xa5\x01\n\tHeartbeat\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06op_seq\x18\x02 \x01(\x04\x12/\n\x08\x65xecutor\x18\x03 \x01(\x0e\x32\x1d.ringleader.v1.ExecutorHealth\x12\x17\n\x0f\x65xecutor_detail\x18\x04 \x01(\t\x12.\n\ttelemetry\x18x \x01(\x0b\x32\x1b.ringleader.v1.GpuTelemetry\"$\n\x08XidEvent\x12\x0c\n\x04\x63ode\x18\x01 \x01(\r\x12\n\n\x02\x61t\x18\x02 \x01(\x01\"1\n\x0e\x46oreignProcess\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x12\n\nused_bytes\x18\x02 \x01(\x04\"\xac\x05\n\x0cGpuTelemetry\x12\n\n\x02\x61t\x18\x01 \x01(\x01\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12%\n\x04xids\x18\x03 \x03(\x0b\x32\x17.ringleader.v1.XidEvent\x12\x18\n\x10\x65\x63\x63_volatile_sbe\x18\x04 \x01(\x04\x12\x18\n\x10\x65\x63\x63_volatile_dbe\x18\x05 \x01(\x04\x12\x19\n\x11\x65\x63\x63_aggregate_sbe\x18\x06 \x01(\x04\x12\x19\n\x11\x65\x63\x63_aggregate_dbe\x18\x07 \x01(\x04\x12\x1d\n\x15retired_pages_pending\x18\x08 \x01(\x08\x12\x1d\n\x15remapped_rows_pending\x18\t \x01(\x08\x12\x1c\n\x14remapped_rows_failed\x18\n \x01(\x08\x12\x18\n\x10throttle_reasons\x18\x0b \x01(\x04\x12\x14\n\x0csm_clock_mhz\x18\x0c \x01(\r\x12\x18\n\x10max_sm_clock_mhz\x18\r \x01(\r\x12\x15\n\rtemperature_c\x18\x0e \x01(\x01\x12\x1e\n\x16slowdown_temperature_c\x18\x0f \x01(\x01\x12\x0f\n\x07power_w\x18\x10 \x01(\x01\x12\x15\n\rpower_limit_w\x18\x11 \x01(\x01\x12\x10\n\x08pcie_gen\x18\x12 \x01(\r\x12\x14\n\x0cpcie_max_gen\x18\x13 \x01(\r\x12\x12\n\npcie_width\x18\x14 \x01(\r\x12\x16\n\x0epcie_max_width\x18\x15 \x01(\r\x12\x14\n\x0cnvlink_links\x18\x16 \x01(\r\x12\x13\n\x0bnvlink_down\x18\x17 \x01(\r\x12\x15\n\rnvlink_errors\x18\x18 \x01(\x04\x12.\n\x07\x66oreign\x18\x19 \x03(\x0b\x32\x1d.ringleader.v1.ForeignProcess\x12\x17\n\x0futilization_pct\x18\x1a \x01(\r\x12\x0c\n\x04\x66\x61ke\x18\x1b \x01(\x08\"C\n\nStoreReady\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tgroup_key\x18\x02 \x01(\t\x12\x12\n\nstore_port\x18\x03 \x01(\r\"!\n\x0cGroupDropped\x12\x11\n\tgroup_key\x18\x01 \x01(\t\"Y\n\x0eProgressReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12)\n\x08progress\x18\x03 \x01(\x0b\x32\x17.ringleader.v1.Progress\"I\n\x0cResultReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x06result\x18\x02 \x01(\x0b\x32\x19.ringleader.v1.SizeResult\"\xd1\x06\n\x07JobDone\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x12\n\nwarm_group\x18\x05 \x01(\t\x12\x12\n\nwarm_start\x18\x07 \x01(\x08\x12\x19\n\x11\x65xecutor_restarts\x18\x08 \x01(\r\x12*\n\x07results\x18\t \x03(\x0b\x32\x19.ringleader.v1.SizeResult\x12+\n\x07\x66\x61ilure\x18\n \x01(\x0e\x32\x1a.ringleader.v1.FailureKind\x12\'\n\x03p2p\x18\x0b \x01(\x0b\x32\x18.ringleader.v1.P2PResultH\x00\x12@\n\x10gradient_average\x18\x0c \x01(\x0b\x32$.ringleader.v1.GradientAverageResultH\x00\x12+\n\x05train\x18\r \x01(\x0b\x32\x1a.ringleader.v1.TrainResultH\x00\x12\x34\n\nalgo_sweep\x18\x0f \x01(\x0b\x32\x1e.ringleader.v1.AlgoSweepResultH\x00\x12\x36\n\x0blink_matrix\x18\x10 \x01(\x0b\x32\x1f.ringleader.v1.LinkMatrixResultH\x00\x12\x32\n\tgpu_check\x18\x11 \x01(\x0b\x32\x1d.ringleader.v1.GpuCheckResultH\x00\x12\x32\n\tsdc_check\x18\x12 \x01(\x0b\x32\x1d.ringleader.v1.SdcCheckResultH\x00\x12\x33\n\nstragglers\x18\x13 \x01(\x0b\x32\x1f.ringleader.v1.StragglerSummary\x12\x0b\n\x03log\x18\x0e \x01(\t\x12\x33\n\x08h49e_gpu\x18\x84\x02 \x01(\x0b\x32\x1e.ringleader.v1.H49eGpuEvidenceH\x01\x12\x33\n\x08h49e_sdc\x18\x85\x02 \x01(\x0b\x32\x1e.ringleader.v1.H49eSdcEvidenceH\x01\x12\x35\n\th49e_link\x18\x86\x02 \x01(\x0b\x32\x1f.ringleader.v1.H49eLinkEvidenceH\x01\x42\t\n\x07outcomeB\x0f\n\rh49e_evidenceJ\x04\x08\x06\x10\x07\"\x81\x01\n\x0fH49eGpuEvidence\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\x0c\n\x04turn\x18\x02 \x01(\r\x12\x0e\n\x06tflops\x18\x03 \x01(\x01\x12\x11\n\tcopy_gbps\x18\x04 \x01(\x01\x12\r\n\x05wrong\x18\x05 \x01(\x04\x12\x0e\n\x06seen_s\x18\x06 \x03(\x01\x12\x0e\n\x06series\x18\x07 \x01(\r\"]\n\x0fH49eSdcEvidence\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\x10\n\x08\x63hecksum\x18\x02 \x01(\t\x12\x14\n\x0creduce_wrong\x18\x03 \x01(\x04\x12\x12\n\nwrong_from\x18\x04 \x03(\x04\"y\n\x0bH49eLinkEnd\x12\x0c\n\x04link\x18\x01 \x01(\r\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x12\n\nfastest_us\x18\x03 \x01(\x01\x12\x10\n\x08total_us\x18\x04 \x01(\x01\x12\r\n\x05wrong\x18\x05 \x01(\x04\x12\x13\n\x0bround_trips\x18\x06 \x01(\r\"X\n\x0cH49eLinkPass\x12\r\n\x05iters\x18\x01 \x01(\r\x12\x0f\n\x07\x62\x61tches\x18\x02 \x03(\r\x12(\n\x04\x65nds\x18\x03 \x03(\x0b\x32\x1a.ringleader.v1.H49eLinkEnd\"T\n\x10H49eLinkEvidence\x12+\n\x06passes\x18\x01 \x03(\x0b\x32\x1b.ringleader.v1.H49eLinkPass\x12\x13\n\x0bsize_reason\x18\x02 \x01(\t\"\xa3\x03\n\rWorkerMessage\x12+\n\x08register\x18\x01 \x01(\x0b\x32\x17.ringleader.v1.RegisterH\x00\x12-\n\theartbeat\x18\x02 \x01(\x0b\x32\x18.ringleader.v1.HeartbeatH\x00\x12\x31\n\x08progress\x18\x03 \x01(\x0b\x32\x1d.ringleader.v1.ProgressReportH\x00\x12-\n\x06result\x18\x04 \x01(\x0b\x32\x1b.ringleader.v1.ResultReportH\x00\x12&\n\x04\x64one\x18\x05 \x01(\x0b\x32\x16.ringleader.v1.JobDoneH\x00\x12\x30\n\x0bstore_ready\x18\x06 \x01(\x0b\x32\x19.ringleader.v1.StoreReadyH\x00\x12\x34\n\rgroup_dropped\x18\x07 \x01(\x0b\x32\x1b.ringleader.v1.GroupDroppedH\x00\x12=\n\x11\x63redential_stored\x18\xa0\x01 \x01(\x0b\x32\x1f.ringleader.v1.CredentialStoredH\x00\x42\x05\n\x03msg\")\n\x10\x43redentialStored\x12\x15\n\rsecret_sha256\x18\x01 \x01(\t\"\xc6\x01\n\nAssignment\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x12\n\nworld_size\x18\x03 \x01(\r\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x12\n\nstore_host\x18\x05 \x01(\t\x12\x12\n\nstore_port\x18\x06 \x01(\r\x12\x11\n\tgroup_key\x18\x07 \x01(\t\x12$\n\x04spec\x18\x08 \x01(\x0b\x32\x16.ringleader.v1.JobSpec\x12\x0e\n\x06\x66lavor\x18\n \x01(\tJ\x04\x08\t\x10\n\"\'\n\x05\x41\x62ort\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\".\n\tDropGroup\x12\x11\n\tgroup_key\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"k\n\nRegistered\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\x12\x15\n\rworker_secret\x18\x03 \x01(\t\x12\x15\n\x0cmove_to_port\x18\xf4\x03 \x01(\r\"\xd4\x01\n\x12\x43oordinatorMessage\x12/\n\nregistered\x18\x01 \x01(\x0b\x32\x19.ringleader.v1.RegisteredH\x00\x12/\n\nassignment\x18\x02 \x01(\x0b\x32\x19.ringleader.v1.AssignmentH\x00\x12%\n\x05\x61\x62ort\x18\x03 \x01(\x0b\x32\x14.ringleader.v1.AbortH\x00\x12.\n\ndrop_group\x18\x04 \x01(\x0b\x32\x18.ringleader.v1.DropGroupH\x00\x42\x05\n\x03msg*k\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12\x0e\n\nRANK_ERROR\x10\x01\x12\x0e\n\nPEER_ERROR\x10\x02\x12\x11\n\rEXECUTOR_DIED\x10\x03\x12\x0b\n\x07\x41\x42ORTED\x10\x04\x32_\n\rWorkerService\x12N\n\x07\x43onnect\x12\x1c.ringleader.v1.WorkerMessage\x1a!.ringleader.v1.CoordinatorMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ringleader.v1.workers_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FAILUREKIND']._serialized_start=4124
-  _globals['_FAILUREKIND']._serialized_end=4231
+  _globals['_FAILUREKIND']._serialized_start=4152
+  _globals['_FAILUREKIND']._serialized_end=4259
   _globals['_REGISTER']._serialized_start=73
-  _globals['_REGISTER']._serialized_end=451
-  _globals['_HEARTBEAT']._serialized_start=454
-  _globals['_HEARTBEAT']._serialized_end=619
-  _globals['_XIDEVENT']._serialized_start=621
-  _globals['_XIDEVENT']._serialized_end=657
-  _globals['_FOREIGNPROCESS']._serialized_start=659
-  _globals['_FOREIGNPROCESS']._serialized_end=708
-  _globals['_GPUTELEMETRY']._serialized_start=711
-  _globals['_GPUTELEMETRY']._serialized_end=1395
-  _globals['_STOREREADY']._serialized_start=1397
-  _globals['_STOREREADY']._serialized_end=1464
-  _globals['_GROUPDROPPED']._serialized_start=1466
-  _globals['_GROUPDROPPED']._serialized_end=1499
-  _globals['_PROGRESSREPORT']._serialized_start=1501
-  _globals['_PROGRESSREPORT']._serialized_end=1590
-  _globals['_RESULTREPORT']._serialized_start=1592
-  _globals['_RESULTREPORT']._serialized_end=1665
-  _globals['_JOBDONE']._serialized_start=1668
-  _globals['_JOBDONE']._serialized_end=2517
-  _globals['_H49EGPUEVIDENCE']._serialized_start=2520
-  _globals['_H49EGPUEVIDENCE']._serialized_end=2649
-  _globals['_H49ESDCEVIDENCE']._serialized_start=2651
-  _globals['_H49ESDCEVIDENCE']._serialized_end=2744
-  _globals['_H49ELINKEND']._serialized_start=2746
-  _globals['_H49ELINKEND']._serialized_end=2867
-  _globals['_H49ELINKPASS']._serialized_start=2869
-  _globals['_H49ELINKPASS']._serialized_end=2957
-  _globals['_H49ELINKEVIDENCE']._serialized_start=2959
-  _globals['_H49ELINKEVIDENCE']._serialized_end=3043
-  _globals['_WORKERMESSAGE']._serialized_start=3046
-  _globals['_WORKERMESSAGE']._serialized_end=3465
-  _globals['_CREDENTIALSTORED']._serialized_start=3467
-  _globals['_CREDENTIALSTORED']._serialized_end=3508
-  _globals['_ASSIGNMENT']._serialized_start=3511
-  _globals['_ASSIGNMENT']._serialized_end=3709
-  _globals['_ABORT']._serialized_start=3711
-  _globals['_ABORT']._serialized_end=3750
-  _globals['_DROPGROUP']._serialized_start=3752
-  _globals['_DROPGROUP']._serialized_end=3798
-  _globals['_REGISTERED']._serialized_start=3800
-  _globals['_REGISTERED']._serialized_end=3907
-  _globals['_COORDINATORMESSAGE']._serialized_start=3910
-  _globals['_COORDINATORMESSAGE']._serialized_end=4122
-  _globals['_WORKERSERVICE']._serialized_start=4233
-  _globals['_WORKERSERVICE']._serialized_end=4328
+  _globals['_REGISTER']._serialized_end=479
+  _globals['_HEARTBEAT']._serialized_start=482
+  _globals['_HEARTBEAT']._serialized_end=647
+  _globals['_XIDEVENT']._serialized_start=649
+  _globals['_XIDEVENT']._serialized_end=685
+  _globals['_FOREIGNPROCESS']._serialized_start=687
+  _globals['_FOREIGNPROCESS']._serialized_end=736
+  _globals['_GPUTELEMETRY']._serialized_start=739
+  _globals['_GPUTELEMETRY']._serialized_end=1423
+  _globals['_STOREREADY']._serialized_start=1425
+  _globals['_STOREREADY']._serialized_end=1492
+  _globals['_GROUPDROPPED']._serialized_start=1494
+  _globals['_GROUPDROPPED']._serialized_end=1527
+  _globals['_PROGRESSREPORT']._serialized_start=1529
+  _globals['_PROGRESSREPORT']._serialized_end=1618
+  _globals['_RESULTREPORT']._serialized_start=1620
+  _globals['_RESULTREPORT']._serialized_end=1693
+  _globals['_JOBDONE']._serialized_start=1696
+  _globals['_JOBDONE']._serialized_end=2545
+  _globals['_H49EGPUEVIDENCE']._serialized_start=2548
+  _globals['_H49EGPUEVIDENCE']._serialized_end=2677
+  _globals['_H49ESDCEVIDENCE']._serialized_start=2679
+  _globals['_H49ESDCEVIDENCE']._serialized_end=2772
+  _globals['_H49ELINKEND']._serialized_start=2774
+  _globals['_H49ELINKEND']._serialized_end=2895
+  _globals['_H49ELINKPASS']._serialized_start=2897
+  _globals['_H49ELINKPASS']._serialized_end=2985
+  _globals['_H49ELINKEVIDENCE']._serialized_start=2987
+  _globals['_H49ELINKEVIDENCE']._serialized_end=3071
+  _globals['_WORKERMESSAGE']._serialized_start=3074
+  _globals['_WORKERMESSAGE']._serialized_end=3493
+  _globals['_CREDENTIALSTORED']._serialized_start=3495
+  _globals['_CREDENTIALSTORED']._serialized_end=3536
+  _globals['_ASSIGNMENT']._serialized_start=3539
+  _globals['_ASSIGNMENT']._serialized_end=3737
+  _globals['_ABORT']._serialized_start=3739
+  _globals['_ABORT']._serialized_end=3778
+  _globals['_DROPGROUP']._serialized_start=3780
+  _globals['_DROPGROUP']._serialized_end=3826
+  _globals['_REGISTERED']._serialized_start=3828
+  _globals['_REGISTERED']._serialized_end=3935
+  _globals['_COORDINATORMESSAGE']._serialized_start=3938
+  _globals['_COORDINATORMESSAGE']._serialized_end=4150
+  _globals['_WORKERSERVICE']._serialized_start=4261
+  _globals['_WORKERSERVICE']._serialized_end=4356
 # @@protoc_insertion_point(module_scope)

@@ -72,6 +72,7 @@ class Register(_message.Message):
     FORMING_FIELD_NUMBER: _builtins.int
     FORMING_STORE_PORT_FIELD_NUMBER: _builtins.int
     FINGERPRINT_FIELD_NUMBER: _builtins.int
+    RELAY_UNREACHABLE_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     """stable for the daemon's life; reused on reconnect"""
     host: _builtins.str
@@ -104,6 +105,10 @@ class Register(_message.Message):
     """
     forming_store_port: _builtins.int
     """the store's port, 0 while rank 0 is still binding it (StoreReady follows)"""
+    relay_unreachable: _builtins.bool
+    """The worker relay this daemon was moved to (Registered.move_to_port) did not answer it: serve
+    it here (behind a Kubernetes Service, say, the relay's own port is not reachable).
+    """
     @_builtins.property
     def device(self) -> _jobs_pb2.Device: ...
     @_builtins.property
@@ -128,10 +133,11 @@ class Register(_message.Message):
         forming: _builtins.bool = ...,
         forming_store_port: _builtins.int = ...,
         fingerprint: _jobs_pb2.ConfigFingerprint | None = ...,
+        relay_unreachable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "fingerprint", b"fingerprint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "fingerprint", b"fingerprint", "forming", b"forming", "forming_store_port", b"forming_store_port", "host", b"host", "k8s_token", b"k8s_token", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "backend", b"backend", "device", b"device", "executor_restarts", b"executor_restarts", "fingerprint", b"fingerprint", "forming", b"forming", "forming_store_port", b"forming_store_port", "host", b"host", "k8s_token", b"k8s_token", "relay_unreachable", b"relay_unreachable", "running_job_id", b"running_job_id", "running_rank", b"running_rank", "version", b"version", "warm_group", b"warm_group", "worker_id", b"worker_id", "worker_secret", b"worker_secret"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,6 +4,7 @@ refusals made on either side of it reach the daemon as they would on the coordin
 
 import os
 import signal
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -166,6 +167,11 @@ def test_a_fleet_past_relay_at_moves_to_a_relay_the_coordinator_starts_itself(fr
     assert "moves this stream" not in _text(c, "a0") + _text(c, "a1")
     job = c.wait_job(c.submit(world_size=3, workers=["a0", "a1", "a2"], op="all_reduce").id)
     assert job.state == pb.SUCCEEDED, job.reason
+    # A daemon that could not reach the relay (its port behind a Service, say) says so, and is
+    # served on the port it dialled; without saying so, it is moved.
+    assert _first_answer(c, relay_unreachable=False).registered.move_to_port > 0
+    served = _first_answer(c, relay_unreachable=True).registered
+    assert served.move_to_port == 0 and served.worker_id == "raw", served
 
     os.kill(relay, signal.SIGKILL)
     log = c.tmp / "coordinator.log"
@@ -178,3 +184,20 @@ def test_a_fleet_past_relay_at_moves_to_a_relay_the_coordinator_starts_itself(fr
 
 def _text(c: Cluster, wid: str) -> str:
     return (c.tmp / f"{wid}.log").read_text(errors="replace")
+
+
+def _first_answer(c: Cluster, relay_unreachable: bool) -> wpb.CoordinatorMessage:
+    reg = wpb.Register(worker_id="raw", host="raw-host", address="127.0.0.1", backend="gloo",
+                       device=pb.Device(type="cpu", index=0, name="cpu"), relay_unreachable=relay_unreachable)
+    answered = threading.Event()
+
+    def requests():  # the stream stays open until the answer came (a closed one ends the worker's stream)
+        yield wpb.WorkerMessage(register=reg)
+        answered.wait(30)
+
+    with grpc.insecure_channel(c.address) as channel:
+        call = workers_pb2_grpc.WorkerServiceStub(channel).Connect(requests(), timeout=30)
+        first = next(call)
+        answered.set()
+        call.cancel()
+        return first

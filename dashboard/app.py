@@ -15,10 +15,13 @@ from dashboard.bearer import BEARER
 from dashboard.guard import Guard, GuardConfig
 from dashboard.body_limit import BodyLimit
 from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
+from dashboard.reads import Reads
 
 
 def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfig | None = None,
-               identities: WorkerIdentities | None = None) -> FastAPI:
+               identities: WorkerIdentities | None = None, reads: Reads | None = None) -> FastAPI:
+    """`reads`: where the REST reads are answered from (dashboard/reads.py; the edge's read view
+    when served by dashboard/edge_http.py's EdgeSplit)."""
     # No /docs or /redoc: their pages load scripts from a CDN and run inline code, which the
     # CSP refuses (and which an offline cluster cannot fetch); /openapi.json stays.
     app = FastAPI(title="ringleader", version="1", description="Orchestrate GPU collective jobs.",
@@ -31,7 +34,7 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
     # Every API router declares the users' bearer scheme in OpenAPI (the guard checks it).
     feed = fleet_view.FleetFeed(core)
-    for router in (api.router(core), fleet_api.router(core), fleet_view.router(feed),
+    for router in (api.router(core, reads=reads), fleet_api.router(core), fleet_view.router(feed),
                    baselines_api.router(core), identity_api.router(core, identities or WorkerIdentities(core.store)),
                    trends_api.router(core)):
         app.include_router(router, dependencies=[Security(BEARER)])

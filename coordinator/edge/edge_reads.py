@@ -45,7 +45,7 @@ class EdgeReads:
     async def ListWorkers(self, request, context):
         try:
             identity.caller_may_use_jobs(context)
-            workers, token, age = self.view.list_workers(request.states, request.limit, request.page_token)
+            workers, token, age = await self.view.list_workers(request.states, request.limit, request.page_token)
         except RingleaderError as exc:
             await abort_with(context, exc)
         return pb.ListWorkersResponse(workers=workers, next_page_token=token, read_view_age_ms=age)

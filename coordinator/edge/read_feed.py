@@ -17,7 +17,8 @@ import time
 
 from coordinator.core.facade import Coordinator
 from coordinator.core.registry import WorkerConn
-from coordinator.edge.read_view import ReadView, ViewUpdate, ViewWorker
+from coordinator.edge.hop import on
+from coordinator.edge.read_view import FRESH_WAIT_S, ReadView, ViewUpdate, ViewWorker
 from ringleader import states
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -134,3 +135,29 @@ class ReadFeed:
         info.state = self.c.listed_state(conn)
         info.health.CopyFrom(self.c.control.health.shown(conn.worker_id))
         return info
+
+
+class Freshen:
+    """On the edge: a read's ask that the core hand over what it has (ReadView's `fresh`). Reads
+    share an ask that has not started on the core yet (a held-up core gets one per kind, however
+    many reads wait); one that has started may have flushed before the change a new read follows,
+    so that read asks again. Each waits at most `wait_s`; an ask left behind still lands."""
+
+    def __init__(self, feed: ReadFeed, core: asyncio.AbstractEventLoop, wait_s: float = FRESH_WAIT_S) -> None:
+        self.feed, self.core, self.wait_s = feed, core, wait_s
+        self._waiting: dict[bool, tuple[asyncio.Future, list[bool]]] = {}  # per kind: (the ask, [started])
+        self.asked = 0  # asks sent to the core (a test's and the bench's count)
+
+    async def __call__(self, workers: bool) -> None:
+        found = self._waiting.get(workers)
+        if found is None or found[1][0]:
+            started = [False]
+
+            async def flush() -> None:  # on the core
+                started[0] = True  # read on the edge: a benign cross-thread flag
+                self.feed.flush(workers=workers)
+            ask = on(self.core, flush())
+            ask.add_done_callback(lambda f: f.cancelled() or f.exception())  # a stopping core: nobody waits
+            found = self._waiting[workers] = (ask, started)
+            self.asked += 1
+        await asyncio.wait([found[0]], timeout=self.wait_s)

@@ -19,8 +19,13 @@ What the view holds, and where it is not enough:
 - workers: each worker's listing (WorkerInfo, its listed state), in the registry's order, paged
   as the registry pages it.
 
-Read-your-writes: every write a client makes through the edge (gRPC or REST) ends with the core
-handing the view what it changed, before the answer: the edge loop runs both in that order.
+Fresh while the core keeps up: a read first asks the core to hand over what it has (`fresh`: one
+hop, shared by the reads that arrive before it starts, and no more than a flush of the feed on the
+core) and waits for it at most FRESH_WAIT_S; then it answers from the view, current or as old as
+it says. So a read that follows a change its client saw (its own write, a watched event, a state
+a test read off the core) sees it whenever the core answers within that wait, and a read never
+waits for a held-up core longer than that. Every write a client makes through the edge (gRPC or
+REST) also ends with the core handing the view what it changed, before the answer.
 
 Only the edge loop touches a ReadView."""
 
@@ -31,7 +36,7 @@ import bisect
 import collections
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Awaitable, Callable, Iterable
 
 from coordinator.core import paging
 from coordinator.core.jobs import Page
@@ -41,6 +46,7 @@ from ringleader.defaults import page_limit
 from ringleader.page_token import SortKey, decode_token, encode_token
 from ringleader.v1 import jobs_pb2 as pb
 
+FRESH_WAIT_S = 0.04  # a read waits this long at most for the core to bring the view up to date
 KEEP_ENDED = 2000  # ended jobs kept (their listing fields; GetJob reads their rows from the store)
 
 
@@ -60,9 +66,16 @@ class ViewUpdate:
     full: bool = False  # `workers` is every worker: any other is gone
 
 
+Fresh = Callable[[bool], Awaitable[None]]  # bring the view up to date (True: the workers too)
+
+
 class ReadView:
-    def __init__(self, store: JobStore) -> None:
+    """`fresh`: asks the core for what it has (coordinator/edge/read_feed.py's `Freshen`; None:
+    the view as it is)."""
+
+    def __init__(self, store: JobStore, fresh: Fresh | None = None) -> None:
         self.store = store
+        self.fresh = fresh
         self.stamp = 0.0  # 0: the core has handed nothing over yet
         self._jobs: dict[str, pb.Job] = {}
         self._rows: set[str] = set()  # jobs with result rows (GetJob reads those from the store)
@@ -115,6 +128,10 @@ class ReadView:
             if i < len(self._order) and self._order[i] == old.key:
                 del self._order[i]
 
+    async def _freshen(self, workers: bool) -> None:
+        if self.fresh is not None:
+            await self.fresh(workers)
+
     def age_ms(self) -> int:
         """Milliseconds since the core last brought the view up to date."""
         return int(max(0.0, time.monotonic() - self.stamp) * 1000) if self.stamp else 0
@@ -124,6 +141,7 @@ class ReadView:
     async def get_job(self, job_id: str) -> pb.Job:
         """GetJob's answer (NotFound as the store says it), with `read_view_age_ms`."""
         jobspec.check_text("job_id", job_id)
+        await self._freshen(False)
         age, held = self.age_ms(), self._jobs.get(job_id)
         if held is not None and job_id not in self._rows and not states.is_terminal(held.state):
             out = pb.Job()
@@ -160,6 +178,7 @@ class ReadView:
         checks and byte bound as the core's listing (coordinator/core/facade.py's list_jobs)."""
         kinds.check_listed(op)
         jobspec.check_text("before_id", before_id)
+        await self._freshen(False)
         age, n, wanted = self.age_ms(), page_limit(limit), list(states_)
         # One more than asked tells whether another page exists (the store allows a page + 1).
         rows = await asyncio.get_running_loop().run_in_executor(
@@ -176,12 +195,14 @@ class ReadView:
             return Page(jobs[:keep], jobs[keep - 1].id), age
         return Page(jobs, jobs[-1].id if more and jobs else ""), age
 
-    def list_workers(self, states_: Iterable[int] = (), limit: int = 0,
-                     page_token: str = "") -> tuple[list[pb.WorkerInfo], str, int]:
+    async def list_workers(self, states_: Iterable[int] = (), limit: int = 0,
+                           page_token: str = "") -> tuple[list[pb.WorkerInfo], str, int]:
         """ListWorkers' page (workers, next token, the view's age), in the registry's order and
         with its tokens (InvalidSpec naming page_token for one it never issued)."""
+        after = decode_token(page_token) if page_token else None
+        await self._freshen(True)
         age, wanted, n = self.age_ms(), set(states_), page_limit(limit)
-        start = bisect.bisect_right(self._order, decode_token(page_token)) if page_token else 0
+        start = bisect.bisect_right(self._order, after) if after else 0
         picked: list[ViewWorker] = []
         token = ""
         for key in self._order[start:]:

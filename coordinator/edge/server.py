@@ -12,7 +12,7 @@ from grpc_reflection.v1alpha import reflection
 
 from coordinator.edge.edge_reads import READS, WORKER_WRITES, EdgeReads, then_flush
 from coordinator.edge.hop import EdgeLoop, HoppedServicer, service_methods
-from coordinator.edge.read_feed import ReadFeed
+from coordinator.edge.read_feed import Freshen, ReadFeed
 from coordinator.edge.read_view import ReadView
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.relay_host import RelayHost
@@ -85,6 +85,7 @@ def job_service(coordinator: Coordinator, identities: WorkerIdentities, core: as
     other call hopped to the core and handing the view its changes before it answers."""
     view = ReadView(coordinator.store)
     feed = ReadFeed(coordinator, view, edge)
+    view.fresh = Freshen(feed, core)
     servicer = JobServicer(coordinator, identities)
     hopped = [m for m in service_methods(JOBS) if m not in ("WatchJob", *READS)]
     flushing = types.SimpleNamespace(**{m: then_flush(getattr(servicer, m), feed, m in WORKER_WRITES) for m in hopped})

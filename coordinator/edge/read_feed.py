@@ -2,7 +2,7 @@
 over in one hop per turn of the core that changed something, and a stamp on a clock.
 
 It only reads the core: the jobs the turn's events named (an event listener; a job is copied
-once a turn however many events it had), and on its clock (STAMP_S) the workers whose listing
+once a turn however many events it had) and the workers those jobs name, and on its clock (STAMP_S) the workers whose listing
 changed, told by a cheap signature per worker (state, job, warm group, executor, health record by
 identity), each worker's full listing again every ROLL_S (its heartbeat time), a share a tick.
 A write answered through the edge calls `flush` before its answer leaves (read-your-writes).
@@ -90,6 +90,8 @@ class ReadFeed:
         update = ViewUpdate(stamp=time.monotonic(), jobs=[self._copy(job) for job in changed.values()])
         if workers:
             self._workers(update)
+        else:  # the members of the jobs that changed (started, ended: their states changed with them)
+            self._members(changed.values(), update)
         self.edge.call_soon_threadsafe(self.view.apply, update)
         self.cost.add(began, len(update.jobs), len(update.workers))
 
@@ -124,6 +126,13 @@ class ReadFeed:
         for wid in [w for w in self._signs if w not in seen]:
             del self._signs[wid]
             update.gone.append(wid)
+
+    def _members(self, jobs, update: ViewUpdate) -> None:
+        for worker_id in {ref.worker_id for job in jobs for ref in job.workers}:
+            conn = self.c.workers.get(worker_id)
+            if conn is not None and self._signs.get(worker_id) != (sign := self._sign(conn)):
+                self._signs[worker_id] = sign
+                update.workers.append(ViewWorker(conn.sort_key, self._info(conn)))
 
     def _sign(self, conn: WorkerConn) -> tuple:
         return (id(conn), conn.state, conn.job_id, conn.holds, conn.executor_restarts, conn.executor_health,

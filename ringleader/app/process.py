@@ -213,11 +213,10 @@ class RunningCoordinator:
             guard = GuardConfig(access, metrics_auth=sec.metrics_auth,
                                 any_host=access.needs_token("users") or sec.insecure,
                                 client_certs=bool(sec.tls.cert and sec.tls.ca))
-            from dashboard.edge_http import EdgeSplit
-
-            # On the gRPC edge's loop: the reads from its read view, the rest hopped to this loop.
-            app = create_app(self.core, self.metrics, guard, self.identities, reads=self.server.view)
-            self.http = HttpServer(EdgeSplit(app, self._loop, self.server.feed.flush), self.config.http_address,
+            # On the gRPC edge's loop: the reads from its read view, the other routes on this loop.
+            app = create_app(self.core, self.metrics, guard, self.identities, reads=self.server.view,
+                             core_loop=self._loop, flush=self.server.feed.flush)
+            self.http = HttpServer(app, self.config.http_address,
                                    tls=(sec.tls.cert, sec.tls.key) if sec.tls.cert else None,
                                    client_ca=sec.tls.ca or None, loop=self.server.edge.loop)
             await self.http.start()

@@ -1,7 +1,8 @@
 """REST API under /api/v1: jobs, their results (JSON, CSV), logs and events (Server-Sent Events),
 workers, the version.
 
-Runs on the coordinator's asyncio loop and calls the Coordinator facade directly, so every
+Runs on the coordinator's asyncio loop and calls the Coordinator facade directly (the reads
+excepted, where the app is served on the edge loop: `reads`, dashboard/reads.py), so every
 endpoint is `async def` (a plain `def` would run in a thread, next to a domain that has no
 locks). Bodies are `to_json` of the proto messages; domain errors become HTTP statuses through
 ringleader.errors' catalog, InvalidSpec as FastAPI's 422 shape naming the field in `loc`.

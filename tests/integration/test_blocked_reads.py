@@ -14,7 +14,7 @@ import grpc
 import httpx
 import pytest
 
-from test_scale import SimSpec, coordinator, fleet, scenario, until  # noqa: I001 - tests/integration is on the path
+from test_scale import SimSpec, coordinator, fleet, scenario  # noqa: I001 - tests/integration is on the path
 
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc

@@ -59,6 +59,13 @@ class PostgresServer:
     def start(self) -> "PostgresServer":
         if self.bindir is None:
             raise Unavailable("no initdb: install PostgreSQL (Debian: apt-get install postgresql)")
+        self._make_dirs()
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", self.user, "--no-sync", "-E", "UTF8")
+        self._serve()
+        return self
+
+    def _make_dirs(self) -> None:
+        """The socket directory; as root, both it and the root owned by the server's user."""
         if os.geteuid() == 0:
             try:
                 pw = pwd.getpwnam(self.user)
@@ -70,11 +77,11 @@ class PostgresServer:
             os.chown(self.sockets, pw.pw_uid, pw.pw_gid)
         else:
             self.sockets.mkdir()
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", self.user, "--no-sync", "-E", "UTF8")
+
+    def _serve(self) -> None:
         # fsync stays on: the failover tests count on a commit being durable. No TCP listener.
         options = f"-k {self.sockets} -c listen_addresses='' -c max_connections=200"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options, "-w", "-t", "60", "start")
-        return self
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
@@ -95,17 +102,9 @@ class PostgresServer:
 
         r = PostgresServer()
         r.bindir = self.bindir
-        if os.geteuid() == 0:
-            pw = pwd.getpwnam(r.user)
-            os.chmod(r.root, 0o755)
-            r.sockets.mkdir()
-            os.chown(r.root, pw.pw_uid, pw.pw_gid)
-            os.chown(r.sockets, pw.pw_uid, pw.pw_gid)
-        else:
-            r.sockets.mkdir()
+        r._make_dirs()
         r._run("pg_basebackup", "-D", str(r.data), "-d", f"host={self.sockets} user={self.user}", "-R", "-X", "stream")
-        options = f"-k {r.sockets} -c listen_addresses='' -c max_connections=200"
-        r._run("pg_ctl", "-D", str(r.data), "-l", str(r.root / "log"), "-o", options, "-w", "-t", "60", "start")
+        r._serve()
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
             conn.execute("SELECT pg_reload_conf()")

@@ -29,6 +29,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Mapping
 
+from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
 WINDOW = 20  # passing figures a key keeps
@@ -108,6 +109,9 @@ LINK_FLOORS: tuple[Floor, ...] = (
 )
 
 
+SHIPPED: tuple[Floor, ...] = FLOORS + LINK_FLOORS  # what judges when an operator gave no table of their own
+
+
 def link_floor_of(model_a: str, model_b: str, same_host: bool, size_bytes: int,
                   floors: tuple[Floor, ...] = LINK_FLOORS) -> Floor | None:
     """The shipped floor of a same-host link between two GPUs of one model, at the link check's
@@ -124,7 +128,7 @@ class History:
         self._samples: dict[str, deque[float]] = {}
         self.findings: dict[str, int] = defaultdict(int)  # findings raised, by scope (a counter)
         # The floors judged by: the shipped table, or an operator's edit of it (--floors FILE).
-        self.floors: tuple[Floor, ...] = floors if floors is not None else FLOORS + LINK_FLOORS
+        self.floors: tuple[Floor, ...] = floors if floors is not None else SHIPPED
 
     def median(self, key: str) -> tuple[float, int] | None:
         s = self._samples.get(key)
@@ -168,7 +172,7 @@ class Judged:
 def figures(job: pb.Job, models: Mapping[str, str], floors: tuple[Floor, ...] | None = None) -> list[Figure]:
     """The figures of a finished check that expectations judge, keyed by registered model, each
     with its floor from `floors` (default: the shipped tables)."""
-    floors = floors if floors is not None else FLOORS + LINK_FLOORS
+    floors = floors if floors is not None else SHIPPED
     kind = job.spec.WhichOneof("kind")
     ranks = {w.rank: w for w in job.workers}
     model = {r: models.get(w.worker_id) or "unknown" for r, w in ranks.items()}
@@ -321,8 +325,7 @@ def floors_from(doc: object, shipped: tuple[Floor, ...] | None = None) -> tuple[
     """The shipped floors with an operator's document over them: a row of the same model and figure
     replaces the shipped one, others are added (value 0: no floor for that model). Raises
     InvalidSpec naming the field (floors[3].value) on anything else."""
-    from ringleader.errors import InvalidSpec
-    shipped = shipped if shipped is not None else FLOORS + LINK_FLOORS
+    shipped = shipped if shipped is not None else SHIPPED
     rows = doc.get("floors") if isinstance(doc, dict) else None
     if not isinstance(rows, list):
         raise InvalidSpec("floors", 'expected {"floors": [{"model", "figure", "value", "source"}, ...]}')

@@ -221,7 +221,7 @@ def test_a_same_host_nvlink_pair_that_lost_its_path_is_below_its_shipped_floor_f
 def test_an_operators_edited_floors_replace_the_shipped_rows_and_judge_by_them():
     """`ringleader floors export`, edited, then `coordinator --floors FILE`: a row of the same model
     and figure replaces the shipped one (here a stricter TFLOP/s floor), a value of 0 removes it."""
-    doc = expectations.floors_doc(expectations.FLOORS + expectations.LINK_FLOORS)
+    doc = expectations.floors_doc(expectations.SHIPPED)
     assert {"model": "H200", "figure": "tflops", "value": 495.0,
             "source": "NVIDIA H200 datasheet: 989 TFLOP/s dense bf16 (SXM)"} in doc["floors"]
     stricter = expectations.floors_from({"floors": [{"model": "H200", "figure": "tflops", "value": 700,

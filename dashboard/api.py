@@ -1,7 +1,8 @@
 """REST API under /api/v1: jobs, their results (JSON, CSV), logs and events (Server-Sent Events),
 workers, the version.
 
-Runs on the coordinator's asyncio loop and calls the Coordinator facade directly, so every
+Runs on the coordinator's asyncio loop and calls the Coordinator facade directly (the reads
+excepted, where the app is served on the edge loop: `reads`, dashboard/reads.py), so every
 endpoint is `async def` (a plain `def` would run in a thread, next to a domain that has no
 locks). Bodies are `to_json` of the proto messages; domain errors become HTTP statuses through
 ringleader.errors' catalog, InvalidSpec as FastAPI's 422 shape naming the field in `loc`.
@@ -26,6 +27,7 @@ import grpc
 from ringleader.page_token import MAX_TOKEN
 from coordinator.core.facade import Coordinator
 from dashboard.job_docs import View, check_fits, job_doc, results_csv, summary
+from dashboard.reads import CoreReads, Reads
 from dashboard.schemas import (
     CancelIn, Error, Job, JobEvent, JobId, JobList, JobLogs, JobStateName, KindList, LeanJob, LiveEvent,
     ResultFormat, ResultList, VersionInfo, WorkerList, WorkerStateName, job_spec_model, json_safe, sse_response,
@@ -37,6 +39,7 @@ from ringleader.errors import InvalidSpec, NotFound, Overloaded, RingleaderError
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
 
+AGE_HEADER = "X-Read-View-Age-Ms"  # a read's staleness (dashboard/reads.py), also `read_view_age_ms` in its body
 KEEPALIVE_S = 15.0  # a comment line after this much silence keeps proxies from closing a stream
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -86,14 +89,17 @@ class Route(APIRoute):
         return route_handler
 
 
-def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
+def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S, reads: Reads | None = None) -> APIRouter:
+    """`reads`: where GET /jobs, /jobs/{id} and /workers are answered from (dashboard/reads.py;
+    default: the facade, on the core loop)."""
     route_class = type("Route", (Route,), {"allow": {}})
     r = APIRouter(prefix="/api/v1", route_class=route_class)
-    _job_routes(r, core)
-    _one_job_routes(r, core)
+    reads = reads or CoreReads(core)
+    _job_routes(r, core, reads)
+    _one_job_routes(r, core, reads)
     _result_routes(r, core)
     _event_routes(r, core, keepalive_s)
-    _worker_routes(r, core)
+    _worker_routes(r, reads)
     _kind_routes(r)
     _version_route(r)
     for route in r.routes:
@@ -101,7 +107,7 @@ def router(core: Coordinator, keepalive_s: float = KEEPALIVE_S) -> APIRouter:
     return r
 
 
-def _job_routes(r: APIRouter, core: Coordinator) -> None:
+def _job_routes(r: APIRouter, core: Coordinator, reads: Reads) -> None:
     @r.post("/jobs", tags=["jobs"], operation_id="submitJob", status_code=201, response_model=AnyJob,
             summary="Submit a job",
             description="Refused (422, world_size) when the connected workers cannot run it, unless `queue` is true.",
@@ -141,20 +147,21 @@ def _job_routes(r: APIRouter, core: Coordinator) -> None:
     ) -> Response:
         wanted = [pb.JobState.Value(s) for s in state]
         try:
-            page = await core.list_jobs_off_loop(states=wanted, op=op or "", limit=limit, before_id=before or "")
+            page, age = await reads.list_jobs(wanted, op or "", limit, before or "")
         except NotFound as exc:  # the page it continues is gone: like a path naming no job
             raise HTTPException(404, f"before: {exc}") from None
         return JSON({"jobs": [job_doc(j, view, results=False) for j in page.jobs],
-                     "next_before": page.next_before or None})
+                     "next_before": page.next_before or None, "read_view_age_ms": age},
+                    headers={AGE_HEADER: str(age)})
 
 
-def _one_job_routes(r: APIRouter, core: Coordinator) -> None:
+def _one_job_routes(r: APIRouter, core: Coordinator, reads: Reads) -> None:
     @r.get("/jobs/{job_id}", tags=["jobs"], operation_id="getJob", response_model=AnyJob,
            summary="Get a job with its results", responses=NOT_FOUND)
     async def get_job(job_id: JobId, view: View = "lean") -> Response:
         with domain_errors():
-            await core.prefetch(job_id=job_id)
-            return JSON(job_doc(core.get(job_id), view))
+            job = await reads.get_job(job_id)
+            return JSON(job_doc(job, view), headers={AGE_HEADER: str(job.read_view_age_ms)})
 
     @r.post("/jobs/{job_id}/cancel", tags=["jobs"], operation_id="cancelJob", response_model=AnyJob,
             summary="Cancel a queued or running job",
@@ -229,7 +236,7 @@ def _event_routes(r: APIRouter, core: Coordinator, keepalive_s: float) -> None:
                                  headers=SSE_HEADERS)
 
 
-def _worker_routes(r: APIRouter, core: Coordinator) -> None:
+def _worker_routes(r: APIRouter, reads: Reads) -> None:
     @r.get("/workers", tags=["workers"], operation_id="listWorkers", response_model=WorkerList,
            summary="Connected and recently disconnected workers",
            description="In (host, device index, worker id) order. Page with `page_token` = the previous page's "
@@ -243,10 +250,11 @@ def _worker_routes(r: APIRouter, core: Coordinator) -> None:
     ) -> Response:
         wanted = [pb.WorkerState.Value(s) for s in state]
         try:
-            page = core.list_workers(states=wanted, limit=limit, page_token=page_token or "")
+            workers, token, age = await reads.list_workers(wanted, limit, page_token or "")
         except InvalidSpec as exc:  # a token this listing never issued names no page of it
             raise HTTPException(404, str(exc)) from None
-        return JSON({"workers": [to_json(w) for w in page.workers], "next_page_token": page.next_page_token or None})
+        return JSON({"workers": [to_json(w) for w in workers], "next_page_token": token or None,
+                     "read_view_age_ms": age}, headers={AGE_HEADER: str(age)})
 
 
 def _kind_routes(r: APIRouter) -> None:

@@ -3,6 +3,9 @@ guard (dashboard/guard.py: tokens, cross-origin refusals, CSP)."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Callable
+
 from fastapi import FastAPI, Security
 from fastapi.responses import PlainTextResponse, Response
 
@@ -14,15 +17,24 @@ from dashboard import api, baselines_api, bearer, fleet_api, fleet_view, identit
 from dashboard.bearer import BEARER
 from dashboard.guard import Guard, GuardConfig
 from dashboard.body_limit import BodyLimit
+from dashboard.edge_http import CoreHop
 from dashboard.http_metrics import HttpMetrics, HttpMetricsMiddleware
+from dashboard.reads import Reads
 
 
 def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfig | None = None,
-               identities: WorkerIdentities | None = None) -> FastAPI:
+               identities: WorkerIdentities | None = None, reads: Reads | None = None,
+               core_loop: asyncio.AbstractEventLoop | None = None,
+               flush: Callable[[bool], None] | None = None) -> FastAPI:
+    """Served on the calling loop, or, with `core_loop`, on the gRPC edge's (dashboard/edge_http.py):
+    then its routes other than the reads run on `core_loop`, each write calling `flush` there
+    before it answers, and the reads come from `reads` (the edge's read view, dashboard/reads.py)."""
     # No /docs or /redoc: their pages load scripts from a CDN and run inline code, which the
     # CSP refuses (and which an offline cluster cannot fetch); /openapi.json stays.
     app = FastAPI(title="ringleader", version="1", description="Orchestrate GPU collective jobs.",
                   docs_url=None, redoc_url=None)
+    if core_loop is not None:  # innermost: the guard, the limits and the metrics stay on the edge
+        app.add_middleware(CoreHop, core=core_loop, flush=flush or (lambda workers: None))
     app.add_middleware(BodyLimit)  # inside the guard and the metrics: a refused body is counted
     guard = guard or GuardConfig(Access(), any_host=False)
     app.add_middleware(Guard, config=guard)
@@ -31,7 +43,7 @@ def create_app(core: Coordinator, metrics: CoordinatorMetrics, guard: GuardConfi
     app.add_middleware(HttpMetricsMiddleware, metrics=HttpMetrics(metrics.registry))
     # Every API router declares the users' bearer scheme in OpenAPI (the guard checks it).
     feed = fleet_view.FleetFeed(core)
-    for router in (api.router(core), fleet_api.router(core), fleet_view.router(feed),
+    for router in (api.router(core, reads=reads), fleet_api.router(core), fleet_view.router(feed),
                    baselines_api.router(core), identity_api.router(core, identities or WorkerIdentities(core.store)),
                    trends_api.router(core)):
         app.include_router(router, dependencies=[Security(BEARER)])

@@ -142,6 +142,8 @@ class JobList(BaseModel):
     jobs: list[LeanJobSummary | JobSummary]  # type: ignore[valid-type]  # ?view=lean (default) or full
     next_before: str | None = Field(
         description="pass as `before` for the next (older) page; null on the last page")
+    read_view_age_ms: int = Field(ge=0, description="how old the coordinator's read view was when it answered "
+                                                    "(ms; also the X-Read-View-Age-Ms header)")
 
 
 class ResultList(BaseModel):
@@ -152,6 +154,8 @@ class WorkerList(BaseModel):
     workers: list[WorkerInfo]  # type: ignore[valid-type]
     next_page_token: str | None = Field(
         description="pass as `page_token` for the next page; null on the last page")
+    read_view_age_ms: int = Field(ge=0, description="how old the coordinator's read view was when it answered "
+                                                    "(ms; also the X-Read-View-Age-Ms header)")
 
 
 class KindInfo(BaseModel):

@@ -19,6 +19,7 @@ import uvicorn
 from starlette.middleware.gzip import GZipMiddleware
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
+from coordinator.edge.hop import on
 from dashboard import tls_sniff
 
 GZIP_MIN_BYTES = 1024
@@ -34,9 +35,13 @@ class _EmbeddedServer(uvicorn.Server):
 
 class HttpServer:
     """`tls`: (certificate, key) PEM paths to serve HTTPS (plain HTTP on that port gets a 400);
-    `client_ca`: the CA whose client certificates are verified (dashboard/tls_sniff.py)."""
+    `client_ca`: the CA whose client certificates are verified (dashboard/tls_sniff.py); `loop`:
+    another thread's loop to serve on (the gRPC edge's: dashboard/edge_http.py), default the
+    calling one."""
 
-    def __init__(self, app, address: str, tls: tuple[str, str] | None = None, client_ca: str | None = None) -> None:
+    def __init__(self, app, address: str, tls: tuple[str, str] | None = None, client_ca: str | None = None,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
         host, port = address.rsplit(":", 1)
         family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -48,11 +53,12 @@ class HttpServer:
         gzipped = GZipMiddleware(app, minimum_size=GZIP_MIN_BYTES, compresslevel=GZIP_LEVEL)
         self._server = _EmbeddedServer(uvicorn.Config(gzipped, http=http, log_level="warning", lifespan="off",
                                                       timeout_graceful_shutdown=2))
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Future | None = None
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
-        while not self._server.started:
+        serve = self._server.serve(sockets=[self._sock])
+        self._task = on(self._loop, serve) if self._loop else asyncio.create_task(serve)
+        while not self._server.started:  # (set on the serving loop: a benign cross-thread read)
             if self._task.done():
                 self._task.result()  # raises the startup error
             await asyncio.sleep(0.01)

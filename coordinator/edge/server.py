@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import types
 from typing import Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from coordinator.edge.edge_reads import READS, WORKER_WRITES, EdgeReads, then_flush
 from coordinator.edge.hop import EdgeLoop, HoppedServicer, service_methods
+from coordinator.edge.read_feed import Freshen, ReadFeed
+from coordinator.edge.read_view import ReadView
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.auto_relay import AutoRelay
 from coordinator.edge.relay_host import RelayHost
@@ -49,9 +53,7 @@ async def start_server(coordinator: Coordinator, address: str,
         identities.forget(worker_id)
     core, edge = asyncio.get_running_loop(), EdgeLoop()
     edge.watch_stalls(coordinator.timings.stall_warn_s)
-    jobs = HoppedServicer(JobServicer(coordinator, identities), [m for m in service_methods(JOBS) if m != "WatchJob"],
-                          core, edge.loop)
-    jobs.WatchJob = EdgeWatch(coordinator, core).WatchJob  # on the edge, events pushed from the core
+    jobs, view, feed = job_service(coordinator, identities, core, edge.loop)
     workers = WorkerServicer(coordinator, identities, core, edge.loop)  # its streams' own edge/core split
     relay = RelayHost(workers, relay_address, relay_settings) if relay_address else None
     if relay is None and relay_at > 0:
@@ -73,27 +75,60 @@ async def start_server(coordinator: Coordinator, address: str,
             await server.stop(0)
             raise
         return server, port
-    return await EdgeServer.start(edge, build(), relay, workers.auto)
+    feed.start()
+    try:
+        return await EdgeServer.start(edge, build(), relay, view, feed, workers.auto)
+    except BaseException:
+        await feed.stop()
+        raise
+
+
+def job_service(coordinator: Coordinator, identities: WorkerIdentities, core: asyncio.AbstractEventLoop,
+                edge: asyncio.AbstractEventLoop) -> tuple[object, ReadView, ReadFeed]:
+    """The JobService as the edge serves it: the reads from the edge's read view
+    (coordinator/edge/read_view.py), WatchJob on the edge with events pushed from the core, every
+    other call hopped to the core and handing the view its changes before it answers."""
+    view = ReadView(coordinator.store)
+    feed = ReadFeed(coordinator, view, edge)
+    view.fresh = Freshen(feed, core)
+    servicer = JobServicer(coordinator, identities)
+    hopped = [m for m in service_methods(JOBS) if m not in ("WatchJob", *READS)]
+    flushing = types.SimpleNamespace(**{m: then_flush(getattr(servicer, m), feed, m in WORKER_WRITES) for m in hopped})
+    jobs = HoppedServicer(flushing, hopped, core, edge)
+    reads = EdgeReads(view)
+    for name in READS:
+        setattr(jobs, name, getattr(reads, name))
+    jobs.WatchJob = EdgeWatch(coordinator, core).WatchJob  # on the edge, events pushed from the core
+    return jobs, view, feed
 
 
 class EdgeServer:
-    """A grpc.aio.Server on its edge loop, stopped from the core loop."""
+    """A grpc.aio.Server on its edge loop, stopped from the core loop; `view`: the edge's read
+    view, which `feed` keeps current (the REST reads are answered from it too)."""
 
     def __init__(self, server: grpc.aio.Server, edge: EdgeLoop, relay: RelayHost | None = None,
+                 view: ReadView | None = None, feed: ReadFeed | None = None,
                  auto: AutoRelay | None = None) -> None:
         self._server, self._edge, self.relay, self.auto = server, edge, relay, auto
+        self.view, self.feed = view, feed
+
+    @property
+    def edge(self) -> EdgeLoop:
+        return self._edge
 
     @classmethod
-    async def start(cls, edge: EdgeLoop, build, relay: RelayHost | None = None,
-                    auto: AutoRelay | None = None) -> tuple["EdgeServer", int]:
+    async def start(cls, edge: EdgeLoop, build, relay: RelayHost | None = None, view: ReadView | None = None,
+                    feed: ReadFeed | None = None, auto: AutoRelay | None = None) -> tuple["EdgeServer", int]:
         try:
             server, port = await edge.run(build)
         except BaseException:
             edge.close()
             raise
-        return cls(server, edge, relay, auto), port
+        return cls(server, edge, relay, view, feed, auto), port
 
     async def stop(self, grace: float | None) -> None:
+        if self.feed:
+            await self.feed.stop()
         try:
             if self.relay:
                 await self._edge.run(self.relay.stop())

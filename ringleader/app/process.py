@@ -223,9 +223,12 @@ class RunningCoordinator:
             guard = GuardConfig(access, metrics_auth=sec.metrics_auth,
                                 any_host=access.needs_token("users") or sec.insecure,
                                 client_certs=bool(sec.tls.cert and sec.tls.ca))
-            self.http = HttpServer(create_app(self.core, self.metrics, guard, self.identities), self.config.http_address,
+            # On the gRPC edge's loop: the reads from its read view, the other routes on this loop.
+            app = create_app(self.core, self.metrics, guard, self.identities, reads=self.server.view,
+                             core_loop=self._loop, flush=self.server.feed.flush)
+            self.http = HttpServer(app, self.config.http_address,
                                    tls=(sec.tls.cert, sec.tls.key) if sec.tls.cert else None,
-                                   client_ca=sec.tls.ca or None)
+                                   client_ca=sec.tls.ca or None, loop=self.server.edge.loop)
             await self.http.start()
             self.http_url = self.http.url
         self.core.serving()  # load shedding measures the loop from here (coordinator/core/load.py)

@@ -1155,6 +1155,7 @@ class Job(_message.Message):
     GPU_CHECK_FIELD_NUMBER: _builtins.int
     SDC_CHECK_FIELD_NUMBER: _builtins.int
     STRAGGLERS_FIELD_NUMBER: _builtins.int
+    READ_VIEW_AGE_MS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     state: Global___JobState.ValueType
     reason: _builtins.str
@@ -1169,6 +1170,10 @@ class Job(_message.Message):
     """ran on an already-initialised process group"""
     request_id: _builtins.str
     """the idempotency key it was submitted with ("" when none)"""
+    read_view_age_ms: _builtins.int
+    """In answers only, never stored: how old the edge's read view was when it answered (ms since
+    the core last brought it up to date; coordinator/edge/read_view.py).
+    """
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
     @_builtins.property
@@ -1221,10 +1226,11 @@ class Job(_message.Message):
         gpu_check: Global___GpuCheckResult | None = ...,
         sdc_check: Global___SdcCheckResult | None = ...,
         stragglers: Global___StragglerSummary | None = ...,
+        read_view_age_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "link_matrix", b"link_matrix", "p2p", b"p2p", "progress", b"progress", "sdc_check", b"sdc_check", "spec", b"spec", "stragglers", b"stragglers", "train", b"train"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "backend", b"backend", "created_at", b"created_at", "finished_at", b"finished_at", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "id", b"id", "link_matrix", b"link_matrix", "p2p", b"p2p", "progress", b"progress", "reason", b"reason", "request_id", b"request_id", "results", b"results", "sdc_check", b"sdc_check", "spec", b"spec", "started_at", b"started_at", "state", b"state", "stragglers", b"stragglers", "train", b"train", "warm_start", b"warm_start", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algo_sweep", b"algo_sweep", "backend", b"backend", "created_at", b"created_at", "finished_at", b"finished_at", "gpu_check", b"gpu_check", "gradient_average", b"gradient_average", "id", b"id", "link_matrix", b"link_matrix", "p2p", b"p2p", "progress", b"progress", "read_view_age_ms", b"read_view_age_ms", "reason", b"reason", "request_id", b"request_id", "results", b"results", "sdc_check", b"sdc_check", "spec", b"spec", "started_at", b"started_at", "state", b"state", "stragglers", b"stragglers", "train", b"train", "warm_start", b"warm_start", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1843,7 +1849,10 @@ class ListJobsResponse(_message.Message):
 
     JOBS_FIELD_NUMBER: _builtins.int
     NEXT_BEFORE_ID_FIELD_NUMBER: _builtins.int
+    READ_VIEW_AGE_MS_FIELD_NUMBER: _builtins.int
     next_before_id: _builtins.str
+    read_view_age_ms: _builtins.int
+    """how old the edge's read view was when it answered (ms)"""
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]: ...
     def __init__(
@@ -1851,10 +1860,11 @@ class ListJobsResponse(_message.Message):
         *,
         jobs: _abc.Iterable[Global___Job] | None = ...,
         next_before_id: _builtins.str = ...,
+        read_view_age_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "next_before_id", b"next_before_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "next_before_id", b"next_before_id", "read_view_age_ms", b"read_view_age_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2268,8 +2278,11 @@ class ListWorkersResponse(_message.Message):
 
     WORKERS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    READ_VIEW_AGE_MS_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """empty on the last page"""
+    read_view_age_ms: _builtins.int
+    """how old the edge's read view was when it answered (ms)"""
     @_builtins.property
     def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]: ...
     def __init__(
@@ -2277,10 +2290,11 @@ class ListWorkersResponse(_message.Message):
         *,
         workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
         next_page_token: _builtins.str = ...,
+        read_view_age_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "read_view_age_ms", b"read_view_age_ms", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

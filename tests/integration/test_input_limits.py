@@ -40,10 +40,22 @@ async def raw_post(url: str, path: str, length: int = 0, chunked: int = 0) -> tu
             await writer.drain()
     except ConnectionError:  # answered and closed before all was sent: what is tested
         pass
-    answer = await asyncio.wait_for(reader.read(65536), 10)
+    answer = await asyncio.wait_for(_until_closed(reader), 10)
     writer.close()
     head, _, body = answer.partition(b"\r\n\r\n")
     return int(head.split()[1]), body
+
+
+async def _until_closed(reader: asyncio.StreamReader) -> bytes:
+    """What the server sent until it closed (each refusal says `Connection: close`): its head and
+    body may come in separate writes, which one read may split."""
+    got = b""
+    try:
+        while chunk := await reader.read(65536):
+            got += chunk
+    except ConnectionError:  # reset while the client still sent: what came before it stands
+        pass
+    return got
 
 
 @scenario

@@ -1,0 +1,177 @@
+"""The core's side of the edge's read view (coordinator/edge/read_view.py): what changed, handed
+over in one hop per turn of the core that changed something, and a stamp on a clock.
+
+It only reads the core: the jobs the turn's events named (an event listener; a job is copied
+once a turn however many events it had) and the workers those jobs name, and on its clock (STAMP_S) the workers whose listing
+changed, told by a cheap signature per worker (state, job, warm group, executor, health record by
+identity), each worker's full listing again every ROLL_S (its heartbeat time), a share a tick.
+A write answered through the edge calls `flush` before its answer leaves (read-your-writes).
+`cost` keeps the core's time spent here (the bench prints it)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import time
+
+from coordinator.core.facade import Coordinator
+from coordinator.core.registry import WorkerConn
+from coordinator.edge.hop import on
+from coordinator.edge.read_view import FRESH_WAIT_S, ReadView, ViewUpdate, ViewWorker
+from ringleader import states
+from ringleader.v1 import jobs_pb2 as pb
+
+STAMP_S = 0.05  # the view's age when the core is idle stays under this (plus a turn)
+ROLL_S = 5.0  # every worker's listing (its heartbeat time) sent again at least this often
+
+
+class FeedCost:
+    """The core's time in the feed: turns flushed, jobs and workers copied, seconds spent."""
+
+    def __init__(self) -> None:
+        self.flushes = self.jobs = self.workers = 0
+        self.seconds = 0.0
+        self.max_s = 0.0
+
+    def add(self, began: float, jobs: int, workers: int) -> None:
+        spent = time.perf_counter() - began
+        self.flushes += 1
+        self.jobs += jobs
+        self.workers += workers
+        self.seconds += spent
+        self.max_s = max(self.max_s, spent)
+
+
+class ReadFeed:
+    def __init__(self, coordinator: Coordinator, view: ReadView, edge: asyncio.AbstractEventLoop) -> None:
+        self.c, self.view, self.edge = coordinator, view, edge
+        self.cost = FeedCost()
+        self._changed: dict[str, pb.Job] = {}  # jobs the events of this turn named
+        self._due = False  # a flush is queued for the end of this turn
+        self._signs: dict[str, tuple] = {}  # per worker id: what its listing was made from
+        self._roll: collections.deque[str] = collections.deque()  # workers to send again, in turn
+        self._clock: asyncio.Task | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        """On the core loop: listen, hand over every live job and worker now, then keep it current."""
+        for job in [*self.c.queued_jobs(), *(rj.job for rj in self.c.book.running.values())]:
+            self._changed[job.id] = job
+        self.c.add_listener(self._heard)
+        self.flush(workers=True)
+        self._clock = asyncio.get_running_loop().create_task(self._tick())
+
+    async def stop(self) -> None:
+        self._stopped = True  # the edge loop closes next: nothing more is handed over
+        if self._clock:
+            self._clock.cancel()
+            await asyncio.gather(self._clock, return_exceptions=True)
+
+    def _heard(self, event: pb.JobEvent, job: pb.Job) -> None:  # a listener: on the core, must not block
+        self._changed[job.id] = job
+        if not self._due and not self._stopped:
+            self._due = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(STAMP_S)
+            self.flush(workers=True)
+
+    def flush(self, workers: bool = False) -> None:
+        """Hand the edge what changed since the last flush (`workers`: the workers' listings
+        too), stamped now. On the core loop."""
+        if self._stopped:
+            return
+        began = time.perf_counter()
+        self._due = False
+        changed, self._changed = self._changed, {}
+        update = ViewUpdate(stamp=time.monotonic(), jobs=[self._copy(job) for job in changed.values()])
+        if workers:
+            self._workers(update)
+        else:  # the members of the jobs that changed (started, ended: their states changed with them)
+            self._members(changed.values(), update)
+        self.edge.call_soon_threadsafe(self.view.apply, update)
+        self.cost.add(began, len(update.jobs), len(update.workers))
+
+    def _copy(self, job: pb.Job) -> tuple[pb.Job, bool]:
+        book = self.c.book
+        if job.id in book.queued or job.id in book.running:
+            out = self.c.control.copy_of(job)  # with its waiting reason and progress
+            rj = book.running.get(job.id)
+            has_rows = bool(rj is not None and rj.rows)
+        else:
+            (out := pb.Job()).CopyFrom(job)
+            has_rows = states.is_terminal(job.state)  # its rows, if any, are the store's to read
+        out.ClearField("results")
+        return out, has_rows
+
+    def _workers(self, update: ViewUpdate) -> None:
+        conns = self.c.workers.all()
+        seen: set[str] = set()
+        due = set()
+        if self._roll:
+            for _ in range(min(len(self._roll), math.ceil(len(conns) * STAMP_S / ROLL_S))):
+                due.add(self._roll.popleft())
+        else:
+            self._roll.extend(conn.worker_id for conn in conns)
+        for conn in conns:
+            wid = conn.worker_id
+            seen.add(wid)
+            sign = self._sign(conn)
+            if self._signs.get(wid) != sign or wid in due:
+                self._signs[wid] = sign
+                update.workers.append(ViewWorker(conn.sort_key, self._info(conn)))
+        for wid in [w for w in self._signs if w not in seen]:
+            del self._signs[wid]
+            update.gone.append(wid)
+
+    def _members(self, jobs, update: ViewUpdate) -> None:
+        for worker_id in {ref.worker_id for job in jobs for ref in job.workers}:
+            conn = self.c.workers.get(worker_id)
+            if conn is not None and self._signs.get(worker_id) != (sign := self._sign(conn)):
+                self._signs[worker_id] = sign
+                update.workers.append(ViewWorker(conn.sort_key, self._info(conn)))
+
+    def _sign(self, conn: WorkerConn) -> tuple:
+        return (id(conn), conn.state, conn.job_id, conn.holds, conn.executor_restarts, conn.executor_health,
+                id(self.c.control.health.peek(conn.worker_id)), conn.connected_at)
+
+    def _info(self, conn: WorkerConn) -> pb.WorkerInfo:
+        """The worker as the core's ListWorkers shows it (coordinator/core/facade.py)."""
+        info = conn.info()
+        info.state = self.c.listed_state(conn)
+        info.health.CopyFrom(self.c.control.health.shown(conn.worker_id))
+        return info
+
+
+class Freshen:
+    """On the edge: a read's ask that the core hand over what it has (ReadView's `fresh`). Reads
+    share an ask that has not started on the core yet (a held-up core gets one per kind, however
+    many reads wait); one that has started may have flushed before the change a new read follows,
+    so that read asks again. Each waits at most `wait_s` from when the ask was sent: while the core
+is held up, reads after the first answer at once. An ask left behind still lands."""
+
+    def __init__(self, feed: ReadFeed, core: asyncio.AbstractEventLoop, wait_s: float = FRESH_WAIT_S) -> None:
+        self.feed, self.core, self.wait_s = feed, core, wait_s
+        self._waiting: dict[bool, tuple[asyncio.Future, list[bool], float]] = {}  # per kind: (ask, [started], when)
+        self.asked = 0  # asks sent to the core (a test's and the bench's count)
+
+    async def __call__(self, workers: bool) -> None:
+        now = time.monotonic()
+        found = self._waiting.get(workers)
+        if found is None or found[1][0]:
+            started = [False]
+
+            async def flush() -> None:  # on the core
+                started[0] = True  # read on the edge: a benign cross-thread flag
+                self.feed.flush(workers=workers)
+            ask = on(self.core, flush())
+            ask.add_done_callback(lambda f: f.cancelled() or f.exception())  # a stopping core: nobody waits
+            found = self._waiting[workers] = (ask, started, now)
+            self.asked += 1
+        # An ask the core has left waiting longer than that: it is held up; answer as the view is.
+        left = self.wait_s - (now - found[2])
+        if left > 0:
+            await asyncio.wait([found[0]], timeout=left)

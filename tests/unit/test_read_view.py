@@ -1,0 +1,106 @@
+"""The edge's read view (coordinator/edge/read_view.py) against the core's own answers: the same
+worker pages and tokens, the jobs as the core shows them once a turn has flushed, ended jobs kept
+up to a bound while live ones stay, and the staleness it says. The view and its feed run on one
+loop here (the feed's hand-over to the edge loop is a call_soon_threadsafe either way)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import pytest
+
+from coordinator.core.facade import Coordinator, Timings
+from coordinator.edge import read_view
+from coordinator.edge.read_feed import ReadFeed
+from coordinator.edge.read_view import ReadView
+from coordinator.store.memory import MemoryJobStore
+from ringleader.errors import InvalidSpec, NotFound
+from ringleader.v1 import jobs_pb2 as pb
+from ringleader.v1 import workers_pb2 as wpb
+
+
+def register(core: Coordinator, worker_id: str, host: str, index: int) -> None:
+    core.register(wpb.Register(worker_id=worker_id, host=host, address="10.0.0.1", backend="gloo", version="test",
+                               device=pb.Device(type="cpu", index=index, name="cpu", memory_bytes=1 << 34)))
+
+
+def spec(n: int) -> pb.JobSpec:
+    return pb.JobSpec(world_size=n, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))
+
+
+async def settled() -> None:
+    for _ in range(5):  # the turn's flush, then the view's apply (both call_soon on this loop)
+        await asyncio.sleep(0)
+
+
+def run(test):
+    return functools.wraps(test)(lambda *args, **kwargs: asyncio.run(test(*args, **kwargs)))
+
+
+@run
+async def test_worker_pages_and_tokens_are_the_cores():
+    core = Coordinator(MemoryJobStore(), Timings())
+    for i in range(23):
+        register(core, f"w{i:02}", f"h{i % 3}", i // 3)
+    core.cordon("w05", True)
+    view = ReadView(core.store)
+    feed = ReadFeed(core, view, asyncio.get_running_loop())
+    feed.start()
+    await settled()
+    try:
+        for states, limit in (((), 5), ((), 0), ((pb.IDLE,), 4), ((pb.QUARANTINED,), 3), ((pb.BUSY,), 2)):
+            token, mine, theirs = "", [], []
+            while True:
+                got, next_token, age = await view.list_workers(states, limit, token)
+                page = core.list_workers(states, limit, token)
+                assert [w.worker_id for w in got] == [w.worker_id for w in page.workers]
+                assert [w.state for w in got] == [w.state for w in page.workers]
+                assert next_token == page.next_page_token and age < 1000
+                mine += got
+                theirs += page.workers
+                if not (token := next_token):
+                    break
+            assert [w.health for w in mine] == [w.health for w in theirs]
+        assert [w.worker_id for w in (await view.list_workers((pb.QUARANTINED,)))[0]] == ["w05"]
+        with pytest.raises(InvalidSpec, match="page_token"):
+            await view.list_workers((), 5, "not-a-token")
+    finally:
+        await feed.stop()
+
+
+@run
+async def test_jobs_follow_the_core_turn_by_turn_and_ended_ones_are_bounded(monkeypatch):
+    monkeypatch.setattr(read_view, "KEEP_ENDED", 3)
+    core = Coordinator(MemoryJobStore(), Timings())
+    view = ReadView(core.store)
+    feed = ReadFeed(core, view, asyncio.get_running_loop())
+    feed.start()
+    try:
+        waiting = core.submit(spec(4))  # no workers: it stays queued
+        ended = [core.submit(spec(1)) for _ in range(5)]
+        for job in ended:
+            core.cancel(job.id)
+        await settled()
+        got = await view.get_job(waiting.id)
+        assert got.state == pb.QUEUED and got.reason == core.get(waiting.id).reason
+        # The last KEEP_ENDED that ended are held; the rest are the store's (still answered).
+        assert [j for j in view._jobs if j != waiting.id] == [j.id for j in ended[-3:]]
+        first = await view.get_job(ended[0].id)
+        assert first.state == pb.CANCELLED
+        with pytest.raises(NotFound):
+            await view.get_job("nosuchjob")
+        page, _ = await view.list_jobs()
+        assert [j.id for j in page.jobs] == [j.id for j in core.list_jobs().jobs]
+
+        # Nothing handed over for a while (the feed stopped, as a held-up core hands nothing): the
+        # view answers as it is and says how old it is; a job it never heard of is the store's.
+        await feed.stop()
+        later = core.submit(spec(4))
+        await asyncio.sleep(0.2)
+        assert view.age_ms() >= 200
+        assert (await view.get_job(waiting.id)).read_view_age_ms >= 200
+        assert later.id not in view._jobs
+        assert (await view.get_job(later.id)).state == pb.QUEUED  # read from the store
+    finally:
+        await feed.stop()

@@ -35,7 +35,7 @@ when asked (`reason`).
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 from coordinator.core import waiting
 from coordinator.core.sched_index import Claims, FleetIndex, HostPool, KindQueues, Lane, QueueGroup, WorkerView
@@ -171,6 +171,18 @@ class Scheduler:
         seen = (group.seen_pass, group.blocked) == (self._pass, job_id)
         idle = group.seen_idle if seen else None if self.cut else 0  # None: a cut pass did not reach it
         return waiting.reason(self._fleet, group.need, self._connected(group), idle, self._cordoned_ids)
+
+    def reasons(self) -> Iterator[tuple[str, str]]:
+        """(job id, `reason`) for every queued job; a group's jobs behind its blocked one share one
+        reason, worked out once (the edge's read view re-sends the ones that changed)."""
+        for group in self._groups.values():
+            behind = None
+            for job_id in group.live:
+                if job_id == group.blocked:
+                    yield job_id, self.reason(job_id)
+                else:
+                    behind = self.reason(job_id) if behind is None else behind
+                    yield job_id, behind
 
     def _head(self, need: Need) -> tuple | None:
         group = self._groups.get(need)

@@ -24,6 +24,7 @@ from ringleader.v1 import jobs_pb2 as pb
 
 STAMP_S = 0.05  # the view's age when the core is idle stays under this (plus a turn)
 ROLL_S = 5.0  # every worker's listing (its heartbeat time) sent again at least this often
+REASON_S = 0.25  # queued jobs' waiting reasons looked at again at most this often
 
 
 class FeedCost:
@@ -51,6 +52,8 @@ class ReadFeed:
         self._due = False  # a flush is queued for the end of this turn
         self._signs: dict[str, tuple] = {}  # per worker id: what its listing was made from
         self._roll: collections.deque[str] = collections.deque()  # workers to send again, in turn
+        self._reasons: dict[str, str] = {}  # per queued job: the waiting reason the view was sent
+        self._reasons_at = 0.0
         self._clock: asyncio.Task | None = None
         self._stopped = False
 
@@ -86,6 +89,8 @@ class ReadFeed:
             return
         began = time.perf_counter()
         self._due = False
+        if workers:
+            self._stale_reasons(began)
         changed, self._changed = self._changed, {}
         update = ViewUpdate(stamp=time.monotonic(), jobs=[self._copy(job) for job in changed.values()])
         if workers:
@@ -95,10 +100,27 @@ class ReadFeed:
         self.edge.call_soon_threadsafe(self.view.apply, update)
         self.cost.add(began, len(update.jobs), len(update.workers))
 
+    def _stale_reasons(self, now: float) -> None:
+        """Queue the queued jobs whose waiting reason changed with no event of their own (a worker
+        came, went or was cordoned: the reason counts the fleet), looked at every REASON_S."""
+        if now - self._reasons_at < REASON_S:
+            return
+        self._reasons_at = now
+        control, queued = self.c.control, self.c.book.queued
+        live = dict(control.scheduler.reasons())
+        live.update((job_id, held.reason()) for job_id, held in control.certifying.items())
+        for job_id, reason in live.items():
+            if self._reasons.get(job_id) != reason and job_id not in self._changed and job_id in queued:
+                self._changed[job_id] = queued[job_id].job
+        for job_id in [j for j in self._reasons if j not in live]:
+            del self._reasons[job_id]  # started, ended or cancelled: its events sent it
+
     def _copy(self, job: pb.Job) -> tuple[pb.Job, bool]:
         book = self.c.book
         if job.id in book.queued or job.id in book.running:
             out = self.c.control.copy_of(job)  # with its waiting reason and progress
+            if job.id in book.queued:
+                self._reasons[job.id] = out.reason
             rj = book.running.get(job.id)
             has_rows = bool(rj is not None and rj.rows)
         else:

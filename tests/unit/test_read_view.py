@@ -104,3 +104,26 @@ async def test_jobs_follow_the_core_turn_by_turn_and_ended_ones_are_bounded(monk
         assert (await view.get_job(later.id)).state == pb.QUEUED  # read from the store
     finally:
         await feed.stop()
+
+
+@run
+async def test_a_queued_jobs_reason_follows_the_fleet_without_an_event_of_its_own(monkeypatch):
+    from coordinator.edge import read_feed
+    monkeypatch.setattr(read_feed, "REASON_S", 0.0)
+    core = Coordinator(MemoryJobStore(), Timings())
+    register(core, "w0", "h0", 0)
+    view = ReadView(core.store)
+    feed = ReadFeed(core, view, asyncio.get_running_loop())
+    feed.start()
+    try:
+        waiting = core.submit(spec(3))
+        await settled()
+        before = (await view.get_job(waiting.id)).reason
+        assert before == core.get(waiting.id).reason and "1" in before
+        register(core, "w1", "h1", 0)  # the fleet changed; the job had no event
+        feed.flush(workers=True)  # the feed's clock tick
+        await settled()
+        after = (await view.get_job(waiting.id)).reason
+        assert after == core.get(waiting.id).reason and after != before
+    finally:
+        await feed.stop()

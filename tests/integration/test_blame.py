@@ -240,7 +240,8 @@ def test_a_rank_writing_its_peers_link_rows_is_not_read(rogues):
     # ends apart now and then, two of the six in 1 of about 5 full suites: never that
     # signature, and never a second.
     assert not all(x.ends_disagree for x in theirs)
-    assert all(h.verdict == pb.HEALTHY for h in health.values()), health
+    assert all(h.verdict == pb.HEALTHY for h in health.values()), \
+        {w: (pb.Verdict.Name(h.verdict), h.check, h.figure) for w, h in health.items() if h.verdict != pb.HEALTHY}
 
 
 def test_a_worker_inflating_its_link_figures_is_disputed_by_its_peers(rogues):

@@ -27,7 +27,10 @@ def _stamp(tag: str) -> None:
 def _around(owner, name: str, tag: str, label=None) -> None:
     """Stamp `tag<` and `tag>` around owner.name (a function or method; async too); `label(*args)`
     adds to the tag (a message's kind)."""
-    orig = getattr(owner, name)
+    orig = getattr(owner, name, None)
+    if orig is None:  # renamed since: say so rather than stop the process being measured
+        sys.stderr.write(f"warm_profile: {getattr(owner, '__name__', owner)}.{name} not found, not stamped\n")
+        return
     if inspect.iscoroutinefunction(orig):
         async def wrapped(*a, **k):
             _stamp(tag + "<")
@@ -88,7 +91,7 @@ def _patch(m) -> None:
     elif n == "coordinator.edge.worker_stream":
         _around(m.Inbox, "put", "c_in", label=lambda self, conn, msg, *r: _msg_kind(msg))
         _around(m.Inbox, "_apply", "c_apply", label=lambda self, conn, msg, *r: _msg_kind(msg))
-        _around(m, "_put_all", "c_edge_out")
+        _around(m, "_deliver", "c_edge_out")
 
 
 MODULES = {"worker.executor", "worker.daemon", "worker.collectives", "worker.kinds", "coordinator.core.jobs",

@@ -23,7 +23,7 @@ import time
 from coordinator.core import admission
 from ringleader import checks, kinds
 
-from coordinator.health import assemble, baselines
+from coordinator.health import assemble, baselines, link_baselines
 from coordinator.health.trends import trend_point
 from coordinator.core.inputs import Out, WorkerMsg
 from coordinator.core.jobs import Running, row_key
@@ -212,6 +212,10 @@ class WorkerProtocol:
         build = kinds.get(kind).resolve("assemble")  # the kind table's column
         kept.CopyFrom(build(rj.job.spec, list(rj.job.workers), models, rj.evidence))
         name_ranks(kept, rj.members)
+        if kind == "link_matrix":  # each link against its own baseline, not only its peers of this check
+            for regression in link_baselines.record(self.store, kept, list(rj.job.workers), models, time.time()):
+                log.warning("job %s: regression: %s", rj.id, regression.describe())
+                rj.regressions.append(f"regression: {regression.describe()}")
 
     def _store_row(self, rj: Running, row: pb.SizeResult) -> None:
         """Store one of the job's result rows, once (a repeat of a stored row is dropped)."""

@@ -25,6 +25,7 @@ from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
 WINDOW = 50  # results a baseline keeps
+LINK_OP = "link_matrix"  # the op of a link's own baseline (coordinator/health/link_baselines.py)
 MIN_SAMPLES = 5  # a baseline judges nothing before it has this many
 K_MAD = 4.0  # how many noise sigmas below the median is low
 FLOOR = 0.10  # and at least this fraction below it
@@ -76,7 +77,8 @@ class Regression:
     judged: int
 
     def describe(self) -> str:
-        return (f"{self.op} busbw {self.busbw_gbps:.3g} GB/s is {self.ratio:.2f} of its baseline "
+        what = f"link {self.key.rsplit('|', 1)[-1]}" if self.op == LINK_OP else f"{self.op} busbw"
+        return (f"{what} {self.busbw_gbps:.3g} GB/s is {self.ratio:.2f} of its baseline "
                 f"{self.baseline_gbps:.3g} (threshold {self.threshold_gbps:.3g}; {self.low} of the last "
                 f"{self.judged} below) [{self.key}]")
 
@@ -219,7 +221,7 @@ def validated(e: pb.BaselineEntry, where: str = "entries") -> pb.BaselineEntry:
         value = getattr(e, name)
         if (not value and name != "algo") or len(value) > limit or not value.isprintable() or "|" in value:
             raise bad(name, f"must be {0 if name == 'algo' else 1}-{limit} printable characters without '|'")
-    if e.op not in spec.OPS:
+    if e.op not in spec.OPS and e.op != LINK_OP:
         raise bad("op", f"unknown op {e.op!r}")
     if e.dtype not in spec.DTYPE_SIZES:
         raise bad("dtype", f"unknown dtype {e.dtype!r}; expected one of {', '.join(spec.DTYPE_SIZES)}")

@@ -82,6 +82,23 @@ def test_cli_check(fleet):
     assert bad.returncode == 2 and "kinds" in bad.stderr
 
 
+def test_each_link_of_a_link_check_keeps_its_own_baseline(fleet):
+    def samples() -> dict[str, int]:
+        return {e.algo: len(e.samples) for e in fleet.client.export_baselines().entries if e.op == "link_matrix"}
+
+    ids = ["f0", "f1", "f3"]
+    for _ in range(2):  # the first may be these links' first result (nothing to compare with yet)
+        before = samples()
+        answer = fleet.client.run_check(pb.RunCheckRequest(worker_ids=ids, kinds=["link_matrix"], wait=True, timeout_s=120))
+        job = next(j for j in answer.jobs if j.spec.HasField("link_matrix"))
+        assert job.state == pb.SUCCEEDED, job.reason
+        after = samples()
+        fed = [x for x in job.link_matrix.links if not x.ends_disagree]
+        assert set(after) >= {"f0~f1", "f0~f3", "f1~f3"} and sum(after.values()) - sum(before.values()) == len(fed)
+    assert all(x.baseline_ratio > 0 for x in fed)  # each against its link's own baseline
+    assert "regression" not in job.reason
+
+
 def test_rest_checks_and_fleet_health(fleet):
     api = f"{fleet.http_url}/api/v1"
     r = httpx.post(f"{api}/checks", json={"worker_ids": ["f0", "f1", "f2"], "kinds": ["sdc_check"], "wait": True,

@@ -25,6 +25,7 @@ CheckKind = Literal[checks.KINDS]  # type: ignore[valid-type]
 WorkerId = Annotated[str, Path(max_length=jobspec.MAX_TEXT)]
 RunCheckAnswer = proto_model(pb.RunCheckResponse.DESCRIPTOR)
 HooksLogAnswer = proto_model(pb.HooksLogResponse.DESCRIPTOR)
+SweepPlanAnswer = proto_model(pb.SweepPlanResponse.DESCRIPTOR)
 U32 = 0xFFFFFFFF  # the proto's uint32 fields: larger would fail to convert (a 500, not a 422)
 UNKNOWN_WORKER = {404: {"model": Error, "description": "No worker with this id"}}
 
@@ -133,6 +134,11 @@ def router(core: Coordinator) -> APIRouter:
     async def hooks_log(limit: Annotated[int, Query(ge=0, le=PAGE_MAX, description="0: the default page")] = 0
                         ) -> Response:
         return JSON(to_json(pb.HooksLogResponse(deliveries=core.store.hook_deliveries(limit or PAGE_DEFAULT))))
+
+    @r.get("/checks/plan", tags=["workers"], operation_id="getSweepPlan", response_model=SweepPlanAnswer,
+           summary="The health sweeps' plan: each kind in the order the next sweep takes it, how stale, what was skipped")
+    async def sweep_plan() -> Response:
+        return JSON(to_json(core.fleet.sweep_plan()))
 
     @r.get("/fleet/health", tags=["workers"], operation_id="getFleetHealth", response_model=FleetHealth,
            summary="The fleet's health: counts per verdict, the quarantined, who needs attention")

@@ -125,6 +125,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def HooksLog(self, request, context):
         return pb.HooksLogResponse(deliveries=self.c.store.hook_deliveries(min(request.limit or PAGE_DEFAULT, PAGE_MAX)))
 
+    @guarded()
+    def SweepPlan(self, request, context):
+        return self.c.fleet.sweep_plan()
+
     @guarded(adds_work=True)
     async def RunCheck(self, request, context):
         return await run_check(self.c, self.c.fleet, request)

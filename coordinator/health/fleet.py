@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Callable, Iterable, Iterator
 
 from ringleader.page_token import encode_token
 from coordinator.health.book import HealthBook
+from coordinator.health.sweeper import plan_answer
 from ringleader.defaults import PAGE_MAX
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -46,6 +48,11 @@ class FleetHealth:
     def approve_return(self, worker_id: str) -> pb.WorkerInfo:
         """Let a repeat offender back after a pass (FailedPrecondition otherwise; NotFound if unknown)."""
         return self.core.cordon(worker_id, False, approve_return=True)
+
+    def sweep_plan(self) -> pb.SweepPlanResponse:
+        """The health sweeps' plan over the connected workers (SweepPlan, `ringleader check --plan`)."""
+        ids = [c.worker_id for c in self.core.workers.connected()]
+        return plan_answer(getattr(self, "sweeper", None), ids, time.monotonic())
 
     def on_host(self, host: str) -> list[pb.WorkerInfo]:
         """The workers listed on one host (a page from its place in the listing order, not a

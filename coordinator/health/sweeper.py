@@ -237,6 +237,22 @@ class SweepLedger:
         return [(k, self.staleness(k, ids, now), self.skipped.get(k, "")) for k in self.order(kinds, ids, now)]
 
 
+def plan_answer(sweeper: "Sweeper | None", connected: Iterable[str], now: float) -> pb.SweepPlanResponse:
+    """SweepPlan's answer (`ringleader check --plan`, GET /api/v1/checks/plan): the kinds in the
+    order the next sweep takes them over the `connected` workers, with what the last one skipped."""
+    ids = sorted(connected)
+    if sweeper is None:  # a core without a sweeper (tests, tools): nothing planned
+        return pb.SweepPlanResponse(workers=len(ids))
+    ledger = sweeper.ledger
+    out = pb.SweepPlanResponse(check_every_s=sweeper.every_s, sweeps=sweeper.sweeps, workers=len(ids))
+    for kind, stale, skipped in ledger.plan(sweeper.kinds or checks.KINDS, ids, now):
+        never = [w for w in ids if (w, kind) not in ledger.last]
+        out.kinds.append(pb.SweepKindPlan(kind=kind, stale_s=-1.0 if math.isinf(stale) else stale, skipped=skipped,
+                                          skips=ledger.skips.get(kind, 0), never_checked=len(never),
+                                          never_checked_ids=never[:20]))
+    return out
+
+
 class Sweeper:
     """Every `every_s` (0: never) a sweep of the checks over the connected, idle workers, one
     check job at a time, each started only while no user job waits; and, whatever `every_s`, a
@@ -249,6 +265,7 @@ class Sweeper:
         self.sweeps = 0
         self.ledger = SweepLedger()
         fleet.sweep_ledger = self.ledger  # read by the fleet metrics
+        fleet.sweeper = self  # read by SweepPlan (`plan_answer`)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:

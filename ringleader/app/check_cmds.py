@@ -41,6 +41,9 @@ def add_commands(sub, talker, client_options) -> None:
     c.add_argument("--size", type=argtypes.size, default=None, help="link_matrix: ping-pong size (default 512K)")
     c.add_argument("--iters", type=int, default=None, help="timed iterations of each check (link_matrix, gpu_check)")
     c.add_argument("--timeout", type=argtypes.seconds, default=300.0, help="give up waiting after this long")
+    c.add_argument("--plan", action="store_true", help="run nothing: print the health sweeps' plan (each kind in "
+                   "the order the next sweep takes it, how long since it last ran on its stalest worker, what the "
+                   "last sweep skipped and why)")
     client_options(c, '{"jobs": [Job, ...], "named_hosts": [...], "workers": [WorkerInfo, ...]}', outputs=DOCS)
     w = sub.choices["workers"]
     # Checked in run(), not by argparse: an optional positional with choices trips argparse when
@@ -103,9 +106,27 @@ def run(a: argparse.Namespace) -> int:
             info = client.cordon(a.worker_id, on=a.action == "cordon", force=force)
             print(dump(times(to_json(info)), a.output) if a.output in DOCS[1:] else cordon_text(info, a.action, force))
             return 0
+        if getattr(a, "plan", False):
+            if a.workers or a.host or a.kind:
+                raise InvalidSpec("plan", "--plan runs no check: drop --workers, --host and --kind")
+            got = client.sweep_plan()
+            print(dump(to_json(got), a.output) if a.output in DOCS[1:] else plan_text(got))
+            return 0
         answer = client.run_check(request_from_args(a))
     print(dump(check_doc(answer), a.output) if a.output in DOCS[1:] else check_text(answer))
     return EXIT_FAILED if failed_here(answer) or unfinished(answer) else 0
+
+
+def plan_text(r: pb.SweepPlanResponse) -> str:
+    head = (f"sweeps every {r.check_every_s:g} s ({r.sweeps} done)" if r.check_every_s else
+            "sweeps are off (--check-every 0): only rechecks of failed workers run") + f"; {r.workers} connected workers"
+    rows = [head, "KIND\tSTALE\tSKIPS\tLAST SWEEP\tNEVER CHECKED"]
+    for k in r.kinds:
+        stale = "never" if k.stale_s < 0 else f"{k.stale_s:.0f} s"
+        never = f"{k.never_checked}" + (f" ({', '.join(k.never_checked_ids[:5])}{', ...' if k.never_checked > 5 else ''})"
+                                        if k.never_checked else "")
+        rows.append(f"{k.kind}\t{stale}\t{k.skips}\t{('skipped: ' + k.skipped) if k.skipped else 'ran or not due'}\t{never}")
+    return "\n".join(rows)
 
 
 def unfinished(r: pb.RunCheckResponse) -> list[pb.Job]:

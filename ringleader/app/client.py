@@ -111,6 +111,9 @@ class Client:
         return self._stub.ApproveWorkerReturn(pb.ValidateApproveReturnRequest(worker_id=worker_id),
                                               timeout=self.timeout, metadata=self._auth)
 
+    def sweep_plan(self) -> pb.SweepPlanResponse:
+        return self._stub.SweepPlan(pb.SweepPlanRequest(), timeout=self.timeout, metadata=self._auth)
+
     def hooks_log(self, limit: int = 0) -> pb.HooksLogResponse:
         return self._stub.HooksLog(pb.HooksLogRequest(limit=limit), timeout=self.timeout, metadata=self._auth)
 

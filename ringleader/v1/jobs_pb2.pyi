@@ -2396,6 +2396,98 @@ class HooksLogResponse(_message.Message):
 Global___HooksLogResponse: _TypeAlias = HooksLogResponse  # noqa: Y015
 
 @_typing.final
+class SweepPlanRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SweepPlanRequest: _TypeAlias = SweepPlanRequest  # noqa: Y015
+
+@_typing.final
+class SweepKindPlan(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    STALE_S_FIELD_NUMBER: _builtins.int
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    SKIPS_FIELD_NUMBER: _builtins.int
+    NEVER_CHECKED_FIELD_NUMBER: _builtins.int
+    NEVER_CHECKED_IDS_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    stale_s: _builtins.float
+    """Seconds since the kind last ran in a sweep on its least recently checked connected worker;
+    -1 while some connected worker has never had it in a sweep since the coordinator started.
+    """
+    skipped: _builtins.str
+    """why the last sweep did not run it ("" if it ran)"""
+    skips: _builtins.int
+    """sweeps that skipped it since the coordinator started"""
+    never_checked: _builtins.int
+    """connected workers it has not run on in a sweep yet"""
+    @_builtins.property
+    def never_checked_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the first 20 of them"""
+
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        stale_s: _builtins.float = ...,
+        skipped: _builtins.str = ...,
+        skips: _builtins.int = ...,
+        never_checked: _builtins.int = ...,
+        never_checked_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "never_checked", b"never_checked", "never_checked_ids", b"never_checked_ids", "skipped", b"skipped", "skips", b"skips", "stale_s", b"stale_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SweepKindPlan: _TypeAlias = SweepKindPlan  # noqa: Y015
+
+@_typing.final
+class SweepPlanResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECK_EVERY_S_FIELD_NUMBER: _builtins.int
+    SWEEPS_FIELD_NUMBER: _builtins.int
+    WORKERS_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    check_every_s: _builtins.float
+    """0: sweeps are off (rechecks of failed workers still run)"""
+    sweeps: _builtins.int
+    """sweeps finished since the coordinator started"""
+    workers: _builtins.int
+    """the connected workers the plan is over"""
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedCompositeFieldContainer[Global___SweepKindPlan]:
+        """in the order the next sweep takes them (stalest first)"""
+
+    def __init__(
+        self,
+        *,
+        check_every_s: _builtins.float = ...,
+        sweeps: _builtins.int = ...,
+        workers: _builtins.int = ...,
+        kinds: _abc.Iterable[Global___SweepKindPlan] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["check_every_s", b"check_every_s", "kinds", b"kinds", "sweeps", b"sweeps", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SweepPlanResponse: _TypeAlias = SweepPlanResponse  # noqa: Y015
+
+@_typing.final
 class ValidateApproveReturnRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -119,6 +119,11 @@ class JobServiceStub:
                 request_serializer=ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsRequest.SerializeToString,
                 response_deserializer=ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsResponse.FromString,
                 _registered_method=True)
+        self.SweepPlan = channel.unary_unary(
+                '/ringleader.v1.JobService/SweepPlan',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -238,6 +243,14 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SweepPlan(self, request, context):
+        """The health sweeps' plan: each check kind in the order the next sweep takes it, how stale it
+        is and what the last sweep skipped (coordinator/health/sweeper.py's SweepLedger).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -325,6 +338,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ListPendingDaemons,
                     request_deserializer=ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsRequest.FromString,
                     response_serializer=ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsResponse.SerializeToString,
+            ),
+            'SweepPlan': grpc.unary_unary_rpc_method_handler(
+                    servicer.SweepPlan,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -786,6 +804,33 @@ class JobService:
             '/ringleader.v1.JobService/ListPendingDaemons',
             ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsRequest.SerializeToString,
             ringleader_dot_v1_dot_jobs__pb2.ListPendingDaemonsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SweepPlan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ringleader.v1.JobService/SweepPlan',
+            ringleader_dot_v1_dot_jobs__pb2.SweepPlanRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.SweepPlanResponse.FromString,
             options,
             channel_credentials,
             insecure,

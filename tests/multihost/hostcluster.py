@@ -13,7 +13,7 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import pytest
 
@@ -40,14 +40,15 @@ def need_bed() -> None:
 
 @contextlib.contextmanager
 def bed_cluster(tmp: Path, mode: str, workers: dict[str, str], device_of: Callable[[str], str] = lambda wid: "cpu",
-                env_of: Callable[[str], dict | None] = lambda wid: None) -> Iterator[tuple[NetBed, Cluster]]:
+                env_of: Callable[[str], dict | None] = lambda wid: None,
+                coordinator_extra: Sequence[str] = ()) -> Iterator[tuple[NetBed, Cluster]]:
     """A bed of h0 and the workers' hosts (h1, h2, ...), the coordinator on h0 and `workers`
     (worker id -> host), all idle; each worker on its device, with more environment variables
     (NCCL_HOSTID, ...) where `env_of` gives some. Everything is gone after the block."""
     need_bed()
     bed = NetBed.create(hosts=1 + len(set(workers.values())))
     try:
-        c = start_cluster(bed, tmp, mode, workers, device_of, env_of)
+        c = start_cluster(bed, tmp, mode, workers, device_of, env_of, coordinator_extra)
         try:
             yield bed, c
         finally:
@@ -65,7 +66,7 @@ def cert_flags(pki: Path, worker_id: str) -> list[str]:
 
 
 def start_cluster(bed: NetBed, tmp: Path, mode: str, workers: dict[str, str], device_of: Callable[[str], str],
-                  env_of: Callable[[str], dict | None]) -> Cluster:
+                  env_of: Callable[[str], dict | None], coordinator_extra: Sequence[str] = ()) -> Cluster:
     coordinator_flags, worker_flags, security, pki = ["--insecure"], [], None, tmp / "pki"
     if mode in ("tokens", "tokens+mtls"):
         write_cluster_files(pki, [bed.ip("h0")])
@@ -80,7 +81,8 @@ def start_cluster(bed: NetBed, tmp: Path, mode: str, workers: dict[str, str], de
         worker_flags += ["--tls-ca", str(pki / "ca.pem")]
     c = Cluster(tmp, security, worker_flags)
     try:
-        c.start_coordinator(host=bed.ip("h0"), extra=coordinator_flags, prefix=bed.command("h0", []), http=True)
+        c.start_coordinator(host=bed.ip("h0"), extra=[*coordinator_flags, *coordinator_extra], prefix=bed.command("h0", []),
+                            http=True)
         for wid, host in workers.items():
             env = env_of(wid)
             c.start_worker(wid, device=device_of(wid), prefix=bed.command(host, []),

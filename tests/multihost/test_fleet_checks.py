@@ -17,71 +17,23 @@ the runs at half rate, RINGLEADER_FLEET_RATE (default 200mbit) the slow host's r
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import subprocess
-import time
 
 import pytest
 
-from cluster import ringleader_cmd
+from fleetbed import SLOW_HOST, SLOW_WORKER, WORKERS, _figures, check, rate_limit
 from hostcluster import bed_cluster
 from ringleader.v1 import jobs_pb2 as pb
 
 pytestmark = pytest.mark.multihost
 
-WORKERS = {f"w{i}": f"h{i}" for i in range(1, 9)}
-SLOW_HOST, SLOW_WORKER = "h5", "w5"
 RATE = os.environ.get("RINGLEADER_FLEET_RATE", "200mbit")  # the slow host's rate (tc tbf syntax)
 # A 2x slower link: each of the slow host's links at most this share of the run's median (a
 # little over a half: the rate is set from a clean check just before, and the bed drifts).
 HALF_SCENARIO = 0.6
 SCENARIO_TRIES = 3
 REPORT: dict = {"hosts": len(WORKERS), "rate": RATE, "clean": [], "slow": [], "default_clean": [], "half": []}
-
-
-def rate_limit(bed, host: str, on: bool, rate: str = RATE, both: bool = False) -> None:
-    """NetBed.rate_limit with a small burst (32 KiB), so even the first ping-pong of a check is
-    held to the rate: on the host's eth0 (what it sends), with `both` on its switch port too."""
-    bed.rate_limit(host, rate, on=on, both=both, burst="32kb", latency="100ms")
-
-
-def check(c, kinds: str = "link_matrix") -> tuple[dict, float, int]:
-    """`ringleader check --kind KINDS -o json`: (its answer, seconds it took, exit code)."""
-    t0 = time.monotonic()
-    out = subprocess.run(ringleader_cmd("--coordinator", c.address, "check", "--kind", kinds, "-o", "json"),
-                         capture_output=True, text=True, timeout=180)
-    took = time.monotonic() - t0
-    assert out.stdout, out.stderr
-    return json.loads(out.stdout), took, out.returncode
-
-
-def _epoch(rfc3339: str) -> float:
-    """`check -o json` writes times as the CLI's JSON does: RFC 3339."""
-    return datetime.datetime.fromisoformat(rfc3339).timestamp()
-
-
-def _figures(answer: dict, took: float) -> dict:
-    job = next(j for j in answer["jobs"] if "link_matrix" in j)
-    links = job["link_matrix"]["links"]
-    verdicts = {w["worker_id"]: w["health"]["verdict"] for w in answer["workers"]}
-    return {"seconds": round(took, 2), "job_seconds": round(_epoch(job["finished_at"]) - _epoch(job["started_at"]), 2),
-            "checks": {next(k for k in ("link_matrix", "gpu_check", "sdc_check") if k in j["spec"]): j["state"]
-                       for j in answer["jobs"]},
-            "verdicts": {w: v for w, v in verdicts.items() if v != "HEALTHY"},
-            "evidence": {w["worker_id"]: f'{w["health"].get("check")}: {w["health"].get("figure", "")}'[:200]
-                         for w in answer["workers"] if w["health"]["verdict"] != "HEALTHY"},
-            "size_bytes": int(job["link_matrix"].get("size_bytes", 0)),
-            "flag_cross_host_gbps": round(job["link_matrix"].get("flag_cross_host_gbps", 0.0), 3),
-            "named_hosts": answer.get("named_hosts", []),
-            "not_healthy": sorted(w for w, v in verdicts.items() if v != "HEALTHY"),
-            "link_not_healthy": sorted(w["worker_id"] for w in answer["workers"]
-                                       if w["health"]["verdict"] != "HEALTHY" and w["health"].get("check") == "link_matrix"),
-            "flagged_links": sorted(f"{x['a']}-{x['b']}" for x in links if x.get("flagged")),
-            "min_ratio": round(min(x["ratio"] for x in links), 3),
-            "median_cross_host_gbps": round(job["link_matrix"]["median_cross_host_gbps"], 3),
-            "warm_start": job.get("warm_start", False)}
 
 
 @pytest.fixture(scope="module")
@@ -109,11 +61,11 @@ def test_clean_runs_name_nobody(fleet):
 
 def test_a_rate_limited_host_is_named_and_no_other(fleet):
     bed, c = fleet
-    rate_limit(bed, SLOW_HOST, on=True)
+    rate_limit(bed, SLOW_HOST, on=True, rate=RATE)
     try:
         answer, took, code = check(c)
     finally:
-        rate_limit(bed, SLOW_HOST, on=False)
+        rate_limit(bed, SLOW_HOST, on=False, rate=RATE)
     figures = _figures(answer, took)
     REPORT["slow"].append(figures)
     assert figures["named_hosts"] == [SLOW_HOST] and figures["not_healthy"] == [SLOW_WORKER], figures

@@ -67,7 +67,7 @@ fi
 # cores (no GPU used), the coordinator pinned to cores 0,1, the load generator on the others.
 # CP_RUNS picks the runs: churn (5,000 workers draining 10,000 jobs beside a check sweep),
 # churn-unpaced (the same with --worker-msgs-per-turn 0: no bound on worker messages per turn),
-# deep (10,000 jobs kept queued), w10k (10,000 workers at 1 Hz). Results in $OUT/control-plane.tgz,
+# deep (10,000 jobs kept queued), w10k (10,000 workers at 1 Hz; w5k, w20k, w50k: the growth table). Results in $OUT/control-plane.tgz,
 # with each run's coordinator log (the stall watch's warnings name the loop that stalled, and where).
 if [ "$what" = control-plane ]; then
   { nproc; lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"; python3 --version; uptime; } > "$OUT/machine.txt" 2>&1
@@ -79,6 +79,7 @@ if [ "$what" = control-plane ]; then
       churn-unpaced) args=(--workers 5000 --queue 10000 --churn --duration "${CP_DURATION:-90}"); pace=0 ;;
       deep) args=(--workers 5000 --queue 10000 --duration 45) ;;
       w10k) args=(--workers 10000 --duration 45) ;;
+      w5k|w20k|w50k) args=(--workers "${run#w}000" --duration "${CP_DURATION:-45}") ;;  # the growth table
       *) echo "unknown run $run"; continue ;;
     esac
     echo "== $run $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/control-plane.log"

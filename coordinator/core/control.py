@@ -48,7 +48,7 @@ from coordinator.core.restart import Reattaching
 from coordinator.core.check_hold import CheckHolding
 from coordinator.core.events import EventBus
 from coordinator.core.groups import Groups
-from coordinator.core.inputs import (CLOSE, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Register, Reload,
+from coordinator.core.inputs import (CLOSE, Alive, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Register, Reload,
                                      Requeue, Submit, Tick, WorkerMsg)
 from coordinator.core.jobs import JobBook, Page, Queued
 from coordinator.core.liveness import Timings
@@ -91,7 +91,7 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
         self._handlers: dict[type, Callable] = {
             Submit: self._submit, Cancel: self._cancel, Register: self._register, Disconnect: self._disconnect,
             Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, Cordon: self._cordon,
-            Reload: self._reload, Fail: self._fail, Requeue: self._requeue,
+            Reload: self._reload, Fail: self._fail, Requeue: self._requeue, Alive: self._alive,
         }
 
     # ---- the one entry point ---------------------------------------------------------------

@@ -25,7 +25,7 @@ from ringleader import checks, kinds
 
 from coordinator.health import assemble, baselines, link_baselines
 from coordinator.health.trends import trend_point
-from coordinator.core.inputs import Out, WorkerMsg
+from coordinator.core.inputs import Alive, Out, WorkerMsg
 from coordinator.core.jobs import Running, row_key
 from coordinator.core.liveness import UNWELL
 from coordinator.core.registry import WorkerConn
@@ -98,6 +98,11 @@ class WorkerProtocol:
                 for rank in range(1, len(rj.members)):
                     if rank not in rj.assigned:
                         self._assign(rj, rank)
+
+    def _alive(self, inp: Alive) -> None:
+        for conn in inp.conns:  # a stream that ended meanwhile is no longer the worker's connection
+            if conn.connected and self.workers.get(conn.worker_id) is conn:
+                conn.last_heartbeat, conn.last_heartbeat_wall = inp.mono, inp.wall
 
     def _member_job(self, conn: WorkerConn, kind: str, job_id: str) -> Running | None:
         """The running job a report is about, if `conn` is its member at the rank it was given."""

@@ -28,7 +28,7 @@ from coordinator.core.control import Control
 from coordinator.core.events import Listener
 from coordinator.health.book import DEFAULT_MAX_SHARE
 from coordinator.health.fleet import FleetHealth, Observer as HealthObserver
-from coordinator.core.inputs import Cancel, Cordon, Disconnect, Input, Out, Register, Reload, Submit, Tick, WorkerMsg
+from coordinator.core.inputs import Alive, Cancel, Cordon, Disconnect, Input, Out, Register, Reload, Submit, Tick, WorkerMsg
 from coordinator.core.jobs import Page
 from coordinator.core.liveness import Timings
 from coordinator.core.stallwatch import StallWatch
@@ -299,6 +299,10 @@ class Coordinator:
 
     def on_message(self, conn: WorkerConn, msg: wpb.WorkerMessage) -> None:
         self._soon(WorkerMsg(conn, msg))
+
+    def on_alive(self, conns: list[WorkerConn]) -> None:
+        """A worker relay's batch of unchanged heartbeats (coordinator/core/inputs.py's Alive)."""
+        self._soon(Alive(conns, time.monotonic(), time.time()))
 
     def listed_state(self, conn: WorkerConn) -> int:
         """QUARANTINED for an idle worker its health record keeps out of user jobs."""

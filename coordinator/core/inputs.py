@@ -51,6 +51,16 @@ class WorkerMsg:
     msg: wpb.WorkerMessage
 
 
+@dataclass(slots=True)
+class Alive:
+    """Workers whose heartbeat came again unchanged, reported together by a worker relay (its ALIVE
+    frame, coordinator/edge/relay.py): a heartbeat equal to the last one applied changes nothing
+    but when the worker was last heard from."""
+    conns: list[WorkerConn]
+    mono: float  # time.monotonic() when the relay's batch reached the coordinator
+    wall: float
+
+
 # ---- from the clock and the operators --------------------------------------------------------
 
 @dataclass(slots=True)
@@ -103,7 +113,7 @@ class Requeue:
     why: str = "interrupted by a coordinator restart"
 
 
-Input = Union[Submit, Cancel, Register, Disconnect, WorkerMsg, Tick, Cordon, Reload, Lost, Fail, Requeue]
+Input = Union[Submit, Cancel, Register, Disconnect, WorkerMsg, Alive, Tick, Cordon, Reload, Lost, Fail, Requeue]
 
 CLOSE = None  # sent in place of a message: end the worker's stream
 

@@ -10,61 +10,97 @@ relay's port (Registered.move_to_port) instead of a registration, and the daemon
 on the host it already dials; the streams already served stay where they are. Small fleets (the
 demo, the tests, a few hosts) never start it. `--worker-address` still names a relay's address
 outright (no automatic one then); `--relay-at 0` never starts one.
+
+Past `--relay-share` streams on every relay (10,000 by default), another relay starts beside them,
+up to MOST; each new stream goes to the least loaded (its streams and the moves sent to it in the
+last MOVES_S, which have not registered yet). Each relay is a process with its own share of the
+fleet, as a rack's relay host would be, and sends its workers' unchanged heartbeats on as one
+ALIVE frame a quarter second (coordinator/edge/relay.py): the core's cost per worker stays small.
+`--relay-cpus` puts the relays on CPUs of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import time
+from typing import Sequence
 
 from coordinator.edge.relay_host import RelayHost
 from ringleader.security import with_port
 
 log = logging.getLogger("ringleader.coordinator")
-START_WAIT_S = 10.0  # a stream waits this long for the relay's start, then is served here
+START_WAIT_S = 10.0  # a stream waits this long for a relay's start, then is served elsewhere
+MOST = 16  # automatic relays at most
+MOVES_S = 10.0  # a move counts toward its relay's load this long (until the daemon has registered there)
 
 
 class AutoRelay:
-    """On the edge loop: whether a new direct stream should move to the relay, and the relay."""
+    """On the edge loop: whether a new direct stream should move to a relay, and which."""
 
-    def __init__(self, workers, grpc_address: str, settings: str, at: int) -> None:
-        self._workers, self._settings, self.at = workers, settings, at
+    def __init__(self, workers, grpc_address: str, settings: str, at: int, share: int = 0,
+                 cpus: Sequence[int] = ()) -> None:
+        self._workers, self._settings, self.at, self.share, self.cpus = workers, settings, at, share, tuple(cpus)
         self._address = with_port(grpc_address, 0)  # the gRPC host, a port of its own
-        self.relay: RelayHost | None = None
+        self.relays: list[RelayHost] = []
+        self._moves: dict[int, collections.deque] = {}  # id(relay) -> when streams were sent there
         self._starting: asyncio.Task | None = None
-        self.failed = ""  # why the relay could not start (the streams then stay direct)
+        self.failed = ""  # why the first relay could not start (the streams then stay direct)
+
+    @property
+    def relay(self) -> RelayHost | None:
+        """The first relay (its metrics and tests' handle), or None."""
+        return self.relays[0] if self.relays else None
 
     @property
     def port(self) -> int:
-        return self.relay.port if self.relay is not None and self.relay.proto is not None else 0
+        relay = self.relay
+        return relay.port if relay is not None and relay.proto is not None else 0
+
+    def _load(self, relay: RelayHost, now: float) -> int:
+        moves = self._moves.setdefault(id(relay), collections.deque())
+        while moves and moves[0] < now - MOVES_S:
+            moves.popleft()
+        return relay.streams + len(moves)
 
     async def move_to(self, direct: int) -> int:
-        """The relay's port for a new stream when `direct` streams are served here already (the
-        relay started once, when the fleet first grows so far; the streams arriving meanwhile wait
-        for it, at most START_WAIT_S); 0: serve the stream here."""
+        """A relay's port for a new stream when `direct` streams are served here already (the
+        first relay started when the fleet first grows so far, another when every relay carries
+        `share`; the streams arriving meanwhile wait for it, at most START_WAIT_S); 0: serve the
+        stream here."""
         if not self.at or direct < self.at or self.failed:
             return 0
-        if self._starting is None:
+        now = time.monotonic()
+        live = [r for r in self.relays if r.proto is not None]
+        full = not live or (self.share and min(self._load(r, now) for r in live) >= self.share)
+        if full and len(self.relays) < MOST and (self._starting is None or self._starting.done()):
             self._starting = asyncio.get_running_loop().create_task(self._start())
-        if not self._starting.done():
+        if not live and self._starting is not None and not self._starting.done():
             await asyncio.wait({self._starting}, timeout=START_WAIT_S)
-        return self.port  # 0 while a relay that died is started again (RelayHost does): served here
+            live = [r for r in self.relays if r.proto is not None]
+        if not live:
+            return 0  # a relay that died is started again (RelayHost does): served here meanwhile
+        relay = min(live, key=lambda r: self._load(r, now))
+        self._moves[id(relay)].append(now)
+        return relay.port
 
     async def _start(self) -> None:
-        relay = RelayHost(self._workers, self._address, self._settings)
+        relay = RelayHost(self._workers, self._address, self._settings, self.cpus)
         try:
             await relay.start()
-        except Exception as exc:  # the relay is an optimisation: the fleet stays served directly
-            self.failed = str(exc) or type(exc).__name__
-            log.error("could not start the worker relay (streams stay on the gRPC port): %s", self.failed)
+        except Exception as exc:  # a relay is an optimisation: the fleet stays served as it is
+            if not self.relays:
+                self.failed = str(exc) or type(exc).__name__
+            log.error("could not start a worker relay (streams stay where they are): %s", exc)
             await relay.stop()
             return
-        self.relay = relay
-        log.info("%d workers served directly: new workers' streams move to the worker relay on port %d",
-                 self.at, relay.port)
+        self.relays.append(relay)
+        log.info("%d workers served directly, %d relays: new workers' streams move to relays, one on port %d",
+                 self.at, len(self.relays), relay.port)
 
     async def stop(self) -> None:
         if self._starting is not None and not self._starting.done():
             self._starting.cancel()
-        if self.relay is not None:
-            await self.relay.stop()
+        for relay in self.relays:
+            await relay.stop()

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import signal
+import struct
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -41,6 +42,9 @@ from ringleader.v1 import workers_pb2 as wpb
 log = logging.getLogger("ringleader.relay")
 
 SERVICE = "ringleader.v1.WorkerService"
+# A heartbeat is field 2 of WorkerMessage's oneof, length-delimited: its bytes start with this tag.
+HEARTBEAT_TAG = b"\x12"
+ALIVE_S = 0.25  # the unchanged heartbeats of this long cross the link as one ALIVE frame
 SETTINGS_ENV = "RINGLEADER_RELAY_SETTINGS"  # JSON: the workers' token and the TLS files (not on argv)
 _ACCEPTED = object()
 
@@ -49,6 +53,8 @@ class Relay:
     def __init__(self, listen: str, security: ServerSecurity) -> None:
         self.listen, self.security = listen, security
         self.streams: dict[int, asyncio.Queue] = {}
+        self._beat: dict[int, bytes] = {}  # per stream: the last heartbeat sent on as a MESSAGE
+        self._alive: set[int] = set()  # streams whose heartbeat came again unchanged since the last ALIVE
         self._ids = itertools.count(1)
         self.link: link.LinkProtocol | None = None
         self.lost = asyncio.Event()
@@ -73,7 +79,9 @@ class Relay:
             raise SystemExit(2)
         await server.start()
         self.link.send(link.HELLO, 0, str(port).encode())
+        beats = asyncio.create_task(self._send_alive())
         await self.lost.wait()  # the coordinator closed the link, or is gone: so are we
+        beats.cancel()
         await server.stop(0)
 
     def _on_frame(self, kind: int, sid: int, payload: bytes) -> None:
@@ -134,12 +142,30 @@ class Relay:
                     task.cancel()
                     task.add_done_callback(retrieved)
             del self.streams[sid]
+            self._beat.pop(sid, None)
+            self._alive.discard(sid)
             self.link.send(link.GONE, sid, why.encode())
 
     async def _read(self, sid: int, context) -> None:
-        send = self.link.send
+        """The worker's messages, in order, to the coordinator. A heartbeat equal byte for byte to
+        the last one sent on (an idle worker's, each second) says only that the worker lives: it
+        joins the next ALIVE frame instead of crossing, and being applied, on its own."""
+        send, beat, alive = self.link.send, self._beat, self._alive
         while (msg := await context.read()) is not grpc.aio.EOF:
+            if msg[:1] == HEARTBEAT_TAG:
+                if beat.get(sid) == msg:
+                    alive.add(sid)
+                    continue
+                beat[sid] = msg
             send(link.MESSAGE, sid, msg)
+
+    async def _send_alive(self) -> None:
+        while True:
+            await asyncio.sleep(ALIVE_S)
+            if self._alive:  # emptied in place: each stream's reader holds this set
+                sids = list(self._alive)
+                self._alive.clear()
+                self.link.send(link.ALIVE, 0, struct.pack(f"!{len(sids)}I", *sids))
 
 
 async def _write(context, out: asyncio.Queue):

@@ -15,11 +15,13 @@ import asyncio
 import logging
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -85,8 +87,8 @@ class _LinkSink:
 class RelayHost:
     """Runs on the edge loop (`start`, `stop` and every frame)."""
 
-    def __init__(self, workers: WorkerServicer, address: str, settings: str) -> None:
-        self.workers, self.address, self.settings = workers, address, settings
+    def __init__(self, workers: WorkerServicer, address: str, settings: str, cpus: Sequence[int] = ()) -> None:
+        self.workers, self.address, self.settings, self.cpus = workers, address, settings, set(cpus)
         self.proto: link.LinkProtocol | None = None
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -103,6 +105,7 @@ class RelayHost:
         self._stopping = False
         self._restarter: asyncio.Task | None = None
         self.restarts = 0  # relays started again after their link ended (relay_metrics.py)
+        self.alive = 0  # heartbeats that crossed in ALIVE frames (unchanged ones, a batch an input)
 
     @property
     def streams(self) -> int:
@@ -134,7 +137,8 @@ class RelayHost:
         address = with_port(self.address, self.port) if self.port else self.address
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "coordinator.edge.relay", "--link", self._path, "--listen", address],
-            env={**os.environ, SETTINGS_ENV: self.settings}, stdin=subprocess.DEVNULL)
+            env={**os.environ, SETTINGS_ENV: self.settings}, stdin=subprocess.DEVNULL,
+            preexec_fn=(lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None)
         deadline = time.monotonic() + START_S
         while not self._hello.done():
             if self.proc.poll() is not None:
@@ -170,6 +174,8 @@ class RelayHost:
     def _on_frame(self, kind: int, key: tuple, payload: bytes) -> None:
         if kind == link.MESSAGE:
             self._message(key, payload)
+        elif kind == link.ALIVE:
+            self._alive(key[0], payload)
         elif kind == link.GONE:
             self._gone(key, payload.decode(errors="replace"))
         elif kind == link.REGISTER:
@@ -207,6 +213,13 @@ class RelayHost:
             self._gone(key, "stream closed by the worker")
         else:
             self._send(link.ACCEPTED, key)
+
+    def _alive(self, gen: int, payload: bytes) -> None:
+        """Streams whose heartbeat came again unchanged: one input for the batch (inputs.Alive)."""
+        conns = [c for sid in struct.unpack(f"!{len(payload) // 4}I", payload) if (c := self._conns.get((gen, sid)))]
+        if conns:
+            self.alive += len(conns)
+            self.workers.core.call_soon_threadsafe(self.workers.c.on_alive, conns)
 
     def _message(self, key: tuple, payload: bytes) -> None:
         conn = self._conns.get(key)

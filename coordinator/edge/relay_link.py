@@ -24,6 +24,7 @@ REGISTER = 2  # a stream's first message: payload `meta` (JSON, length-prefixed)
 MESSAGE = 3  # a worker's message, in its stream's order
 GONE = 4  # the stream ended: payload why
 FAILED = 5  # the relay cannot serve (its port cannot be bound): payload why; it exits
+ALIVE = 6  # streams whose heartbeat came again unchanged since the last ALIVE: payload their ids (!I each)
 # coordinator -> relay
 ACCEPTED = 11  # the registration went through: the stream's messages follow
 OUT = 12  # a message for the worker

@@ -1,5 +1,6 @@
 """The worker relay's metrics (coordinator/edge/relay_host.py), read at each scrape: whether its
-link is up, how many workers' streams it carries, and how often it was started again."""
+link is up, how many workers' streams it carries, how often it was started again, and how many
+heartbeats crossed batched."""
 
 from __future__ import annotations
 
@@ -20,3 +21,6 @@ class RelayCollector(Collector):
         yield CounterMetricFamily("ringleader_worker_relay_restarts",
                                   "Times the worker relay was started again after its link ended",
                                   value=float(host.restarts))
+        yield CounterMetricFamily("ringleader_worker_relay_alive_heartbeats",
+                                  "Heartbeats that came again unchanged and crossed the relay's link batched (ALIVE)",
+                                  value=float(host.alive))

@@ -36,7 +36,8 @@ async def start_server(coordinator: Coordinator, address: str,
                        forget_workers: Sequence[str] = (),
                        identities: WorkerIdentities | None = None,
                        relay_address: str = "", relay_settings: str = "",
-                       relay_at: int = 0) -> tuple["EdgeServer", int]:
+                       relay_at: int = 0, relay_share: int = 0,
+                       relay_cpus: Sequence[int] = ()) -> tuple["EdgeServer", int]:
     """Build and start the gRPC server on `address` (port 0 picks one); returns it with its port.
     The server runs on an edge loop of its own thread, each handler's body on the calling (core)
     loop: coordinator/edge/hop.py says why. `interceptors` wrap every RPC, the first outermost
@@ -47,7 +48,8 @@ async def start_server(coordinator: Coordinator, address: str,
     API's approvals (default: new); `relay_address`: the workers' streams are also served there, by
     a relay process (coordinator/edge/relay.py; `relay_settings` its share of the security), the
     server's `relay`; without one, `relay_at`: past that many direct streams, new ones move to a
-    relay the server starts itself (coordinator/edge/auto_relay.py; 0: never)."""
+    relay the server starts itself (coordinator/edge/auto_relay.py; 0: never), another one past each
+    `relay_share` streams per relay; `relay_cpus`: the CPUs relays run on (default: this process's)."""
     identities = identities or WorkerIdentities(coordinator.store)
     for worker_id in forget_workers:
         identities.forget(worker_id)
@@ -55,9 +57,9 @@ async def start_server(coordinator: Coordinator, address: str,
     edge.watch_stalls(coordinator.timings.stall_warn_s)
     jobs, view, feed = job_service(coordinator, identities, core, edge.loop)
     workers = WorkerServicer(coordinator, identities, core, edge.loop)  # its streams' own edge/core split
-    relay = RelayHost(workers, relay_address, relay_settings) if relay_address else None
+    relay = RelayHost(workers, relay_address, relay_settings, relay_cpus) if relay_address else None
     if relay is None and relay_at > 0:
-        workers.auto = AutoRelay(workers, address, relay_settings, relay_at)
+        workers.auto = AutoRelay(workers, address, relay_settings, relay_at, relay_share, relay_cpus)
 
     async def build() -> tuple[grpc.aio.Server, int]:
         server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[*interceptors, MalformedRequestInterceptor()])

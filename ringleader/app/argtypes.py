@@ -42,6 +42,17 @@ def non_negative(text: str) -> int:
     return int(text)
 
 
+def cpu_list(text: str) -> tuple[int, ...]:
+    """CPU numbers as taskset takes them: "2-31", "0,2,4", "1-3,8" (empty: none given)."""
+    cpus: set[int] = set()
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            raise argparse.ArgumentTypeError(f"expected CPU numbers like 2-31 or 0,2,4, got {text!r}")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return tuple(sorted(cpus))
+
+
 def ranks(text: str) -> int:
     """A number of ranks that makes a collective: 2 or more."""
     if not text.isdigit() or int(text) < 2:

@@ -118,6 +118,12 @@ def _add_servers(sub) -> None:
                    help="without --worker-address: once N workers' streams are served on the gRPC port, the "
                         "coordinator starts a worker relay of its own beside it and new workers move there by "
                         "themselves (default 512; 0: never)")
+    c.add_argument("--relay-share", type=argtypes.non_negative, default=10_000, metavar="N",
+                   help="the automatic relays: once every relay carries N workers' streams, another starts beside "
+                        "them (at most 16), each new worker going to the least loaded (default 10000; 0: one relay)")
+    c.add_argument("--relay-cpus", type=argtypes.cpu_list, default=(), metavar="LIST",
+                   help="the CPUs worker relay processes run on, e.g. 2-31 (default: the coordinator's): a relay "
+                        "does the workers' stream work the coordinator would, as a rack's relay host would")
     c.add_argument("--http-address", default=defaults.HTTP_ADDRESS, metavar="HOST:PORT",
                    help='where the REST API, web UI and /metrics listen ("" disables them)')
     c.add_argument("--db", default="", metavar="PATH|URL",

@@ -48,6 +48,8 @@ class CoordinatorConfig:
     worker_address: str = ""  # the workers' streams also served here, by a relay process (--worker-address)
     floors: str = ""  # an edited table of expectation floors (JSON) over the shipped one (--floors FILE)
     relay_at: int = 512  # without --worker-address: past this many direct streams, a relay of its own (--relay-at; 0: never)
+    relay_share: int = 10_000  # streams per automatic relay before another starts (--relay-share; 0: one relay)
+    relay_cpus: tuple[int, ...] = ()  # the CPUs relay processes run on (--relay-cpus; default: the coordinator's)
     db: str = ""
     timings: Timings | None = None  # None: the defaults, with worker_ttl
     worker_ttl: float = 600.0  # seconds a disconnected worker stays listed (--worker-ttl)
@@ -207,7 +209,8 @@ class RunningCoordinator:
                                                credentials=sec.grpc_credentials(),
                                                forget_workers=sec.forget_workers, identities=self.identities,
                                                relay_address=self.config.worker_address,
-                                               relay_settings=settings_env(sec), relay_at=self.config.relay_at)
+                                               relay_settings=settings_env(sec), relay_at=self.config.relay_at,
+                                               relay_share=self.config.relay_share, relay_cpus=self.config.relay_cpus)
         self.grpc_target = with_port(self.config.grpc_address, port)
         if self.server.relay:
             self.workers_target = with_port(self.config.worker_address, self.server.relay.port)

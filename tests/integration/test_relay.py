@@ -201,3 +201,50 @@ def _first_answer(c: Cluster, relay_unreachable: bool) -> wpb.CoordinatorMessage
         answered.set()
         call.cancel()
         return first
+
+
+def test_unchanged_heartbeats_cross_batched_and_a_silent_worker_is_still_named_in_time(fresh_cluster):
+    """An idle daemon's heartbeat is the same bytes each second: the relay sends those on as one
+    ALIVE frame a quarter second (counted in its metrics) and the worker stays connected well past
+    its heartbeat timeout; a daemon stopped with SIGSTOP sends nothing, and is declared lost in its
+    normal time."""
+    c = fresh_cluster
+    c.start_coordinator(relay=True, http=True, extra=["--heartbeat-timeout", "2"])
+    for wid in ("b0", "b1"):
+        c.start_worker(wid)
+    c.wait_idle(["b0", "b1"])
+    time.sleep(6)  # three heartbeat timeouts, idle
+    assert {w.worker_id: w.state for w in c.client.workers()} == {"b0": pb.IDLE, "b1": pb.IDLE}
+    log = c.tmp / "coordinator.log"
+    assert "left:" not in log.read_text()
+    metrics = urllib.request.urlopen(f"{c.http_url}/metrics", timeout=10).read().decode()
+    batched = next(float(m.split()[-1]) for m in metrics.splitlines()
+                   if m.startswith("ringleader_worker_relay_alive_heartbeats_total"))
+    assert batched >= 8, batched  # about 2 workers x 6 s, less the first of each
+
+    os.kill(c.workers["b1"].pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        _wait_for("b1 was not declared lost", lambda: "worker b1 left: no heartbeat" in log.read_text(), timeout=15)
+        assert time.monotonic() - t0 < 2 + 3  # its timeout, a batch and a tick
+        assert next(w.state for w in c.client.workers() if w.worker_id == "b0") == pb.IDLE
+    finally:
+        os.kill(c.workers["b1"].pid, signal.SIGCONT)
+
+
+def test_past_relay_share_another_relay_starts_and_new_workers_spread(fresh_cluster):
+    """--relay-at 1 --relay-share 1: the first daemon stays direct, the next ones move to relays,
+    a second relay starts once the first carries one stream, and the daemons land on both."""
+    c = fresh_cluster
+    c.start_coordinator(extra=["--relay-at", "1", "--relay-share", "1"])
+    ids = ["s0", "s1", "s2", "s3", "s4"]
+    for wid in ids:
+        c.start_worker(wid)
+        c.wait_idle([wid], timeout=60)
+    relays = [p for p in children(c.coordinator.pid) if b"coordinator.edge.relay" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(relays) >= 2, relays
+    ports = {line.rsplit(", ", 1)[-1] for wid in ids for line in _text(c, wid).splitlines()
+             if "moves this stream to its worker relay" in line}
+    assert len(ports) >= 2, ports
+    job = c.wait_job(c.submit(world_size=5, workers=ids, op="all_reduce").id)
+    assert job.state == pb.SUCCEEDED, job.reason

@@ -114,6 +114,8 @@ SAMPLES = {
     "worker_msgs_per_turn": ("64", 64),
     "pass_ranks": ("32", 32),
     "relay_at": ("1000", 1000),
+    "relay_share": ("2500", 2500),
+    "relay_cpus": ("2-4,8", (2, 3, 4, 8)),
     "shed_lag": ("0", 0.0),
     "stall_warn": ("0.05", 0.05),
     "gc_pace": ("0.5", 0.5),

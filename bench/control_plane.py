@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 from bench import churn, loadstats  # noqa: E402
 from bench.calls import DEADLINE_S, fill, until  # noqa: E402
 from bench.simfleet import SimFleet, fleet_specs  # noqa: E402
+from ringleader.app.argtypes import cpu_list  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc  # noqa: E402
 
@@ -68,6 +69,7 @@ class Config:
     hold_timeout_s: float = 0.0
     db: str = "sqlite"  # the coordinator's store: sqlite (a file) or postgres (the bench's own server)
     relay: bool = False  # the workers connect to the coordinator's relay process (--worker-address)
+    relay_cpus: tuple[int, ...] = ()  # the coordinator's relays run there (--relay-cpus)
 
     @property
     def scenario(self) -> str:
@@ -78,7 +80,7 @@ class Config:
 
 
 def start_coordinator(tmp: Path, cpus: set[int] | None = None, db: str = "",
-                      relay: bool = False) -> tuple[subprocess.Popen, str, str]:
+                      relay: bool = False, relay_cpus: tuple = ()) -> tuple[subprocess.Popen, str, str]:
     """Start `ringleader coordinator` (on `cpus` only, if given, its relay process too; `db`: its
     --db, default an SQLite file in `tmp`; `relay`: with a worker relay); returns it, its gRPC
     address and URL. The address the workers connect to is the process's `workers_address`: the
@@ -86,7 +88,8 @@ def start_coordinator(tmp: Path, cpus: set[int] | None = None, db: str = "",
     log = open(tmp / "coordinator.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "ringleader", "coordinator", "--grpc-address", "127.0.0.1:0",
                              "--http-address", "127.0.0.1:0", "--db", db or str(tmp / "jobs.db"),
-                             *(["--worker-address", "127.0.0.1:0"] if relay else [])],
+                             *(["--worker-address", "127.0.0.1:0"] if relay else []),
+                             *(["--relay-cpus", ",".join(map(str, relay_cpus))] if relay_cpus else [])],
                             stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT,
                             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     log.close()
@@ -140,7 +143,7 @@ async def timed(rec: loadstats.Recorder, coro) -> object:
 
 async def run_config(cfg: Config, tmp: Path, db: str = "") -> dict:
     rng = random.Random(cfg.workers * 7 + cfg.queue)
-    coord, address, http_url = start_coordinator(tmp, set(cfg.coordinator_cpus), db, cfg.relay)
+    coord, address, http_url = start_coordinator(tmp, set(cfg.coordinator_cpus), db, cfg.relay, cfg.relay_cpus)
     watch = loadstats.ProcessWatch(coord.pid)  # with its children: the store's writer, the relay
     sims = SimFleet(coord.workers_address, cfg.workers)
     out: dict = {"config": dataclasses.asdict(cfg)}
@@ -219,11 +222,24 @@ def scenario_problems(cfg: Config, out: dict) -> list[str]:
 
 
 async def heartbeat_window(cfg: Config, sims: SimFleet, watch: loadstats.ProcessWatch) -> dict:
-    before, cpu0 = sims.stats().heartbeats, watch.cpu_s()
+    before, cpu0, own0 = sims.stats().heartbeats, watch.cpu_s(), watch.own_cpu_s()
+    sampler = asyncio.create_task(watch.sample_forever())
     await asyncio.sleep(cfg.heartbeat_window)
-    beats, cpu = sims.stats().heartbeats - before, watch.cpu_s() - cpu0
+    sampler.cancel()
+    beats, cpu, own = sims.stats().heartbeats - before, watch.cpu_s() - cpu0, watch.own_cpu_s() - own0
+    # "own": the coordinator's process alone; the rest is its relays' (each its share of the fleet).
     return {"heartbeats": beats, "cpu_s": cpu, "cpu_us_per_heartbeat": cpu / max(1, beats) * 1e6,
-            "cpu_percent": cpu / cfg.heartbeat_window * 100}
+            "cpu_percent": cpu / cfg.heartbeat_window * 100, "own_cpu_us_per_heartbeat": own / max(1, beats) * 1e6,
+            "own_cpu_percent": own / cfg.heartbeat_window * 100, "rss_own_mb": watch.rss_own_max_mb,
+            "rss_relays_mb": watch.rss_children_max_mb,
+            "relays": sum(b"coordinator.edge.relay" in _cmdline(p) for p in loadstats.children(watch.pid))}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 async def hold_gpus_and_queue(cfg: Config, stub, sims: SimFleet, rng: random.Random) -> None:
@@ -265,7 +281,8 @@ async def measured_window(cfg: Config, stub, watch: loadstats.ProcessWatch, sims
     sampler.cancel()
     return {"submit": submit.summary(t0), "get": get.summary(t0), "list_workers": lister.summary(t0),
             "elapsed_s": elapsed, "cpu_s": cpu, "cpu_percent": cpu / elapsed * 100,
-            "rss_mb_max": watch.rss_max_mb, "ranks_done": sims.stats().done - done0, "window_wall": [wall0, time.time()],
+            "rss_mb_max": watch.rss_max_mb, "rss_own_mb_max": watch.rss_own_max_mb,
+            "rss_relays_mb_max": watch.rss_children_max_mb, "ranks_done": sims.stats().done - done0, "window_wall": [wall0, time.time()],
             "load_generator_cpu_percent": (sims.cpu_s() - sims_cpu0) / elapsed * 100}
 
 
@@ -310,6 +327,8 @@ def main() -> None:
     ap.add_argument("--only", type=int, nargs="*", default=None, help="with --matrix: these rows (0-based)")
     ap.add_argument("--coordinator-cpus", default="", help="pin the coordinator to these CPUs (e.g. 0,1) "
                     "and keep the load generator off them")
+    ap.add_argument("--relay-cpus", default="", help="the coordinator's relays run on these CPUs (e.g. 2-5: as "
+                    "rack relays on hosts of their own would), the load generator off them too")
     ap.add_argument("--out", type=Path, default=None, help="write results.json and results.md here")
     ap.add_argument("--logs", type=Path, default=None, help="keep each run's coordinator log here")
     ap.add_argument("--db", choices=["sqlite", "postgres", "both"], default="sqlite",
@@ -328,6 +347,10 @@ def main() -> None:
     if cpus:
         os.sched_setaffinity(0, set(os.sched_getaffinity(0)) - set(cpus))  # inherited by the load generator
         configs = [dataclasses.replace(c, coordinator_cpus=cpus) for c in configs]
+    relay_cpus = cpu_list(a.relay_cpus) if a.relay_cpus else ()
+    if relay_cpus:
+        os.sched_setaffinity(0, set(os.sched_getaffinity(0)) - set(relay_cpus))
+        configs = [dataclasses.replace(c, relay_cpus=relay_cpus) for c in configs]
     # --db both with --rounds N: the two stores alternate ABBA (SQLite, PostgreSQL, PostgreSQL,
     # SQLite, ...), so a load that drifts during the run weighs on both alike.
     orders = [["sqlite", "postgres"], ["postgres", "sqlite"]] if a.db == "both" else [[a.db]]

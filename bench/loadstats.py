@@ -52,13 +52,21 @@ class ProcessWatch:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.rss_max_mb = 0.0
+        self.rss_own_max_mb = 0.0  # the coordinator's own process
+        self.rss_children_max_mb = 0.0  # its relays (and the store's writer), together
 
     def cpu_s(self) -> float:
         return sum(cpu_seconds(p) for p in (self.pid, *children(self.pid)))
 
+    def own_cpu_s(self) -> float:
+        return cpu_seconds(self.pid)
+
     async def sample_forever(self, every_s: float = 1.0) -> None:
         while True:
-            self.rss_max_mb = max(self.rss_max_mb, sum(rss_mb(p) for p in (self.pid, *children(self.pid))))
+            own, kids = rss_mb(self.pid), sum(rss_mb(p) for p in children(self.pid))
+            self.rss_max_mb = max(self.rss_max_mb, own + kids)
+            self.rss_own_max_mb = max(self.rss_own_max_mb, own)
+            self.rss_children_max_mb = max(self.rss_children_max_mb, kids)
             await asyncio.sleep(every_s)
 
 
@@ -118,7 +126,8 @@ def metrics(http_url: str, *names: str) -> list[float | None]:
 
 
 COLUMNS = ("workers", "queued", "submit p50 / p99 ms", "get p50 / p99 ms", "list p50 / p99 ms", "errors",
-           "coord CPU %", "RSS MB", "CPU us / heartbeat", "CPU us / job", "lost", "loop stalls (gc)", "scenario")
+           "coord CPU %", "RSS MB (own + relays)", "CPU us / heartbeat (own)", "CPU us / job", "lost",
+           "loop stalls (gc)", "scenario")
 STALL = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \S+ \S+ event loop stalled (\d+) ms: "
                    r"(?:garbage collection (\d+) ms)?(.*)$", re.M)
 
@@ -154,7 +163,10 @@ def cells(run: dict) -> list[str]:
     queued = f"{cfg['queue']:,} → {int(depth):,}" if cfg["queue"] and depth is not None else "0"
     return [f"{cfg['workers']:,}" + (f" ({cfg['duration']:.0f} s)" if cfg["duration"] != 60 else ""), queued,
             lat("submit"), lat("get"), lat("list_workers"), str(errors), f"{run['cpu_percent']:.0f}",
-            f"{run['rss_mb_max']:.0f}", f"{hb['cpu_us_per_heartbeat']:.0f}", f"{per_job:.0f}",
+            f"{run['rss_mb_max']:.0f}" + (f" ({run['rss_own_mb_max']:.0f} + {run['rss_relays_mb_max']:.0f})"
+                                          if "rss_own_mb_max" in run else ""),
+            f"{hb['cpu_us_per_heartbeat']:.0f}" + (f" ({hb['own_cpu_us_per_heartbeat']:.1f})"
+                                                   if "own_cpu_us_per_heartbeat" in hb else ""), f"{per_job:.0f}",
             str(run["workers_declared_lost"]), stall_cell(run.get("loop_stalls")), scenario]
 
 

@@ -69,6 +69,7 @@ fi
 # churn-unpaced (the same with --worker-msgs-per-turn 0: no bound on worker messages per turn),
 # deep (10,000 jobs kept queued), w10k (10,000 workers at 1 Hz; w5k, w20k, w50k: the growth table). Results in $OUT/control-plane.tgz,
 # with each run's coordinator log (the stall watch's warnings name the loop that stalled, and where).
+# CP_RELAY_CPUS (e.g. 2-7): the coordinator's relays there, as rack relays on hosts of their own.
 if [ "$what" = control-plane ]; then
   { nproc; lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"; python3 --version; uptime; } > "$OUT/machine.txt" 2>&1
   mkdir -p "$OUT/cp"
@@ -84,7 +85,8 @@ if [ "$what" = control-plane ]; then
     esac
     echo "== $run $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/control-plane.log"
     RINGLEADER_WORKER_MSGS_PER_TURN=$pace timeout "${CP_RUN_TIMEOUT:-280}" python3 bench/control_plane.py \
-      "${args[@]}" --coordinator-cpus 0,1 --out "$OUT/cp/$run" --logs "$OUT/cp/$run/logs" 2>&1 | tail -5 | tee -a "$OUT/control-plane.log"
+      "${args[@]}" --coordinator-cpus 0,1 ${CP_RELAY_CPUS:+--relay-cpus "$CP_RELAY_CPUS"} \
+      --out "$OUT/cp/$run" --logs "$OUT/cp/$run/logs" 2>&1 | tail -5 | tee -a "$OUT/control-plane.log"
   done
   tar czf "$OUT/control-plane.tgz" -C "$OUT" cp && rm -rf "$OUT/cp"
 fi

@@ -80,7 +80,7 @@ if [ "$what" = control-plane ]; then
       churn-unpaced) args=(--workers 5000 --queue 10000 --churn --duration "${CP_DURATION:-90}"); pace=0 ;;
       deep) args=(--workers 5000 --queue 10000 --duration 45) ;;
       w10k) args=(--workers 10000 --duration 45) ;;
-      w5k|w20k|w50k) args=(--workers "${run#w}000" --duration "${CP_DURATION:-45}") ;;  # the growth table
+      w5k|w20k|w50k) args=(--workers "${run//[wk]/}000" --duration "${CP_DURATION:-45}") ;;  # the growth table
       *) echo "unknown run $run"; continue ;;
     esac
     echo "== $run $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/control-plane.log"

@@ -137,8 +137,9 @@ class RelayHost:
         address = with_port(self.address, self.port) if self.port else self.address
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "coordinator.edge.relay", "--link", self._path, "--listen", address],
-            env={**os.environ, SETTINGS_ENV: self.settings}, stdin=subprocess.DEVNULL,
-            preexec_fn=(lambda: os.sched_setaffinity(0, self.cpus)) if self.cpus else None)
+            env={**os.environ, SETTINGS_ENV: self.settings}, stdin=subprocess.DEVNULL)
+        if self.cpus:  # set from here: a preexec_fn forks this gRPC process, whose fork handlers abort
+            os.sched_setaffinity(self.proc.pid, self.cpus)
         deadline = time.monotonic() + START_S
         while not self._hello.done():
             if self.proc.poll() is not None:

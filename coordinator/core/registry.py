@@ -151,6 +151,10 @@ class WorkerRegistry:
     def n_connected(self) -> int:
         return len(self._connected)
 
+    def ids(self):
+        """The ids of every worker held here (a live view of the keys: set operations in C)."""
+        return self._workers.keys()
+
     def all(self) -> list[WorkerConn]:
         return [self._workers[key[2]] for key in self._order]
 

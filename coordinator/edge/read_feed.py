@@ -12,7 +12,6 @@ waiting reason changed. A write answered through the edge calls `flush` before i
 from __future__ import annotations
 
 import asyncio
-import collections
 import math
 import time
 
@@ -24,9 +23,10 @@ from ringleader import states
 from ringleader.v1 import jobs_pb2 as pb
 
 STAMP_S = 0.05  # the view's age when the core is idle stays under this (plus a turn)
-# Every worker's listing looked at again this often on the clock (a read that wants them fresher
-# asks: Freshen). At 20 Hz the look was 200,000 signatures a second with 10,000 workers, about a
-# third of the core's time; the members of a job that starts or ends are sent with its events.
+# Every worker's listing looked at again in this long, a slice each STAMP_S (one look at every
+# worker each 50 ms was 200,000 signatures a second at 10,000 workers, a third of the core's time,
+# and one look at all of them at once holds the core 20-40 ms at 10,000); the members of a job
+# that starts or ends are sent with its events, a write on workers looks at all at once.
 SCAN_S = 1.0
 ROLL_S = 5.0  # every worker's listing (its heartbeat time) sent again at least this often
 REASON_S = 0.25  # queued jobs' waiting reasons looked at again at most this often
@@ -56,10 +56,12 @@ class ReadFeed:
         self._changed: dict[str, pb.Job] = {}  # jobs the events of this turn named
         self._due = False  # a flush is queued for the end of this turn
         self._signs: dict[str, tuple] = {}  # per worker id: what its listing was made from
-        self._roll: collections.deque[str] = collections.deque()  # workers to send again, in turn
+        self._ring: list[WorkerConn] = []  # the workers of this cycle of the scan, in turn
+        self._at = 0  # the next of them to look at
+        self._cycles = 0
+        self._cycle_at = 0.0  # when the cycle began (perf_counter)
         self._reasons: dict[str, str] = {}  # per queued job: the waiting reason the view was sent
         self._reasons_at = 0.0
-        self._scanned_at = 0.0
         self._clock: asyncio.Task | None = None
         self._stopped = False
 
@@ -86,11 +88,16 @@ class ReadFeed:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(STAMP_S)
-            self.flush(workers=time.perf_counter() - self._scanned_at >= SCAN_S)
+            self.flush(share=STAMP_S / SCAN_S)
 
-    def flush(self, workers: bool = False) -> None:
-        """Hand the edge what changed since the last flush (`workers`: the workers' listings
-        too), stamped now. On the core loop."""
+    def scan_behind(self) -> bool:
+        """Whether the scan's cycle is late (the core was held up): a read of workers then asks for
+        all of them at once."""
+        return time.perf_counter() - self._cycle_at > 2 * SCAN_S
+
+    def flush(self, workers: bool = False, share: float = 0.0) -> None:
+        """Hand the edge what changed since the last flush (`workers`: every worker's listing
+        looked at now; `share`: that share of them, the next in turn), stamped now. On the core loop."""
         if self._stopped:
             return
         began = time.perf_counter()
@@ -98,11 +105,9 @@ class ReadFeed:
         self._stale_reasons(began)
         changed, self._changed = self._changed, {}
         update = ViewUpdate(stamp=time.monotonic(), jobs=[self._copy(job) for job in changed.values()])
-        if workers:
-            elapsed, self._scanned_at = began - self._scanned_at, began
-            self._workers(update, elapsed)
-        else:  # the members of the jobs that changed (started, ended: their states changed with them)
-            self._members(changed.values(), update)
+        self._members(changed.values(), update)  # started, ended: their states changed with them
+        if workers or share:
+            self._workers(update, 1.0 if workers else share, began)
         self.edge.call_soon_threadsafe(self.view.apply, update)
         self.cost.add(began, len(update.jobs), len(update.workers))
 
@@ -135,25 +140,30 @@ class ReadFeed:
         out.ClearField("results")
         return out, has_rows
 
-    def _workers(self, update: ViewUpdate, elapsed: float) -> None:
-        conns = self.c.workers.all()
-        seen: set[str] = set()
-        due = set()
-        if self._roll:
-            for _ in range(min(len(self._roll), math.ceil(len(conns) * min(elapsed, ROLL_S) / ROLL_S))):
-                due.add(self._roll.popleft())
-        else:
-            self._roll.extend(conn.worker_id for conn in conns)
-        for conn in conns:
+    def _workers(self, update: ViewUpdate, share: float, now: float) -> None:
+        """Look at `share` of the workers, the next in turn (1: every one now): those whose
+        signature changed go to the view, and each cycle's ROLL_S / SCAN_S-th part of them again
+        (their heartbeat time). A cycle starts from the registry's workers of its start: those
+        gone since the last one leave the view."""
+        if share >= 1 or self._at >= len(self._ring):
+            self._ring, self._at, self._cycle_at = self.c.workers.all(), 0, now
+            self._cycles += 1
+            for wid in self._signs.keys() - self.c.workers.ids():
+                del self._signs[wid]
+                update.gone.append(wid)
+        n = len(self._ring)
+        take = n if share >= 1 else max(1, math.ceil(n * share))
+        every = max(1, round(ROLL_S / SCAN_S))
+        for i in range(self._at, min(n, self._at + take)):
+            conn = self._ring[i]
             wid = conn.worker_id
-            seen.add(wid)
+            if self.c.workers.get(wid) is not conn:
+                continue  # gone or back on a new stream since the cycle began: the next cycle has it
             sign = self._sign(conn)
-            if self._signs.get(wid) != sign or wid in due:
+            if self._signs.get(wid) != sign or (i + self._cycles) % every == 0:
                 self._signs[wid] = sign
                 update.workers.append(ViewWorker(conn.sort_key, self._info(conn)))
-        for wid in [w for w in self._signs if w not in seen]:
-            del self._signs[wid]
-            update.gone.append(wid)
+        self._at += take
 
     def _members(self, jobs, update: ViewUpdate) -> None:
         for worker_id in {ref.worker_id for job in jobs for ref in job.workers}:
@@ -194,7 +204,9 @@ is held up, reads after the first answer at once. An ask left behind still lands
 
             async def flush() -> None:  # on the core
                 started[0] = True  # read on the edge: a benign cross-thread flag
-                self.feed.flush(workers=workers)
+                # Workers: the scan's slices keep them within SCAN_S while the core turns; all of
+                # them at once only when it fell behind (a look at 50,000 holds the core 0.1 s).
+                self.feed.flush(workers=workers and self.feed.scan_behind())
             ask = on(self.core, flush())
             ask.add_done_callback(lambda f: f.cancelled() or f.exception())  # a stopping core: nobody waits
             found = self._waiting[workers] = (ask, started, now)

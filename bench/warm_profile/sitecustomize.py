@@ -88,7 +88,7 @@ def _patch(m) -> None:
     elif n == "coordinator.edge.worker_stream":
         _around(m.Inbox, "put", "c_in", label=lambda self, conn, msg, *r: _msg_kind(msg))
         _around(m.Inbox, "_apply", "c_apply", label=lambda self, conn, msg, *r: _msg_kind(msg))
-        _around(m, "_put_all", "c_edge_out")
+        _around(m, "_deliver", "c_edge_out")
 
 
 MODULES = {"worker.executor", "worker.daemon", "worker.collectives", "worker.kinds", "coordinator.core.jobs",

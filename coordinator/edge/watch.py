@@ -10,6 +10,7 @@ edge inside EventBus.publish (call_soon_threadsafe) and written from the edge's 
 from __future__ import annotations
 
 import asyncio
+from typing import Callable
 
 from coordinator.core.events import until_terminal
 from coordinator.core.facade import Coordinator
@@ -17,11 +18,15 @@ from coordinator.edge import identity
 from coordinator.edge.hop import client, on
 from coordinator.edge.servicers import abort_with
 from ringleader.errors import RingleaderError
+from ringleader.v1 import jobs_pb2 as pb
 
 
 class EdgeWatch:
-    def __init__(self, coordinator: Coordinator, core: asyncio.AbstractEventLoop) -> None:
-        self.c, self.core = coordinator, core
+    """`flush`: on the core, what a write calls before it answers (the edge read view's update)."""
+
+    def __init__(self, coordinator: Coordinator, core: asyncio.AbstractEventLoop,
+                 flush: Callable[[], None] = lambda: None) -> None:
+        self.c, self.core, self.flush = coordinator, core, flush
 
     async def WatchJob(self, request, context):
         """The job's stored events, then live ones, until its terminal state (on the edge loop)."""
@@ -40,6 +45,42 @@ class EdgeWatch:
         try:
             async for event in until_terminal(stored, queue):
                 yield event
+        finally:
+            _call_soon(self.core, stop)
+
+
+    async def H54SubmitAndWatch(self, request, context):
+        """SubmitJob, then WatchJob's stream of the new job, in one call (on the edge loop): the
+        job is acknowledged as SubmitJob acknowledges it (once stored), and its watch is registered
+        in the submit's own turn of the core, so no event falls between the two. A client that
+        submits and then watches paid a second call on the job's path: its accept on the edge and
+        its hop to the core, while the job's assignments went out."""
+        edge, queue = asyncio.get_running_loop(), asyncio.Queue()
+
+        def deliver(event) -> None:  # on the core, inside EventBus.publish
+            _call_soon(edge, queue.put_nowait, event)
+
+        async def submit():  # on the core, as SubmitJob's body is
+            self.c.lag.check("H54SubmitAndWatch")
+            await self.c.prefetch(request_id=request.request_id)
+            job = self.c.submit(request.spec, request.request_id)
+            stored, stop = self.c.events.follow(job.id, deliver)
+            try:
+                await self.c.durable(at_once=True)  # acknowledged only once stored
+            except BaseException:
+                stop()
+                raise
+            self.flush()
+            return self.c.get(job.id), stored, stop
+        try:
+            identity.caller_may_use_jobs(context)
+            job, stored, stop = await on(self.core, submit(), client(context))
+        except RingleaderError as exc:
+            await abort_with(context, exc)
+        try:
+            yield pb.H54SubmitWatchUpdate(accepted=job)
+            async for event in until_terminal(stored, queue):
+                yield pb.H54SubmitWatchUpdate(event=event)
         finally:
             _call_soon(self.core, stop)
 

@@ -78,6 +78,34 @@ def check_fits(op: str, size_bytes: int, world_size: int, in_place: bool, device
                           f"{spec.format_gib(free)} free")
 
 
+# Small eager setups on the default group, kept between jobs of the same shape (a warm group's
+# trivial jobs): their buffers and their bound launch (worker/ncclrt.py reads the communicator
+# once) are made once. Every job still fills them afresh. Kept only while the group they were
+# bound to lives: the executor forgets them when it destroys it (`forget_setups`).
+_SETUPS: dict[tuple, OpSetup] = {}
+SETUPS_KEPT = 4
+SETUP_KEPT_BYTES = 1 << 20  # larger buffers are not held between jobs: another job may need the memory
+
+
+def _setup(op, dtype, reduce_op, count, size_bytes, *, rank, n, root, in_place, device, method) -> OpSetup:
+    if method.graph or method.group is not None or method.symm is not None or size_bytes > SETUP_KEPT_BYTES:
+        return OpSetup(op, dtype, reduce_op, count, rank=rank, n=n, root=root, in_place=in_place, device=device,
+                       method=method)
+    key = (op, dtype, reduce_op, count, rank, n, root, in_place, device, method.algo)
+    if (kept := _SETUPS.get(key)) is None:
+        kept = OpSetup(op, dtype, reduce_op, count, rank=rank, n=n, root=root, in_place=in_place, device=device,
+                       method=method)
+        if len(_SETUPS) >= SETUPS_KEPT:
+            _SETUPS.pop(next(iter(_SETUPS)))
+        _SETUPS[key] = kept
+    return kept
+
+
+def forget_setups() -> None:
+    """The default group is going: what was bound to it goes too."""
+    _SETUPS.clear()
+
+
 def _plan(setup: OpSetup, method: Method, iters: int, device, counter, group):
     """(unit, ops per unit, units, check, release): what the timed loops call, how often, and
     how the data check runs the op. Auto iters (0) are decided here from a probe."""
@@ -156,7 +184,7 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     if op != "barrier":
         check_fits(op, size_bytes, n, in_place, device, method.algo)
     counter = counter if counter is not None else NoCounter()
-    setup = OpSetup(op, dtype, reduce_op, count, rank=rank, n=n, root=root, in_place=in_place,
+    setup = _setup(op, dtype, reduce_op, count, size_bytes, rank=rank, n=n, root=root, in_place=in_place,
                    device=device, method=method)
     # One timed op on fresh inputs and nothing before it (a warm start's trivial job): that op is
     # the check's op too, on the check's inputs. A second op only to check would cost the job a

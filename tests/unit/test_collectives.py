@@ -398,6 +398,7 @@ def _one_op_main(rank: int, n: int, port: int, path: str) -> None:
                         self.out.view(-1)[0] += 1
                 self.run = corrupting_run if corrupt else run
             collectives.OpSetup.__init__ = init
+            collectives.forget_setups()  # no honest setup kept from the clean round
             for op, root in (("all_reduce", 0), ("reduce", 1)):
                 counter = types.SimpleNamespace(value=0)
                 args = dict(op=op, dtype="float32", reduce_op="sum", size_bytes=4096, root=root, in_place=False,
@@ -406,6 +407,24 @@ def _one_op_main(rank: int, n: int, port: int, path: str) -> None:
                 row = collectives.summarize(local, **args)
                 payload["runs"].append({"op": op, "corrupt": corrupt, "ops": counter.value, "local_wrong": local.wrong,
                                         "wrong": row["wrong"], "iters": row["iters"]})
+        collectives.OpSetup.__init__ = honest_init
+        # Setups kept between measurements of one shape (small ones only), until forgotten.
+        made: list = []
+
+        def counting(self, *a, **k):
+            made.append(a[0])
+            honest_init(self, *a, **k)
+        collectives.OpSetup.__init__ = counting
+        collectives.forget_setups()
+        cpu = torch.device("cpu")
+        for size in (4096, 4096, 4 << 20, 4 << 20, 4096):
+            local = collectives.measure("all_reduce", "float32", "sum", size, iters=1, warmup=0, in_place=False,
+                                        root=0, device=cpu)
+            payload.setdefault("kept_wrong", []).append(local.wrong)
+        payload["made"] = len(made)
+        collectives.forget_setups()
+        collectives.measure("all_reduce", "float32", "sum", 4096, iters=1, warmup=0, in_place=False, root=0, device=cpu)
+        payload["made_after_forget"] = len(made)
         collectives.OpSetup.__init__ = honest_init
         dist.destroy_process_group()
     except BaseException:
@@ -437,3 +456,6 @@ def test_a_one_op_measurement_checks_its_timed_op_and_issues_no_other(tmp_path):
             expected_local = 1 if run["corrupt"] and rank == 1 and checked else 0
             assert run["local_wrong"] == expected_local, (rank, run)
             assert run["wrong"] == (1 if run["corrupt"] else 0), (rank, run)
+        # 4 KiB made once for three jobs, 4 MiB (over SETUP_KEPT_BYTES) made for each; made again once forgotten
+        assert (payload["made"], payload["made_after_forget"]) == (3, 4), payload
+        assert payload["kept_wrong"] == [0] * 5

@@ -94,7 +94,8 @@ def _patch(m) -> None:
         orig_soon = m._call_soon
 
         def call_soon(loop, fn, *args):
-            event = args[0] if args else None
+            batch = args[1] if len(args) == 2 and isinstance(args[1], list) else args[:1]
+            event = batch[-1] if batch else None
             if getattr(event, "WhichOneof", None) and event.WhichOneof("event") == "state" \
                     and event.state.state in (3, 4, 5):
                 _stamp("c_watch_deliver")

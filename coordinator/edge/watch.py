@@ -4,15 +4,16 @@ Hopped to the core like the other RPCs (coordinator/edge/hop.py), a watch's gene
 core only after the turn that published the event had run its other callbacks (the rest of the
 input, the turn's commit, the placement pass), and its item then crossed back in one more core
 turn: on 2 x H200, 1.1 ms from a warm job's end to the client's end of its watch. Here the core
-only registers the watch and reads the stored events (one hop); each later event is handed to the
-edge inside EventBus.publish (call_soon_threadsafe) and written from the edge's own queue."""
+only registers the watch and reads the stored events (one hop); later events are handed to the
+edge from EventBus.publish (`Handover`: once per turn of the core, the terminal one at once) and
+written from the edge's own queue."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Callable
 
-from coordinator.core.events import until_terminal
+from coordinator.core.events import is_terminal, until_terminal
 from coordinator.core.facade import Coordinator
 from coordinator.edge import identity
 from coordinator.edge.hop import client, on
@@ -30,10 +31,8 @@ class EdgeWatch:
 
     async def WatchJob(self, request, context):
         """The job's stored events, then live ones, until its terminal state (on the edge loop)."""
-        edge, queue = asyncio.get_running_loop(), asyncio.Queue()
-
-        def deliver(event) -> None:  # on the core, inside EventBus.publish
-            _call_soon(edge, queue.put_nowait, event)
+        queue: asyncio.Queue = asyncio.Queue()
+        deliver = Handover(self.core, asyncio.get_running_loop(), queue)
 
         async def follow():  # on the core: the bus and the store are its alone
             return self.c.events.follow(request.job_id, deliver)
@@ -55,10 +54,8 @@ class EdgeWatch:
         in the submit's own turn of the core, so no event falls between the two. A client that
         submits and then watches paid a second call on the job's path: its accept on the edge and
         its hop to the core, while the job's assignments went out."""
-        edge, queue = asyncio.get_running_loop(), asyncio.Queue()
-
-        def deliver(event) -> None:  # on the core, inside EventBus.publish
-            _call_soon(edge, queue.put_nowait, event)
+        queue: asyncio.Queue = asyncio.Queue()
+        deliver = Handover(self.core, asyncio.get_running_loop(), queue)
 
         async def submit():  # on the core, as SubmitJob's body is
             self.c.lag.check("H54SubmitAndWatch")
@@ -83,6 +80,37 @@ class EdgeWatch:
                 yield pb.H54SubmitWatchUpdate(event=event)
         finally:
             _call_soon(self.core, stop)
+
+
+class Handover:
+    """A watch's `deliver` (EventBus.follow): on the core, inside EventBus.publish, each event is
+    put in the watch's edge queue, one hand-over per turn of the core. A hand-over per event woke
+    the edge in the middle of the core's turn: a warm job's result event, recorded a moment before
+    its SUCCEEDED in the same input, had the edge take the GIL and write it to the client while
+    the core waited to end the job. The terminal event (or None: the bus closes) goes at once,
+    with what waits before it."""
+
+    def __init__(self, core: asyncio.AbstractEventLoop, edge: asyncio.AbstractEventLoop,
+                 queue: asyncio.Queue) -> None:
+        self.core, self.edge, self.queue = core, edge, queue
+        self._pending: list = []
+
+    def __call__(self, event) -> None:
+        self._pending.append(event)
+        if event is None or is_terminal(event):
+            self.flush()
+        elif len(self._pending) == 1:
+            self.core.call_soon(self.flush)  # at the end of this turn, with the rest of its events
+
+    def flush(self) -> None:
+        if self._pending:
+            batch, self._pending = self._pending, []
+            _call_soon(self.edge, _put_all, self.queue, batch)
+
+
+def _put_all(queue: asyncio.Queue, batch: list) -> None:
+    for event in batch:
+        queue.put_nowait(event)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn, *args) -> None:

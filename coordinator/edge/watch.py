@@ -68,6 +68,10 @@ class EdgeWatch:
                 stop()
                 raise
             self.flush()
+            # The answer waits a turn: the job's assignments (queued for the end of this turn,
+            # worker_stream.Outgoing) cross to the edge first, and the edge writes them to the
+            # workers before it writes this answer to the client, which is not on the job's path.
+            await asyncio.sleep(0)
             return self.c.get(job.id), stored, stop
         try:
             identity.caller_may_use_jobs(context)

@@ -97,8 +97,10 @@ class Executor:
     def run(self, msg: api.Run) -> api.Done:
         """Run a job with this process's stderr captured; the Done carries the capture's tail,
         whether the job succeeded or raised."""
-        with StderrCapture(msg.log_path):
+        with StderrCapture(msg.log_path) as capture:
             done = self._run(msg.assignment)
+        if not capture.wrote:  # most jobs print nothing: no file to open and read again
+            return done
         return dataclasses.replace(done, log=api.read_log(msg.log_path))
 
     def _run(self, raw: bytes) -> api.Done:
@@ -201,6 +203,7 @@ class StderrCapture:
     def __init__(self, path: str) -> None:
         self.path = path
         self._saved = -1
+        self.wrote = True  # whether the job wrote anything (known after the block; True: maybe)
 
     def __enter__(self) -> "StderrCapture":
         if self.path:
@@ -218,9 +221,12 @@ class StderrCapture:
         if self._saved < 0:
             return
         sys.stderr.flush()
+        self.wrote = os.fstat(2).st_size > 0  # fd 2 is still the capture
         os.dup2(self._saved, 2)
         os.close(self._saved)
         self._saved = -1
+        if not self.wrote:
+            return
         try:
             with open(self.path, "rb") as f, open(2, "wb", closefd=False) as err:
                 shutil.copyfileobj(f, err)

@@ -35,3 +35,20 @@ def test_the_same_spec_is_derived_once_and_another_is_its_own_job():
         ex._valid(_assignment(size * 1024).spec, Counting)
     ex._valid(_assignment(8).spec, Counting)
     assert len(derived) == 2 + Executor.JOBS_KEPT + 1, "the oldest spec was forgotten, and derived again"
+
+
+def test_a_capture_says_whether_the_job_wrote_anything(tmp_path):
+    """StderrCapture on the real fd 2: a job that printed nothing needs no read of its log (the
+    executor's Done then carries none), one that printed has it all, C-level writes included."""
+    import os
+
+    from worker import api
+    from worker.executor import StderrCapture
+
+    path = str(tmp_path / "j.rank0.log")
+    with StderrCapture(path) as quiet:
+        pass
+    assert quiet.wrote is False and api.read_log(path) == ""
+    with StderrCapture(path) as loud:
+        os.write(2, b"NCCL WARN something\n")
+    assert loud.wrote is True and "NCCL WARN something" in api.read_log(path)

@@ -101,9 +101,16 @@ def _setup(op, dtype, reduce_op, count, size_bytes, *, rank, n, root, in_place, 
     return kept
 
 
+# Auto iterations the default group agreed per shape (eager): kept with the setups, and forgotten
+# with them; identical on every member (the same jobs, in the same order, the same bound).
+_ITERS: dict[tuple, int] = {}
+ITERS_KEPT = 64
+
+
 def forget_setups() -> None:
-    """The default group is going: what was bound to it goes too."""
+    """The default group is going: what was bound to it, or agreed in it, goes too."""
     _SETUPS.clear()
+    _ITERS.clear()
 
 
 def _plan(setup: OpSetup, method: Method, iters: int, device, counter, group):
@@ -200,7 +207,16 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     # a host-side meeting of the ranks would only add a round trip to a small job.
     if warmup or device.type != "cuda":
         sync(device, group)
+    # Auto iterations (eager, default group) as the group agreed them for this shape before: no
+    # probe again. Every member runs the same jobs in the same order, so every rank finds the same.
+    calibrated = (op, dtype, reduce_op, count, root, in_place, device, method.algo) \
+        if iters == spec.AUTO_ITERS and not method.graph and method.group is None and method.symm is None else None
+    iters = _ITERS.get(calibrated, iters)
     unit, per, units, check, release = _plan(setup, method, iters, device, counter, group)
+    if calibrated is not None and calibrated not in _ITERS:
+        if len(_ITERS) >= ITERS_KEPT:
+            _ITERS.pop(next(iter(_ITERS)))
+        _ITERS[calibrated] = units
     try:
         # The fault injector (tests only; a no-op otherwise) delays this rank before each timed op.
         mean_us, times = time_loop(unit, units, device, ops_per_unit=per,

@@ -426,6 +426,16 @@ def _one_op_main(rank: int, n: int, port: int, path: str) -> None:
         collectives.measure("all_reduce", "float32", "sum", 4096, iters=1, warmup=0, in_place=False, root=0, device=cpu)
         payload["made_after_forget"] = len(made)
         collectives.OpSetup.__init__ = honest_init
+        # Auto iterations: probed once per shape while the group lives, then as agreed.
+        auto = []
+        for forget in (False, False, True, False):
+            if forget:
+                collectives.forget_setups()
+            counter = types.SimpleNamespace(value=0)
+            local = collectives.measure("all_reduce", "float32", "sum", 4096, iters=spec.AUTO_ITERS, warmup=0,
+                                        in_place=False, root=0, device=cpu, counter=counter)
+            auto.append((counter.value, local.iters, local.wrong))
+        payload["auto"] = auto
         dist.destroy_process_group()
     except BaseException:
         payload["traceback"] = traceback.format_exc()
@@ -459,3 +469,10 @@ def test_a_one_op_measurement_checks_its_timed_op_and_issues_no_other(tmp_path):
         # 4 KiB made once for three jobs, 4 MiB (over SETUP_KEPT_BYTES) made for each; made again once forgotten
         assert (payload["made"], payload["made_after_forget"]) == (3, 4), payload
         assert payload["kept_wrong"] == [0] * 5
+        (probed, n_iters, _), *later = payload["auto"]
+        assert probed == calibrate.PROBE_ITERS + n_iters + 1  # the probe, the timed ops, the check op
+        assert [a[2] for a in payload["auto"]] == [0, 0, 0, 0]
+        assert later[0] == [n_iters + 1, n_iters, 0], "the second job of the shape probed again"
+        assert later[1][0] == calibrate.PROBE_ITERS + later[1][1] + 1, "forgotten with the group: probed again"
+        assert later[2] == [later[1][1] + 1, later[1][1], 0]
+    assert payloads[0]["auto"] == payloads[1]["auto"], "every rank ran the same ops"

@@ -145,6 +145,19 @@ def _plan(setup: OpSetup, method: Method, iters: int, device, counter, group):
     return unit, 1, iters, run, lambda: None
 
 
+def _plan_kept(setup: OpSetup, method: Method, iters: int, device, counter, group, shape: tuple):
+    """_plan, with auto iterations (eager, default group) as the group agreed them for this shape
+    before: no probe again. Every member runs the same jobs in the same order, so every rank
+    finds the same."""
+    kept = iters == spec.AUTO_ITERS and not method.graph and method.group is None and method.symm is None
+    plan = _plan(setup, method, _ITERS.get(shape, iters) if kept else iters, device, counter, group)
+    if kept and shape not in _ITERS:
+        if len(_ITERS) >= ITERS_KEPT:
+            _ITERS.pop(next(iter(_ITERS)))
+        _ITERS[shape] = plan[2]  # eager: the units are the iterations
+    return plan
+
+
 def _probe(unit, units: int, per: int, device, group) -> float:
     """The slowest rank's time per op over `units` calls of `unit`, as every rank sees it (a
     collective: every rank then computes the same iteration count)."""
@@ -207,16 +220,8 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     # a host-side meeting of the ranks would only add a round trip to a small job.
     if warmup or device.type != "cuda":
         sync(device, group)
-    # Auto iterations (eager, default group) as the group agreed them for this shape before: no
-    # probe again. Every member runs the same jobs in the same order, so every rank finds the same.
-    calibrated = (op, dtype, reduce_op, count, root, in_place, device, method.algo) \
-        if iters == spec.AUTO_ITERS and not method.graph and method.group is None and method.symm is None else None
-    iters = _ITERS.get(calibrated, iters)
-    unit, per, units, check, release = _plan(setup, method, iters, device, counter, group)
-    if calibrated is not None and calibrated not in _ITERS:
-        if len(_ITERS) >= ITERS_KEPT:
-            _ITERS.pop(next(iter(_ITERS)))
-        _ITERS[calibrated] = units
+    shape = (op, dtype, reduce_op, count, root, in_place, device, method.algo)
+    unit, per, units, check, release = _plan_kept(setup, method, iters, device, counter, group, shape)
     try:
         # The fault injector (tests only; a no-op otherwise) delays this rank before each timed op.
         mean_us, times = time_loop(unit, units, device, ops_per_unit=per,

@@ -7,8 +7,8 @@ and where the time goes (the job's own created/started/finished stamps and the c
 Starts a coordinator (SQLite store, no HTTP side) and two CPU workers (gloo) or one per GPU
 (--device all), runs one cold job, then --jobs warm ones, each submitted when the last finished.
 The client learns the end from the stream of H54SubmitAndWatch (the submit and its watch in one
-call; --two-calls: SubmitJob, then WatchJob; a stream either way: no polling interval in the figure). Split per
-job: submit -> started (queue, schedule, dispatch to the daemons), started -> finished (the
+call; --two-calls: SubmitJob, then WatchJob; a stream either way: no polling interval in the
+figure). Split per job: submit -> started (queue, schedule, dispatch to the daemons), started -> finished (the
 daemons, the executors, the group's op and the results), finished -> the client hears it. The run
 is invalid (exit 1) unless every warm job reports warm_start and SUCCEEDED.
 """
@@ -148,7 +148,8 @@ def main() -> None:
     med = {k: statistics.median(r[k] for r in rows) for k in ("total_ms", "queue_ms", "run_ms", "notify_ms")}
     totals = sorted(r["total_ms"] for r in rows)
     load = open("/proc/loadavg").read().split()[:3]
-    print(f"warm start, {a.jobs} jobs, device {a.device}, {'two calls' if a.two_calls else 'one call'}, {os.cpu_count()} CPUs, loadavg {' '.join(load)}: "
+    calls = "two calls" if a.two_calls else "one call"
+    print(f"warm start, {a.jobs} jobs, device {a.device}, {calls}, {os.cpu_count()} CPUs, loadavg {' '.join(load)}: "
           f"cold {cold_s * 1e3:.0f} ms; warm p50 {med['total_ms']:.2f} ms, p90 {totals[int(0.9 * (len(totals) - 1))]:.2f}, "
           f"max {totals[-1]:.2f}; medians: submit->started {med['queue_ms']:.2f}, started->finished "
           f"{med['run_ms']:.2f}, finished->client {med['notify_ms']:.2f} ms")

@@ -102,7 +102,7 @@ def _setup(op, dtype, reduce_op, count, size_bytes, *, rank, n, root, in_place, 
 
 
 # Auto iterations the default group agreed per shape (eager): kept with the setups, and forgotten
-# with them; identical on every member (the same jobs, in the same order, the same bound).
+# with them; identical on every member (each runs the group's jobs, in the same order).
 _ITERS: dict[tuple, int] = {}
 ITERS_KEPT = 64
 

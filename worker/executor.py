@@ -104,14 +104,13 @@ class Executor:
         return dataclasses.replace(done, log=api.read_log(msg.log_path))
 
     def _run(self, raw: bytes) -> api.Done:
-        from ringleader.jobspec import ValidJob
         from ringleader.v1 import workers_pb2 as wpb
         from worker.kinds import RUNNERS, RunContext
 
         a = wpb.Assignment.FromString(raw)
         warm = bool(self.group_key) and self.group_key == a.group_key
         try:
-            job = self._valid(a.spec, ValidJob)
+            job = self._valid(a.spec)
             if job.flavor != a.flavor or (warm and self.flavor != a.flavor):
                 raise ValueError(f"flavor: the job needs a group made with {job.flavor or 'defaults'!r}, "
                                  f"assigned {a.flavor or 'defaults'!r}, holding {self.flavor or 'defaults'!r}")
@@ -137,12 +136,14 @@ class Executor:
 
     JOBS_KEPT = 8
 
-    def _valid(self, spec, valid_job):
+    def _valid(self, spec):
         """The spec's ValidJob (the coordinator checked it: derived, not re-checked), kept by the
         spec's bytes (deterministic: the same spec, the same bytes, in one process)."""
+        from ringleader.jobspec import ValidJob
+
         key = spec.SerializeToString(deterministic=True)
         if (job := self._jobs.get(key)) is None:
-            job = valid_job.from_normalized(spec)
+            job = ValidJob.from_normalized(spec)
             if len(self._jobs) >= self.JOBS_KEPT:
                 self._jobs.pop(next(iter(self._jobs)))
             self._jobs[key] = job

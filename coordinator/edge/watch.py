@@ -47,7 +47,6 @@ class EdgeWatch:
         finally:
             _call_soon(self.core, stop)
 
-
     async def H54SubmitAndWatch(self, request, context):
         """SubmitJob, then WatchJob's stream of the new job, in one call (on the edge loop): the
         job is acknowledged as SubmitJob acknowledges it (once stored), and its watch is registered

@@ -63,8 +63,9 @@ async def _scenario(tmp_path) -> dict:
         out["again"] = (job.id, again.id)
 
         def refused():
+            bad = pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="nosuchop", sizes=[8]))
             try:
-                next(client.submit_and_watch(pb.JobSpec(world_size=2, collective=pb.CollectiveSpec(op="nosuchop", sizes=[8]))))
+                next(client.submit_and_watch(bad))
             except grpc.RpcError as exc:
                 return exc.code(), exc.details()
         out["refused"] = await loop.run_in_executor(None, refused)

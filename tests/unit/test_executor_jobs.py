@@ -17,23 +17,23 @@ def _assignment(size: int) -> wpb.Assignment:
     return wpb.Assignment.FromString(wpb.Assignment(job_id="j", spec=spec).SerializeToString())
 
 
-def test_the_same_spec_is_derived_once_and_another_is_its_own_job():
+def test_the_same_spec_is_derived_once_and_another_is_its_own_job(monkeypatch):
     derived: list = []
+    honest = ValidJob.from_normalized
 
-    class Counting:
-        @staticmethod
-        def from_normalized(spec):
-            derived.append(spec)
-            return ValidJob.from_normalized(spec)
+    def counting(spec):
+        derived.append(spec)
+        return honest(spec)
+    monkeypatch.setattr(ValidJob, "from_normalized", counting)
     ex = Executor(None, "cpu", None)
-    first = ex._valid(_assignment(8).spec, Counting)
-    again = ex._valid(_assignment(8).spec, Counting)
-    other = ex._valid(_assignment(64).spec, Counting)
+    first = ex._valid(_assignment(8).spec)
+    again = ex._valid(_assignment(8).spec)
+    other = ex._valid(_assignment(64).spec)
     assert again is first and len(derived) == 2
     assert first.sizes == (8,) and other.sizes != first.sizes
     for size in range(1, Executor.JOBS_KEPT + 1):  # as many other specs as are kept
-        ex._valid(_assignment(size * 1024).spec, Counting)
-    ex._valid(_assignment(8).spec, Counting)
+        ex._valid(_assignment(size * 1024).spec)
+    ex._valid(_assignment(8).spec)
     assert len(derived) == 2 + Executor.JOBS_KEPT + 1, "the oldest spec was forgotten, and derived again"
 
 

@@ -107,6 +107,21 @@ _ITERS: dict[tuple, int] = {}
 ITERS_KEPT = 64
 
 
+def _fill(setup: OpSetup, one_op: bool) -> None:
+    """Fresh inputs: the check's for a one-op measurement (its op is the checked one), unless a
+    kept setup holds them already (refill_kept); else the timed loop's."""
+    if not (one_op and setup.fresh == _CHECK_SEED):
+        setup.fill(_CHECK_SEED if one_op else _TRAIN_SEED)
+    setup.fresh = None  # the ops that follow write into the buffers
+
+
+def refill_kept() -> None:
+    """Between jobs, the executor idle: fresh check inputs in every kept setup, so that the next
+    one-op job of its shape starts with its op (measure); its output is checked as ever."""
+    for setup in _SETUPS.values():
+        setup.fill(_CHECK_SEED)
+
+
 def forget_setups() -> None:
     """The default group is going: what was bound to it, or agreed in it, goes too."""
     _SETUPS.clear()
@@ -210,7 +225,7 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     # the check's op too, on the check's inputs. A second op only to check would cost the job a
     # collective and a fill on its critical path, and check nothing the first one did not do.
     timed_is_check = iters == 1 and not warmup and not method.graph and op != "barrier"
-    setup.fill(_CHECK_SEED if timed_is_check else _TRAIN_SEED)
+    _fill(setup, timed_is_check)
     for _ in range(warmup):
         setup.run()
         counter.value += 1

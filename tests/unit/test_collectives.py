@@ -436,6 +436,27 @@ def _one_op_main(rank: int, n: int, port: int, path: str) -> None:
                                         in_place=False, root=0, device=cpu, counter=counter)
             auto.append((counter.value, local.iters, local.wrong))
         payload["auto"] = auto
+        # Refilled between jobs: the next one-op job of the shape starts with its op, its output
+        # checked as ever (inputs spoiled after the refill are caught).
+        fills: list = []
+        honest_fill = collectives.OpSetup.fill
+
+        def counting_fill(self, seed):
+            fills.append(seed)
+            honest_fill(self, seed)
+        collectives.OpSetup.fill = counting_fill
+        collectives.forget_setups()
+        refilled = []
+        for spoil in (False, False, True):
+            collectives.refill_kept()
+            if spoil and dist.get_rank() == 0:
+                next(iter(collectives._SETUPS.values())).inputs[0][0].view(-1)[0] += 1
+            before = len(fills)
+            local = collectives.measure("all_reduce", "float32", "sum", 4096, iters=1, warmup=0, in_place=False,
+                                        root=0, device=cpu)
+            refilled.append((len(fills) - before, local.wrong))
+        collectives.OpSetup.fill = honest_fill
+        payload["refilled"] = refilled
         dist.destroy_process_group()
     except BaseException:
         payload["traceback"] = traceback.format_exc()
@@ -476,3 +497,5 @@ def test_a_one_op_measurement_checks_its_timed_op_and_issues_no_other(tmp_path):
         assert later[1][0] == calibrate.PROBE_ITERS + later[1][1] + 1, "forgotten with the group: probed again"
         assert later[2] == [later[1][1] + 1, later[1][1], 0]
     assert payloads[0]["auto"] == payloads[1]["auto"], "every rank ran the same ops"
+    for payload in payloads:  # the first job fills its new setup; then none fills: it was refilled
+        assert payload["refilled"] == [[1, 0], [0, 0], [0, 1]], payload["refilled"]  # the spoilt sum: 1 wrong

@@ -6,8 +6,9 @@ and where the time goes (the job's own created/started/finished stamps and the c
 
 Starts a coordinator (SQLite store, no HTTP side) and two CPU workers (gloo) or one per GPU
 (--device all), runs one cold job, then --jobs warm ones, each submitted when the last finished.
-The client learns the end from WatchJob (a stream: no polling interval in the figure). Split per
-job: submit -> started (queue, schedule, dispatch to the daemons), started -> finished (the
+The client learns the end from the stream of H54SubmitAndWatch (the submit and its watch in one
+call; --two-calls: SubmitJob, then WatchJob; a stream either way: no polling interval in the
+figure). Split per job: submit -> started (queue, schedule, dispatch to the daemons), started -> finished (the
 daemons, the executors, the group's op and the results), finished -> the client hears it. The run
 is invalid (exit 1) unless every warm job reports warm_start and SUCCEEDED.
 """
@@ -51,12 +52,19 @@ def _start(tmp: Path, device: str, profile: str = "") -> tuple[list[subprocess.P
     return [coord, *workers], address
 
 
-def _run(client: Client, spec: pb.JobSpec) -> tuple[pb.Job, float, float]:
-    """(the finished job, client seconds from submit to the finished event, when that came)."""
+def _run(client: Client, spec: pb.JobSpec, two_calls: bool = False) -> tuple[pb.Job, float, float]:
+    """(the finished job, client seconds from submit to the finished event, when that came).
+    One call (H54SubmitAndWatch), or `two_calls`: SubmitJob, then WatchJob."""
     t0 = time.time()
-    job = client.submit(spec)
-    for _event in client.watch(job.id):
-        pass  # the stream ends when the job does
+    if two_calls:
+        job = client.submit(spec)
+        for _event in client.watch(job.id):
+            pass  # the stream ends when the job does
+    else:
+        updates = client.submit_and_watch(spec)
+        job = next(updates)  # acknowledged
+        for _event in updates:
+            pass  # the stream ends when the job does
     end = time.time()
     job = client.get(job.id)
     if job.state not in DONE:
@@ -99,6 +107,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--out", default="")
+    ap.add_argument("--two-calls", action="store_true", help="SubmitJob then WatchJob, as a client did before "
+                                                              "H54SubmitAndWatch")
     ap.add_argument("--profile", default="", help="a directory: every process stamps each step of each job; "
                                                   "the median timeline is printed and kept there (timeline.txt)")
     a = ap.parse_args()
@@ -113,14 +123,14 @@ def main() -> None:
                 if time.monotonic() > deadline:
                     raise SystemExit("workers did not come up")
                 time.sleep(0.05)
-            cold, cold_s, _ = _run(client, trivial)
+            cold, cold_s, _ = _run(client, trivial, a.two_calls)
             if a.profile:  # the cold job's stamps (imports, rendezvous) are not a warm job's
                 time.sleep(0.3)
                 for f in Path(a.profile).glob("*.ts"):
                     f.unlink()
             rows = []
             for _ in range(a.jobs):
-                job, secs, t0 = _run(client, trivial)
+                job, secs, t0 = _run(client, trivial, a.two_calls)
                 if job.state != pb.SUCCEEDED or not job.warm_start:
                     raise SystemExit(f"invalid run: job {job.id} {pb.JobState.Name(job.state)} warm={job.warm_start}")
                 rows.append(dict(total_ms=secs * 1e3, queue_ms=(job.started_at - t0) * 1e3,
@@ -138,7 +148,8 @@ def main() -> None:
     med = {k: statistics.median(r[k] for r in rows) for k in ("total_ms", "queue_ms", "run_ms", "notify_ms")}
     totals = sorted(r["total_ms"] for r in rows)
     load = open("/proc/loadavg").read().split()[:3]
-    print(f"warm start, {a.jobs} jobs, device {a.device}, {os.cpu_count()} CPUs, loadavg {' '.join(load)}: "
+    calls = "two calls" if a.two_calls else "one call"
+    print(f"warm start, {a.jobs} jobs, device {a.device}, {calls}, {os.cpu_count()} CPUs, loadavg {' '.join(load)}: "
           f"cold {cold_s * 1e3:.0f} ms; warm p50 {med['total_ms']:.2f} ms, p90 {totals[int(0.9 * (len(totals) - 1))]:.2f}, "
           f"max {totals[-1]:.2f}; medians: submit->started {med['queue_ms']:.2f}, started->finished "
           f"{med['run_ms']:.2f}, finished->client {med['notify_ms']:.2f} ms")

@@ -78,6 +78,56 @@ def check_fits(op: str, size_bytes: int, world_size: int, in_place: bool, device
                           f"{spec.format_gib(free)} free")
 
 
+# Small eager setups on the default group, kept between jobs of the same shape (a warm group's
+# trivial jobs): their buffers and their bound launch (worker/ncclrt.py reads the communicator
+# once) are made once. Every job still fills them afresh. Kept only while the group they were
+# bound to lives: the executor forgets them when it destroys it (`forget_setups`).
+_SETUPS: dict[tuple, OpSetup] = {}
+SETUPS_KEPT = 4
+SETUP_KEPT_BYTES = 1 << 20  # larger buffers are not held between jobs: another job may need the memory
+
+
+def _setup(op, dtype, reduce_op, count, size_bytes, *, rank, n, root, in_place, device, method) -> OpSetup:
+    if method.graph or method.group is not None or method.symm is not None or size_bytes > SETUP_KEPT_BYTES:
+        return OpSetup(op, dtype, reduce_op, count, rank=rank, n=n, root=root, in_place=in_place, device=device,
+                       method=method)
+    key = (op, dtype, reduce_op, count, rank, n, root, in_place, device, method.algo)
+    if (kept := _SETUPS.get(key)) is None:
+        kept = OpSetup(op, dtype, reduce_op, count, rank=rank, n=n, root=root, in_place=in_place, device=device,
+                       method=method)
+        if len(_SETUPS) >= SETUPS_KEPT:
+            _SETUPS.pop(next(iter(_SETUPS)))
+        _SETUPS[key] = kept
+    return kept
+
+
+# Auto iterations the default group agreed per shape (eager): kept with the setups, and forgotten
+# with them; identical on every member (each runs the group's jobs, in the same order).
+_ITERS: dict[tuple, int] = {}
+ITERS_KEPT = 64
+
+
+def _fill(setup: OpSetup, one_op: bool) -> None:
+    """Fresh inputs: the check's for a one-op measurement (its op is the checked one), unless a
+    kept setup holds them already (refill_kept); else the timed loop's."""
+    if not (one_op and setup.fresh == _CHECK_SEED):
+        setup.fill(_CHECK_SEED if one_op else _TRAIN_SEED)
+    setup.fresh = None  # the ops that follow write into the buffers
+
+
+def refill_kept() -> None:
+    """Between jobs, the executor idle: fresh check inputs in every kept setup, so that the next
+    one-op job of its shape starts with its op (measure); its output is checked as ever."""
+    for setup in _SETUPS.values():
+        setup.fill(_CHECK_SEED)
+
+
+def forget_setups() -> None:
+    """The default group is going: what was bound to it, or agreed in it, goes too."""
+    _SETUPS.clear()
+    _ITERS.clear()
+
+
 def _plan(setup: OpSetup, method: Method, iters: int, device, counter, group):
     """(unit, ops per unit, units, check, release): what the timed loops call, how often, and
     how the data check runs the op. Auto iters (0) are decided here from a probe."""
@@ -108,6 +158,19 @@ def _plan(setup: OpSetup, method: Method, iters: int, device, counter, group):
     if iters == spec.AUTO_ITERS:
         iters = calibrate.iterations(_probe(unit, calibrate.PROBE_ITERS, 1, device, group))
     return unit, 1, iters, run, lambda: None
+
+
+def _plan_kept(setup: OpSetup, method: Method, iters: int, device, counter, group, shape: tuple):
+    """_plan, with auto iterations (eager, default group) as the group agreed them for this shape
+    before: no probe again. Every member runs the same jobs in the same order, so every rank
+    finds the same."""
+    kept = iters == spec.AUTO_ITERS and not method.graph and method.group is None and method.symm is None
+    plan = _plan(setup, method, _ITERS.get(shape, iters) if kept else iters, device, counter, group)
+    if kept and shape not in _ITERS:
+        if len(_ITERS) >= ITERS_KEPT:
+            _ITERS.pop(next(iter(_ITERS)))
+        _ITERS[shape] = plan[2]  # eager: the units are the iterations
+    return plan
 
 
 def _probe(unit, units: int, per: int, device, group) -> float:
@@ -156,9 +219,13 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     if op != "barrier":
         check_fits(op, size_bytes, n, in_place, device, method.algo)
     counter = counter if counter is not None else NoCounter()
-    setup = OpSetup(op, dtype, reduce_op, count, rank=rank, n=n, root=root, in_place=in_place,
+    setup = _setup(op, dtype, reduce_op, count, size_bytes, rank=rank, n=n, root=root, in_place=in_place,
                    device=device, method=method)
-    setup.fill(_TRAIN_SEED)
+    # One timed op on fresh inputs and nothing before it (a warm start's trivial job): that op is
+    # the check's op too, on the check's inputs. A second op only to check would cost the job a
+    # collective and a fill on its critical path, and check nothing the first one did not do.
+    timed_is_check = iters == 1 and not warmup and not method.graph and op != "barrier"
+    _fill(setup, timed_is_check)
     for _ in range(warmup):
         setup.run()
         counter.value += 1
@@ -168,7 +235,8 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
     # a host-side meeting of the ranks would only add a round trip to a small job.
     if warmup or device.type != "cuda":
         sync(device, group)
-    unit, per, units, check, release = _plan(setup, method, iters, device, counter, group)
+    shape = (op, dtype, reduce_op, count, root, in_place, device, method.algo)
+    unit, per, units, check, release = _plan_kept(setup, method, iters, device, counter, group, shape)
     try:
         # The fault injector (tests only; a no-op otherwise) delays this rank before each timed op.
         mean_us, times = time_loop(unit, units, device, ops_per_unit=per,
@@ -177,9 +245,10 @@ def measure(op: str, dtype: str, reduce_op: str, size_bytes: int, *, iters: int,
         # (sums growing, partial results left on non-roots) cannot spoil it.
         wrong = 0
         if op != "barrier":
-            setup.fill(_CHECK_SEED)
-            check()
-            counter.value += 1
+            if not timed_is_check:
+                setup.fill(_CHECK_SEED)
+                check()
+                counter.value += 1
             if setup.out is not None:
                 wrong = datacheck.count_wrong(setup.out, op=op, dtype=dtype, reduce_op=reduce_op,
                                               rank=rank, world_size=n, root=root, count=count,

@@ -75,7 +75,8 @@ def run_collective(job: ValidJob, ctx: RunContext) -> Outcome:
     # nccl:ALGO/PROTO: the default group already has that flavor (the executor made it so).
     with algos.method(c.algo, graph=c.graph, device=ctx.device, max_bytes=max(job.sizes), own_group=False) as how:
         for i, size in enumerate(job.sizes):
-            ctx.progress(i, len(job.sizes), size)
+            if len(job.sizes) > 1:  # one size: its Done says all (a message less before a warm job's op)
+                ctx.progress(i, len(job.sizes), size)
             row = pb.SizeResult(**_measured(c.op, c.dtype, c.reduce_op, size, iters=c.iters, warmup=c.warmup,
                                             in_place=c.in_place, root=c.root, method=how, ctx=ctx, tally=tally))
             if i < len(job.sizes) - 1:  # the last row goes with the Done that follows at once

@@ -54,6 +54,7 @@ class OpSetup:
         self.inputs: list[tuple[torch.Tensor, int]] = []  # (buffer, source rank its values mimic)
         self.outputs: list[torch.Tensor] = []  # set to SENTINEL before the check
         self.out: torch.Tensor | None = None
+        self.fresh: int | None = None  # the seed the buffers were last filled with, until the op runs
         self._nccl: tuple | None = None  # (send, recv, count) for ncclrt, set by the binders
         c = count // n if op in spec.CHUNKED_OPS else count
         new = partial(torch.empty, dtype=torch_dtype(dtype), device=device)
@@ -148,6 +149,7 @@ class OpSetup:
             out.fill_(datacheck.SENTINEL)
         for buf, src in self.inputs:
             datacheck.fill(buf, kind=self.kind, dtype=self.dtype, src=src, n=self.n, seed=seed)
+        self.fresh = seed
 
 
 def _p2p(ops: list) -> "callable":

@@ -3,8 +3,9 @@
 Executors are forked from a forkserver that has already imported torch, so replacing one (after
 an abort, a crash or a wedged group) takes milliseconds instead of a second of imports. A new
 handle reads the executor's Ready straight off its pipe before anything else listens; only then
-does a reader thread deliver messages, each as `on_message(handle, msg)` on the daemon's loop,
-ending with api.Exited when the pipe closes. One reader, so no message can go astray.
+does the daemon's loop read the pipe itself (PipeReader), delivering each message as
+`on_message(handle, msg)`, ending with api.Exited when the pipe closes. One reader, so no message
+can go astray.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import multiprocessing as mp
 import os
-import threading
+import pickle
+import struct
 import time
 from multiprocessing import forkserver
 from typing import Callable
@@ -69,6 +71,7 @@ class ExecutorHandle:
         self._beats = None
         self._proc = None
         self._conn = None
+        self._reader: PipeReader | None = None
         self._last_beat = (-1, time.monotonic())  # (value, when it last changed)
 
     async def start(self) -> api.DeviceInfo:
@@ -90,9 +93,7 @@ class ExecutorHandle:
             raise ExecutorStartError(f"executor for {self.device} failed to start ({ready})")
         self.pid = ready.pid
         self.software = ready.software
-        loop = asyncio.get_running_loop()
-        threading.Thread(target=self._read, args=(parent, loop), daemon=True,
-                         name=f"executor-reader-{self.device}").start()
+        self._reader = PipeReader(parent.fileno(), asyncio.get_running_loop(), lambda msg: self.on_message(self, msg))
         return ready.device
 
     def _first_message(self, timeout: float):
@@ -103,19 +104,6 @@ class ExecutorHandle:
         except (EOFError, OSError):
             self._proc.join(5)
             return f"exit code {self._proc.exitcode}"
-
-    def _read(self, conn, loop) -> None:
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):
-                msg = api.Exited()
-            try:
-                loop.call_soon_threadsafe(self.on_message, self, msg)
-            except RuntimeError:  # the loop is closed: the daemon is gone
-                return
-            if isinstance(msg, api.Exited):
-                return
 
     @property
     def op_seq(self) -> int:
@@ -168,6 +156,8 @@ class ExecutorHandle:
         if self._proc and self._proc.is_alive():
             self._proc.kill()
         await self._exited(10)
+        if self._reader:
+            self._reader.close()  # before the descriptor it watches is closed
         if self._conn:
             self._conn.close()
 
@@ -190,3 +180,57 @@ def process_state(pid: int) -> str:
     except (OSError, IndexError):
         return ""
 
+
+
+class PipeReader:
+    """The executor's messages read by the daemon's loop as they arrive (the loop watches the
+    pipe's descriptor), each delivered at once as `deliver(msg)`, then api.Exited at the pipe's end.
+
+    The frames are multiprocessing.Connection's (a 4-byte big-endian length, or -1 and an 8-byte
+    one, then the pickle), read here in whatever pieces the pipe gives, so the loop never blocks on
+    a message half written (an executor stopped mid-send). A reader thread handing each message to
+    the loop (call_soon_threadsafe) cost every message a thread wake-up and a hand-over of the GIL:
+    a warm job's Done paid them on its way to the coordinator."""
+
+    def __init__(self, fd: int, loop: asyncio.AbstractEventLoop, deliver) -> None:
+        self.fd, self.loop, self.deliver = fd, loop, deliver
+        self._buf = bytearray()
+        self._open = True
+        loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.close()
+            self.deliver(api.Exited())
+            return
+        self._buf += chunk
+        while self._open and (msg := self._take()) is not None:
+            self.deliver(msg)
+
+    def _take(self):
+        """The first whole message in the buffer, removed from it (None: not all of it is here)."""
+        buf = self._buf
+        if len(buf) < 4:
+            return None
+        size, head = struct.unpack_from("!i", buf)[0], 4
+        if size == -1:  # over 2 GiB: the 8-byte length follows
+            if len(buf) < 12:
+                return None
+            size, head = struct.unpack_from("!Q", buf, 4)[0], 12
+        if len(buf) < head + size:
+            return None
+        msg = pickle.loads(buf[head:head + size])
+        del buf[:head + size]
+        return msg
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            try:
+                self.loop.remove_reader(self.fd)
+            except (ValueError, RuntimeError):  # the loop is closed: the daemon is gone
+                pass

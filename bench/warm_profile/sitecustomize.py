@@ -92,10 +92,27 @@ def _patch(m) -> None:
         _around(m.Inbox, "put", "c_in", label=lambda self, conn, msg, *r: _msg_kind(msg))
         _around(m.Inbox, "_apply", "c_apply", label=lambda self, conn, msg, *r: _msg_kind(msg))
         _around(m, "_deliver", "c_edge_out")
+        _around(m.Inbox, "_drain", "c_drain")
+    elif n == "coordinator.edge.watch":  # a job's terminal event: handed over on the core, taken on the edge
+        orig_soon = m._call_soon
+
+        def call_soon(loop, fn, *args):
+            batch = args[1] if len(args) == 2 and isinstance(args[1], list) else args[:1]
+            event = batch[-1] if batch else None
+            if getattr(event, "WhichOneof", None) and event.WhichOneof("event") == "state" \
+                    and event.state.state in (3, 4, 5):
+                _stamp("c_watch_deliver")
+
+                def on_edge(*a):
+                    _stamp("c_watch_edge")
+                    fn(*a)
+                return orig_soon(loop, on_edge, *args)
+            return orig_soon(loop, fn, *args)
+        m._call_soon = call_soon
 
 
 MODULES = {"worker.executor", "worker.daemon", "worker.collectives", "worker.kinds", "coordinator.core.jobs",
-           "coordinator.core.facade", "coordinator.edge.worker_stream"}
+           "coordinator.core.facade", "coordinator.edge.worker_stream", "coordinator.edge.watch"}
 
 
 class _Hook(importlib.abc.MetaPathFinder):

@@ -94,13 +94,15 @@ def job_service(coordinator: Coordinator, identities: WorkerIdentities, core: as
     feed = ReadFeed(coordinator, view, edge)
     view.fresh = Freshen(feed, core)
     servicer = JobServicer(coordinator, identities)
-    hopped = [m for m in service_methods(JOBS) if m not in ("WatchJob", *READS)]
+    streams = ("WatchJob", "H54SubmitAndWatch")  # on the edge, events pushed from the core (watch.py)
+    hopped = [m for m in service_methods(JOBS) if m not in (*streams, *READS)]
     flushing = types.SimpleNamespace(**{m: then_flush(getattr(servicer, m), feed, m in WORKER_WRITES) for m in hopped})
     jobs = HoppedServicer(flushing, hopped, core, edge)
     reads = EdgeReads(view)
     for name in READS:
         setattr(jobs, name, getattr(reads, name))
-    jobs.WatchJob = EdgeWatch(coordinator, core).WatchJob  # on the edge, events pushed from the core
+    watch = EdgeWatch(coordinator, core, flush=lambda: feed.flush(workers=False))
+    jobs.WatchJob, jobs.H54SubmitAndWatch = watch.WatchJob, watch.H54SubmitAndWatch
     return jobs, view, feed
 
 

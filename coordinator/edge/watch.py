@@ -4,31 +4,35 @@ Hopped to the core like the other RPCs (coordinator/edge/hop.py), a watch's gene
 core only after the turn that published the event had run its other callbacks (the rest of the
 input, the turn's commit, the placement pass), and its item then crossed back in one more core
 turn: on 2 x H200, 1.1 ms from a warm job's end to the client's end of its watch. Here the core
-only registers the watch and reads the stored events (one hop); each later event is handed to the
-edge inside EventBus.publish (call_soon_threadsafe) and written from the edge's own queue."""
+only registers the watch and reads the stored events (one hop); later events are handed to the
+edge from EventBus.publish (`Handover`: once per turn of the core, the terminal one at once) and
+written from the edge's own queue."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Callable
 
-from coordinator.core.events import until_terminal
+from coordinator.core.events import is_terminal, until_terminal
 from coordinator.core.facade import Coordinator
 from coordinator.edge import identity
 from coordinator.edge.hop import client, on
 from coordinator.edge.servicers import abort_with
 from ringleader.errors import RingleaderError
+from ringleader.v1 import jobs_pb2 as pb
 
 
 class EdgeWatch:
-    def __init__(self, coordinator: Coordinator, core: asyncio.AbstractEventLoop) -> None:
-        self.c, self.core = coordinator, core
+    """`flush`: on the core, what a write calls before it answers (the edge read view's update)."""
+
+    def __init__(self, coordinator: Coordinator, core: asyncio.AbstractEventLoop,
+                 flush: Callable[[], None] = lambda: None) -> None:
+        self.c, self.core, self.flush = coordinator, core, flush
 
     async def WatchJob(self, request, context):
         """The job's stored events, then live ones, until its terminal state (on the edge loop)."""
-        edge, queue = asyncio.get_running_loop(), asyncio.Queue()
-
-        def deliver(event) -> None:  # on the core, inside EventBus.publish
-            _call_soon(edge, queue.put_nowait, event)
+        queue: asyncio.Queue = asyncio.Queue()
+        deliver = Handover(self.core, asyncio.get_running_loop(), queue)
 
         async def follow():  # on the core: the bus and the store are its alone
             return self.c.events.follow(request.job_id, deliver)
@@ -42,6 +46,74 @@ class EdgeWatch:
                 yield event
         finally:
             _call_soon(self.core, stop)
+
+    async def H54SubmitAndWatch(self, request, context):
+        """SubmitJob, then WatchJob's stream of the new job, in one call (on the edge loop): the
+        job is acknowledged as SubmitJob acknowledges it (once stored), and its watch is registered
+        in the submit's own turn of the core, so no event falls between the two. A client that
+        submits and then watches paid a second call on the job's path: its accept on the edge and
+        its hop to the core, while the job's assignments went out."""
+        queue: asyncio.Queue = asyncio.Queue()
+        deliver = Handover(self.core, asyncio.get_running_loop(), queue)
+
+        async def submit():  # on the core, as SubmitJob's body is
+            self.c.lag.check("H54SubmitAndWatch")
+            await self.c.prefetch(request_id=request.request_id)
+            job = self.c.submit(request.spec, request.request_id)
+            stored, stop = self.c.events.follow(job.id, deliver)
+            try:
+                await self.c.durable(at_once=True)  # acknowledged only once stored
+            except BaseException:
+                stop()
+                raise
+            self.flush()
+            # The answer waits a turn: the job's assignments (queued for the end of this turn,
+            # worker_stream.Outgoing) cross to the edge first, and the edge writes them to the
+            # workers before it writes this answer to the client, which is not on the job's path.
+            await asyncio.sleep(0)
+            return self.c.get(job.id), stored, stop
+        try:
+            identity.caller_may_use_jobs(context)
+            job, stored, stop = await on(self.core, submit(), client(context))
+        except RingleaderError as exc:
+            await abort_with(context, exc)
+        try:
+            yield pb.H54SubmitWatchUpdate(accepted=job)
+            async for event in until_terminal(stored, queue):
+                yield pb.H54SubmitWatchUpdate(event=event)
+        finally:
+            _call_soon(self.core, stop)
+
+
+class Handover:
+    """A watch's `deliver` (EventBus.follow): on the core, inside EventBus.publish, each event is
+    put in the watch's edge queue, one hand-over per turn of the core. A hand-over per event woke
+    the edge in the middle of the core's turn: a warm job's result event, recorded a moment before
+    its SUCCEEDED in the same input, had the edge take the GIL and write it to the client while
+    the core waited to end the job. The terminal event (or None: the bus closes) goes at once,
+    with what waits before it."""
+
+    def __init__(self, core: asyncio.AbstractEventLoop, edge: asyncio.AbstractEventLoop,
+                 queue: asyncio.Queue) -> None:
+        self.core, self.edge, self.queue = core, edge, queue
+        self._pending: list = []
+
+    def __call__(self, event) -> None:
+        self._pending.append(event)
+        if event is None or is_terminal(event):
+            self.flush()
+        elif len(self._pending) == 1:
+            self.core.call_soon(self.flush)  # at the end of this turn, with the rest of its events
+
+    def flush(self) -> None:
+        if self._pending:
+            batch, self._pending = self._pending, []
+            _call_soon(self.edge, _put_all, self.queue, batch)
+
+
+def _put_all(queue: asyncio.Queue, batch: list) -> None:
+    for event in batch:
+        queue.put_nowait(event)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn, *args) -> None:

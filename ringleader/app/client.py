@@ -126,6 +126,14 @@ class Client:
         """Events of a job until it finishes (no deadline: jobs can run for long)."""
         return self._stub.WatchJob(pb.WatchJobRequest(job_id=job_id), metadata=self._auth)
 
+    def submit_and_watch(self, spec: pb.JobSpec, request_id: str = ""):
+        """SubmitJob and WatchJob in one call (no deadline: jobs can run for long): yields the
+        acknowledged job (stored), then each of its events; it ends with the terminal state."""
+        updates = self._stub.H54SubmitAndWatch(pb.SubmitJobRequest(spec=spec, request_id=request_id),
+                                               metadata=self._auth)
+        for update in updates:
+            yield update.accepted if update.WhichOneof("update") == "accepted" else update.event
+
     def localize(self, request: pb.LocalizeRequest, timeout_s: float = 600.0) -> pb.LocalizeResult:
         """Runs test jobs round after round: a longer deadline than the other calls."""
         return self._stub.Localize(request, timeout=timeout_s, metadata=self._auth)

@@ -2301,6 +2301,34 @@ class ListWorkersResponse(_message.Message):
 Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
 
 @_typing.final
+class H54SubmitWatchUpdate(_message.Message):
+    """What H54SubmitAndWatch streams: `accepted` once, first; then each `event`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCEPTED_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def accepted(self) -> Global___Job: ...
+    @_builtins.property
+    def event(self) -> Global___JobEvent: ...
+    def __init__(
+        self,
+        *,
+        accepted: Global___Job | None = ...,
+        event: Global___JobEvent | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "event", b"event", "update", b"update"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "event", b"event", "update", b"update"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_update: _TypeAlias = _typing.Literal["accepted", "event"]  # noqa: Y015
+    _WhichOneofArgType_update: _TypeAlias = _typing.Literal["update", b"update"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_update) -> _WhichOneofReturnType_update | None: ...
+
+Global___H54SubmitWatchUpdate: _TypeAlias = H54SubmitWatchUpdate  # noqa: Y015
+
+@_typing.final
 class HooksDelivery(_message.Message):
     """One remediation hook event for one webhook URL (coordinator/health/hooks.py)."""
 

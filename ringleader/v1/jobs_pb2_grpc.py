@@ -124,6 +124,11 @@ class JobServiceStub:
                 request_serializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanRequest.SerializeToString,
                 response_deserializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanResponse.FromString,
                 _registered_method=True)
+        self.H54SubmitAndWatch = channel.unary_stream(
+                '/ringleader.v1.JobService/H54SubmitAndWatch',
+                request_serializer=ringleader_dot_v1_dot_jobs__pb2.SubmitJobRequest.SerializeToString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.H54SubmitWatchUpdate.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -251,6 +256,15 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def H54SubmitAndWatch(self, request, context):
+        """SubmitJob and WatchJob in one call: first the acknowledged job (stored, as SubmitJob answers
+        it), then the job's events as WatchJob streams them, ending with the terminal state. One call
+        where there were two, and no event can fall between the submit and the watch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -343,6 +357,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.SweepPlan,
                     request_deserializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanRequest.FromString,
                     response_serializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanResponse.SerializeToString,
+            ),
+            'H54SubmitAndWatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.H54SubmitAndWatch,
+                    request_deserializer=ringleader_dot_v1_dot_jobs__pb2.SubmitJobRequest.FromString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.H54SubmitWatchUpdate.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -831,6 +850,33 @@ class JobService:
             '/ringleader.v1.JobService/SweepPlan',
             ringleader_dot_v1_dot_jobs__pb2.SweepPlanRequest.SerializeToString,
             ringleader_dot_v1_dot_jobs__pb2.SweepPlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def H54SubmitAndWatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ringleader.v1.JobService/H54SubmitAndWatch',
+            ringleader_dot_v1_dot_jobs__pb2.SubmitJobRequest.SerializeToString,
+            ringleader_dot_v1_dot_jobs__pb2.H54SubmitWatchUpdate.FromString,
             options,
             channel_credentials,
             insecure,

@@ -152,3 +152,27 @@ def test_health_and_reflection(cluster):
         responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
         names = {s.name for r in responses for s in r.list_services_response.service}
         assert {"ringleader.v1.JobService", "ringleader.v1.WorkerService", "grpc.health.v1.Health"} <= names
+
+
+def test_a_trivial_job_submitted_and_watched_in_one_call_ends_with_its_record_complete(cluster):
+    """H54SubmitAndWatch, a warm start's path: the acknowledged job first, then its events to
+    SUCCEEDED; by then its record holds the one-op row (checked: 0 wrong), and the second job of
+    the group says it started warm."""
+    cluster.wait_idle(["w0", "w1"])
+    spec = pb.JobSpec(world_size=2, placement=pb.Placement(worker_ids=["w0", "w1"]),
+                      collective=pb.CollectiveSpec(op="all_reduce", sizes=[8], iters=1, warmup=0))
+    for attempt in range(2):
+        updates = cluster.client.submit_and_watch(spec)
+        accepted = next(updates)
+        assert isinstance(accepted, pb.Job) and accepted.id
+        events = list(updates)
+        assert [e.job_id for e in events] == [accepted.id] * len(events)
+        kinds = [e.WhichOneof("event") for e in events]
+        assert kinds[-1] == "state" and events[-1].state.state == pb.SUCCEEDED, events
+        assert "result" in kinds[:-1], "the row is recorded before the job reads SUCCEEDED"
+        job = cluster.client.get(accepted.id)
+        assert job.state == pb.SUCCEEDED
+        assert [(r.op, r.size_bytes, r.iters, r.wrong, r.world_size) for r in job.results] == [("all_reduce", 8, 1, 0, 2)]
+        assert job.results[0].time_us > 0
+        if attempt:
+            assert job.warm_start

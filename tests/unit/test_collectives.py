@@ -373,3 +373,129 @@ def test_algo_sweep_runner_on_gloo(tmp_path):
     assert [(b.size_bytes, b.algo, b.speedup) for b in r.best] == [(8, "gloo", 1.0), (4096, "gloo", 1.0)]
     assert [(t.min_bytes, t.max_bytes, t.algo) for t in r.table] == [(8, 0, "gloo")]
     assert payloads[0]["progress"] == [[0, 2], [1, 2]]
+
+
+# ---- a one-op job: the timed op is the checked op --------------------------------------------
+
+def _one_op_main(rank: int, n: int, port: int, path: str) -> None:
+    """One rank: a one-op measurement (iters 1, no warm-up) of all_reduce and of reduce (root 1),
+    clean, then with rank 1's op writing one wrong element after it ran (a corrupting device)."""
+    import torch.distributed as dist
+
+    payload: dict = {"runs": []}
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n,
+                                timeout=datetime.timedelta(seconds=60))
+        honest_init = collectives.OpSetup.__init__
+        for corrupt in (False, True):
+            def init(self, *a, **k):
+                honest_init(self, *a, **k)
+                run = self.run
+
+                def corrupting_run():
+                    run()
+                    if self.out is not None and dist.get_rank() == 1:
+                        self.out.view(-1)[0] += 1
+                self.run = corrupting_run if corrupt else run
+            collectives.OpSetup.__init__ = init
+            collectives.forget_setups()  # no honest setup kept from the clean round
+            for op, root in (("all_reduce", 0), ("reduce", 1)):
+                counter = types.SimpleNamespace(value=0)
+                args = dict(op=op, dtype="float32", reduce_op="sum", size_bytes=4096, root=root, in_place=False,
+                            device=torch.device("cpu"))
+                local = collectives.measure(**args, iters=1, warmup=0, counter=counter)
+                row = collectives.summarize(local, **args)
+                payload["runs"].append({"op": op, "corrupt": corrupt, "ops": counter.value, "local_wrong": local.wrong,
+                                        "wrong": row["wrong"], "iters": row["iters"]})
+        collectives.OpSetup.__init__ = honest_init
+        # Setups kept between measurements of one shape (small ones only), until forgotten.
+        made: list = []
+
+        def counting(self, *a, **k):
+            made.append(a[0])
+            honest_init(self, *a, **k)
+        collectives.OpSetup.__init__ = counting
+        collectives.forget_setups()
+        cpu = torch.device("cpu")
+        for size in (4096, 4096, 4 << 20, 4 << 20, 4096):
+            local = collectives.measure("all_reduce", "float32", "sum", size, iters=1, warmup=0, in_place=False,
+                                        root=0, device=cpu)
+            payload.setdefault("kept_wrong", []).append(local.wrong)
+        payload["made"] = len(made)
+        collectives.forget_setups()
+        collectives.measure("all_reduce", "float32", "sum", 4096, iters=1, warmup=0, in_place=False, root=0, device=cpu)
+        payload["made_after_forget"] = len(made)
+        collectives.OpSetup.__init__ = honest_init
+        # Auto iterations: probed once per shape while the group lives, then as agreed.
+        auto = []
+        for forget in (False, False, True, False):
+            if forget:
+                collectives.forget_setups()
+            counter = types.SimpleNamespace(value=0)
+            local = collectives.measure("all_reduce", "float32", "sum", 4096, iters=spec.AUTO_ITERS, warmup=0,
+                                        in_place=False, root=0, device=cpu, counter=counter)
+            auto.append((counter.value, local.iters, local.wrong))
+        payload["auto"] = auto
+        # Refilled between jobs: the next one-op job of the shape starts with its op, its output
+        # checked as ever (inputs spoiled after the refill are caught).
+        fills: list = []
+        honest_fill = collectives.OpSetup.fill
+
+        def counting_fill(self, seed):
+            fills.append(seed)
+            honest_fill(self, seed)
+        collectives.OpSetup.fill = counting_fill
+        collectives.forget_setups()
+        refilled = []
+        for spoil in (False, False, True):
+            collectives.refill_kept()
+            if spoil and dist.get_rank() == 0:
+                next(iter(collectives._SETUPS.values())).inputs[0][0].view(-1)[0] += 1
+            before = len(fills)
+            local = collectives.measure("all_reduce", "float32", "sum", 4096, iters=1, warmup=0, in_place=False,
+                                        root=0, device=cpu)
+            refilled.append((len(fills) - before, local.wrong))
+        collectives.OpSetup.fill = honest_fill
+        payload["refilled"] = refilled
+        dist.destroy_process_group()
+    except BaseException:
+        payload["traceback"] = traceback.format_exc()
+    with open(path, "w") as f:
+        json.dump(payload, f)
+
+
+def test_a_one_op_measurement_checks_its_timed_op_and_issues_no_other(tmp_path):
+    """iters 1 and no warm-up (a warm start's trivial job): one op in all, on the check's inputs,
+    and its output is checked: a wrong element on rank 1 is counted in every rank's row."""
+    ctx = rank_context()
+    port, n = free_port("127.0.0.1"), 2
+    paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
+    procs = [ctx.Process(target=_one_op_main, args=(r, n, port, paths[r])) for r in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    payloads = []
+    for path in paths:
+        with open(path) as f:
+            payloads.append(json.load(f))
+    assert all("traceback" not in p for p in payloads), payloads
+    for rank, payload in enumerate(payloads):
+        for run in payload["runs"]:
+            assert (run["ops"], run["iters"]) == (1, 1), run  # no op beyond the timed one
+            checked = run["op"] == "all_reduce" or rank == 1  # reduce: only the root has an output
+            expected_local = 1 if run["corrupt"] and rank == 1 and checked else 0
+            assert run["local_wrong"] == expected_local, (rank, run)
+            assert run["wrong"] == (1 if run["corrupt"] else 0), (rank, run)
+        # 4 KiB made once for three jobs, 4 MiB (over SETUP_KEPT_BYTES) made for each; made again once forgotten
+        assert (payload["made"], payload["made_after_forget"]) == (3, 4), payload
+        assert payload["kept_wrong"] == [0] * 5
+        (probed, n_iters, _), *later = payload["auto"]
+        assert probed == calibrate.PROBE_ITERS + n_iters + 1  # the probe, the timed ops, the check op
+        assert [a[2] for a in payload["auto"]] == [0, 0, 0, 0]
+        assert later[0] == [n_iters + 1, n_iters, 0], "the second job of the shape probed again"
+        assert later[1][0] == calibrate.PROBE_ITERS + later[1][1] + 1, "forgotten with the group: probed again"
+        assert later[2] == [later[1][1] + 1, later[1][1], 0]
+    assert payloads[0]["auto"] == payloads[1]["auto"], "every rank ran the same ops"
+    for payload in payloads:  # the first job fills its new setup; then none fills: it was refilled
+        assert payload["refilled"] == [[1, 0], [0, 0], [0, 1]], payload["refilled"]  # the spoilt sum: 1 wrong

@@ -6,7 +6,7 @@ and where the time goes (the job's own created/started/finished stamps and the c
 
 Starts a coordinator (SQLite store, no HTTP side) and two CPU workers (gloo) or one per GPU
 (--device all), runs one cold job, then --jobs warm ones, each submitted when the last finished.
-The client learns the end from the stream of H54SubmitAndWatch (the submit and its watch in one
+The client learns the end from the stream of SubmitAndWatchJob (the submit and its watch in one
 call; --two-calls: SubmitJob, then WatchJob; a stream either way: no polling interval in the
 figure). Split per job: submit -> started (queue, schedule, dispatch to the daemons), started -> finished (the
 daemons, the executors, the group's op and the results), finished -> the client hears it. The run
@@ -54,7 +54,7 @@ def _start(tmp: Path, device: str, profile: str = "") -> tuple[list[subprocess.P
 
 def _run(client: Client, spec: pb.JobSpec, two_calls: bool = False) -> tuple[pb.Job, float, float]:
     """(the finished job, client seconds from submit to the finished event, when that came).
-    One call (H54SubmitAndWatch), or `two_calls`: SubmitJob, then WatchJob."""
+    One call (SubmitAndWatchJob), or `two_calls`: SubmitJob, then WatchJob."""
     t0 = time.time()
     if two_calls:
         job = client.submit(spec)
@@ -108,7 +108,7 @@ def main() -> None:
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--out", default="")
     ap.add_argument("--two-calls", action="store_true", help="SubmitJob then WatchJob, as a client did before "
-                                                              "H54SubmitAndWatch")
+                                                              "SubmitAndWatchJob")
     ap.add_argument("--profile", default="", help="a directory: every process stamps each step of each job; "
                                                   "the median timeline is printed and kept there (timeline.txt)")
     a = ap.parse_args()

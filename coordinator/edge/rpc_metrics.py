@@ -25,7 +25,7 @@ FAMILIES = (  # (name, help) of the latency histogram and of the call counter
 LONG_LIVED_METHODS = frozenset({
     "/ringleader.v1.WorkerService/Connect",
     "/ringleader.v1.JobService/WatchJob",
-    "/ringleader.v1.JobService/H54SubmitAndWatch",
+    "/ringleader.v1.JobService/SubmitAndWatchJob",
     "/grpc.health.v1.Health/Watch",
 })
 

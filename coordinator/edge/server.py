@@ -94,7 +94,7 @@ def job_service(coordinator: Coordinator, identities: WorkerIdentities, core: as
     feed = ReadFeed(coordinator, view, edge)
     view.fresh = Freshen(feed, core)
     servicer = JobServicer(coordinator, identities)
-    streams = ("WatchJob", "H54SubmitAndWatch")  # on the edge, events pushed from the core (watch.py)
+    streams = ("WatchJob", "SubmitAndWatchJob")  # on the edge, events pushed from the core (watch.py)
     hopped = [m for m in service_methods(JOBS) if m not in (*streams, *READS)]
     flushing = types.SimpleNamespace(**{m: then_flush(getattr(servicer, m), feed, m in WORKER_WRITES) for m in hopped})
     jobs = HoppedServicer(flushing, hopped, core, edge)
@@ -102,7 +102,7 @@ def job_service(coordinator: Coordinator, identities: WorkerIdentities, core: as
     for name in READS:
         setattr(jobs, name, getattr(reads, name))
     watch = EdgeWatch(coordinator, core, flush=lambda: feed.flush(workers=False))
-    jobs.WatchJob, jobs.H54SubmitAndWatch = watch.WatchJob, watch.H54SubmitAndWatch
+    jobs.WatchJob, jobs.SubmitAndWatchJob = watch.WatchJob, watch.SubmitAndWatchJob
     return jobs, view, feed
 
 

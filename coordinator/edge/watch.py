@@ -47,7 +47,7 @@ class EdgeWatch:
         finally:
             _call_soon(self.core, stop)
 
-    async def H54SubmitAndWatch(self, request, context):
+    async def SubmitAndWatchJob(self, request, context):
         """SubmitJob, then WatchJob's stream of the new job, in one call (on the edge loop): the
         job is acknowledged as SubmitJob acknowledges it (once stored), and its watch is registered
         in the submit's own turn of the core, so no event falls between the two. A client that
@@ -57,7 +57,7 @@ class EdgeWatch:
         deliver = Handover(self.core, asyncio.get_running_loop(), queue)
 
         async def submit():  # on the core, as SubmitJob's body is
-            self.c.lag.check("H54SubmitAndWatch")
+            self.c.lag.check("SubmitAndWatchJob")
             await self.c.prefetch(request_id=request.request_id)
             job = self.c.submit(request.spec, request.request_id)
             stored, stop = self.c.events.follow(job.id, deliver)
@@ -78,9 +78,9 @@ class EdgeWatch:
         except RingleaderError as exc:
             await abort_with(context, exc)
         try:
-            yield pb.H54SubmitWatchUpdate(accepted=job)
+            yield pb.SubmitWatchUpdate(accepted=job)
             async for event in until_terminal(stored, queue):
-                yield pb.H54SubmitWatchUpdate(event=event)
+                yield pb.SubmitWatchUpdate(event=event)
         finally:
             _call_soon(self.core, stop)
 

@@ -129,7 +129,7 @@ class Client:
     def submit_and_watch(self, spec: pb.JobSpec, request_id: str = ""):
         """SubmitJob and WatchJob in one call (no deadline: jobs can run for long): yields the
         acknowledged job (stored), then each of its events; it ends with the terminal state."""
-        updates = self._stub.H54SubmitAndWatch(pb.SubmitJobRequest(spec=spec, request_id=request_id),
+        updates = self._stub.SubmitAndWatchJob(pb.SubmitJobRequest(spec=spec, request_id=request_id),
                                                metadata=self._auth)
         for update in updates:
             yield update.accepted if update.WhichOneof("update") == "accepted" else update.event

@@ -2301,8 +2301,8 @@ class ListWorkersResponse(_message.Message):
 Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
 
 @_typing.final
-class H54SubmitWatchUpdate(_message.Message):
-    """What H54SubmitAndWatch streams: `accepted` once, first; then each `event`."""
+class SubmitWatchUpdate(_message.Message):
+    """What SubmitAndWatchJob streams: `accepted` once, first; then each `event`."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -2326,7 +2326,7 @@ class H54SubmitWatchUpdate(_message.Message):
     _WhichOneofArgType_update: _TypeAlias = _typing.Literal["update", b"update"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_update) -> _WhichOneofReturnType_update | None: ...
 
-Global___H54SubmitWatchUpdate: _TypeAlias = H54SubmitWatchUpdate  # noqa: Y015
+Global___SubmitWatchUpdate: _TypeAlias = SubmitWatchUpdate  # noqa: Y015
 
 @_typing.final
 class HooksDelivery(_message.Message):

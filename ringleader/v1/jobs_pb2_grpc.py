@@ -124,10 +124,10 @@ class JobServiceStub:
                 request_serializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanRequest.SerializeToString,
                 response_deserializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanResponse.FromString,
                 _registered_method=True)
-        self.H54SubmitAndWatch = channel.unary_stream(
-                '/ringleader.v1.JobService/H54SubmitAndWatch',
+        self.SubmitAndWatchJob = channel.unary_stream(
+                '/ringleader.v1.JobService/SubmitAndWatchJob',
                 request_serializer=ringleader_dot_v1_dot_jobs__pb2.SubmitJobRequest.SerializeToString,
-                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.H54SubmitWatchUpdate.FromString,
+                response_deserializer=ringleader_dot_v1_dot_jobs__pb2.SubmitWatchUpdate.FromString,
                 _registered_method=True)
 
 
@@ -256,7 +256,7 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def H54SubmitAndWatch(self, request, context):
+    def SubmitAndWatchJob(self, request, context):
         """SubmitJob and WatchJob in one call: first the acknowledged job (stored, as SubmitJob answers
         it), then the job's events as WatchJob streams them, ending with the terminal state. One call
         where there were two, and no event can fall between the submit and the watch.
@@ -358,10 +358,10 @@ def add_JobServiceServicer_to_server(servicer, server):
                     request_deserializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanRequest.FromString,
                     response_serializer=ringleader_dot_v1_dot_jobs__pb2.SweepPlanResponse.SerializeToString,
             ),
-            'H54SubmitAndWatch': grpc.unary_stream_rpc_method_handler(
-                    servicer.H54SubmitAndWatch,
+            'SubmitAndWatchJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.SubmitAndWatchJob,
                     request_deserializer=ringleader_dot_v1_dot_jobs__pb2.SubmitJobRequest.FromString,
-                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.H54SubmitWatchUpdate.SerializeToString,
+                    response_serializer=ringleader_dot_v1_dot_jobs__pb2.SubmitWatchUpdate.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -861,7 +861,7 @@ class JobService:
             _registered_method=True)
 
     @staticmethod
-    def H54SubmitAndWatch(request,
+    def SubmitAndWatchJob(request,
             target,
             options=(),
             channel_credentials=None,
@@ -874,9 +874,9 @@ class JobService:
         return grpc.experimental.unary_stream(
             request,
             target,
-            '/ringleader.v1.JobService/H54SubmitAndWatch',
+            '/ringleader.v1.JobService/SubmitAndWatchJob',
             ringleader_dot_v1_dot_jobs__pb2.SubmitJobRequest.SerializeToString,
-            ringleader_dot_v1_dot_jobs__pb2.H54SubmitWatchUpdate.FromString,
+            ringleader_dot_v1_dot_jobs__pb2.SubmitWatchUpdate.FromString,
             options,
             channel_credentials,
             insecure,

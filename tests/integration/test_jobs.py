@@ -155,7 +155,7 @@ def test_health_and_reflection(cluster):
 
 
 def test_a_trivial_job_submitted_and_watched_in_one_call_ends_with_its_record_complete(cluster):
-    """H54SubmitAndWatch, a warm start's path: the acknowledged job first, then its events to
+    """SubmitAndWatchJob, a warm start's path: the acknowledged job first, then its events to
     SUCCEEDED; by then its record holds the one-op row (checked: 0 wrong), and the second job of
     the group says it started warm."""
     cluster.wait_idle(["w0", "w1"])

@@ -1,4 +1,4 @@
-"""H54SubmitAndWatch (coordinator/edge/watch.py): SubmitJob and WatchJob in one call. Its first
+"""SubmitAndWatchJob (coordinator/edge/watch.py): SubmitJob and WatchJob in one call. Its first
 answer is the job as SubmitJob acknowledges it (stored), then the job's events to its terminal
 state; a bad spec is refused naming the field; a repeated request id is the same job; a client
 that leaves is forgotten on the core. No worker here: the jobs queue."""

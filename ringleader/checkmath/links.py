@@ -23,6 +23,12 @@ DISAGREE_ALLOW_US = 500.0
 # load 12 on the namespace bed (a clean host's worker failed with 4 of 7 links at 0.24 of the
 # median, 1 clean run in 12); a rate-limited link reads slow in every pass.
 AGAIN = 2
+# The time box of a link in those passes (the first pass's is worker/checks/link_matrix.py's
+# BOX_S, 0.25 s). A clean link of the namespace bed makes its 60 round trips in about 30 ms, far
+# inside it; a slow one reads as slow on the two or three it makes: with the first pass's box a
+# host at 200 Mbit/s kept every round of these passes 0.4 s, and its default check took 3.5x a
+# clean one (11.7 s against 3.3, medians of 10, beside a unit-test loop).
+AGAIN_BOX_S = 0.1
 # Passes over every link, at most, after a first pass too noisy to judge (below). Under bursts of
 # two busy processes on the 2-core machine beside the namespace bed one more was not enough: the
 # band stayed wider than the floor after it in 3 checks of 4 at half rate.
@@ -31,7 +37,7 @@ NOISY_AGAIN = 3
 
 def passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hosts: list[str], rounds: int, measure,
            judge) -> pb.LinkMatrixResult:
-    """Every link measured in its round, then again as below; `measure(spec, batches)` runs the
+    """Every link measured in its round, then again as below; `measure(spec, batches[, box_s])` runs the
     batches of links one after the other (each batch's links at once) and gives every link's
     row, `judge(rows, reference, slow)` the result. No other communication: every rank holds the
     same figures, so every rank takes the same passes."""
@@ -78,7 +84,7 @@ def passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hosts: list[
         if not slow:
             break
         again = [batches[r] for r in sorted({links[k][2] for k in slow})]
-        now = measure(longer, again)
+        now = measure(longer, again, AGAIN_BOX_S)
         mates = [now[k] for batch in again for k in batch if k not in slow and not now[k].get("ends_disagree")]
         # Cleared at the floor's share of the mates' median, not their noise band: a pass of 3x
         # the round trips read noisier, its band fell to 0.25 of the median, and a host at 0.38

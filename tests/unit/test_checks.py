@@ -276,8 +276,8 @@ def test_flagged_links_are_measured_again_in_their_rounds_and_judged_against_the
     links = [(a, b, r) for r, pairs in enumerate(roundrobin.rounds(8)) for a, b in pairs]
     calls = []
 
-    def measure(spec, batches):
-        calls.append((spec.iters, [sorted(b) for b in batches]))
+    def measure(spec, batches, box_s=None):
+        calls.append((spec.iters, [sorted(b) for b in batches], box_s))
         rows = [dict(a=a, b=b, round=r, latency_us=1.0, gbps=0.0, wrong=0, ends_disagree=True) for a, b, r in links]
         for batch in batches:
             for k in batch:
@@ -295,4 +295,5 @@ def test_flagged_links_are_measured_again_in_their_rounds_and_judged_against_the
     assert sorted((x.a, x.b) for x in result.links if x.flagged) == sorted((a, b) for a, b, _ in links if 5 in (a, b))
     first_rounds = calls[0][1]
     assert [c[0] for c in calls] == [20, 60, 60] and all(c[1] == first_rounds for c in calls[1:])  # whole rounds, 3x
+    assert [c[2] for c in calls] == [None, link_matrix.AGAIN_BOX_S, link_matrix.AGAIN_BOX_S]  # a shorter box past the first
     assert result.median_cross_host_gbps == pytest.approx(1.0, abs=0.05)  # the first pass's, held

@@ -145,16 +145,19 @@ def fleet_matrix(store, since: float, until: float, models, history, max_jobs: i
     `cells` as [i, j, GB/s, ratio, source index, low, flagged links, check index], and the WORST
     pairs in full, those below expectation first, then by ratio."""
     seen: dict[tuple[str, str], tuple[dict, int]] = {}
-    jobs: list[dict] = []
+    read: list[dict] = []
     for job in link_matrix_jobs(store, since, until, max_jobs):
-        cells = check_cells(job, models, history)
-        fresh = {k: c for k, c in cells.items() if k not in seen}
-        if not fresh:
-            continue
         at = job.finished_at or job.created_at
-        jobs.append({"job_id": job.id, "at": at, "size_bytes": job.link_matrix.size_bytes})
-        for k, c in fresh.items():
-            seen[k] = (c, len(jobs) - 1)
+        read.append({"job_id": job.id, "at": at, "size_bytes": job.link_matrix.size_bytes})
+        for k, c in check_cells(job, models, history).items():
+            # Listed newest first by creation; the newest finished one says (ties: the first listed).
+            if k not in seen or at > read[seen[k][1]]["at"]:
+                seen[k] = (c, len(read) - 1)
+    # Only the checks some pair's figures come from, newest first.
+    used = sorted({j for _, j in seen.values()}, key=lambda j: (-read[j]["at"], j))
+    renumber = {j: i for i, j in enumerate(used)}
+    jobs = [read[j] for j in used]
+    seen = {k: (c, renumber[j]) for k, (c, j) in seen.items()}
     hosts = sorted({h for k in seen for h in k})
     index = {h: i for i, h in enumerate(hosts)}
     src = {s: i for i, s in enumerate(SOURCES)}

@@ -180,6 +180,28 @@ class Browser:
                             + ("" if opened != target["href"] else " (its page never showed the job)")])
         return {"pressed": n, "right": right, "outcome": outcome}
 
+    def stale_rows(self, base: str, n: int, ended_at, settle_s: float = 5.0) -> dict:
+        """`n` loads of the jobs tab while jobs start and end: `settle_s` after each load shows
+        rows, every row still in a live state (QUEUED, RUNNING, ...) whose job the coordinator
+        says ended more than `settle_s` before the rows were read is stale (its end never reached
+        the row). `ended_at(ids)`: {job id: when it ended} of those of `ids` that have ended."""
+        ready = "document.querySelectorAll('#jobs-body tr[data-job]').length >= 20"
+        stale, live_rows, loads = [], 0, []
+        for i in range(n):
+            self.open_overview(base, "jobs", ready)
+            time.sleep(settle_s)
+            read_at = time.time()
+            rows = self.js("return [...document.querySelectorAll('#jobs-body tr[data-job]')]"
+                           ".map((r) => [r.dataset.job, (r.className.match(/job-([a-z_]+)/) || [])[1] || ''])")
+            live = [job for job, state in rows if state.upper() not in ("SUCCEEDED", "FAILED", "CANCELLED")]
+            ended = ended_at(live)
+            here = [job for job in live if job in ended and ended[job] < read_at - settle_s]
+            live_rows += len(live)
+            loads.append(len(here))
+            stale += [[i, job] for job in here]
+        return {"loads": n, "loads_with_stale_rows": sum(1 for x in loads if x), "stale_rows": len(stale),
+                "live_rows_checked": live_rows, "stale": stale[:20]}
+
     def click_worker_cells(self, base: str, n: int) -> dict:
         """`n` presses on worker cells of the fleet tab (alternately arriving and resting); right
         only when the detail panel then names the intended worker."""

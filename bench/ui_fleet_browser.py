@@ -186,21 +186,24 @@ class Browser:
         says ended more than `settle_s` before the rows were read is stale (its end never reached
         the row). `ended_at(ids)`: {job id: when it ended} of those of `ids` that have ended."""
         ready = "document.querySelectorAll('#jobs-body tr[data-job]').length >= 20"
-        stale, live_rows, loads = [], 0, []
+        rows_js = ("return [...document.querySelectorAll('#jobs-body tr[data-job]')]"
+                   ".map((r) => [r.dataset.job, (r.className.match(/job-([a-z_]+)/) || [])[1] || ''])")
+        ended_states = ("SUCCEEDED", "FAILED", "CANCELLED")
+        stale, live_at_load, live_after, loads = [], 0, 0, []
         for i in range(n):
             self.open_overview(base, "jobs", ready)
+            # Rows shown live as the list came in: the ones whose end must reach the page.
+            live_at_load += sum(1 for _, state in self.js(rows_js) if state.upper() not in ended_states)
             time.sleep(settle_s)
             read_at = time.time()
-            rows = self.js("return [...document.querySelectorAll('#jobs-body tr[data-job]')]"
-                           ".map((r) => [r.dataset.job, (r.className.match(/job-([a-z_]+)/) || [])[1] || ''])")
-            live = [job for job, state in rows if state.upper() not in ("SUCCEEDED", "FAILED", "CANCELLED")]
+            live = [job for job, state in self.js(rows_js) if state.upper() not in ended_states]
             ended = ended_at(live)
             here = [job for job in live if job in ended and ended[job] < read_at - settle_s]
-            live_rows += len(live)
+            live_after += len(live)
             loads.append(len(here))
             stale += [[i, job] for job in here]
         return {"loads": n, "loads_with_stale_rows": sum(1 for x in loads if x), "stale_rows": len(stale),
-                "live_rows_checked": live_rows, "stale": stale[:20]}
+                "rows_live_at_load": live_at_load, "rows_live_after_settle": live_after, "stale": stale[:20]}
 
     def click_worker_cells(self, base: str, n: int) -> dict:
         """`n` presses on worker cells of the fleet tab (alternately arriving and resting); right

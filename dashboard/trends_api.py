@@ -29,6 +29,7 @@ from coordinator.store.trends import HOUR_S, TrendBucket, TrendHour, TrendQuery
 from dashboard import link_history
 from dashboard.api import JSON
 from ringleader.errors import NotFound
+from ringleader.v1 import jobs_pb2 as pb
 
 MAX_DAYS = 400
 MAX_TIME = 1e11  # unix seconds (year 5138): keeps hour numbers small integers
@@ -84,7 +85,7 @@ def trends(store, q: TrendQuery, rows: list[TrendBucket]) -> dict:
 
 
 MAX_HOST_JOBS = 64  # low hours whose worst job is read for the hosts of a key's low results
-MATRIX_FRESH_S = 5.0  # the matrix is read again at most this often while no newer check finished
+MATRIX_FRESH_S = 30.0  # the matrix is read again at least this often (0.5 s of a thread at 5,000 GPUs)
 
 
 def low_hours(store, key: str, since: float, until: float) -> list[TrendHour]:
@@ -167,16 +168,6 @@ def router(core: Coordinator) -> APIRouter:
 
         return JSON({"key": key, "start": start, "step_s": step_s, "hours": await asyncio.to_thread(read)})
 
-    @r.get("/trends/hosts", tags=["baselines"], operation_id="getTrendHosts",
-           summary="The hosts behind a key's low results, the host of the lowest first")
-    async def trend_hosts(
-        key: Annotated[str, Query(min_length=1, max_length=600, pattern=r"^[^\x00-\x1f]*$")],
-        days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")] = 7,
-        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
-    ) -> JSON:
-        end = until if until is not None else time.time()
-        return JSON(await asyncio.to_thread(worst_hosts, core.store, key, end - max(days * 86400, HOUR_S), end))
-
     @r.get("/trends/links", tags=["baselines"], operation_id="getHostLinkHistory",
            summary="The link matrix over time for one host: its links in each finished link_matrix check")
     async def host_link_history(
@@ -188,7 +179,31 @@ def router(core: Coordinator) -> APIRouter:
         # Only the store is read (its listings), so a thread may: off the loop, as the jobs' pages.
         return JSON(await asyncio.to_thread(link_history.history, core.store, host, end - max(days * 86400, HOUR_S), end))
 
-    kept: dict = {}  # the last matrix answered, by what it was read from
+    _where_routes(r, core)
+    return r
+
+
+def _where_routes(r: APIRouter, core: Coordinator) -> None:
+    """Which host or link: the hosts of a key's low results, and the link matrix host by host."""
+
+    @r.get("/trends/hosts", tags=["baselines"], operation_id="getTrendHosts",
+           summary="The hosts behind a key's low results, the host of the lowest first")
+    async def trend_hosts(
+        key: Annotated[str, Query(min_length=1, max_length=600, pattern=r"^[^\x00-\x1f]*$")],
+        days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")] = 7,
+        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
+    ) -> JSON:
+        end = until if until is not None else time.time()
+        return JSON(await asyncio.to_thread(worst_hosts, core.store, key, end - max(days * 86400, HOUR_S), end))
+
+    kept: dict = {"checks": 0}  # the last matrix answered, by what it was read from; finished checks counted
+
+    def on_job_event(event: pb.JobEvent, job: pb.Job) -> None:
+        if (event.WhichOneof("event") == "state" and event.state.state == pb.SUCCEEDED
+                and job.spec.WhichOneof("kind") == "link_matrix"):
+            kept["checks"] += 1
+
+    core.add_listener(on_job_event)
 
     @r.get("/trends/matrix", tags=["baselines"], operation_id="getLinkMatrixByHost",
            summary="The fleet's latest link matrix, host by host: each pair's newest figures against their expectation")
@@ -197,19 +212,16 @@ def router(core: Coordinator) -> APIRouter:
         until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
     ) -> JSON:
         end = until if until is not None else time.time()
-        since = end - max(days * 86400, HOUR_S)
         # What judges a link, read here on the loop (the core's state): each worker's registered
         # model and the expectations' history medians; the store is read on a thread.
-        control = core.control
         models = {c.worker_id: c.reg.device.name for c in core.workers.connected()}
-        history = link_history.HistorySnapshot(control.expectations)
-        newest = await asyncio.to_thread(lambda: [j.id for j in link_history.link_matrix_jobs(core.store, since, end, 1)])
-        # A tab polls it: answered again from the last read while no newer check finished, briefly.
-        asked = (newest, days, until, history.medians)
+        history = link_history.HistorySnapshot(core.control.expectations)
+        # Every tab polls it: answered from the last read until a check finishes, the history
+        # learns, the range changes or MATRIX_FRESH_S pass (a connected worker's model: by then).
+        asked = (kept["checks"], days, until, history.medians)
         if kept.get("asked") == asked and time.monotonic() - kept["at"] < MATRIX_FRESH_S:
             return JSON(kept["answer"], headers={"Cache-Control": "no-store"})
-        answer = await asyncio.to_thread(link_history.fleet_matrix, core.store, since, end, models, history)
+        answer = await asyncio.to_thread(link_history.fleet_matrix, core.store, end - max(days * 86400, HOUR_S), end,
+                                         models, history)
         kept.update(asked=asked, at=time.monotonic(), answer=answer)
         return JSON(answer, headers={"Cache-Control": "no-store"})
-
-    return r

@@ -189,21 +189,22 @@ class Browser:
         rows_js = ("return [...document.querySelectorAll('#jobs-body tr[data-job]')]"
                    ".map((r) => [r.dataset.job, (r.className.match(/job-([a-z_]+)/) || [])[1] || ''])")
         ended_states = ("SUCCEEDED", "FAILED", "CANCELLED")
-        stale, live_at_load, live_after, loads = [], 0, 0, []
+        stale, live_at_load, ended_since, loads = [], 0, 0, []
         for i in range(n):
             self.open_overview(base, "jobs", ready)
             # Rows shown live as the list came in: the ones whose end must reach the page.
-            live_at_load += sum(1 for _, state in self.js(rows_js) if state.upper() not in ended_states)
+            first = [job for job, state in self.js(rows_js) if state.upper() not in ended_states]
             time.sleep(settle_s)
             read_at = time.time()
             live = [job for job, state in self.js(rows_js) if state.upper() not in ended_states]
-            ended = ended_at(live)
+            ended = ended_at(sorted(set(first) | set(live)))
             here = [job for job in live if job in ended and ended[job] < read_at - settle_s]
-            live_after += len(live)
+            live_at_load += len(first)
+            ended_since += sum(1 for job in first if job in ended and ended[job] < read_at - settle_s)
             loads.append(len(here))
             stale += [[i, job] for job in here]
         return {"loads": n, "loads_with_stale_rows": sum(1 for x in loads if x), "stale_rows": len(stale),
-                "rows_live_at_load": live_at_load, "rows_live_after_settle": live_after, "stale": stale[:20]}
+                "rows_live_at_load": live_at_load, "of_which_ended_before_the_read": ended_since, "stale": stale[:20]}
 
     def click_worker_cells(self, base: str, n: int) -> dict:
         """`n` presses on worker cells of the fleet tab (alternately arriving and resting); right

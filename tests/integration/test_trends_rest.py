@@ -131,3 +131,17 @@ def test_the_link_matrix_over_time_of_a_host(served):
     assert [(link["peer"], link["ratio"], link["links"]) for link in slow] == [(body["peers"][1], 0.25, 4)]
     # A host no check measured: no checks, no error.
     assert api.get("/api/v1/trends/links", params={"host": "sim-h0001", "days": 30}).json()["checks"] == []
+
+
+def test_a_real_link_check_shows_in_the_matrix_as_it_finishes(served):
+    api, _, c = served
+    before = api.get("/api/v1/trends/matrix", params={"days": 1}).json()  # read, and kept for the next asks
+    answer = c.client.run_check(pb.RunCheckRequest(worker_ids=["t0", "t1"], kinds=["link_matrix"], wait=True, timeout_s=120))
+    job = answer.jobs[0]
+    assert job.state == pb.SUCCEEDED, job.reason
+    after = api.get("/api/v1/trends/matrix", params={"days": 1}).json()  # at once: not the kept answer
+    assert job.id not in before["jobs"] and after["jobs"][0] == job.id
+    host = job.workers[0].host
+    i = after["hosts"].index(host)
+    cell = next(x for x in after["cells"] if x[:2] == [i, i])  # both workers on this host: its links inside
+    assert cell[2] == round(job.link_matrix.links[0].gbps, 4) and after["sources"][cell[4]] in ("baseline", "history", "peers")

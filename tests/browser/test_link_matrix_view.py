@@ -55,6 +55,7 @@ def page(served, tmp_path_factory):
 
 
 def open_trends(page, url: str) -> None:
+    page.get("about:blank")  # a fresh page: from "/#trends?host=..." only the hash would change
     page.get(f"{url}/#trends")
     wait_for(page, "window.ringleaderTrends && window.ringleaderTrends.matrix && "
                    "document.querySelector('#trend-matrix canvas.link-matrix') && document.querySelectorAll('.trend-card').length > 0")
@@ -98,7 +99,9 @@ def test_the_slow_links_two_hosts_are_one_click_from_the_bandwidth_view(served, 
     i, j = m["hosts"].index(a), m["hosts"].index(b)
     px = page.execute_script("const c = arguments[0]; return c.width / Number(c.dataset.n)", canvas)
     width = canvas.size["width"]
-    # Selenium's offsets are from the element's centre; aim a pixel off the cell, as a hand would.
+    # Selenium's offsets are from the centre of the element's part in view: all of it in view.
+    page.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
+    # Aim a pixel off the cell, as a hand would.
     ActionChains(page).move_to_element_with_offset(canvas, int((j + 0.5) * px - width / 2) + 1,
                                                    int((i + 0.5) * px - width / 2) - 1).click().perform()
     text = pair_shown(page)

@@ -170,5 +170,5 @@ def fleet_matrix(store, since: float, until: float, models, history, max_jobs: i
              for (a, b), (c, j) in order[:WORST] if c["is_low"] or c["flagged"] or c["ratio"] < 1.0]
     newest = max((j["at"] for j in jobs), default=0.0)
     return {"since": since, "until": until, "as_of": newest, "checks": len(jobs), "sources": list(SOURCES),
-            "hosts": hosts, "jobs": [j["job_id"] for j in jobs], "cells": cells,
+            "hosts": hosts, "jobs": [j["job_id"] for j in jobs], "job_at": [j["at"] for j in jobs], "cells": cells,
             "low": sum(1 for c, _ in seen.values() if c["is_low"]), "worst": worst}

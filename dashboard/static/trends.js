@@ -112,7 +112,7 @@ window.RingleaderTrends = (function () {
         listed ? h("p", {}, `between ${listed.workers[0]} (rank ${listed.ranks[0]}) and ${listed.workers[1]} (rank ${listed.ranks[1]}); `
           + `${listed.low_links} of ${listed.links} links below expectation`) : null,
         h("p", { class: "muted" }, "check ", jobLink(m.jobs[job], m.jobs[job].slice(0, 8)),
-          ` · ${fmtTime((listed || {}).at || m.as_of)} · `, h("a", { href: hostHref(a) }, `${a} alone`),
+          ` · ${fmtTime(m.job_at[job])} · `, h("a", { href: hostHref(a) }, `${a} alone`),
           a !== b ? [" · ", h("a", { href: hostHref(b) }, `${b} alone`)] : null));
     }
 

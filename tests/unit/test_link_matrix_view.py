@@ -73,6 +73,7 @@ def test_each_host_pair_shows_its_newest_check(store):
     m = matrix(store)
     assert [(w["a"], w["b"], w["job_id"]) for w in m["worst"]] == [("h2", "h3", "new-slow")]
     assert m["jobs"] == ["new-slow", "new-fine", "fast"] and m["as_of"] == pytest.approx(now - 30)
+    assert m["job_at"] == [pytest.approx(now - 30), pytest.approx(now - 60), pytest.approx(now - 90)]
     assert sorted(m["jobs"][c[7]] for c in m["cells"]) == ["fast", "new-fine", "new-slow"]
     assert [c[3:6] for c in m["cells"] if m["jobs"][c[7]] == "fast"] == [[1.4, 0, 0]]
 

@@ -130,6 +130,72 @@ def write_link_checks(store, host: str, days: int = 30, until: float | None = No
     return flagged
 
 
+SWEEP_SIZE = 512 << 10  # the link check's size for a check (dashboard/fleet_api.py)
+
+
+@dataclass
+class LinkSweep:
+    jobs: list[str]  # the sweep's check jobs (one per gang), in the order written
+    hosts: int
+    slow: tuple[str, str]  # the hosts of the slowed link
+    slow_ranks: tuple[int, int]  # its ranks in its check
+    slow_job: str
+    fast: tuple[str, str]  # the hosts of a link 1.4 x its baseline: clean, never listed as slow
+
+
+def write_fleet_link_sweep(store, workers: int = 5000, until: float | None = None, slow_ratio: float = 0.3,
+                           seed: int = 11) -> LinkSweep:
+    """The latest link check of a whole fleet of `workers` GPUs (8 per host), as the sweeper runs it:
+    one finished link_matrix job per gang (coordinator/health/sweeper.py `gangs`: 4 hosts of 8 at
+    most), every link measured, 12 GB/s inside a host and 5 across (+-3 %), each link's ratios to the
+    comparable median and to its baseline set as the check leaves them. One cross-host link, in a
+    gang a third of the way in, runs at `slow_ratio` and is flagged; one link of another gang runs at
+    1.4 x. The jobs finish over the hour before `until`."""
+    from coordinator.health import sweeper
+
+    rng = random.Random(seed)
+    until = until or time.time()
+    infos = [pb.WorkerInfo(worker_id=f"sim-h{h:04}-d{d}", host=f"sim-h{h:04}", backend="nccl",
+                           device=pb.Device(type="cuda", index=d, name=MODEL))
+             for h in range(workers // PER_HOST) for d in range(PER_HOST)]
+    host_of = {w.worker_id: w.host for w in infos}
+    gangs = sweeper.gangs(infos)
+    slow_gang, fast_gang = len(gangs) // 3, 2 * len(gangs) // 3
+    out = LinkSweep(jobs=[], hosts=len({w.host for w in infos}), slow=("", ""), slow_ranks=(0, 0), slow_job="",
+                    fast=("", ""))
+    for g, ids in enumerate(gangs):
+        at = until - 3600 + 3000 * g / len(gangs)
+        job = pb.Job(id=f"sweep{g:04}{rng.getrandbits(16):04x}", state=pb.SUCCEEDED, created_at=at - 40,
+                     started_at=at - 30, finished_at=at,
+                     spec=pb.JobSpec(world_size=len(ids), link_matrix=pb.LinkMatrixSpec(size_bytes=SWEEP_SIZE)),
+                     workers=[pb.WorkerRef(rank=r, worker_id=w, host=host_of[w], device=f"cuda:{r % PER_HOST}")
+                              for r, w in enumerate(ids)])
+        lm = job.link_matrix
+        lm.size_bytes, lm.rounds, lm.size_reason = SWEEP_SIZE, len(ids) - 1, "a check's size"
+        lm.median_same_host_gbps, lm.median_cross_host_gbps = 12.0, 5.0
+        # The slowed link: the gang's first rank and the first rank of its second host.
+        second = next((r for r, w in enumerate(ids) if host_of[w] != host_of[ids[0]]), -1)
+        gbps = [[-1.0] * len(ids) for _ in ids]
+        for a in range(len(ids)):
+            for b in range(a + 1, len(ids)):
+                nominal = 12.0 if host_of[ids[a]] == host_of[ids[b]] else 5.0
+                factor = rng.uniform(0.97, 1.03)
+                if g == slow_gang and (a, b) == (0, second):
+                    factor = slow_ratio
+                    out.slow, out.slow_ranks, out.slow_job = (host_of[ids[a]], host_of[ids[b]]), (a, b), job.id
+                elif g == fast_gang and (a, b) == (0, second):
+                    factor = 1.4
+                    out.fast = (host_of[ids[a]], host_of[ids[b]])
+                lm.links.add(a=a, b=b, gbps=nominal * factor, gbps_a=nominal * factor, gbps_b=nominal * factor,
+                             ratio=factor, baseline_ratio=factor, flagged=factor < 0.5, latency_us=20.0,
+                             size_bytes=SWEEP_SIZE, round_trips=20)
+                gbps[a][b] = gbps[b][a] = nominal * factor
+        lm.matrix.extend(pb.P2PMatrixRow(gbps=row) for row in gbps)
+        store.create(job)
+        out.jobs.append(job.id)
+    return out
+
+
 def main() -> None:
     import argparse
     import json

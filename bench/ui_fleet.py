@@ -15,7 +15,9 @@ Measured, on whatever UI the checkout serves:
   anything else - nothing opens, another job opens - is wrong. The page is opened afresh after each;
 - worker-cell clicks (--clicks) on the fleet tab: right only when the detail panel then names the
   intended worker;
-- the page's length in screens, and how many clicks take the overview to a failed worker's evidence.
+- the page's length in screens, and how many clicks take the overview to a failed worker's evidence;
+- with --stale-loads N: N loads of the jobs tab, counting rows still shown live (RUNNING, QUEUED)
+  for jobs the coordinator ended over 5 s before the rows were read.
 
 Verdicts are real records of the coordinator's health book: written to the store before the
 coordinator starts (as finished checks leave them), read back by its FleetHealth (failed workers
@@ -172,6 +174,17 @@ class JobTraffic:
             await asyncio.gather(*pending)
 
 
+def ended_at(address: str):
+    """{job id: when it ended} of those of the given ids that have ended, read from the coordinator."""
+    stub = jobs_pb2_grpc.JobServiceStub(grpc.insecure_channel(address))
+    terminal = (pb.SUCCEEDED, pb.FAILED, pb.CANCELLED)
+
+    def read(ids: list[str]) -> dict[str, float]:
+        jobs = [stub.GetJob(pb.GetJobRequest(job_id=i), timeout=30) for i in ids]
+        return {j.id: j.finished_at for j in jobs if j.state in terminal}
+    return read
+
+
 def wait_until(check, what: str, timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -229,6 +242,8 @@ def measure(a: argparse.Namespace, tmp: Path) -> dict:
                                  for mode in ("arrive", "rest")}
             out["jobs_submitted_while_clicking"] = traffic.submitted - submitted
             out["worker_clicks"] = phase(out, "worker_clicks", lambda: browser.click_worker_cells(base, a.clicks))
+            if a.stale_loads:
+                out["stale_rows"] = phase(out, "stale_rows", lambda: browser.stale_rows(base, a.stale_loads, ended_at(address)))
             out["jobs_submitted"] = traffic.submitted
             out["loadavg"] = os.getloadavg()
             st = sims.stats()  # streams the coordinator ended or that broke: a starved machine's sign
@@ -262,6 +277,8 @@ def main() -> None:
     ap.add_argument("--holds", type=int, default=100, help="GPU workers kept BUSY by an endless job")
     ap.add_argument("--clicks", type=int, default=12)
     ap.add_argument("--loads", type=int, default=5, help="page loads timed (the first one cold)")
+    ap.add_argument("--stale-loads", type=int, default=0,
+                    help="loads of the jobs tab after which rows of ended jobs still shown live are counted")
     ap.add_argument("--commit", default="", help="the commit measured, for the record")
     ap.add_argument("--screenshot", type=Path, default=None,
                     help="save each tab's first screen (NAME-jobs.png, NAME-fleet.png) from this name (.png)")

@@ -29,6 +29,20 @@ const obs = new MutationObserver(() => {
 });
 obs.observe(document, {childList: true, subtree: true});
 """
+# Before any script of the page: the ids of jobs a jobs listing answered in a live state.
+LISTED_LIVE = """
+window.__listedLive = [];
+const listedFetch = window.fetch;
+window.fetch = async (url, options) => {
+  const answer = await listedFetch(url, options);
+  if (/\\/api\\/v1\\/jobs\\?/.test(String(url))) {
+    answer.clone().json().then((body) => {
+      for (const j of body.jobs || []) if (!["SUCCEEDED", "FAILED", "CANCELLED"].includes(j.state)) window.__listedLive.push(j.id);
+    }).catch(() => {});
+  }
+  return answer;
+};
+"""
 AIM_S = 0.3  # from seeing the target to the pointer being there
 REST_S = 0.6  # "rest": the pointer stays on the target this long before pressing
 
@@ -179,6 +193,42 @@ class Browser:
             outcome.append([target["href"], "right" if shown else f"wrong: {opened or 'nothing opened'}"
                             + ("" if opened != target["href"] else " (its page never showed the job)")])
         return {"pressed": n, "right": right, "outcome": outcome}
+
+    def stale_rows(self, base: str, n: int, ended_at, settle_s: float = 5.0) -> dict:
+        """`n` loads of the jobs tab while jobs start and end: `settle_s` after each load shows
+        rows, every row still in a live state (QUEUED, RUNNING, ...) whose job the coordinator
+        says ended more than `settle_s` before the rows were read is stale (its end never reached
+        the row). Counted beside: the jobs the page's listings answered live, and how many of them
+        ended before the read (each a chance to go stale). `ended_at(ids)`: {job id: when it
+        ended} of those of `ids` that have ended."""
+        # The jobs each listing the page read answered live: the rows whose end must reach the page
+        # (a job that ends between the listing and the live stream's start is the race).
+        listed = self.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": LISTED_LIVE})
+        try:
+            return self._stale_rows(base, n, ended_at, settle_s)
+        finally:
+            self.driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": listed["identifier"]})
+
+    def _stale_rows(self, base: str, n: int, ended_at, settle_s: float) -> dict:
+        ready = "document.querySelectorAll('#jobs-body tr[data-job]').length >= 20"
+        rows_js = ("return [...document.querySelectorAll('#jobs-body tr[data-job]')]"
+                   ".map((r) => [r.dataset.job, (r.className.match(/job-([a-z_]+)/) || [])[1] || ''])")
+        ended_states = ("SUCCEEDED", "FAILED", "CANCELLED")
+        stale, live_at_load, ended_since, loads = [], 0, 0, []
+        for i in range(n):
+            self.open_overview(base, "jobs", ready)
+            time.sleep(settle_s)
+            first = self.js("return window.__listedLive || []")
+            read_at = time.time()
+            live = [job for job, state in self.js(rows_js) if state.upper() not in ended_states]
+            ended = ended_at(sorted(set(first) | set(live)))
+            here = [job for job in live if job in ended and ended[job] < read_at - settle_s]
+            live_at_load += len(set(first))
+            ended_since += sum(1 for job in set(first) if job in ended and ended[job] < read_at - settle_s)
+            loads.append(len(here))
+            stale += [[i, job] for job in here]
+        return {"loads": n, "loads_with_stale_rows": sum(1 for x in loads if x), "stale_rows": len(stale),
+                "listed_live": live_at_load, "of_which_ended_before_the_read": ended_since, "stale": stale[:20]}
 
     def click_worker_cells(self, base: str, n: int) -> dict:
         """`n` presses on worker cells of the fleet tab (alternately arriving and resting); right

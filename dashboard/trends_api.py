@@ -3,6 +3,9 @@
                       with the buckets that hold a low result marked; filters: host, GPU model, op, link
     GET /trends/jobs  the hours behind one point of one key: the job of the lowest result first
     GET /trends/links the link matrix over time for one host (dashboard/link_history.py)
+    GET /trends/matrix the fleet's latest link matrix host by host, each pair against its
+                      expectation, the worst pairs listed (dashboard/link_history.py)
+    GET /trends/hosts the hosts behind a key's low results: where a regression is
 
 Read from the store's hourly rollups (coordinator/store/trends.py), so a month of a 5,000-worker
 fleet costs (keys x buckets), never (jobs); the store's reads run on a thread, off the
@@ -22,9 +25,11 @@ from fastapi import APIRouter, HTTPException, Query
 
 from coordinator.core.facade import Coordinator
 from coordinator.health import baselines
-from coordinator.store.trends import HOUR_S, TrendBucket, TrendQuery
+from coordinator.store.trends import HOUR_S, TrendBucket, TrendHour, TrendQuery
 from dashboard import link_history
 from dashboard.api import JSON
+from ringleader.errors import NotFound
+from ringleader.v1 import jobs_pb2 as pb
 
 MAX_DAYS = 400
 MAX_TIME = 1e11  # unix seconds (year 5138): keeps hour numbers small integers
@@ -79,6 +84,50 @@ def trends(store, q: TrendQuery, rows: list[TrendBucket]) -> dict:
             "left_off": max(0, len(out) - MAX_KEYS), "choices": choices}
 
 
+MAX_HOST_JOBS = 64  # low hours whose worst job is read for the hosts of a key's low results
+MATRIX_FRESH_S = 30.0  # the matrix is read again at least this often (0.5 s of a thread at 5,000 GPUs)
+
+
+def low_hours(store, key: str, since: float, until: float) -> list[TrendHour]:
+    """The hours of `key` in [since, until) whose lowest result is below the key's threshold
+    (its baseline: none, nothing is low), the lowest first."""
+    entry = store.baseline(key)
+    threshold = baselines.threshold(entry) if entry is not None else 0.0
+    hours = store.trend_hours(TrendQuery(since=since, until=until, step_s=HOUR_S, key=key))
+    return sorted((h for h in hours if h.min_gbps < threshold), key=lambda h: (h.min_gbps, h.start))
+
+
+def job_hosts(store, job_id: str) -> list[str] | None:
+    """The hosts of a stored job, in rank order (None: the job is no longer stored)."""
+    try:
+        job = store.get(job_id)
+    except NotFound:
+        return None
+    return list(dict.fromkeys(w.host for w in sorted(job.workers, key=lambda w: w.rank)))
+
+
+def worst_hosts(store, key: str, since: float, until: float) -> dict:
+    """The hosts of a key's low results, the host of the lowest first: for each low hour, the job of
+    its lowest result (the rollups keep it) and that job's hosts. A host counts every low hour it was
+    in; `with`: the other hosts of those jobs (a cross-host key's result is a link's)."""
+    hours = low_hours(store, key, since, until)
+    out: dict[str, dict] = {}
+    missing = 0
+    for h in hours[:MAX_HOST_JOBS]:
+        hosts = job_hosts(store, h.worst_job)
+        if hosts is None:
+            missing += 1
+            continue
+        for host in hosts:
+            e = out.setdefault(host, {"host": host, "low_hours": 0, "min_gbps": h.min_gbps, "job_id": h.worst_job,
+                                      "at": h.start, "with": []})
+            e["low_hours"] += 1
+            e["with"] = sorted(set(e["with"]) | (set(hosts) - {host}))
+    return {"key": key, "since": since, "until": until, "low_hours": len(hours),
+            "read": min(len(hours), MAX_HOST_JOBS), "jobs_gone": missing,
+            "hosts": sorted(out.values(), key=lambda e: (e["min_gbps"], -e["low_hours"], e["host"]))}
+
+
 def query(days: float, until: float | None, **filters) -> TrendQuery:
     end = until if until is not None else time.time()
     since = end - max(days * 86400, HOUR_S)  # at least an hour: the rollups' grain
@@ -111,10 +160,13 @@ def router(core: Coordinator) -> APIRouter:
             q = TrendQuery(since=start, until=start + step_s, step_s=HOUR_S * max(1, step_s // HOUR_S), host=host, key=key)
         except ValueError as exc:
             raise HTTPException(422, str(exc)) from None
-        hours = await asyncio.to_thread(core.store.trend_hours, q)
-        return JSON({"key": key, "start": start, "step_s": step_s,
-                     "hours": [{"start": h.start, "n": h.n, "min_gbps": h.min_gbps, "worst_job": h.worst_job,
-                                "jobs": list(h.jobs)} for h in hours]})
+
+        def read() -> list[dict]:  # the worst job's hosts: where the point's lowest result ran
+            return [{"start": h.start, "n": h.n, "min_gbps": h.min_gbps, "worst_job": h.worst_job,
+                     "hosts": job_hosts(core.store, h.worst_job) or [], "jobs": list(h.jobs)}
+                    for h in core.store.trend_hours(q)]
+
+        return JSON({"key": key, "start": start, "step_s": step_s, "hours": await asyncio.to_thread(read)})
 
     @r.get("/trends/links", tags=["baselines"], operation_id="getHostLinkHistory",
            summary="The link matrix over time for one host: its links in each finished link_matrix check")
@@ -127,4 +179,49 @@ def router(core: Coordinator) -> APIRouter:
         # Only the store is read (its listings), so a thread may: off the loop, as the jobs' pages.
         return JSON(await asyncio.to_thread(link_history.history, core.store, host, end - max(days * 86400, HOUR_S), end))
 
+    _where_routes(r, core)
     return r
+
+
+def _where_routes(r: APIRouter, core: Coordinator) -> None:
+    """Which host or link: the hosts of a key's low results, and the link matrix host by host."""
+
+    @r.get("/trends/hosts", tags=["baselines"], operation_id="getTrendHosts",
+           summary="The hosts behind a key's low results, the host of the lowest first")
+    async def trend_hosts(
+        key: Annotated[str, Query(min_length=1, max_length=600, pattern=r"^[^\x00-\x1f]*$")],
+        days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")] = 7,
+        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
+    ) -> JSON:
+        end = until if until is not None else time.time()
+        return JSON(await asyncio.to_thread(worst_hosts, core.store, key, end - max(days * 86400, HOUR_S), end))
+
+    kept: dict = {"checks": 0}  # the last matrix answered, by what it was read from; finished checks counted
+
+    def on_job_event(event: pb.JobEvent, job: pb.Job) -> None:
+        if (event.WhichOneof("event") == "state" and event.state.state == pb.SUCCEEDED
+                and job.spec.WhichOneof("kind") == "link_matrix"):
+            kept["checks"] += 1
+
+    core.add_listener(on_job_event)
+
+    @r.get("/trends/matrix", tags=["baselines"], operation_id="getLinkMatrixByHost",
+           summary="The fleet's latest link matrix, host by host: each pair's newest figures against their expectation")
+    async def link_matrix(
+        days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="checks of how far back")] = 7,
+        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
+    ) -> JSON:
+        end = until if until is not None else time.time()
+        # What judges a link, read here on the loop (the core's state): each worker's registered
+        # model and the expectations' history medians; the store is read on a thread.
+        models = {c.worker_id: c.reg.device.name for c in core.workers.connected()}
+        history = link_history.HistorySnapshot(core.control.expectations)
+        # Every tab polls it: answered from the last read until a check finishes, the history
+        # learns, the range changes or MATRIX_FRESH_S pass (a connected worker's model: by then).
+        asked = (kept["checks"], days, until, history.medians)
+        if kept.get("asked") == asked and time.monotonic() - kept["at"] < MATRIX_FRESH_S:
+            return JSON(kept["answer"], headers={"Cache-Control": "no-store"})
+        answer = await asyncio.to_thread(link_history.fleet_matrix, core.store, end - max(days * 86400, HOUR_S), end,
+                                         models, history)
+        kept.update(asked=asked, at=time.monotonic(), answer=answer)
+        return JSON(answer, headers={"Cache-Control": "no-store"})

@@ -50,7 +50,7 @@
       else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
       else node.setAttribute(key, value === true ? "" : value);
     }
-    for (const child of children.flat()) {
+    for (const child of children.flat(Infinity)) {  // nested lists of nodes too (never their text)
       if (child === undefined || child === null || child === false) continue;
       node.append(child instanceof Node ? child : String(child));
     }
@@ -472,7 +472,7 @@
     // -- tabs: jobs, fleet (location.hash; jobs by default)
 
     showTab() {
-      const wanted = location.hash.slice(1);
+      const wanted = location.hash.slice(1).split("?")[0];  // "#trends?host=A&peer=B": the trends tab, at a link
       const tab = document.getElementById(`tab-${wanted}`) ? wanted : "jobs";
       for (const node of document.querySelectorAll(".tabs .tab")) node.classList.toggle("active", node.dataset.tab === tab);
       for (const pane of document.querySelectorAll("#overview-view .pane")) pane.hidden = pane.id !== `pane-${tab}`;

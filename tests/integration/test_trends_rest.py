@@ -70,6 +70,27 @@ def test_the_jobs_behind_a_marked_point_lead_with_the_regressed_job(served):
     assert hours[0]["min_gbps"] < k["baseline"]["threshold_gbps"]
     job = api.get(f"/api/v1/jobs/{hours[0]['worst_job']}").json()
     assert job["state"] == "SUCCEEDED" and job["workers"][0]["host"] == history.host
+    assert hours[0]["hosts"] == [history.host]  # where the point's lowest result ran, named
+
+
+def test_the_hosts_behind_a_regressed_key_lead_with_the_regressed_host(served):
+    api, history, _ = served
+    body = api.get("/api/v1/trends/hosts", params={"key": history.key, "days": 30, "until": history.until}).json()
+    assert [h["host"] for h in body["hosts"]] == [history.host] and body["low_hours"] == REGRESSED_DAYS
+    assert body["hosts"][0]["job_id"] in history.jobs
+    assert api.get("/api/v1/trends/hosts", params={"key": "x"}).json()["hosts"] == []  # no such key: none
+
+
+def test_the_latest_link_matrix_by_host_lists_the_slow_pair_first(served):
+    api, history, _ = served
+    body = api.get("/api/v1/trends/matrix", params={"days": 30, "until": history.until}).json()
+    number = int(history.host.rsplit("h", 1)[1])
+    assert body["hosts"] == [f"sim-h{number + i:04}" for i in range(4)]
+    assert body["jobs"] == [history.flagged_checks[-1]]  # the newest check measured every pair
+    first = body["worst"][0]
+    # No baseline for these links, and no registered model (no floor, no history): the check's peers judge.
+    assert (first["a"], first["b"], first["low"], first["source"]) == (history.host, body["hosts"][1], True, "peers")
+    assert body["low"] == 1 and len(body["cells"]) == 10  # 4 hosts: 6 pairs across, 4 inside
 
 
 def test_a_real_sweep_feeds_the_trends_and_prometheus(served):
@@ -91,6 +112,8 @@ def test_a_range_shorter_than_the_grain_reads_one_hour(served):
 @pytest.mark.parametrize("path, params, field", [("/api/v1/trends", {"days": 0}, "days"),
                                                 ("/api/v1/trends", {"until": 1e12}, "until"),
                                                 ("/api/v1/trends/links", {"host": ""}, "host"),
+                                                ("/api/v1/trends/matrix", {"days": -1}, "days"),
+                                                ("/api/v1/trends/hosts", {"key": ""}, "key"),
                                                 ("/api/v1/trends", {"op": "a|b"}, "op"),
                                                 ("/api/v1/trends/jobs", {"start": 0}, "key")])
 def test_bad_queries_are_422_naming_the_field(served, path, params, field):
@@ -108,3 +131,17 @@ def test_the_link_matrix_over_time_of_a_host(served):
     assert [(link["peer"], link["ratio"], link["links"]) for link in slow] == [(body["peers"][1], 0.25, 4)]
     # A host no check measured: no checks, no error.
     assert api.get("/api/v1/trends/links", params={"host": "sim-h0001", "days": 30}).json()["checks"] == []
+
+
+def test_a_real_link_check_shows_in_the_matrix_as_it_finishes(served):
+    api, _, c = served
+    before = api.get("/api/v1/trends/matrix", params={"days": 1}).json()  # read, and kept for the next asks
+    answer = c.client.run_check(pb.RunCheckRequest(worker_ids=["t0", "t1"], kinds=["link_matrix"], wait=True, timeout_s=120))
+    job = answer.jobs[0]
+    assert job.state == pb.SUCCEEDED, job.reason
+    after = api.get("/api/v1/trends/matrix", params={"days": 1}).json()  # at once: not the kept answer
+    assert job.id not in before["jobs"] and after["jobs"][0] == job.id
+    host = job.workers[0].host
+    i = after["hosts"].index(host)
+    cell = next(x for x in after["cells"] if x[:2] == [i, i])  # both workers on this host: its links inside
+    assert cell[2] == round(job.link_matrix.links[0].gbps, 4) and after["sources"][cell[4]] in ("baseline", "history", "peers")

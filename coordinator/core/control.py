@@ -10,8 +10,9 @@ warm groups (groups.Groups), the scheduler (scheduler.Scheduler) and the health 
 Nothing called from inside `handle` may call `handle` again: a re-entry raises (it would lose the
 outer input's placement pass and events). Each change updates the scheduler's indexes right
 beside it (`_enqueue`, `_unqueue`, `_set_state`); nothing installs a callback on another
-object. A placement pass (`schedule`, called only from `handle`) runs once at the end of an
-input that changed the queue, the idle set or the warm groups. A tick asks liveness (a pure
+object. A placement pass (`schedule`) is an input of its own (`Place`), which the caller feeds
+after inputs whose `Out.place` says one is due (they changed the queue, the idle set or the warm
+groups). A tick asks liveness (a pure
 function of the clock, the running jobs and the workers) for its verdicts, which are inputs too
 (Lost, Fail, Requeue) and are applied in the same turn; it also cancels queued jobs past their
 queue_timeout_s and forgets workers gone longer than the registry's TTL.
@@ -48,7 +49,7 @@ from coordinator.core.restart import Reattaching
 from coordinator.core.check_hold import CheckHolding
 from coordinator.core.events import EventBus
 from coordinator.core.groups import Groups
-from coordinator.core.inputs import (CLOSE, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Register, Reload,
+from coordinator.core.inputs import (CLOSE, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Place, Register, Reload,
                                      Requeue, Submit, Tick, WorkerMsg)
 from coordinator.core.jobs import JobBook, Page, Queued
 from coordinator.core.liveness import Timings
@@ -83,7 +84,7 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
         self.certifying: dict[str, Certifying] = {}  # preflight jobs whose gang is being checked
         self._preflight_of: dict[str, str] = {}  # running preflight check id -> the job it certifies
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
-        self._placement_due = False  # a pass deferred by handle(place=False)
+        self._placement_due = False  # a pass is due: the next `Place` input runs it
         self._last_tick: float | None = None
         # Queued jobs with a queue_timeout_s, by deadline (wall clock against created_at: a restart
         # neither resets nor extends a wait); a tick takes only what is due.
@@ -91,40 +92,33 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
         self._handlers: dict[type, Callable] = {
             Submit: self._submit, Cancel: self._cancel, Register: self._register, Disconnect: self._disconnect,
             Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, Cordon: self._cordon,
-            Reload: self._reload, Fail: self._fail, Requeue: self._requeue,
+            Reload: self._reload, Fail: self._fail, Requeue: self._requeue, Place: self._place,
         }
 
     # ---- the one entry point ---------------------------------------------------------------
 
-    def handle(self, inp: Input, place: bool = True) -> Out:
+    def handle(self, inp: Input) -> Out:
         """Apply one input; return the messages to send (in order) and the events it recorded.
         Bad input raises (InvalidSpec, NotFound, FailedPrecondition, AlreadyExists) and changes
-        nothing. With place=False (the facade's worker messages, many per turn of its loop) the
-        placement pass the input calls for waits for the next input handled with place=True, or
-        `place_due`: one pass per batch instead of one per message."""
+        nothing. No input but `Place` runs the placement pass: `Out.place` says one is due (the
+        queue, the idle set or the warm groups changed, or the last pass stopped at its ranks),
+        and the caller feeds `Place()` when it chooses (the facade: once per turn of its loop,
+        for every input of that turn; a test driver: after each input)."""
         with self._guard.entered(type(inp).__name__):
             out = self._out = Out()
             self._dirty = False
             self._handlers[type(inp)](inp)
             self._placement_due = self._placement_due or self._dirty
-            return self._end(out, place)
+            out.events = self.events.drain()
+            out.place = self._placement_due
+            return out
 
-    def place_due(self) -> Out:
-        """The placement pass that inputs handled with place=False deferred, or the rest of one
-        stopped at its ranks (none due: nothing)."""
-        with self._guard.entered("place_due"):
-            self._out = Out()
-            return self._end(self._out, True)
-
-    def placement_due(self) -> bool:
-        return self._placement_due
-
-    def _end(self, out: Out, place: bool) -> Out:
-        if self._placement_due and place:
+    def _place(self, inp: Place) -> None:
+        """The placement pass the inputs before asked for (none due: nothing)."""
+        if self._placement_due:
             self._placement_due = False
             self.schedule()
-        out.events = self.events.drain()
-        return out
+        self._dirty = False  # what the pass itself changed, it has seen
 
     def schedule(self) -> None:
         """The placement pass: start the queued jobs that can start now, up to Timings.pass_ranks."""

@@ -28,7 +28,8 @@ from coordinator.core.control import Control
 from coordinator.core.events import Listener
 from coordinator.health.book import DEFAULT_MAX_SHARE
 from coordinator.health.fleet import FleetHealth, Observer as HealthObserver
-from coordinator.core.inputs import Cancel, Cordon, Disconnect, Input, Out, Register, Reload, Submit, Tick, WorkerMsg
+from coordinator.core.inputs import (Cancel, Cordon, Disconnect, Input, Out, Place, Register, Reload, Submit, Tick,
+                                     WorkerMsg)
 from coordinator.core.jobs import Page
 from coordinator.core.liveness import Timings
 from coordinator.core.stallwatch import StallWatch
@@ -69,7 +70,8 @@ class Coordinator:
         self._commit_waiters: list[asyncio.Future] = []
         self.fleet = FleetHealth(self, observers=health_observers)  # health's readers; observers hear of quarantines
         self.alerts: list[str] = []  # what the circuit breaker asked an operator to decide, newest last
-        self.passes = PassPacer(lambda: self._send(self.control.place_due()), more=self.control.placement_due)
+        self._place_more = False  # the last pass stopped at its ranks (Timings.pass_ranks): another is due
+        self.passes = PassPacer(self._place, more=lambda: self._place_more)
         self.intake = IntakeGate(self.timings.worker_msgs_per_turn)  # users' calls ahead of workers' (load.py)
         self.lag = LagMeter(self.timings.shed_lag_s)  # work refused promptly when saturated
         self.stalls = StallWatch(self.lag, self.timings.stall_warn_s)  # names what stalled the loop, in the log
@@ -176,9 +178,16 @@ class Coordinator:
         now = time.monotonic() if now is None else now
         self._soon(Tick(now, heard=self.intake.heard_until(now)))
 
-    def _do(self, inp: Input, place: bool = True) -> Out:
-        """Apply one input to the control core and put what it sends on the workers' streams."""
-        return self._send(self.control.handle(inp, place))
+    def _do(self, inp: Input) -> Out:
+        """Apply one input to the control core and put what it sends on the workers' streams;
+        the placement pass it asks for runs now."""
+        out = self._send(self.control.handle(inp))
+        if out.place:
+            self._place()
+        return out
+
+    def _place(self) -> None:
+        self._place_more = self._send(self.control.handle(Place())).place
 
     def _send(self, out: Out) -> Out:
         for conn, msg in out.sends:
@@ -191,8 +200,9 @@ class Coordinator:
 
     def _soon(self, inp: Input) -> Out:
         """`_do`, its placement pass shared with every input of this turn of the loop."""
-        out = self._do(inp, place=False)
-        self.passes.soon()
+        out = self._send(self.control.handle(inp))
+        if out.place:
+            self.passes.soon()
         return out
 
     # ---- users -----------------------------------------------------------------------------

@@ -83,6 +83,12 @@ class Reload:
     reattach_deadline: float
 
 
+@dataclass(slots=True)
+class Place:
+    """Run the placement pass the inputs before asked for (`Out.place`): the facade's pacer feeds
+    it once per turn of the loop, for all of that turn's inputs (coordinator/core/load.py)."""
+
+
 # ---- verdicts liveness returns for a tick ----------------------------------------------------
 
 @dataclass(slots=True)
@@ -103,7 +109,7 @@ class Requeue:
     why: str = "interrupted by a coordinator restart"
 
 
-Input = Union[Submit, Cancel, Register, Disconnect, WorkerMsg, Tick, Cordon, Reload, Lost, Fail, Requeue]
+Input = Union[Submit, Cancel, Register, Disconnect, WorkerMsg, Tick, Cordon, Reload, Place, Lost, Fail, Requeue]
 
 CLOSE = None  # sent in place of a message: end the worker's stream
 
@@ -121,3 +127,13 @@ class Out:
     alerts: list[str] = field(default_factory=list)
     job: pb.Job | None = None
     conn: WorkerConn | None = None
+    place: bool = False  # a placement pass is due: feed `Place()`
+
+    def then(self, later: "Out") -> "Out":
+        """This input's Out followed by a later one's (a driver that places after each input)."""
+        self.sends += later.sends
+        self.events += later.events
+        self.health += [w for w in later.health if w not in self.health]
+        self.alerts += later.alerts
+        self.place = later.place
+        return self

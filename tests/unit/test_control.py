@@ -12,7 +12,8 @@ import pytest
 from coordinator.core import liveness
 from coordinator.core.control import Control
 from coordinator.core.reentry import ReentryError
-from coordinator.core.inputs import CLOSE, Cancel, Disconnect, Out, Register, Reload, Cordon, Submit, Tick, WorkerMsg
+from coordinator.core.inputs import (CLOSE, Cancel, Disconnect, Out, Place, Register, Reload, Cordon, Submit, Tick,
+                                     WorkerMsg)
 from coordinator.core.liveness import Timings
 from coordinator.store.memory import MemoryJobStore
 from ringleader import checks, jobspec
@@ -28,11 +29,26 @@ def sends(out: Out) -> list[tuple[str, str]]:
     return [(c.worker_id, "close" if m is CLOSE else m.WhichOneof("msg")) for c, m in out.sends]
 
 
+class Placing:
+    """A Control driven as the facade drives it with a pass per input: each input, then the
+    placement pass its Out asks for (`Place`), one Out for both."""
+
+    def __init__(self, control: Control) -> None:
+        self.control = control
+
+    def handle(self, inp) -> Out:
+        out = self.control.handle(inp)
+        return out.then(self.control.handle(Place())) if out.place else out
+
+    def __getattr__(self, name: str):
+        return getattr(self.control, name)
+
+
 class Fleet:
     """A Control and the daemons it hears from, played by the test."""
 
     def __init__(self, n: int = 0, **timings) -> None:
-        self.ctl = Control(MemoryJobStore(), Timings(**timings))
+        self.ctl = Placing(Control(MemoryJobStore(), Timings(**timings)))
         self.conns = {}
         for i in range(n):
             self.register(f"w{i}", i)
@@ -337,13 +353,13 @@ def test_what_waits_in_the_inbox_is_not_silence():
 
 def test_a_job_whose_workers_miss_the_restart_grace_is_requeued_then_placed_again():
     store = MemoryJobStore()
-    first = Control(store)
+    first = Placing(Control(store))
     first.handle(Register(wpb.Register(worker_id="w0", host="h1", address="10.0.0.1", backend="gloo",
                                        device=pb.Device(type="cpu", name="cpu"))))
     job_id = first.handle(Submit(jobspec.normalize(pb.JobSpec(
         world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))))).job.id
     f = Fleet()  # a new coordinator over the same store
-    f.ctl = Control(store, Timings(heartbeat_timeout_s=100))
+    f.ctl = Placing(Control(store, Timings(heartbeat_timeout_s=100)))
     t0 = time.monotonic()
     f.ctl.handle(Reload(reattach_deadline=t0 + 15))
     assert f.job(job_id).state == pb.RUNNING  # waiting for its worker
@@ -381,7 +397,7 @@ def _restarted_over_a_forming_job() -> tuple[Fleet, str, list[str]]:
     """A job placed on a new group, and the coordinator that placed it gone before rank 0 reported
     its store (so it sent rank 0 its assignment only). A new coordinator over the same store."""
     store = MemoryJobStore()
-    first = Control(store)
+    first = Placing(Control(store))
     for i in range(2):
         first.handle(Register(wpb.Register(worker_id=f"w{i}", host="h1", address=f"10.0.0.{i + 1}", backend="gloo",
                                            device=pb.Device(type="cpu", index=i, name="cpu"))))
@@ -390,7 +406,7 @@ def _restarted_over_a_forming_job() -> tuple[Fleet, str, list[str]]:
     assert first.book.running[job_id].assigned == {0}
     members = [w.worker_id for w in first.book.running[job_id].job.workers]
     f = Fleet()
-    f.ctl = Control(store, Timings(heartbeat_timeout_s=100))
+    f.ctl = Placing(Control(store, Timings(heartbeat_timeout_s=100)))
     f.ctl.handle(Reload(reattach_deadline=time.monotonic() + 15))
     return f, job_id, members
 

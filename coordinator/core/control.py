@@ -45,8 +45,8 @@ from coordinator.core.health_inputs import HealthProtocol
 from coordinator.core.preflight import Certifying
 from coordinator.core.queue_heap import QueueHeap
 from coordinator.core.reentry import Guard
-from coordinator.core.restart import Reattaching
-from coordinator.core.check_hold import CheckHolding
+from coordinator.core.restart import Reattach
+from coordinator.core.check_hold import CheckHold
 from coordinator.core.events import EventBus
 from coordinator.core.groups import Groups
 from coordinator.core.inputs import (CLOSE, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Place, Register, Reload,
@@ -63,7 +63,7 @@ from ringleader.v1 import workers_pb2 as wpb
 log = logging.getLogger("ringleader.coordinator")
 
 
-class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
+class Control(WorkerProtocol, HealthProtocol):
     def __init__(self, store: JobStore, timings: Timings | None = None,
                  quarantine_max_share: float = DEFAULT_MAX_SHARE, health_observe: bool = False) -> None:
         self.store = store
@@ -78,9 +78,6 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
         self.scheduler = scheduler.Scheduler(cordoned_ids=self.health.cordoned_ids)  # counted apart when waiting
         self._out = Out()
         self._guard = Guard()  # re-entry is an error (coordinator/core/reentry.py)
-        self.awaiting: dict[str, str] = {}  # after a restart: worker -> the job it is to re-attach to
-        self.checks_waiting: dict[str, float] = {}  # coordinator/core/check_hold.py
-        self.held_for_checks: set[str] = set()
         self.certifying: dict[str, Certifying] = {}  # preflight jobs whose gang is being checked
         self._preflight_of: dict[str, str] = {}  # running preflight check id -> the job it certifies
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
@@ -89,10 +86,12 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
         # Queued jobs with a queue_timeout_s, by deadline (wall clock against created_at: a restart
         # neither resets nor extends a wait); a tick takes only what is due.
         self._queue_deadlines = QueueHeap(self.book.queued, Queued.deadline)
+        self.reattach = Reattach(self)  # after a restart (coordinator/core/restart.py)
+        self.check_hold = CheckHold(self.timings, self.book, self.scheduler, self.workers)
         self._handlers: dict[type, Callable] = {
             Submit: self._submit, Cancel: self._cancel, Register: self._register, Disconnect: self._disconnect,
             Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, Cordon: self._cordon,
-            Reload: self._reload, Fail: self._fail, Requeue: self._requeue, Place: self._place,
+            Reload: self.reattach.reload, Fail: self._fail, Requeue: self.reattach.requeue, Place: self._place,
         }
 
     # ---- the one entry point ---------------------------------------------------------------
@@ -173,7 +172,7 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
     def _enqueue(self, q: Queued) -> None:
         self.scheduler.add(scheduler.PendingJob.of(q.job.id, q.valid, q.job.created_at))
         self._queue_deadlines.add(q.job.id, q)
-        self._note_check(q)
+        self.check_hold.note(q)
         self._dirty = True
 
     def _queue_timeouts(self, wall: float) -> None:
@@ -197,8 +196,8 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
             worker_id=reg.worker_id, heartbeat_interval_s=self.timings.heartbeat_interval_s)))
         self._index(conn)
         if reg.running_job_id:
-            self._reattach(conn, reg.running_job_id, reg.running_rank, reg.warm_group, reg.forming, reg.forming_store_port)
-        self._came_back(conn, reg.running_job_id)
+            self.reattach.reattach(conn, reg.running_job_id, reg.running_rank, reg.warm_group, reg.forming, reg.forming_store_port)
+        self.reattach.came_back(conn, reg.running_job_id)
         self._holds(conn, reg.warm_group)
         self._out.conn = conn
 
@@ -249,7 +248,7 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
         for worker_id in self.workers.expire(now):
             log.info("worker %s forgotten: disconnected for over %.0f s", worker_id, self.workers.ttl_s)
         self._queue_timeouts(inp.wall or time.time())
-        self._hold_for_checks(inp.wall or time.time())
+        self._dirty |= self.check_hold.hold(inp.wall or time.time())
         heard = min(now, inp.heard) if inp.heard else now
         for verdict in liveness.verdicts(now, self.book.running.values(), self.workers, self.timings, heard):
             try:

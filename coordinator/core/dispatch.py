@@ -93,7 +93,7 @@ class WorkerProtocol:
             elif kind == "store_ready" and conn.rank == 0 and not rj.store_port:
                 rj.store_port = msg.store_ready.store_port
                 if rj.reattach_deadline:  # after a restart: only members back without it (restart.py)
-                    self._settle_held(rj)
+                    self.reattach.settle_held(rj)
                     return
                 for rank in range(1, len(rj.members)):
                     if rank not in rj.assigned:

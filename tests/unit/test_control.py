@@ -436,7 +436,7 @@ def test_a_member_that_comes_back_without_its_job_after_a_restart_requeues_it_at
     assert f.ctl.store.events(job_id)[-1].state.reason == ("requeued: interrupted by a coordinator restart; rank 1 "
                                                       f"(worker {members[1]}) came back without it")
     assert (members[0], "abort") in sends(out)
-    assert f.ctl.awaiting == {}
+    assert f.ctl.reattach.awaiting == {}
 
 
 def test_a_member_back_without_a_job_whose_group_was_still_forming_is_assigned_to_its_store():
@@ -516,12 +516,12 @@ def test_checks_hold_at_most_their_share_of_the_fleet_oldest_first():
         world_size=2, priority=checks.CHECK_PRIORITY, placement=pb.Placement(worker_ids=[f"w{2 * k}", f"w{2 * k + 1}"]),
         gpu_check=pb.GpuCheckSpec())))).job for k in range(3)]
     f.ctl.handle(Tick(time.monotonic(), wall=max(g.created_at for g in gangs) + 61))
-    assert f.ctl.held_for_checks == {gangs[0].id}
+    assert f.ctl.check_hold.held == {gangs[0].id}
     for i in range(8):
         f.done(f"w{i}", busy[i], 0)  # every worker frees up; the held gang starts, and the others as before
     assert [f.job(g.id).state for g in gangs] == [pb.RUNNING] * 3
     f.ctl.handle(Tick(time.monotonic(), wall=max(g.created_at for g in gangs) + 62))
-    assert f.ctl.held_for_checks == set() and f.ctl.checks_waiting == {}
+    assert f.ctl.check_hold.held == set() and f.ctl.check_hold.waiting == {}
 
 
 def test_a_check_naming_a_gone_worker_is_not_held_and_takes_no_share():
@@ -535,7 +535,7 @@ def test_a_check_naming_a_gone_worker_is_not_held_and_takes_no_share():
         world_size=2, priority=checks.CHECK_PRIORITY, placement=pb.Placement(worker_ids=["w1", "w2"]),
         gpu_check=pb.GpuCheckSpec())))).job
     f.ctl.handle(Tick(time.monotonic(), wall=later.created_at + 61))
-    assert f.ctl.held_for_checks == {later.id}  # the older check cannot run: the next one's turn
+    assert f.ctl.check_hold.held == {later.id}  # the older check cannot run: the next one's turn
     f.done("w1", busy[1], 0)
     f.done("w2", busy[2], 0)
     assert f.job(later.id).state == pb.RUNNING and f.job(gone.id).state == pb.QUEUED

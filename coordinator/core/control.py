@@ -41,8 +41,7 @@ from coordinator.core import admission, liveness, scheduler
 from coordinator.core import groups as warm_groups
 from coordinator.store.api import JobStore
 from coordinator.core.dispatch import WorkerProtocol
-from coordinator.core.health_inputs import HealthProtocol
-from coordinator.core.preflight import Certifying
+from coordinator.core.health_inputs import HealthInputs
 from coordinator.core.queue_heap import QueueHeap
 from coordinator.core.reentry import Guard
 from coordinator.core.restart import Reattach
@@ -63,7 +62,7 @@ from ringleader.v1 import workers_pb2 as wpb
 log = logging.getLogger("ringleader.coordinator")
 
 
-class Control(WorkerProtocol, HealthProtocol):
+class Control(WorkerProtocol):
     def __init__(self, store: JobStore, timings: Timings | None = None,
                  quarantine_max_share: float = DEFAULT_MAX_SHARE, health_observe: bool = False) -> None:
         self.store = store
@@ -78,19 +77,19 @@ class Control(WorkerProtocol, HealthProtocol):
         self.scheduler = scheduler.Scheduler(cordoned_ids=self.health.cordoned_ids)  # counted apart when waiting
         self._out = Out()
         self._guard = Guard()  # re-entry is an error (coordinator/core/reentry.py)
-        self.certifying: dict[str, Certifying] = {}  # preflight jobs whose gang is being checked
-        self._preflight_of: dict[str, str] = {}  # running preflight check id -> the job it certifies
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
         self._placement_due = False  # a pass is due: the next `Place` input runs it
         self._last_tick: float | None = None
         # Queued jobs with a queue_timeout_s, by deadline (wall clock against created_at: a restart
         # neither resets nor extends a wait); a tick takes only what is due.
         self._queue_deadlines = QueueHeap(self.book.queued, Queued.deadline)
+        self.health_inputs = HealthInputs(self, self.health, self.expectations)  # health_inputs.py
+        self.certifying = self.health_inputs.certifying  # read by the edge's read view
         self.reattach = Reattach(self)  # after a restart (coordinator/core/restart.py)
         self.check_hold = CheckHold(self.timings, self.book, self.scheduler, self.workers)
         self._handlers: dict[type, Callable] = {
             Submit: self._submit, Cancel: self._cancel, Register: self._register, Disconnect: self._disconnect,
-            Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, Cordon: self._cordon,
+            Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, Cordon: self.health_inputs.cordon,
             Reload: self.reattach.reload, Fail: self._fail, Requeue: self.reattach.requeue, Place: self._place,
         }
 
@@ -263,7 +262,7 @@ class Control(WorkerProtocol, HealthProtocol):
     # ---- placement -------------------------------------------------------------------------
 
     def _start(self, d: scheduler.Decision) -> None:
-        if self._preflight(d):
+        if self.health_inputs.preflight(d):
             return  # its gang is checked first (coordinator/core/preflight.py)
         conns = [self.workers.get(w) for w in d.worker_ids]
         flavor = self.book.queued[d.job_id].valid.flavor

@@ -116,7 +116,7 @@ class WorkerProtocol:
         conn.executor_health, conn.executor_detail = health, clip(hb.executor_detail)
         conn.op_seq = hb.op_seq
         if hb.HasField("telemetry"):
-            self._telemetry(conn.worker_id, hb.telemetry)  # coordinator/core/health_inputs.py
+            self.health_inputs.telemetry(conn.worker_id, hb.telemetry)  # coordinator/core/health_inputs.py
         rj = self.book.running.get(hb.job_id)
         if rj and conn.job_id == rj.id and rj.seqs.get(conn.rank) != hb.op_seq:
             rj.seqs[conn.rank] = hb.op_seq
@@ -151,7 +151,7 @@ class WorkerProtocol:
             rj.peer_errors.append(failed)
             rj.blame_deadline = rj.blame_deadline or time.monotonic() + self.timings.blame_grace_s
         else:
-            self._crashed(rj, done.rank, done.failure, clip(done.error))  # its own report: evidence on its worker
+            self.health_inputs.crashed(rj, done.rank, done.failure, clip(done.error))  # its own report: evidence on its worker
             self.end(rj, pb.FAILED, failed)
 
     def _keep_log(self, conn: WorkerConn, done: wpb.JobDone) -> None:
@@ -251,7 +251,7 @@ class WorkerProtocol:
             for rank in rj.quiet_ranks:  # they reported, with nothing to say (`_keep_log`)
                 self.store.set_rank_log(rj.id, rank, "")
         if checks.is_check(rj.job.spec):
-            self._verdicts(rj)
+            self.health_inputs.verdicts(rj)
         for rank, wid in enumerate(rj.members):
             c = self.workers.get(wid)
             if not c or c.job_id != rj.id:
@@ -266,8 +266,8 @@ class WorkerProtocol:
                 self._free(c)  # reserved, but never told of the job
         if state != pb.SUCCEEDED:
             self.break_group(rj.group_key, f"job {rj.id} {pb.JobState.Name(state).lower()}")
-        if rj.id in self._preflight_of:
-            self._preflight_checked(rj)  # the job it certifies goes on, in this input
+        if rj.id in self.health_inputs.preflight_of:
+            self.health_inputs.preflight_checked(rj)  # the job it certifies goes on, in this input
 
     # ---- warm groups -----------------------------------------------------------------------
 

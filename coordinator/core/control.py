@@ -17,8 +17,13 @@ function of the clock, the running jobs and the workers) for its verdicts, which
 (Lost, Fail, Requeue) and are applied in the same turn; it also cancels queued jobs past their
 queue_timeout_s and forgets workers gone longer than the registry's TTL.
 
-The worker protocol (what the daemons report, how jobs end, warm-group bookkeeping) is the other
-half of this class, in coordinator/core/dispatch.py. Store writes happen as the change is applied;
+Control holds components that own their state, called by name, each given its collaborators:
+`protocol` (dispatch.WorkerProtocol: what the daemons report, how jobs end, the warm groups'
+bookkeeping), `health_inputs` (health_inputs.HealthInputs: verdicts, cordons, preflight),
+`reattach` (restart.Reattach: jobs waiting for their members after a restart) and `check_hold`
+(check_hold.CheckHold: checks moved ahead of user jobs). Control itself applies users' calls,
+registrations, departures and ticks, keeps each worker's state and the scheduler's indexes, and
+places jobs. Store writes happen as the change is applied;
 the caller (facade.Coordinator, coordinator/core/facade.py) awaits their commit before it acknowledges a user.
 
 Hooks for other parts:
@@ -31,7 +36,6 @@ Hooks for other parts:
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 import uuid
@@ -62,7 +66,7 @@ from ringleader.v1 import workers_pb2 as wpb
 log = logging.getLogger("ringleader.coordinator")
 
 
-class Control(WorkerProtocol):
+class Control:
     def __init__(self, store: JobStore, timings: Timings | None = None,
                  quarantine_max_share: float = DEFAULT_MAX_SHARE, health_observe: bool = False) -> None:
         self.store = store
@@ -71,7 +75,6 @@ class Control(WorkerProtocol):
         self.book = JobBook(store, self.events)
         self.workers = WorkerRegistry(ttl_s=self.timings.worker_ttl_s)
         self.groups = Groups()
-        self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
         self.health = HealthBook(store, max_share=quarantine_max_share, observe=health_observe)
         self.expectations = History()  # each check key's passing figures (coordinator/health/expectations.py)
         self.scheduler = scheduler.Scheduler(cordoned_ids=self.health.cordoned_ids)  # counted apart when waiting
@@ -83,13 +86,14 @@ class Control(WorkerProtocol):
         # Queued jobs with a queue_timeout_s, by deadline (wall clock against created_at: a restart
         # neither resets nor extends a wait); a tick takes only what is due.
         self._queue_deadlines = QueueHeap(self.book.queued, Queued.deadline)
+        self.protocol = WorkerProtocol(self)  # the daemons' reports, jobs' ends, warm groups (dispatch.py)
         self.health_inputs = HealthInputs(self, self.health, self.expectations)  # health_inputs.py
         self.certifying = self.health_inputs.certifying  # read by the edge's read view
         self.reattach = Reattach(self)  # after a restart (coordinator/core/restart.py)
         self.check_hold = CheckHold(self.timings, self.book, self.scheduler, self.workers)
         self._handlers: dict[type, Callable] = {
             Submit: self._submit, Cancel: self._cancel, Register: self._register, Disconnect: self._disconnect,
-            Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, Cordon: self.health_inputs.cordon,
+            Lost: self._disconnect, WorkerMsg: self.protocol.message, Tick: self._tick, Cordon: self.health_inputs.cordon,
             Reload: self.reattach.reload, Fail: self._fail, Requeue: self.reattach.requeue, Place: self._place,
         }
 
@@ -162,7 +166,7 @@ class Control(WorkerProtocol):
             self._out.job = self.book.queued[inp.job_id].job  # as stored, and without results
             self.book.finish(inp.job_id, pb.CANCELLED, inp.reason)
         elif (rj := self.book.running.get(inp.job_id)) is not None:
-            self.end(rj, pb.CANCELLED, inp.reason)
+            self.protocol.end(rj, pb.CANCELLED, inp.reason)
             self._out.job = None if rj.rows else rj.job  # with rows stored, the caller reads them
         else:
             job = self.store.get(inp.job_id)  # NotFound for unknown ids
@@ -197,7 +201,7 @@ class Control(WorkerProtocol):
         if reg.running_job_id:
             self.reattach.reattach(conn, reg.running_job_id, reg.running_rank, reg.warm_group, reg.forming, reg.forming_store_port)
         self.reattach.came_back(conn, reg.running_job_id)
-        self._holds(conn, reg.warm_group)
+        self.protocol.holds(conn, reg.warm_group)
         self._out.conn = conn
 
     def _disconnect(self, inp: Disconnect | Lost) -> None:
@@ -210,8 +214,8 @@ class Control(WorkerProtocol):
         self._send(conn, CLOSE)  # ends the servicer's writer, which closes the stream
         log.log(logging.WARNING if rj else logging.INFO, "worker %s left: %s", conn.worker_id, inp.why)
         if rj and rj.members[rank] == conn.worker_id and not rj.reattach_deadline:
-            self.end(rj, pb.FAILED, f"rank {rank} (worker {conn.worker_id}) lost: {inp.why}")
-        self._holds(conn, "")
+            self.protocol.end(rj, pb.FAILED, f"rank {rank} (worker {conn.worker_id}) lost: {inp.why}")
+        self.protocol.holds(conn, "")
 
     def _set_state(self, conn: WorkerConn, to: int, job_id: str = "", rank: int = 0) -> None:
         """The one way the control core changes a worker's state: the scheduler follows."""
@@ -257,7 +261,7 @@ class Control(WorkerProtocol):
 
     def _fail(self, inp: Fail) -> None:
         if (rj := self.book.running.get(inp.job_id)) is not None:
-            self.end(rj, pb.FAILED, inp.reason)
+            self.protocol.end(rj, pb.FAILED, inp.reason)
 
     # ---- placement -------------------------------------------------------------------------
 
@@ -275,7 +279,7 @@ class Control(WorkerProtocol):
             # each worker's ordered stream before this job's assignment.
             for c in conns:
                 if c.holds:
-                    self.break_group(c.holds, f"{c.worker_id} joined another gang")
+                    self.protocol.break_group(c.holds, f"{c.worker_id} joined another gang")
             self.groups.form(key, d.worker_ids, flavor)
         refs = [pb.WorkerRef(worker_id=c.worker_id, rank=rank, host=c.reg.host,
                              device=f"{c.reg.device.type}:{c.reg.device.index}") for rank, c in enumerate(conns)]
@@ -284,4 +288,4 @@ class Control(WorkerProtocol):
         for rank, c in enumerate(conns):
             self._set_state(c, pb.BUSY, rj.id, rank)
         for rank in (range(len(conns)) if warm else [0]):
-            self._assign(rj, rank)
+            self.protocol.assign(rj, rank)

@@ -63,7 +63,7 @@ class Coordinator:
         # Control's parts, for readers (metrics, the dashboard, tests); only Control changes them.
         self.events, self.book = self.control.events, self.control.book
         self.workers, self.groups = self.control.workers, self.control.groups
-        self.dispatch = self.control  # its `rejected` counter, under the name metrics read
+        self.dispatch = self.control.protocol  # its `rejected` counter, under the name metrics read
         self._ticker: asyncio.Task | None = None
         self.stopping = self.closed = False  # see stop() and close()
         self._uncommitted = False  # store writes wait for the next _commit

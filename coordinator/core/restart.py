@@ -94,7 +94,7 @@ class Reattach:
                 log.info("worker %s came back without job %s (rank %d), which its group never reached: "
                          "assigned now", conn.worker_id, rj.id, rank)
                 self.attached(rj, rank)  # BUSY for it since it came back
-                self.core._assign(rj, rank)
+                self.core.protocol.assign(rj, rank)
             return
         rank = back[0]
         worker = rj.members[rank]
@@ -117,4 +117,4 @@ class Reattach:
         for w in rj.members:
             self.awaiting.pop(w, None)
         self.core._enqueue(self.core.book.requeue(rj, f"requeued: {inp.why}"))
-        self.core.break_group(rj.group_key, "requeued")
+        self.core.protocol.break_group(rj.group_key, "requeued")

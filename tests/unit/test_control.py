@@ -160,7 +160,7 @@ def test_a_final_set_with_a_foreign_row_fails_the_job_naming_the_rank():
     got = f.job(job_id)
     assert got.state == pb.FAILED
     assert got.reason.startswith("rank 0 (worker w0) reported a result that is not this job's: size 999")
-    assert f.ctl.rejected["done"] == 1
+    assert f.ctl.protocol.rejected["done"] == 1
 
 
 def test_a_member_that_reports_as_another_rank_is_not_freed_and_its_job_fails_naming_it():
@@ -170,7 +170,7 @@ def test_a_member_that_reports_as_another_rank_is_not_freed_and_its_job_fails_na
     got = f.job(job_id)
     assert got.state == pb.FAILED and got.reason == "rank 1 (worker w1) sent a report as rank 0"
     assert sorted(sends(out)) == [("w0", "abort"), ("w1", "abort")]
-    assert f.state("w1") == pb.BUSY and f.ctl.rejected["done"] == 1
+    assert f.state("w1") == pb.BUSY and f.ctl.protocol.rejected["done"] == 1
     f.done("w1", job_id, 1, failure=wpb.ABORTED, error="aborted")  # its honest report frees it
     assert f.state("w1") == pb.IDLE
 
@@ -179,7 +179,7 @@ def test_a_jobdone_from_a_worker_outside_the_job_is_counted_and_frees_nobody():
     f = Fleet(3)
     job_id = f.submit(2, worker_ids=["w0", "w1"]).job.id
     assert sends(f.done("w2", job_id, 0)) == []
-    assert f.ctl.rejected["done"] == 1
+    assert f.ctl.protocol.rejected["done"] == 1
     assert (f.job(job_id).state, f.state("w0"), f.state("w2")) == (pb.RUNNING, pb.BUSY, pb.IDLE)
 
 

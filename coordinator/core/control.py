@@ -48,6 +48,7 @@ from coordinator.core.dispatch import WorkerProtocol
 from coordinator.core.health_inputs import HealthInputs
 from coordinator.core.queue_heap import QueueHeap
 from coordinator.core.reentry import Guard
+from coordinator.core.writes import Writes
 from coordinator.core.restart import Reattach
 from coordinator.core.check_hold import CheckHold
 from coordinator.core.events import EventBus
@@ -69,13 +70,13 @@ log = logging.getLogger("ringleader.coordinator")
 class Control:
     def __init__(self, store: JobStore, timings: Timings | None = None,
                  quarantine_max_share: float = DEFAULT_MAX_SHARE, health_observe: bool = False) -> None:
-        self.store = store
+        self.store = Writes(store)  # the writes leave in Out.writes (coordinator/core/writes.py)
         self.timings = timings or Timings()
-        self.events = EventBus(store)
-        self.book = JobBook(store, self.events)
+        self.events = EventBus(self.store)
+        self.book = JobBook(self.store, self.events)
         self.workers = WorkerRegistry(ttl_s=self.timings.worker_ttl_s)
         self.groups = Groups()
-        self.health = HealthBook(store, max_share=quarantine_max_share, observe=health_observe)
+        self.health = HealthBook(self.store, max_share=quarantine_max_share, observe=health_observe)
         self.expectations = History()  # each check key's passing figures (coordinator/health/expectations.py)
         self.scheduler = scheduler.Scheduler(cordoned_ids=self.health.cordoned_ids)  # counted apart when waiting
         self._out = Out()
@@ -112,6 +113,7 @@ class Control:
             self._handlers[type(inp)](inp)
             self._placement_due = self._placement_due or self._dirty
             out.events = self.events.drain()
+            out.writes = self.store.drain()
             out.place = self._placement_due
             return out
 

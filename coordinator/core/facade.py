@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Iterable
 
-from coordinator.core import admission, paging
+from coordinator.core import admission, paging, writes
 from coordinator.store.api import JobStore
 from coordinator.core.control import Control
 from coordinator.core.events import Listener
@@ -190,6 +190,7 @@ class Coordinator:
         self._place_more = self._send(self.control.handle(Place())).place
 
     def _send(self, out: Out) -> Out:
+        writes.apply(out.writes, self.store)  # before anyone hears of the input
         for conn, msg in out.sends:
             conn.send(msg)  # None (inputs.CLOSE) ends the stream
         if out.alerts:

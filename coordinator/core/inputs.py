@@ -128,6 +128,7 @@ class Out:
     job: pb.Job | None = None
     conn: WorkerConn | None = None
     place: bool = False  # a placement pass is due: feed `Place()`
+    writes: list[tuple[str, tuple]] = field(default_factory=list)  # for the store, in order (writes.py)
 
     def then(self, later: "Out") -> "Out":
         """This input's Out followed by a later one's (a driver that places after each input)."""
@@ -135,5 +136,6 @@ class Out:
         self.events += later.events
         self.health += [w for w in later.health if w not in self.health]
         self.alerts += later.alerts
+        self.writes += later.writes
         self.place = later.place
         return self

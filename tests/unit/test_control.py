@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.core import liveness
+from coordinator.core import liveness, writes
 from coordinator.core.control import Control
 from coordinator.core.reentry import ReentryError
 from coordinator.core.inputs import (CLOSE, Cancel, Disconnect, Out, Place, Register, Reload, Cordon, Submit, Tick,
@@ -38,7 +38,16 @@ class Placing:
 
     def handle(self, inp) -> Out:
         out = self.control.handle(inp)
-        return out.then(self.control.handle(Place())) if out.place else out
+        return self.alone(Place(), out) if out.place else self.applied(out)
+
+    def alone(self, inp, before: Out | None = None) -> Out:
+        """One input with no placement pass after it (a Place is one), its writes applied."""
+        out = self.control.handle(inp)
+        return self.applied(before.then(out) if before is not None else out)
+
+    def applied(self, out: Out) -> Out:
+        writes.apply(out.writes, self.control.store.store)  # as the facade does, before it sends
+        return out
 
     def __getattr__(self, name: str):
         return getattr(self.control, name)

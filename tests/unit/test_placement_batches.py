@@ -20,20 +20,20 @@ def test_a_deferred_pass_places_nothing_until_the_batch_ends_then_places_once():
     waiting = f.submit(2).job.id
     assert f.job(waiting).state == pb.QUEUED
     for rank, wid in enumerate(("w0", "w1")):
-        out = f.ctl.control.handle(WorkerMsg(f.conns[wid], wpb.WorkerMessage(done=wpb.JobDone(
+        out = f.ctl.alone(WorkerMsg(f.conns[wid], wpb.WorkerMessage(done=wpb.JobDone(
             job_id=first, rank=rank, ok=True))))
         assert out.sends == [] and out.place  # freed, but nobody placed yet
     assert f.job(first).state == pb.SUCCEEDED and f.job(waiting).state == pb.QUEUED
-    out = f.ctl.control.handle(Place())
+    out = f.ctl.alone(Place())
     assert f.job(waiting).state == pb.RUNNING and not out.place
     assert sends(out) == [("w0", "assignment")]  # a new group: rank 0 first, to bind its store
-    assert f.ctl.control.handle(Place()).sends == []  # nothing left due
+    assert f.ctl.alone(Place()).sends == []  # nothing left due
 
 
 def test_a_user_input_runs_the_pass_a_batch_left_due():
     f = Fleet(1)
     first = f.submit(1).job.id
-    f.ctl.control.handle(WorkerMsg(f.conns["w0"], wpb.WorkerMessage(done=wpb.JobDone(job_id=first, rank=0, ok=True))))
+    f.ctl.alone(WorkerMsg(f.conns["w0"], wpb.WorkerMessage(done=wpb.JobDone(job_id=first, rank=0, ok=True))))
     out = f.submit(1)  # the pass its Out asks for places both
     assert out.job.id and f.job(out.job.id).state == pb.RUNNING
 
@@ -44,14 +44,14 @@ def test_a_pass_stops_at_its_ranks_and_the_next_pass_starts_the_rest():
     f.msg("w0", store_ready=wpb.StoreReady(job_id=big, store_port=4242))
     small = [f.submit(2).job.id for _ in range(3)]
     for rank in range(6):  # the whole fleet freed in one batch
-        f.ctl.control.handle(WorkerMsg(f.conns[f"w{rank}"], wpb.WorkerMessage(done=wpb.JobDone(
+        f.ctl.alone(WorkerMsg(f.conns[f"w{rank}"], wpb.WorkerMessage(done=wpb.JobDone(
             job_id=big, rank=rank, ok=True))))
-    out = f.ctl.control.handle(Place())
+    out = f.ctl.alone(Place())
     states = [f.job(j).state for j in small]
     assert states == [pb.RUNNING, pb.RUNNING, pb.QUEUED]  # 2 + 2 ranks: past 3, the pass stopped
     assert f.job(small[2]).reason == "needs 2 workers: next placement pass (a pass starts at most --pass-ranks ranks)"
     assert out.place  # and says the rest is due
-    out = f.ctl.control.handle(Place())
+    out = f.ctl.alone(Place())
     assert f.job(small[2]).state == pb.RUNNING and not out.place
 
 

@@ -3,9 +3,10 @@
 Recorded events (state changes and results) get the job's next sequence number and are stored
 before anyone hears of them; live-only events (progress, a queued job's new waiting reason) are
 published with seq 0 and never stored. Watchers of a job get its stored events, then live ones,
-until the terminal state; listeners (metrics, the REST live stream) hear every event as it
-happens, on the coordinator's loop, and must not block. The control core collects the events
-one input caused (`drain`) to return them with its sends.
+until the terminal state; listeners (metrics, the REST live stream) hear every event, on the
+coordinator's loop, and must not block. The control core collects the events one input caused
+(`drain`) to return them with its sends; the shell tells watchers and listeners (`tell`) once
+the input's writes are applied.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class EventBus:
         self._watchers: dict[str, set[Deliver]] = {}  # per job, its followers' `deliver` (follow)
         self._listeners: list[Listener] = []
         self._next_seq: dict[str, int] = {}
-        self._emitted: list[pb.JobEvent] = []  # published since the last drain
+        self._emitted: list[tuple[pb.JobEvent, pb.Job]] = []  # published since the last drain
 
     def add_listener(self, fn: Listener) -> None:
         self._listeners.append(fn)
@@ -77,21 +78,26 @@ class EventBus:
             self._next_seq.pop(event.job_id, None)
 
     def publish(self, event: pb.JobEvent, job: pb.Job) -> None:
-        """Tell watchers and listeners, without storing (progress, waiting reasons)."""
+        """Keep `event` for watchers and listeners, without storing (progress, waiting reasons):
+        they hear of it from `tell`, after the input (the control core calls nobody)."""
         event.time = event.time or time.time()
-        self._emitted.append(event)
-        for deliver in self._watchers.get(event.job_id, ()):
-            deliver(event)
-        for fn in self._listeners:
-            try:
-                fn(event, job)
-            except Exception:  # an observer's bug must not break the job's lifecycle
-                log.exception("job event listener failed")
+        self._emitted.append((event, job))
 
-    def drain(self) -> list[pb.JobEvent]:
-        """The events published since the last call."""
+    def drain(self) -> list[tuple[pb.JobEvent, pb.Job]]:
+        """The events published since the last call, with their jobs."""
         out, self._emitted = self._emitted, []
         return out
+
+    def tell(self, events: list[tuple[pb.JobEvent, pb.Job]]) -> None:
+        """The shell's half: watchers and listeners hear of an input's events, in order."""
+        for event, job in events:
+            for deliver in self._watchers.get(event.job_id, ()):
+                deliver(event)
+            for fn in self._listeners:
+                try:
+                    fn(event, job)
+                except Exception:  # an observer's bug must not break the job's lifecycle
+                    log.exception("job event listener failed")
 
     async def watch(self, job_id: str) -> AsyncIterator[pb.JobEvent]:
         """Stored events, then live ones, until the job reaches a terminal state."""

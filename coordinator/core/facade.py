@@ -191,6 +191,7 @@ class Coordinator:
 
     def _send(self, out: Out) -> Out:
         writes.apply(out.writes, self.store)  # before anyone hears of the input
+        self.events.tell(out.events)  # watchers and listeners (metrics, the live views)
         for conn, msg in out.sends:
             conn.send(msg)  # None (inputs.CLOSE) ends the stream
         if out.alerts:

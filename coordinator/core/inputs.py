@@ -122,7 +122,7 @@ class Out:
     (the circuit breaker held a quarantine back), and what a call returns (`job`, `conn`)."""
 
     sends: list[tuple[WorkerConn, wpb.CoordinatorMessage | None]] = field(default_factory=list)
-    events: list[pb.JobEvent] = field(default_factory=list)
+    events: list[tuple[pb.JobEvent, pb.Job]] = field(default_factory=list)  # for EventBus.tell, with their jobs
     health: list[str] = field(default_factory=list)
     alerts: list[str] = field(default_factory=list)
     job: pb.Job | None = None

@@ -47,6 +47,7 @@ class Placing:
 
     def applied(self, out: Out) -> Out:
         writes.apply(out.writes, self.control.store.store)  # as the facade does, before it sends
+        self.control.events.tell(out.events)
         return out
 
     def __getattr__(self, name: str):
@@ -109,13 +110,13 @@ def test_a_submit_waits_and_the_registration_that_completes_the_gang_places_it()
     f = Fleet()
     out = f.submit(2)
     assert sends(out) == [] and out.job.state == pb.QUEUED
-    assert [e.state.state for e in out.events] == [pb.QUEUED]
+    assert [e.state.state for e, _ in out.events] == [pb.QUEUED]
     assert sends(f.register("w0", 0)) == [("w0", "registered")]
     out = f.register("w1", 1)
     # Rank 0 alone is told first: it binds the store before the others learn the port.
     assert sends(out) == [("w1", "registered"), ("w0", "assignment")]
     assert out.sends[1][1].assignment.store_port == 0
-    assert [e.state.state for e in out.events] == [pb.RUNNING]
+    assert [e.state.state for e, _ in out.events] == [pb.RUNNING]
     assert (f.state("w0"), f.state("w1")) == (pb.BUSY, pb.BUSY)
 
 
@@ -152,11 +153,11 @@ def test_streamed_rows_are_stored_once_and_jobdone_only_fills_in_what_never_arri
     f = Fleet(2)
     job_id = started(f, sizes=(1024, 2048))
     out = f.msg("w0", result=wpb.ResultReport(job_id=job_id, result=row(1024, busbw=5.0)))
-    assert [e.result.size_bytes for e in out.events] == [1024]
+    assert [e.result.size_bytes for e, _ in out.events] == [1024]
     f.msg("w0", result=wpb.ResultReport(job_id=job_id, result=row(1024, busbw=7.0)))  # a repeat: dropped
     f.done("w1", job_id, 1)
     out = f.done("w0", job_id, 0, results=[row(1024, busbw=9.0), row(2048, busbw=3.0)])
-    assert [e.result.size_bytes for e in out.events if e.WhichOneof("event") == "result"] == [2048]
+    assert [e.result.size_bytes for e, _ in out.events if e.WhichOneof("event") == "result"] == [2048]
     got = f.job(job_id)
     assert got.state == pb.SUCCEEDED
     assert [(r.size_bytes, r.busbw_gbps) for r in got.results] == [(1024, 5.0), (2048, 3.0)]

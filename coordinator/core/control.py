@@ -37,7 +37,6 @@ Hooks for other parts:
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from typing import Callable
 
@@ -47,6 +46,7 @@ from coordinator.store.api import JobStore
 from coordinator.core.dispatch import WorkerProtocol
 from coordinator.core.health_inputs import HealthInputs
 from coordinator.core.queue_heap import QueueHeap
+from coordinator.core.clock import Clock, Now
 from coordinator.core.reentry import Guard
 from coordinator.core.writes import Writes
 from coordinator.core.restart import Reattach
@@ -70,13 +70,14 @@ log = logging.getLogger("ringleader.coordinator")
 class Control:
     def __init__(self, store: JobStore, timings: Timings | None = None,
                  quarantine_max_share: float = DEFAULT_MAX_SHARE, health_observe: bool = False) -> None:
+        self.clock = Clock()  # the input's time, given to handle (coordinator/core/clock.py)
         self.store = Writes(store)  # the writes leave in Out.writes (coordinator/core/writes.py)
         self.timings = timings or Timings()
-        self.events = EventBus(self.store)
-        self.book = JobBook(self.store, self.events)
+        self.events = EventBus(self.store, self.clock)
+        self.book = JobBook(self.store, self.events, self.clock)
         self.workers = WorkerRegistry(ttl_s=self.timings.worker_ttl_s)
         self.groups = Groups()
-        self.health = HealthBook(self.store, max_share=quarantine_max_share, observe=health_observe)
+        self.health = HealthBook(self.store, clock=lambda: self.clock.wall, max_share=quarantine_max_share, observe=health_observe)
         self.expectations = History()  # each check key's passing figures (coordinator/health/expectations.py)
         self.scheduler = scheduler.Scheduler(cordoned_ids=self.health.cordoned_ids)  # counted apart when waiting
         self._out = Out()
@@ -100,7 +101,7 @@ class Control:
 
     # ---- the one entry point ---------------------------------------------------------------
 
-    def handle(self, inp: Input) -> Out:
+    def handle(self, inp: Input, now: Now) -> Out:
         """Apply one input; return the messages to send (in order) and the events it recorded.
         Bad input raises (InvalidSpec, NotFound, FailedPrecondition, AlreadyExists) and changes
         nothing. No input but `Place` runs the placement pass: `Out.place` says one is due (the
@@ -108,6 +109,7 @@ class Control:
         and the caller feeds `Place()` when it chooses (the facade: once per turn of its loop,
         for every input of that turn; a test driver: after each input)."""
         with self._guard.entered(type(inp).__name__):
+            self.clock.set(now)
             out = self._out = Out()
             self._dirty = False
             self._handlers[type(inp)](inp)
@@ -195,7 +197,7 @@ class Control:
 
     def _register(self, inp: Register) -> None:
         reg = inp.reg
-        conn = self.workers.add(reg)
+        conn = self.workers.add(reg, self.clock.mono, self.clock.wall)
         log.info("worker %s registered (%s %s on %s)", reg.worker_id, reg.device.type, reg.device.name, reg.host)
         self._send(conn, wpb.CoordinatorMessage(registered=wpb.Registered(
             worker_id=reg.worker_id, heartbeat_interval_s=self.timings.heartbeat_interval_s)))
@@ -221,7 +223,7 @@ class Control:
 
     def _set_state(self, conn: WorkerConn, to: int, job_id: str = "", rank: int = 0) -> None:
         """The one way the control core changes a worker's state: the scheduler follows."""
-        conn.transition(to, job_id, rank)
+        conn.transition(to, job_id, rank, self.clock.mono)
         self._index(conn)
 
     def _free(self, conn: WorkerConn) -> None:
@@ -252,8 +254,8 @@ class Control:
                 conn.unwell_since = conn.unwell_since and conn.unwell_since + lag
         for worker_id in self.workers.expire(now):
             log.info("worker %s forgotten: disconnected for over %.0f s", worker_id, self.workers.ttl_s)
-        self._queue_timeouts(inp.wall or time.time())
-        self._dirty |= self.check_hold.hold(inp.wall or time.time())
+        self._queue_timeouts(inp.wall or self.clock.wall)
+        self._dirty |= self.check_hold.hold(inp.wall or self.clock.wall)
         heard = min(now, inp.heard) if inp.heard else now
         for verdict in liveness.verdicts(now, self.book.running.values(), self.workers, self.timings, heard):
             try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import time
 
 from coordinator.core import admission
 from ringleader import checks, kinds
@@ -75,7 +74,7 @@ class WorkerProtocol:
     def message(self, inp: WorkerMsg) -> None:
         conn, msg = inp.conn, inp.msg
         kind = msg.WhichOneof("msg")
-        conn.last_heartbeat, conn.last_heartbeat_wall = time.monotonic(), time.time()
+        conn.last_heartbeat, conn.last_heartbeat_wall = self.core.clock.mono, self.core.clock.wall
         if kind == "heartbeat":
             self._on_heartbeat(conn, msg.heartbeat)
         elif kind == "group_dropped":
@@ -85,7 +84,7 @@ class WorkerProtocol:
             self._on_done(conn, msg.done)
         elif (rj := self._member_job(conn, kind, getattr(msg, kind).job_id)) is not None:
             if kind == "progress":
-                rj.last_progress, rj.formed = time.monotonic(), True
+                rj.last_progress, rj.formed = self.core.clock.mono, True
                 if conn.rank == 0:
                     rj.job.progress.CopyFrom(msg.progress.progress)
                     self.core.events.publish(pb.JobEvent(job_id=rj.id, progress=msg.progress.progress), rj.job)
@@ -115,7 +114,7 @@ class WorkerProtocol:
     def _on_heartbeat(self, conn: WorkerConn, hb: wpb.Heartbeat) -> None:
         health = hb.executor or pb.EXECUTOR_OK
         if health in UNWELL and conn.executor_health not in UNWELL:
-            conn.unwell_since = time.monotonic()
+            conn.unwell_since = self.core.clock.mono
         elif health not in UNWELL:
             conn.unwell_since = 0.0
         conn.executor_health, conn.executor_detail = health, clip(hb.executor_detail)
@@ -125,7 +124,7 @@ class WorkerProtocol:
         rj = self.core.book.running.get(hb.job_id)
         if rj and conn.job_id == rj.id and rj.seqs.get(conn.rank) != hb.op_seq:
             rj.seqs[conn.rank] = hb.op_seq
-            rj.last_progress = time.monotonic()
+            rj.last_progress = self.core.clock.mono
             # The counter is the executor's own (a new executor starts again from 0): an op
             # beyond the lowest value seen since the job started means this rank is past its
             # group's init, and a group's init ends on every rank together.
@@ -154,7 +153,7 @@ class WorkerProtocol:
         elif done.failure == wpb.PEER_ERROR:
             # Probably a victim of another rank's death: give the cause a moment to report.
             rj.peer_errors.append(failed)
-            rj.blame_deadline = rj.blame_deadline or time.monotonic() + self.core.timings.blame_grace_s
+            rj.blame_deadline = rj.blame_deadline or self.core.clock.mono + self.core.timings.blame_grace_s
         else:
             self.core.health_inputs.crashed(rj, done.rank, done.failure, clip(done.error))  # its own report: evidence on its worker
             self.end(rj, pb.FAILED, failed)
@@ -229,10 +228,10 @@ class WorkerProtocol:
         if rj.baseline_fields is None:
             model_of = {w: c.reg.device.name for w in rj.members if (c := self.core.workers.get(w))}
             rj.baseline_fields = baselines.key_fields(rj.job, model_of)
-        if regression := baselines.record(self.core.store, row, rj.baseline_fields, time.time()):
+        if regression := baselines.record(self.core.store, row, rj.baseline_fields, self.core.clock.wall):
             log.warning("job %s: regression: %s", rj.id, regression.describe())
             rj.regressions.append(f"regression: {regression.describe()}")
-        if point := trend_point(rj.job, row, rj.baseline_fields, time.time()):  # the dashboard's trends
+        if point := trend_point(rj.job, row, rj.baseline_fields, self.core.clock.wall):  # the dashboard's trends
             self.core.store.add_trend(point)
         self.core.store.add_result(rj.id, row)
         self.core.events.record(pb.JobEvent(job_id=rj.id, result=row), rj.job)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import AsyncIterator, Callable
 
+from coordinator.core.clock import Clock, SystemClock
 from coordinator.store.api import JobStore
 from ringleader import states
 from ringleader.v1 import jobs_pb2 as pb
@@ -48,8 +48,9 @@ async def until_terminal(stored: list, queue: asyncio.Queue) -> AsyncIterator[pb
 
 
 class EventBus:
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: JobStore, clock: Clock | None = None) -> None:
         self.store = store
+        self.clock = clock or SystemClock()  # a control core gives its own: the time of the input applied
         self._watchers: dict[str, set[Deliver]] = {}  # per job, its followers' `deliver` (follow)
         self._listeners: list[Listener] = []
         self._next_seq: dict[str, int] = {}
@@ -71,7 +72,7 @@ class EventBus:
             self._next_seq[event.job_id] = (stored[-1].seq + 1) if stored else 1
         event.seq = self._next_seq[event.job_id]
         self._next_seq[event.job_id] += 1
-        event.time = time.time()
+        event.time = self.clock.wall
         self.store.add_event(event)
         self.publish(event, job)
         if is_terminal(event):
@@ -80,7 +81,7 @@ class EventBus:
     def publish(self, event: pb.JobEvent, job: pb.Job) -> None:
         """Keep `event` for watchers and listeners, without storing (progress, waiting reasons):
         they hear of it from `tell`, after the input (the control core calls nobody)."""
-        event.time = event.time or time.time()
+        event.time = event.time or self.clock.wall
         self._emitted.append((event, job))
 
     def drain(self) -> list[tuple[pb.JobEvent, pb.Job]]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Iterable
 
 from coordinator.core import admission, paging, writes
+from coordinator.core.clock import Now
 from coordinator.store.api import JobStore
 from coordinator.core.control import Control
 from coordinator.core.events import Listener
@@ -181,13 +182,13 @@ class Coordinator:
     def _do(self, inp: Input) -> Out:
         """Apply one input to the control core and put what it sends on the workers' streams;
         the placement pass it asks for runs now."""
-        out = self._send(self.control.handle(inp))
+        out = self._send(self.control.handle(inp, Now.read()))
         if out.place:
             self._place()
         return out
 
     def _place(self) -> None:
-        self._place_more = self._send(self.control.handle(Place())).place
+        self._place_more = self._send(self.control.handle(Place(), Now.read())).place
 
     def _send(self, out: Out) -> Out:
         writes.apply(out.writes, self.store)  # before anyone hears of the input
@@ -202,7 +203,7 @@ class Coordinator:
 
     def _soon(self, inp: Input) -> Out:
         """`_do`, its placement pass shared with every input of this turn of the loop."""
-        out = self._send(self.control.handle(inp))
+        out = self._send(self.control.handle(inp, Now.read()))
         if out.place:
             self.passes.soon()
         return out

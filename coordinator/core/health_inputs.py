@@ -139,7 +139,7 @@ class HealthInputs:
         """Take over the start of a preflight job whose gang has an uncertified member: run the
         checks on the gang first (True). False: start it now."""
         spec = self.core.book.queued[d.job_id].valid.spec
-        if not preflight.wants(spec) or not preflight.uncertified(self.health, d.worker_ids):
+        if not preflight.wants(spec) or not preflight.uncertified(self.health, d.worker_ids, self.core.clock.wall):
             self.certifying.pop(d.job_id, None)
             return False
         c = self.certifying.get(d.job_id) or preflight.Certifying(d.job_id, d.worker_ids, d.backend)
@@ -172,7 +172,7 @@ class HealthInputs:
         ended = check.job.state == pb.SUCCEEDED
         # After the last kind, a member may still be uncertified without failing (a suspect verdict).
         doubtful = [] if c.kinds or not ended or failed or self.health.observe else \
-            preflight.uncertified(self.health, c.members)
+            preflight.uncertified(self.health, c.members, self.core.clock.wall)
         c.unfinished += not ended or bool(doubtful)
         if fatal or c.unfinished >= preflight.MAX_UNFINISHED:
             del self.certifying[job_id]

@@ -13,7 +13,6 @@ job runs on as it was placed. Otherwise the job cannot finish as it ran, and it 
 from __future__ import annotations
 
 import logging
-import time
 
 from coordinator.core.inputs import Reload, Requeue
 from coordinator.core.registry import WorkerConn
@@ -58,7 +57,7 @@ class Reattach:
         rj.assigned.add(rank)
         if len(rj.attached) == len(rj.members):
             rj.reattach_deadline = 0.0
-            rj.last_progress = time.monotonic()
+            rj.last_progress = self.core.clock.mono
 
     def came_back(self, conn: WorkerConn, named: str) -> None:
         """At each registration: a member of a job waiting to be re-attached that did not name it."""

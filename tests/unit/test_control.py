@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.core import liveness, writes
+from coordinator.core.clock import Now
 from coordinator.core.control import Control
 from coordinator.core.reentry import ReentryError
 from coordinator.core.inputs import (CLOSE, Cancel, Disconnect, Out, Place, Register, Reload, Cordon, Submit, Tick,
@@ -37,12 +38,12 @@ class Placing:
         self.control = control
 
     def handle(self, inp) -> Out:
-        out = self.control.handle(inp)
+        out = self.control.handle(inp, Now.read())
         return self.alone(Place(), out) if out.place else self.applied(out)
 
     def alone(self, inp, before: Out | None = None) -> Out:
         """One input with no placement pass after it (a Place is one), its writes applied."""
-        out = self.control.handle(inp)
+        out = self.control.handle(inp, Now.read())
         return self.applied(before.then(out) if before is not None else out)
 
     def applied(self, out: Out) -> Out:

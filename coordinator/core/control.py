@@ -69,12 +69,14 @@ log = logging.getLogger("ringleader.coordinator")
 
 class Control:
     def __init__(self, store: JobStore, timings: Timings | None = None,
-                 quarantine_max_share: float = DEFAULT_MAX_SHARE, health_observe: bool = False) -> None:
+                 quarantine_max_share: float = DEFAULT_MAX_SHARE, health_observe: bool = False,
+                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+        self.new_id = new_id  # job ids and group keys (a test gives a sequence: the same inputs, the same Outs)
         self.clock = Clock()  # the input's time, given to handle (coordinator/core/clock.py)
         self.store = Writes(store)  # the writes leave in Out.writes (coordinator/core/writes.py)
         self.timings = timings or Timings()
         self.events = EventBus(self.store, self.clock)
-        self.book = JobBook(self.store, self.events, self.clock)
+        self.book = JobBook(self.store, self.events, self.clock, new_id)
         self.workers = WorkerRegistry(ttl_s=self.timings.worker_ttl_s)
         self.groups = Groups()
         self.health = HealthBook(self.store, clock=lambda: self.clock.wall, max_share=quarantine_max_share, observe=health_observe)
@@ -277,7 +279,7 @@ class Control:
         # A warm group made with other communicator settings cannot serve: form a new one.
         held = self.groups.get(d.warm_group) if d.warm_group else None
         warm = held is not None and held.flavor == flavor
-        key = d.warm_group if warm else warm_groups.new_key(uuid.uuid4().hex[:8], len(conns))
+        key = d.warm_group if warm else warm_groups.new_key(self.new_id()[:8], len(conns))
         if not warm:
             # Members leave the groups they held: those break, and every holder drops them, on
             # each worker's ordered stream before this job's assignment.

@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from coordinator.store.api import JobStore
 from coordinator.core.clock import Clock, SystemClock
@@ -84,7 +84,9 @@ class Page:
 
 
 class JobBook:
-    def __init__(self, store: JobStore, events: EventBus, clock: Clock | None = None) -> None:
+    def __init__(self, store: JobStore, events: EventBus, clock: Clock | None = None,
+                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+        self.new_id = new_id
         self.store = store
         self.events = events
         self.clock = clock or SystemClock()  # a control core gives its own: the time of the input applied
@@ -161,7 +163,7 @@ class JobBook:
     # ---- changing --------------------------------------------------------------------------
 
     def submit(self, valid: ValidJob, request_id: str = "") -> pb.Job:
-        job = pb.Job(id=uuid.uuid4().hex[:12], spec=valid.spec, state=pb.QUEUED,
+        job = pb.Job(id=self.new_id()[:12], spec=valid.spec, state=pb.QUEUED,
                      reason="waiting for workers", created_at=self.clock.wall, request_id=request_id)
         self.store.create(job)
         self.events.created(job.id)

@@ -53,24 +53,24 @@ def recording(spec_of, conn_of) -> list:
             op="all_reduce", sizes=[1024], iters=1), **kw)))
 
     def msg(wid, **m):
-        return lambda: WorkerMsg(conn_of(wid), wpb.WorkerMessage(**m))
+        return WorkerMsg(conn_of(wid), wpb.WorkerMessage(**m))
 
-    job = lambda i: spec_of(i)  # noqa: E731 - the i-th submitted job's id, as this core made it
+    job = spec_of  # the i-th submitted job's id, as this core made it
     steps = [lambda i=i: Register(wpb.Register(worker_id=f"w{i}", host="h1", address=f"10.0.0.{i + 1}",
                                               backend="gloo", device=pb.Device(type="cpu", index=i, name="cpu")))
              for i in range(4)]
     steps += [lambda: collective(2), lambda: Place(),
-              lambda: WorkerMsg(conn_of("w0"), wpb.WorkerMessage(store_ready=wpb.StoreReady(job_id=job(0), store_port=4242))),
-              lambda: WorkerMsg(conn_of("w0"), wpb.WorkerMessage(heartbeat=wpb.Heartbeat(job_id=job(0), op_seq=3))),
-              lambda: WorkerMsg(conn_of("w0"), wpb.WorkerMessage(progress=wpb.ProgressReport(job_id=job(0), progress=pb.Progress(done=1, total=1)))),
-              lambda: WorkerMsg(conn_of("w0"), wpb.WorkerMessage(done=wpb.JobDone(job_id=job(0), rank=0, ok=True, log="rank 0 says hi"))),
-              lambda: WorkerMsg(conn_of("w1"), wpb.WorkerMessage(done=wpb.JobDone(job_id=job(0), rank=1, ok=True))),
+              lambda: msg("w0", store_ready=wpb.StoreReady(job_id=job(0), store_port=4242)),
+              lambda: msg("w0", heartbeat=wpb.Heartbeat(job_id=job(0), op_seq=3)),
+              lambda: msg("w0", progress=wpb.ProgressReport(job_id=job(0), progress=pb.Progress(done=1, total=1))),
+              lambda: msg("w0", done=wpb.JobDone(job_id=job(0), rank=0, ok=True, log="rank 0 says hi")),
+              lambda: msg("w1", done=wpb.JobDone(job_id=job(0), rank=1, ok=True)),
               lambda: Submit(jobspec.normalize(pb.JobSpec(world_size=2, priority=checks.CHECK_PRIORITY,
                                                           placement=pb.Placement(worker_ids=["w2", "w3"]),
                                                           gpu_check=pb.GpuCheckSpec()))),
               lambda: Place(),
-              lambda: WorkerMsg(conn_of("w2"), wpb.WorkerMessage(done=wpb.JobDone(
-                  job_id=job(1), rank=0, ok=False, failure=wpb.EXECUTOR_DIED, error="CUDA error: an illegal memory access"))),
+              lambda: msg("w2", done=wpb.JobDone(job_id=job(1), rank=0, ok=False, failure=wpb.EXECUTOR_DIED,
+                                                 error="CUDA error: an illegal memory access")),
               lambda: collective(4), lambda: Place(),
               lambda: Cancel(job(2), "changed my mind"),
               lambda: Cordon("w3", True),

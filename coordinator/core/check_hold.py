@@ -18,48 +18,55 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from coordinator.core.inputs import Out
-from coordinator.core.jobs import Queued
+from coordinator.core.jobs import JobBook, Queued
+from coordinator.core.liveness import Timings
+from coordinator.core.registry import WorkerRegistry
+from coordinator.core.scheduler import Scheduler
 from ringleader import checks
 from ringleader.jobspec import MAX_PRIORITY
 
 log = logging.getLogger("ringleader.coordinator")
 
 
-class CheckHolding:
-    """Methods of `Control` (control.py), which owns the state they read and change."""
+class CheckHold:
+    """The checks waiting to be placed, and those moved ahead of user jobs. Control (control.py)
+    tells it of each job it queues (`note`) and asks it at each tick (`hold`)."""
 
-    _out: Out
-    checks_waiting: dict[str, float]  # queued check job -> created_at (wall), oldest first
-    held_for_checks: set[str]  # those moved ahead of user jobs
+    def __init__(self, timings: Timings, book: JobBook, scheduler: Scheduler, workers: WorkerRegistry) -> None:
+        self.timings, self.book, self.scheduler, self.workers = timings, book, scheduler, workers
+        self.waiting: dict[str, float] = {}  # queued check job -> created_at (wall), oldest first
+        self.held: set[str] = set()  # those moved ahead of user jobs
 
-    def _note_check(self, q: Queued) -> None:
+    def note(self, q: Queued) -> None:
         if checks.is_check(q.valid.spec):
-            self.checks_waiting[q.job.id] = q.job.created_at
+            self.waiting[q.job.id] = q.job.created_at
 
-    def _hold_for_checks(self, wall: float) -> None:
-        """At each tick: move the checks that have waited long enough ahead, within the share."""
+    def hold(self, wall: float) -> bool:
+        """At each tick: move the checks that have waited long enough ahead, within the share.
+        True if the placement queue changed."""
         after = self.timings.check_hold_after_s
-        if not after or not self.checks_waiting:
-            return
-        for job_id in [j for j in self.checks_waiting if j not in self.book.queued]:
-            del self.checks_waiting[job_id]  # started, cancelled or failed
-            self.held_for_checks.discard(job_id)
+        if not after or not self.waiting:
+            return False
+        for job_id in [j for j in self.waiting if j not in self.book.queued]:
+            del self.waiting[job_id]  # started, cancelled or failed
+            self.held.discard(job_id)
         # A check the connected fleet cannot run (a worker it names is gone) holds nothing and
         # takes no share: it reserves nothing, and must not keep other checks from their turn.
-        pending = {j: p for j in self.checks_waiting
+        pending = {j: p for j in self.waiting
                    if (p := self.scheduler.pending(j)) is not None and self.scheduler.runnable(j)}
-        held = sum(pending[j].need.world_size for j in self.held_for_checks if j in pending)
+        held = sum(pending[j].need.world_size for j in self.held if j in pending)
         share = int(self.timings.check_hold_share * self.workers.n_connected())
-        for job_id, created in self.checks_waiting.items():
+        changed = False
+        for job_id, created in self.waiting.items():
             p = pending.get(job_id)
-            if p is None or job_id in self.held_for_checks or wall - created < after:
+            if p is None or job_id in self.held or wall - created < after:
                 continue
             if held and held + p.need.world_size > share:
                 break  # oldest first: a later check waits for an earlier one's workers to free
             self.scheduler.add(dataclasses.replace(p, priority=MAX_PRIORITY))
-            self.held_for_checks.add(job_id)
+            self.held.add(job_id)
             held += p.need.world_size
-            self._dirty = True
+            changed = True
             log.info("check job %s queued %.0f s: its %d workers take no new user job until it starts",
                      job_id, wall - created, p.need.world_size)
+        return changed

@@ -10,14 +10,20 @@ warm groups (groups.Groups), the scheduler (scheduler.Scheduler) and the health 
 Nothing called from inside `handle` may call `handle` again: a re-entry raises (it would lose the
 outer input's placement pass and events). Each change updates the scheduler's indexes right
 beside it (`_enqueue`, `_unqueue`, `_set_state`); nothing installs a callback on another
-object. A placement pass (`schedule`, called only from `handle`) runs once at the end of an
-input that changed the queue, the idle set or the warm groups. A tick asks liveness (a pure
+object. A placement pass (`schedule`) is an input of its own (`Place`), which the caller feeds
+after inputs whose `Out.place` says one is due (they changed the queue, the idle set or the warm
+groups). A tick asks liveness (a pure
 function of the clock, the running jobs and the workers) for its verdicts, which are inputs too
 (Lost, Fail, Requeue) and are applied in the same turn; it also cancels queued jobs past their
 queue_timeout_s and forgets workers gone longer than the registry's TTL.
 
-The worker protocol (what the daemons report, how jobs end, warm-group bookkeeping) is the other
-half of this class, in coordinator/core/dispatch.py. Store writes happen as the change is applied;
+Control holds components that own their state, called by name, each given its collaborators:
+`protocol` (dispatch.WorkerProtocol: what the daemons report, how jobs end, the warm groups'
+bookkeeping), `health_inputs` (health_inputs.HealthInputs: verdicts, cordons, preflight),
+`reattach` (restart.Reattach: jobs waiting for their members after a restart) and `check_hold`
+(check_hold.CheckHold: checks moved ahead of user jobs). Control itself applies users' calls,
+registrations, departures and ticks, keeps each worker's state and the scheduler's indexes, and
+places jobs. Store writes happen as the change is applied;
 the caller (facade.Coordinator, coordinator/core/facade.py) awaits their commit before it acknowledges a user.
 
 Hooks for other parts:
@@ -30,9 +36,7 @@ Hooks for other parts:
 
 from __future__ import annotations
 
-import collections
 import logging
-import time
 import uuid
 from typing import Callable
 
@@ -40,16 +44,17 @@ from coordinator.core import admission, liveness, scheduler
 from coordinator.core import groups as warm_groups
 from coordinator.store.api import JobStore
 from coordinator.core.dispatch import WorkerProtocol
-from coordinator.core.health_inputs import HealthProtocol
-from coordinator.core.preflight import Certifying
+from coordinator.core.health_inputs import HealthInputs
 from coordinator.core.queue_heap import QueueHeap
+from coordinator.core.clock import Clock, Now
 from coordinator.core.reentry import Guard
-from coordinator.core.restart import Reattaching
-from coordinator.core.check_hold import CheckHolding
+from coordinator.core.writes import Writes
+from coordinator.core.restart import Reattach
+from coordinator.core.check_hold import CheckHold
 from coordinator.core.events import EventBus
 from coordinator.core.groups import Groups
-from coordinator.core.inputs import (CLOSE, Alive, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Register, Reload,
-                                     Requeue, Submit, Tick, WorkerMsg)
+from coordinator.core.inputs import (CLOSE, Alive, Cancel, Cordon, Disconnect, Fail, Input, Lost, Out, Place, Register,
+                                     Reload, Requeue, Submit, Tick, WorkerMsg)
 from coordinator.core.jobs import JobBook, Page, Queued
 from coordinator.core.liveness import Timings
 from coordinator.core.registry import WorkerConn, WorkerRegistry
@@ -62,69 +67,67 @@ from ringleader.v1 import workers_pb2 as wpb
 log = logging.getLogger("ringleader.coordinator")
 
 
-class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
+class Control:
     def __init__(self, store: JobStore, timings: Timings | None = None,
-                 quarantine_max_share: float = DEFAULT_MAX_SHARE, health_observe: bool = False) -> None:
-        self.store = store
+                 quarantine_max_share: float = DEFAULT_MAX_SHARE, health_observe: bool = False,
+                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+        self.new_id = new_id  # job ids and group keys (a test gives a sequence: the same inputs, the same Outs)
+        self.clock = Clock()  # the input's time, given to handle (coordinator/core/clock.py)
+        self.store = Writes(store)  # the writes leave in Out.writes (coordinator/core/writes.py)
         self.timings = timings or Timings()
-        self.events = EventBus(store)
-        self.book = JobBook(store, self.events)
+        self.events = EventBus(self.store, self.clock)
+        self.book = JobBook(self.store, self.events, self.clock, new_id)
         self.workers = WorkerRegistry(ttl_s=self.timings.worker_ttl_s)
         self.groups = Groups()
-        self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
-        self.health = HealthBook(store, max_share=quarantine_max_share, observe=health_observe)
+        self.health = HealthBook(self.store, clock=lambda: self.clock.wall, max_share=quarantine_max_share, observe=health_observe)
         self.expectations = History()  # each check key's passing figures (coordinator/health/expectations.py)
         self.scheduler = scheduler.Scheduler(cordoned_ids=self.health.cordoned_ids)  # counted apart when waiting
         self._out = Out()
         self._guard = Guard()  # re-entry is an error (coordinator/core/reentry.py)
-        self.awaiting: dict[str, str] = {}  # after a restart: worker -> the job it is to re-attach to
-        self.checks_waiting: dict[str, float] = {}  # coordinator/core/check_hold.py
-        self.held_for_checks: set[str] = set()
-        self.certifying: dict[str, Certifying] = {}  # preflight jobs whose gang is being checked
-        self._preflight_of: dict[str, str] = {}  # running preflight check id -> the job it certifies
         self._dirty = False  # the queue, the idle set or the warm groups changed: place at the end
-        self._placement_due = False  # a pass deferred by handle(place=False)
+        self._placement_due = False  # a pass is due: the next `Place` input runs it
         self._last_tick: float | None = None
         # Queued jobs with a queue_timeout_s, by deadline (wall clock against created_at: a restart
         # neither resets nor extends a wait); a tick takes only what is due.
         self._queue_deadlines = QueueHeap(self.book.queued, Queued.deadline)
+        self.protocol = WorkerProtocol(self)  # the daemons' reports, jobs' ends, warm groups (dispatch.py)
+        self.health_inputs = HealthInputs(self, self.health, self.expectations)  # health_inputs.py
+        self.certifying = self.health_inputs.certifying  # read by the edge's read view
+        self.reattach = Reattach(self)  # after a restart (coordinator/core/restart.py)
+        self.check_hold = CheckHold(self.timings, self.book, self.scheduler, self.workers)
         self._handlers: dict[type, Callable] = {
             Submit: self._submit, Cancel: self._cancel, Register: self._register, Disconnect: self._disconnect,
-            Lost: self._disconnect, WorkerMsg: self._message, Tick: self._tick, Cordon: self._cordon,
-            Reload: self._reload, Fail: self._fail, Requeue: self._requeue, Alive: self._alive,
+            Lost: self._disconnect, WorkerMsg: self.protocol.message, Tick: self._tick, Cordon: self.health_inputs.cordon,
+            Reload: self.reattach.reload, Fail: self._fail, Requeue: self.reattach.requeue, Place: self._place,
+            Alive: self.protocol.alive,
         }
 
     # ---- the one entry point ---------------------------------------------------------------
 
-    def handle(self, inp: Input, place: bool = True) -> Out:
+    def handle(self, inp: Input, now: Now) -> Out:
         """Apply one input; return the messages to send (in order) and the events it recorded.
         Bad input raises (InvalidSpec, NotFound, FailedPrecondition, AlreadyExists) and changes
-        nothing. With place=False (the facade's worker messages, many per turn of its loop) the
-        placement pass the input calls for waits for the next input handled with place=True, or
-        `place_due`: one pass per batch instead of one per message."""
+        nothing. No input but `Place` runs the placement pass: `Out.place` says one is due (the
+        queue, the idle set or the warm groups changed, or the last pass stopped at its ranks),
+        and the caller feeds `Place()` when it chooses (the facade: once per turn of its loop,
+        for every input of that turn; a test driver: after each input)."""
         with self._guard.entered(type(inp).__name__):
+            self.clock.set(now)
             out = self._out = Out()
             self._dirty = False
             self._handlers[type(inp)](inp)
             self._placement_due = self._placement_due or self._dirty
-            return self._end(out, place)
+            out.events = self.events.drain()
+            out.writes = self.store.drain()
+            out.place = self._placement_due
+            return out
 
-    def place_due(self) -> Out:
-        """The placement pass that inputs handled with place=False deferred, or the rest of one
-        stopped at its ranks (none due: nothing)."""
-        with self._guard.entered("place_due"):
-            self._out = Out()
-            return self._end(self._out, True)
-
-    def placement_due(self) -> bool:
-        return self._placement_due
-
-    def _end(self, out: Out, place: bool) -> Out:
-        if self._placement_due and place:
+    def _place(self, inp: Place) -> None:
+        """The placement pass the inputs before asked for (none due: nothing)."""
+        if self._placement_due:
             self._placement_due = False
             self.schedule()
-        out.events = self.events.drain()
-        return out
+        self._dirty = False  # what the pass itself changed, it has seen
 
     def schedule(self) -> None:
         """The placement pass: start the queued jobs that can start now, up to Timings.pass_ranks."""
@@ -170,7 +173,7 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
             self._out.job = self.book.queued[inp.job_id].job  # as stored, and without results
             self.book.finish(inp.job_id, pb.CANCELLED, inp.reason)
         elif (rj := self.book.running.get(inp.job_id)) is not None:
-            self.end(rj, pb.CANCELLED, inp.reason)
+            self.protocol.end(rj, pb.CANCELLED, inp.reason)
             self._out.job = None if rj.rows else rj.job  # with rows stored, the caller reads them
         else:
             job = self.store.get(inp.job_id)  # NotFound for unknown ids
@@ -179,7 +182,7 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
     def _enqueue(self, q: Queued) -> None:
         self.scheduler.add(scheduler.PendingJob.of(q.job.id, q.valid, q.job.created_at))
         self._queue_deadlines.add(q.job.id, q)
-        self._note_check(q)
+        self.check_hold.note(q)
         self._dirty = True
 
     def _queue_timeouts(self, wall: float) -> None:
@@ -197,15 +200,15 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
 
     def _register(self, inp: Register) -> None:
         reg = inp.reg
-        conn = self.workers.add(reg)
+        conn = self.workers.add(reg, self.clock.mono, self.clock.wall)
         log.info("worker %s registered (%s %s on %s)", reg.worker_id, reg.device.type, reg.device.name, reg.host)
         self._send(conn, wpb.CoordinatorMessage(registered=wpb.Registered(
             worker_id=reg.worker_id, heartbeat_interval_s=self.timings.heartbeat_interval_s)))
         self._index(conn)
         if reg.running_job_id:
-            self._reattach(conn, reg.running_job_id, reg.running_rank, reg.warm_group, reg.forming, reg.forming_store_port)
-        self._came_back(conn, reg.running_job_id)
-        self._holds(conn, reg.warm_group)
+            self.reattach.reattach(conn, reg.running_job_id, reg.running_rank, reg.warm_group, reg.forming, reg.forming_store_port)
+        self.reattach.came_back(conn, reg.running_job_id)
+        self.protocol.holds(conn, reg.warm_group)
         self._out.conn = conn
 
     def _disconnect(self, inp: Disconnect | Lost) -> None:
@@ -218,12 +221,12 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
         self._send(conn, CLOSE)  # ends the servicer's writer, which closes the stream
         log.log(logging.WARNING if rj else logging.INFO, "worker %s left: %s", conn.worker_id, inp.why)
         if rj and rj.members[rank] == conn.worker_id and not rj.reattach_deadline:
-            self.end(rj, pb.FAILED, f"rank {rank} (worker {conn.worker_id}) lost: {inp.why}")
-        self._holds(conn, "")
+            self.protocol.end(rj, pb.FAILED, f"rank {rank} (worker {conn.worker_id}) lost: {inp.why}")
+        self.protocol.holds(conn, "")
 
     def _set_state(self, conn: WorkerConn, to: int, job_id: str = "", rank: int = 0) -> None:
         """The one way the control core changes a worker's state: the scheduler follows."""
-        conn.transition(to, job_id, rank)
+        conn.transition(to, job_id, rank, self.clock.mono)
         self._index(conn)
 
     def _free(self, conn: WorkerConn) -> None:
@@ -254,8 +257,8 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
                 conn.unwell_since = conn.unwell_since and conn.unwell_since + lag
         for worker_id in self.workers.expire(now):
             log.info("worker %s forgotten: disconnected for over %.0f s", worker_id, self.workers.ttl_s)
-        self._queue_timeouts(inp.wall or time.time())
-        self._hold_for_checks(inp.wall or time.time())
+        self._queue_timeouts(inp.wall or self.clock.wall)
+        self._dirty |= self.check_hold.hold(inp.wall or self.clock.wall)
         heard = min(now, inp.heard) if inp.heard else now
         for verdict in liveness.verdicts(now, self.book.running.values(), self.workers, self.timings, heard):
             try:
@@ -265,25 +268,25 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
 
     def _fail(self, inp: Fail) -> None:
         if (rj := self.book.running.get(inp.job_id)) is not None:
-            self.end(rj, pb.FAILED, inp.reason)
+            self.protocol.end(rj, pb.FAILED, inp.reason)
 
     # ---- placement -------------------------------------------------------------------------
 
     def _start(self, d: scheduler.Decision) -> None:
-        if self._preflight(d):
+        if self.health_inputs.preflight(d):
             return  # its gang is checked first (coordinator/core/preflight.py)
         conns = [self.workers.get(w) for w in d.worker_ids]
         flavor = self.book.queued[d.job_id].valid.flavor
         # A warm group made with other communicator settings cannot serve: form a new one.
         held = self.groups.get(d.warm_group) if d.warm_group else None
         warm = held is not None and held.flavor == flavor
-        key = d.warm_group if warm else warm_groups.new_key(uuid.uuid4().hex[:8], len(conns))
+        key = d.warm_group if warm else warm_groups.new_key(self.new_id()[:8], len(conns))
         if not warm:
             # Members leave the groups they held: those break, and every holder drops them, on
             # each worker's ordered stream before this job's assignment.
             for c in conns:
                 if c.holds:
-                    self.break_group(c.holds, f"{c.worker_id} joined another gang")
+                    self.protocol.break_group(c.holds, f"{c.worker_id} joined another gang")
             self.groups.form(key, d.worker_ids, flavor)
         refs = [pb.WorkerRef(worker_id=c.worker_id, rank=rank, host=c.reg.host,
                              device=f"{c.reg.device.type}:{c.reg.device.index}") for rank, c in enumerate(conns)]
@@ -292,4 +295,4 @@ class Control(WorkerProtocol, HealthProtocol, Reattaching, CheckHolding):
         for rank, c in enumerate(conns):
             self._set_state(c, pb.BUSY, rj.id, rank)
         for rank in (range(len(conns)) if warm else [0]):
-            self._assign(rj, rank)
+            self.protocol.assign(rj, rank)

@@ -17,15 +17,15 @@ rank 0's final set only fills in rows that never streamed in.
 
 from __future__ import annotations
 
+import collections
 import logging
-import time
 
 from coordinator.core import admission
 from ringleader import checks, kinds
 
 from coordinator.health import assemble, baselines, link_baselines
 from coordinator.health.trends import trend_point
-from coordinator.core.inputs import Alive, Out, WorkerMsg
+from coordinator.core.inputs import Alive, WorkerMsg
 from coordinator.core.jobs import Running, row_key
 from coordinator.core.liveness import UNWELL
 from coordinator.core.registry import WorkerConn
@@ -61,29 +61,33 @@ def name_ranks(outcome, members: list[str]) -> None:
 
 
 class WorkerProtocol:
-    """Methods of `Control` (control.py), which owns the state they read and change."""
+    """What the daemons report, how jobs end, the warm groups' bookkeeping, for `core`: the
+    Control (control.py) that holds it, whose job book, registry, warm groups and health it
+    changes, and whose worker states and sends it goes through."""
 
-    _out: Out
+    def __init__(self, core) -> None:
+        self.core = core
+        self.rejected: collections.Counter[str] = collections.Counter()  # worker reports dropped, by kind
 
     # ---- messages up a worker's stream -----------------------------------------------------
 
-    def _message(self, inp: WorkerMsg) -> None:
+    def message(self, inp: WorkerMsg) -> None:
         conn, msg = inp.conn, inp.msg
         kind = msg.WhichOneof("msg")
-        conn.last_heartbeat, conn.last_heartbeat_wall = time.monotonic(), time.time()
+        conn.last_heartbeat, conn.last_heartbeat_wall = self.core.clock.mono, self.core.clock.wall
         if kind == "heartbeat":
             self._on_heartbeat(conn, msg.heartbeat)
         elif kind == "group_dropped":
             if conn.holds == msg.group_dropped.group_key:
-                self._holds(conn, "")
+                self.holds(conn, "")
         elif kind == "done":
             self._on_done(conn, msg.done)
         elif (rj := self._member_job(conn, kind, getattr(msg, kind).job_id)) is not None:
             if kind == "progress":
-                rj.last_progress, rj.formed = time.monotonic(), True
+                rj.last_progress, rj.formed = self.core.clock.mono, True
                 if conn.rank == 0:
                     rj.job.progress.CopyFrom(msg.progress.progress)
-                    self.events.publish(pb.JobEvent(job_id=rj.id, progress=msg.progress.progress), rj.job)
+                    self.core.events.publish(pb.JobEvent(job_id=rj.id, progress=msg.progress.progress), rj.job)
             elif kind == "result" and conn.rank == 0:
                 if admission.result_refusal(rj.valid, msg.result.result):
                     self.rejected[kind] += 1
@@ -93,20 +97,21 @@ class WorkerProtocol:
             elif kind == "store_ready" and conn.rank == 0 and not rj.store_port:
                 rj.store_port = msg.store_ready.store_port
                 if rj.reattach_deadline:  # after a restart: only members back without it (restart.py)
-                    self._settle_held(rj)
+                    self.core.reattach.settle_held(rj)
                     return
                 for rank in range(1, len(rj.members)):
                     if rank not in rj.assigned:
-                        self._assign(rj, rank)
+                        self.assign(rj, rank)
 
-    def _alive(self, inp: Alive) -> None:
+    def alive(self, inp: Alive) -> None:
+        clock = self.core.clock
         for conn in inp.conns:  # a stream that ended meanwhile is no longer the worker's connection
-            if conn.connected and self.workers.get(conn.worker_id) is conn:
-                conn.last_heartbeat, conn.last_heartbeat_wall = inp.mono, inp.wall
+            if conn.connected and self.core.workers.get(conn.worker_id) is conn:
+                conn.last_heartbeat, conn.last_heartbeat_wall = clock.mono, clock.wall
 
     def _member_job(self, conn: WorkerConn, kind: str, job_id: str) -> Running | None:
         """The running job a report is about, if `conn` is its member at the rank it was given."""
-        rj = self.book.running.get(job_id)
+        rj = self.core.book.running.get(job_id)
         if rj and conn.job_id == job_id and rj.members[conn.rank] == conn.worker_id:
             return rj
         self.rejected[kind] += 1
@@ -115,17 +120,17 @@ class WorkerProtocol:
     def _on_heartbeat(self, conn: WorkerConn, hb: wpb.Heartbeat) -> None:
         health = hb.executor or pb.EXECUTOR_OK
         if health in UNWELL and conn.executor_health not in UNWELL:
-            conn.unwell_since = time.monotonic()
+            conn.unwell_since = self.core.clock.mono
         elif health not in UNWELL:
             conn.unwell_since = 0.0
         conn.executor_health, conn.executor_detail = health, clip(hb.executor_detail)
         conn.op_seq = hb.op_seq
         if hb.HasField("telemetry"):
-            self._telemetry(conn.worker_id, hb.telemetry)  # coordinator/core/health_inputs.py
-        rj = self.book.running.get(hb.job_id)
+            self.core.health_inputs.telemetry(conn.worker_id, hb.telemetry)  # coordinator/core/health_inputs.py
+        rj = self.core.book.running.get(hb.job_id)
         if rj and conn.job_id == rj.id and rj.seqs.get(conn.rank) != hb.op_seq:
             rj.seqs[conn.rank] = hb.op_seq
-            rj.last_progress = time.monotonic()
+            rj.last_progress = self.core.clock.mono
             # The counter is the executor's own (a new executor starts again from 0): an op
             # beyond the lowest value seen since the job started means this rank is past its
             # group's init, and a group's init ends on every rank together.
@@ -134,9 +139,9 @@ class WorkerProtocol:
             rj.formed = rj.formed or hb.op_seq > base
 
     def _on_done(self, conn: WorkerConn, done: wpb.JobDone) -> None:
-        rj = self.book.running.get(done.job_id)
+        rj = self.core.book.running.get(done.job_id)
         conn.executor_restarts = done.executor_restarts
-        self._holds(conn, done.warm_group)
+        self.holds(conn, done.warm_group)
         if conn.job_id != done.job_id or conn.rank != done.rank:
             self.rejected["done"] += 1  # not its job, or not its rank: nobody is freed by it
             if rj is not None and conn.job_id == rj.id and rj.members[conn.rank] == conn.worker_id:
@@ -144,32 +149,32 @@ class WorkerProtocol:
             return
         self._keep_log(conn, done)  # first: a rank whose end fails the job has its log stored by then
         if rj is None or rj.members[done.rank] != conn.worker_id:
-            self._free(conn)
+            self.core._free(conn)
             return
         if not (done.ok and checks.is_check(rj.job.spec)):
-            self._free(conn)  # a check holds its gang until its verdicts exist (`end` frees it)
+            self.core._free(conn)  # a check holds its gang until its verdicts exist (`end` frees it)
         failed = f"{who(rj, done.rank)} failed: {clip(done.error, MAX_ERROR)}"
         if done.ok:
             self._rank_finished(rj, done)
         elif done.failure == wpb.PEER_ERROR:
             # Probably a victim of another rank's death: give the cause a moment to report.
             rj.peer_errors.append(failed)
-            rj.blame_deadline = rj.blame_deadline or time.monotonic() + self.timings.blame_grace_s
+            rj.blame_deadline = rj.blame_deadline or self.core.clock.mono + self.core.timings.blame_grace_s
         else:
-            self._crashed(rj, done.rank, done.failure, clip(done.error))  # its own report: evidence on its worker
+            self.core.health_inputs.crashed(rj, done.rank, done.failure, clip(done.error))  # its own report: evidence on its worker
             self.end(rj, pb.FAILED, failed)
 
     def _keep_log(self, conn: WorkerConn, done: wpb.JobDone) -> None:
         """Store the rank's log if `conn` ran that rank, also after the job ended: the ranks
         aborted because another one failed report late, and their logs matter as much."""
         try:
-            members = self.book.members(done.job_id)
+            members = self.core.book.members(done.job_id)
         except NotFound:  # a job this coordinator never had (a worker's leftover from another)
             return
         if not (done.rank < len(members) and members[done.rank] == conn.worker_id):
             self.rejected["log"] += 1
             return
-        rj = self.book.running.get(done.job_id)
+        rj = self.core.book.running.get(done.job_id)
         if rj is not None and done.ok and not done.log:
             # Most ranks that finish print nothing: a row for each was a statement per rank of
             # every job. Stored only if the job ends otherwise (`end`); a SUCCEEDED job's ranks
@@ -177,7 +182,7 @@ class WorkerProtocol:
             rj.quiet_ranks.add(done.rank)
             return
         # The worker caps its log; this cap keeps a wayward one from filling the store.
-        self.store.set_rank_log(done.job_id, done.rank, log_tail(done.log.encode(), limit=2 * LOG_TAIL_BYTES))
+        self.core.store.set_rank_log(done.job_id, done.rank, log_tail(done.log.encode(), limit=2 * LOG_TAIL_BYTES))
 
     def _rank_finished(self, rj: Running, done: wpb.JobDone) -> None:
         bad = next(filter(None, (admission.result_refusal(rj.valid, r) for r in done.results)), "")
@@ -207,18 +212,18 @@ class WorkerProtocol:
             if kind in checks.KINDS:
                 self._assemble(rj, kind)
             rj.job.progress.done = rj.job.progress.total
-            self.groups.succeeded(rj.group_key)
+            self.core.groups.succeeded(rj.group_key)
             self.end(rj, pb.SUCCEEDED, "; ".join(["all ranks finished", *rj.regressions]))
 
     def _assemble(self, rj: Running, kind: str) -> None:
         """The check's result, from every rank's own evidence and each worker's registration."""
-        models = [c.reg.device.name if (c := self.workers.get(w)) else "" for w in rj.members]
+        models = [c.reg.device.name if (c := self.core.workers.get(w)) else "" for w in rj.members]
         kept = getattr(rj.job, kind)
         build = kinds.get(kind).resolve("assemble")  # the kind table's column
         kept.CopyFrom(build(rj.job.spec, list(rj.job.workers), models, rj.evidence))
         name_ranks(kept, rj.members)
         if kind == "link_matrix":  # each link against its own baseline, not only its peers of this check
-            for regression in link_baselines.record(self.store, kept, list(rj.job.workers), models, time.time()):
+            for regression in link_baselines.record(self.core.store, kept, list(rj.job.workers), models, self.core.clock.wall):
                 log.warning("job %s: regression: %s", rj.id, regression.describe())
                 rj.regressions.append(f"regression: {regression.describe()}")
 
@@ -231,22 +236,22 @@ class WorkerProtocol:
         # The row gets its baseline and ratio, then feeds that baseline (coordinator/health/baselines.py).
         # The gang's part of the key is the same for every row of the job: found once.
         if rj.baseline_fields is None:
-            model_of = {w: c.reg.device.name for w in rj.members if (c := self.workers.get(w))}
+            model_of = {w: c.reg.device.name for w in rj.members if (c := self.core.workers.get(w))}
             rj.baseline_fields = baselines.key_fields(rj.job, model_of)
-        if regression := baselines.record(self.store, row, rj.baseline_fields, time.time()):
+        if regression := baselines.record(self.core.store, row, rj.baseline_fields, self.core.clock.wall):
             log.warning("job %s: regression: %s", rj.id, regression.describe())
             rj.regressions.append(f"regression: {regression.describe()}")
-        if point := trend_point(rj.job, row, rj.baseline_fields, time.time()):  # the dashboard's trends
-            self.store.add_trend(point)
-        self.store.add_result(rj.id, row)
-        self.events.record(pb.JobEvent(job_id=rj.id, result=row), rj.job)
+        if point := trend_point(rj.job, row, rj.baseline_fields, self.core.clock.wall):  # the dashboard's trends
+            self.core.store.add_trend(point)
+        self.core.store.add_result(rj.id, row)
+        self.core.events.record(pb.JobEvent(job_id=rj.id, result=row), rj.job)
 
     # ---- assigning and ending --------------------------------------------------------------
 
-    def _assign(self, rj: Running, rank: int) -> None:
-        c = self.workers.get(rj.members[rank])
-        rank0 = self.workers.get(rj.members[0])
-        self._send(c, wpb.CoordinatorMessage(assignment=wpb.Assignment(
+    def assign(self, rj: Running, rank: int) -> None:
+        c = self.core.workers.get(rj.members[rank])
+        rank0 = self.core.workers.get(rj.members[0])
+        self.core._send(c, wpb.CoordinatorMessage(assignment=wpb.Assignment(
             job_id=rj.id, rank=rank, world_size=len(rj.members), backend=rj.job.backend,
             store_host=rank0.reg.address, store_port=rj.store_port, group_key=rj.group_key,
             spec=rj.job.spec, flavor=rj.valid.flavor)))
@@ -255,47 +260,47 @@ class WorkerProtocol:
     def end(self, rj: Running, state: int, reason: str) -> None:
         """Finish a running job; members still in it are told to abort (they report when idle).
         A check's verdicts are applied here, before the ranks it held are freed."""
-        self.book.finish(rj.id, state, reason)
+        self.core.book.finish(rj.id, state, reason)
         if state != pb.SUCCEEDED:
             for rank in rj.quiet_ranks:  # they reported, with nothing to say (`_keep_log`)
-                self.store.set_rank_log(rj.id, rank, "")
+                self.core.store.set_rank_log(rj.id, rank, "")
         if checks.is_check(rj.job.spec):
-            self._verdicts(rj)
+            self.core.health_inputs.verdicts(rj)
         for rank, wid in enumerate(rj.members):
-            c = self.workers.get(wid)
+            c = self.core.workers.get(wid)
             if not c or c.job_id != rj.id:
                 continue
             if rank in rj.finished_ranks:
                 if c.state == pb.BUSY:
-                    self._free(c)  # a check's rank, held since it finished
+                    self.core._free(c)  # a check's rank, held since it finished
                 continue
             if rank in rj.assigned:
-                self._send(c, wpb.CoordinatorMessage(abort=wpb.Abort(job_id=rj.id, reason=reason)))
+                self.core._send(c, wpb.CoordinatorMessage(abort=wpb.Abort(job_id=rj.id, reason=reason)))
             else:
-                self._free(c)  # reserved, but never told of the job
+                self.core._free(c)  # reserved, but never told of the job
         if state != pb.SUCCEEDED:
             self.break_group(rj.group_key, f"job {rj.id} {pb.JobState.Name(state).lower()}")
-        if rj.id in self._preflight_of:
-            self._preflight_checked(rj)  # the job it certifies goes on, in this input
+        if rj.id in self.core.health_inputs.preflight_of:
+            self.core.health_inputs.preflight_checked(rj)  # the job it certifies goes on, in this input
 
     # ---- warm groups -----------------------------------------------------------------------
 
     def break_group(self, key: str, why: str) -> None:
-        for wid in self.groups.break_(key, why):
+        for wid in self.core.groups.break_(key, why):
             self._drop(wid, key, why)
-        self._dirty = True
+        self.core._dirty = True
 
     def _drop(self, worker_id: str, key: str, why: str) -> None:
-        c = self.workers.get(worker_id)
+        c = self.core.workers.get(worker_id)
         if c and c.connected:
-            self._send(c, wpb.CoordinatorMessage(drop_group=wpb.DropGroup(group_key=key, reason=why)))
+            self.core._send(c, wpb.CoordinatorMessage(drop_group=wpb.DropGroup(group_key=key, reason=why)))
 
-    def _holds(self, conn: WorkerConn, key: str) -> None:
+    def holds(self, conn: WorkerConn, key: str) -> None:
         """The worker's executor now holds `key` ("" for none), as it reported."""
-        drop, others = self.groups.held(conn.worker_id, conn.holds, key)
+        drop, others = self.core.groups.held(conn.worker_id, conn.holds, key)
         old, conn.holds = conn.holds, key
         if drop:
             self._drop(conn.worker_id, key, "not a warm group of this coordinator")
         for wid in others:
             self._drop(wid, old, f"{conn.worker_id} no longer holds it")
-        self._dirty = True  # the warm groups a job may reuse changed
+        self.core._dirty = True  # the warm groups a job may reuse changed

@@ -3,18 +3,19 @@
 Recorded events (state changes and results) get the job's next sequence number and are stored
 before anyone hears of them; live-only events (progress, a queued job's new waiting reason) are
 published with seq 0 and never stored. Watchers of a job get its stored events, then live ones,
-until the terminal state; listeners (metrics, the REST live stream) hear every event as it
-happens, on the coordinator's loop, and must not block. The control core collects the events
-one input caused (`drain`) to return them with its sends.
+until the terminal state; listeners (metrics, the REST live stream) hear every event, on the
+coordinator's loop, and must not block. The control core collects the events one input caused
+(`drain`) to return them with its sends; the shell tells watchers and listeners (`tell`) once
+the input's writes are applied.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import AsyncIterator, Callable
 
+from coordinator.core.clock import Clock, SystemClock
 from coordinator.store.api import JobStore
 from ringleader import states
 from ringleader.v1 import jobs_pb2 as pb
@@ -47,12 +48,13 @@ async def until_terminal(stored: list, queue: asyncio.Queue) -> AsyncIterator[pb
 
 
 class EventBus:
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: JobStore, clock: Clock | None = None) -> None:
         self.store = store
+        self.clock = clock or SystemClock()  # a control core gives its own: the time of the input applied
         self._watchers: dict[str, set[Deliver]] = {}  # per job, its followers' `deliver` (follow)
         self._listeners: list[Listener] = []
         self._next_seq: dict[str, int] = {}
-        self._emitted: list[pb.JobEvent] = []  # published since the last drain
+        self._emitted: list[tuple[pb.JobEvent, pb.Job]] = []  # published since the last drain
 
     def add_listener(self, fn: Listener) -> None:
         self._listeners.append(fn)
@@ -70,28 +72,33 @@ class EventBus:
             self._next_seq[event.job_id] = (stored[-1].seq + 1) if stored else 1
         event.seq = self._next_seq[event.job_id]
         self._next_seq[event.job_id] += 1
-        event.time = time.time()
+        event.time = self.clock.wall
         self.store.add_event(event)
         self.publish(event, job)
         if is_terminal(event):
             self._next_seq.pop(event.job_id, None)
 
     def publish(self, event: pb.JobEvent, job: pb.Job) -> None:
-        """Tell watchers and listeners, without storing (progress, waiting reasons)."""
-        event.time = event.time or time.time()
-        self._emitted.append(event)
-        for deliver in self._watchers.get(event.job_id, ()):
-            deliver(event)
-        for fn in self._listeners:
-            try:
-                fn(event, job)
-            except Exception:  # an observer's bug must not break the job's lifecycle
-                log.exception("job event listener failed")
+        """Keep `event` for watchers and listeners, without storing (progress, waiting reasons):
+        they hear of it from `tell`, after the input (the control core calls nobody)."""
+        event.time = event.time or self.clock.wall
+        self._emitted.append((event, job))
 
-    def drain(self) -> list[pb.JobEvent]:
-        """The events published since the last call."""
+    def drain(self) -> list[tuple[pb.JobEvent, pb.Job]]:
+        """The events published since the last call, with their jobs."""
         out, self._emitted = self._emitted, []
         return out
+
+    def tell(self, events: list[tuple[pb.JobEvent, pb.Job]]) -> None:
+        """The shell's half: watchers and listeners hear of an input's events, in order."""
+        for event, job in events:
+            for deliver in self._watchers.get(event.job_id, ()):
+                deliver(event)
+            for fn in self._listeners:
+                try:
+                    fn(event, job)
+                except Exception:  # an observer's bug must not break the job's lifecycle
+                    log.exception("job event listener failed")
 
     async def watch(self, job_id: str) -> AsyncIterator[pb.JobEvent]:
         """Stored events, then live ones, until the job reaches a terminal state."""

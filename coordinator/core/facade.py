@@ -22,13 +22,15 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Iterable
 
-from coordinator.core import admission, paging
+from coordinator.core import admission, paging, writes
+from coordinator.core.clock import Now
 from coordinator.store.api import JobStore
 from coordinator.core.control import Control
 from coordinator.core.events import Listener
 from coordinator.health.book import DEFAULT_MAX_SHARE
 from coordinator.health.fleet import FleetHealth, Observer as HealthObserver
-from coordinator.core.inputs import Alive, Cancel, Cordon, Disconnect, Input, Out, Register, Reload, Submit, Tick, WorkerMsg
+from coordinator.core.inputs import (Alive, Cancel, Cordon, Disconnect, Input, Out, Place, Register, Reload, Submit,
+                                     Tick, WorkerMsg)
 from coordinator.core.jobs import Page
 from coordinator.core.liveness import Timings
 from coordinator.core.stallwatch import StallWatch
@@ -62,14 +64,15 @@ class Coordinator:
         # Control's parts, for readers (metrics, the dashboard, tests); only Control changes them.
         self.events, self.book = self.control.events, self.control.book
         self.workers, self.groups = self.control.workers, self.control.groups
-        self.dispatch = self.control  # its `rejected` counter, under the name metrics read
+        self.dispatch = self.control.protocol  # its `rejected` counter, under the name metrics read
         self._ticker: asyncio.Task | None = None
         self.stopping = self.closed = False  # see stop() and close()
         self._uncommitted = False  # store writes wait for the next _commit
         self._commit_waiters: list[asyncio.Future] = []
         self.fleet = FleetHealth(self, observers=health_observers)  # health's readers; observers hear of quarantines
         self.alerts: list[str] = []  # what the circuit breaker asked an operator to decide, newest last
-        self.passes = PassPacer(lambda: self._send(self.control.place_due()), more=self.control.placement_due)
+        self._place_more = False  # the last pass stopped at its ranks (Timings.pass_ranks): another is due
+        self.passes = PassPacer(self._place, more=lambda: self._place_more)
         self.intake = IntakeGate(self.timings.worker_msgs_per_turn)  # users' calls ahead of workers' (load.py)
         self.lag = LagMeter(self.timings.shed_lag_s)  # work refused promptly when saturated
         self.stalls = StallWatch(self.lag, self.timings.stall_warn_s)  # names what stalled the loop, in the log
@@ -176,11 +179,20 @@ class Coordinator:
         now = time.monotonic() if now is None else now
         self._soon(Tick(now, heard=self.intake.heard_until(now)))
 
-    def _do(self, inp: Input, place: bool = True) -> Out:
-        """Apply one input to the control core and put what it sends on the workers' streams."""
-        return self._send(self.control.handle(inp, place))
+    def _do(self, inp: Input) -> Out:
+        """Apply one input to the control core and put what it sends on the workers' streams;
+        the placement pass it asks for runs now."""
+        out = self._send(self.control.handle(inp, Now.read()))
+        if out.place:
+            self._place()
+        return out
+
+    def _place(self) -> None:
+        self._place_more = self._send(self.control.handle(Place(), Now.read())).place
 
     def _send(self, out: Out) -> Out:
+        writes.apply(out.writes, self.store)  # before anyone hears of the input
+        self.events.tell(out.events)  # watchers and listeners (metrics, the live views)
         for conn, msg in out.sends:
             conn.send(msg)  # None (inputs.CLOSE) ends the stream
         if out.alerts:
@@ -191,8 +203,9 @@ class Coordinator:
 
     def _soon(self, inp: Input) -> Out:
         """`_do`, its placement pass shared with every input of this turn of the loop."""
-        out = self._do(inp, place=False)
-        self.passes.soon()
+        out = self._send(self.control.handle(inp, Now.read()))
+        if out.place:
+            self.passes.soon()
         return out
 
     # ---- users -----------------------------------------------------------------------------
@@ -302,7 +315,7 @@ class Coordinator:
 
     def on_alive(self, conns: list[WorkerConn]) -> None:
         """A worker relay's batch of unchanged heartbeats (coordinator/core/inputs.py's Alive)."""
-        self._soon(Alive(conns, time.monotonic(), time.time()))
+        self._soon(Alive(conns))
 
     def listed_state(self, conn: WorkerConn) -> int:
         """QUARANTINED for an idle worker its health record keeps out of user jobs."""

@@ -56,9 +56,7 @@ class Alive:
     """Workers whose heartbeat came again unchanged, reported together by a worker relay (its ALIVE
     frame, coordinator/edge/relay.py): a heartbeat equal to the last one applied changes nothing
     but when the worker was last heard from."""
-    conns: list[WorkerConn]
-    mono: float  # time.monotonic() when the relay's batch reached the coordinator
-    wall: float
+    conns: list[WorkerConn]  # heard now (the input's time: Control.handle's `now`)
 
 
 # ---- from the clock and the operators --------------------------------------------------------
@@ -93,6 +91,12 @@ class Reload:
     reattach_deadline: float
 
 
+@dataclass(slots=True)
+class Place:
+    """Run the placement pass the inputs before asked for (`Out.place`): the facade's pacer feeds
+    it once per turn of the loop, for all of that turn's inputs (coordinator/core/load.py)."""
+
+
 # ---- verdicts liveness returns for a tick ----------------------------------------------------
 
 @dataclass(slots=True)
@@ -113,7 +117,8 @@ class Requeue:
     why: str = "interrupted by a coordinator restart"
 
 
-Input = Union[Submit, Cancel, Register, Disconnect, WorkerMsg, Alive, Tick, Cordon, Reload, Lost, Fail, Requeue]
+Input = Union[Submit, Cancel, Register, Disconnect, WorkerMsg, Alive, Tick, Cordon, Reload, Place, Lost, Fail,
+              Requeue]
 
 CLOSE = None  # sent in place of a message: end the worker's stream
 
@@ -126,8 +131,20 @@ class Out:
     (the circuit breaker held a quarantine back), and what a call returns (`job`, `conn`)."""
 
     sends: list[tuple[WorkerConn, wpb.CoordinatorMessage | None]] = field(default_factory=list)
-    events: list[pb.JobEvent] = field(default_factory=list)
+    events: list[tuple[pb.JobEvent, pb.Job]] = field(default_factory=list)  # for EventBus.tell, with their jobs
     health: list[str] = field(default_factory=list)
     alerts: list[str] = field(default_factory=list)
     job: pb.Job | None = None
     conn: WorkerConn | None = None
+    place: bool = False  # a placement pass is due: feed `Place()`
+    writes: list[tuple[str, tuple]] = field(default_factory=list)  # for the store, in order (writes.py)
+
+    def then(self, later: "Out") -> "Out":
+        """This input's Out followed by a later one's (a driver that places after each input)."""
+        self.sends += later.sends
+        self.events += later.events
+        self.health += [w for w in later.health if w not in self.health]
+        self.alerts += later.alerts
+        self.writes += later.writes
+        self.place = later.place
+        return self

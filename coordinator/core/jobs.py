@@ -12,9 +12,10 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from coordinator.store.api import JobStore
+from coordinator.core.clock import Clock, SystemClock
 from coordinator.core.events import EventBus
 from coordinator.core.queue_heap import QueueHeap
 from ringleader import jobspec, states
@@ -83,9 +84,12 @@ class Page:
 
 
 class JobBook:
-    def __init__(self, store: JobStore, events: EventBus) -> None:
+    def __init__(self, store: JobStore, events: EventBus, clock: Clock | None = None,
+                 new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+        self.new_id = new_id
         self.store = store
         self.events = events
+        self.clock = clock or SystemClock()  # a control core gives its own: the time of the input applied
         self.queued: dict[str, Queued] = {}
         self.running: dict[str, Running] = {}
         # The members of the jobs ended last, for their ranks' late reports (the logs of ranks
@@ -106,7 +110,8 @@ class JobBook:
                 members = [w.worker_id for w in sorted(job.workers, key=lambda w: w.rank)]
                 rows = {row_key(r) for r in job.results}
                 self.running[job.id] = Running(job, valid, members, group_key="", formed=True, rows=rows,
-                                               reattach_deadline=reattach_deadline)
+                                               reattach_deadline=reattach_deadline, last_progress=self.clock.mono,
+                                               started=self.clock.mono)
         return queued
 
     # ---- reading ---------------------------------------------------------------------------
@@ -158,8 +163,8 @@ class JobBook:
     # ---- changing --------------------------------------------------------------------------
 
     def submit(self, valid: ValidJob, request_id: str = "") -> pb.Job:
-        job = pb.Job(id=uuid.uuid4().hex[:12], spec=valid.spec, state=pb.QUEUED,
-                     reason="waiting for workers", created_at=time.time(), request_id=request_id)
+        job = pb.Job(id=self.new_id()[:12], spec=valid.spec, state=pb.QUEUED,
+                     reason="waiting for workers", created_at=self.clock.wall, request_id=request_id)
         self.store.create(job)
         self.events.created(job.id)
         self._record_state(job)
@@ -170,7 +175,7 @@ class JobBook:
         states.JOBS.check(job.state, to)
         job.state, job.reason = to, reason
         if states.is_terminal(to):
-            job.finished_at = time.time()
+            job.finished_at = self.clock.wall
         self.store.update(job)
         self._record_state(job)
         log.info("job %s %s: %s", job.id, pb.JobState.Name(to), reason)
@@ -181,10 +186,11 @@ class JobBook:
         job = q.job
         del job.workers[:]
         job.workers.extend(members)
-        job.backend, job.warm_start, job.started_at = backend, warm, time.time()
+        job.backend, job.warm_start, job.started_at = backend, warm, self.clock.wall
         job.progress.CopyFrom(pb.Progress(total=q.valid.progress_total))
         rj = Running(job, q.valid, [m.worker_id for m in members], group_key,
-                     attached=set(range(len(members))), formed=warm)
+                     attached=set(range(len(members))), formed=warm, last_progress=self.clock.mono,
+                     started=self.clock.mono)
         self.running[job_id] = rj
         ids = ", ".join(rj.members)
         self.transition(job, pb.RUNNING, f"running on {ids}" + (" (warm group)" if warm else ""))

@@ -76,14 +76,14 @@ class WorkerConn:
     def sort_key(self) -> SortKey:
         return (self.reg.host, self.reg.device.index, self.worker_id)
 
-    def transition(self, to: int, job_id: str = "", rank: int = 0) -> None:
+    def transition(self, to: int, job_id: str = "", rank: int = 0, at: float | None = None) -> None:
         states.WORKERS.check(self.state, to)
         changed = to != self.state
         if changed and self.registry is not None:
             self.registry.moved(self, to)
         self.state, self.job_id, self.rank = to, job_id, rank
         if to == pb.DISCONNECTED and changed:
-            self.disconnected_at = time.monotonic()
+            self.disconnected_at = time.monotonic() if at is None else at  # at: the core's clock
             if self.registry is not None:
                 self.registry.left(self)
 
@@ -125,7 +125,8 @@ class WorkerRegistry:
         self.by_state: collections.Counter[tuple[int, str]] = collections.Counter()
         self.configs = fingerprints.FleetConfig()  # connected workers' fingerprints, by backend and model
 
-    def add(self, reg: wpb.Register) -> WorkerConn:
+    def add(self, reg: wpb.Register, mono: float | None = None, wall: float | None = None) -> WorkerConn:
+        """`mono`, `wall`: when it connected (the control core's clock; None: read the clocks)."""
         old = self._workers.get(reg.worker_id)
         if old and old.connected:
             raise AlreadyExists(f"worker {reg.worker_id} is already connected")
@@ -134,6 +135,10 @@ class WorkerRegistry:
             self._count(old, -1)
         conn = WorkerConn(reg=reg, outbox=asyncio.Queue(), executor_restarts=reg.executor_restarts,
                           registry=self, gang=fingerprints.gang_key(reg.fingerprint))
+        if mono is not None:
+            conn.last_heartbeat = mono
+        if wall is not None:
+            conn.connected_at = conn.last_heartbeat_wall = wall
         self.configs.add(reg.worker_id, (reg.backend, reg.device.name), reg.fingerprint)
         self._workers[reg.worker_id] = conn
         self._count(conn, 1)

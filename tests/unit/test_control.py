@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.core import liveness
+from coordinator.core import liveness, writes
+from coordinator.core.clock import Now
 from coordinator.core.control import Control
 from coordinator.core.reentry import ReentryError
-from coordinator.core.inputs import CLOSE, Cancel, Disconnect, Out, Register, Reload, Cordon, Submit, Tick, WorkerMsg
+from coordinator.core.inputs import (CLOSE, Cancel, Disconnect, Out, Place, Register, Reload, Cordon, Submit, Tick,
+                                     WorkerMsg)
 from coordinator.core.liveness import Timings
 from coordinator.store.memory import MemoryJobStore
 from ringleader import checks, jobspec
@@ -28,11 +30,36 @@ def sends(out: Out) -> list[tuple[str, str]]:
     return [(c.worker_id, "close" if m is CLOSE else m.WhichOneof("msg")) for c, m in out.sends]
 
 
+class Placing:
+    """A Control driven as the facade drives it with a pass per input: each input, then the
+    placement pass its Out asks for (`Place`), one Out for both."""
+
+    def __init__(self, control: Control) -> None:
+        self.control = control
+
+    def handle(self, inp) -> Out:
+        out = self.control.handle(inp, Now.read())
+        return self.alone(Place(), out) if out.place else self.applied(out)
+
+    def alone(self, inp, before: Out | None = None) -> Out:
+        """One input with no placement pass after it (a Place is one), its writes applied."""
+        out = self.control.handle(inp, Now.read())
+        return self.applied(before.then(out) if before is not None else out)
+
+    def applied(self, out: Out) -> Out:
+        writes.apply(out.writes, self.control.store.store)  # as the facade does, before it sends
+        self.control.events.tell(out.events)
+        return out
+
+    def __getattr__(self, name: str):
+        return getattr(self.control, name)
+
+
 class Fleet:
     """A Control and the daemons it hears from, played by the test."""
 
     def __init__(self, n: int = 0, **timings) -> None:
-        self.ctl = Control(MemoryJobStore(), Timings(**timings))
+        self.ctl = Placing(Control(MemoryJobStore(), Timings(**timings)))
         self.conns = {}
         for i in range(n):
             self.register(f"w{i}", i)
@@ -84,13 +111,13 @@ def test_a_submit_waits_and_the_registration_that_completes_the_gang_places_it()
     f = Fleet()
     out = f.submit(2)
     assert sends(out) == [] and out.job.state == pb.QUEUED
-    assert [e.state.state for e in out.events] == [pb.QUEUED]
+    assert [e.state.state for e, _ in out.events] == [pb.QUEUED]
     assert sends(f.register("w0", 0)) == [("w0", "registered")]
     out = f.register("w1", 1)
     # Rank 0 alone is told first: it binds the store before the others learn the port.
     assert sends(out) == [("w1", "registered"), ("w0", "assignment")]
     assert out.sends[1][1].assignment.store_port == 0
-    assert [e.state.state for e in out.events] == [pb.RUNNING]
+    assert [e.state.state for e, _ in out.events] == [pb.RUNNING]
     assert (f.state("w0"), f.state("w1")) == (pb.BUSY, pb.BUSY)
 
 
@@ -127,11 +154,11 @@ def test_streamed_rows_are_stored_once_and_jobdone_only_fills_in_what_never_arri
     f = Fleet(2)
     job_id = started(f, sizes=(1024, 2048))
     out = f.msg("w0", result=wpb.ResultReport(job_id=job_id, result=row(1024, busbw=5.0)))
-    assert [e.result.size_bytes for e in out.events] == [1024]
+    assert [e.result.size_bytes for e, _ in out.events] == [1024]
     f.msg("w0", result=wpb.ResultReport(job_id=job_id, result=row(1024, busbw=7.0)))  # a repeat: dropped
     f.done("w1", job_id, 1)
     out = f.done("w0", job_id, 0, results=[row(1024, busbw=9.0), row(2048, busbw=3.0)])
-    assert [e.result.size_bytes for e in out.events if e.WhichOneof("event") == "result"] == [2048]
+    assert [e.result.size_bytes for e, _ in out.events if e.WhichOneof("event") == "result"] == [2048]
     got = f.job(job_id)
     assert got.state == pb.SUCCEEDED
     assert [(r.size_bytes, r.busbw_gbps) for r in got.results] == [(1024, 5.0), (2048, 3.0)]
@@ -144,7 +171,7 @@ def test_a_final_set_with_a_foreign_row_fails_the_job_naming_the_rank():
     got = f.job(job_id)
     assert got.state == pb.FAILED
     assert got.reason.startswith("rank 0 (worker w0) reported a result that is not this job's: size 999")
-    assert f.ctl.rejected["done"] == 1
+    assert f.ctl.protocol.rejected["done"] == 1
 
 
 def test_a_member_that_reports_as_another_rank_is_not_freed_and_its_job_fails_naming_it():
@@ -154,7 +181,7 @@ def test_a_member_that_reports_as_another_rank_is_not_freed_and_its_job_fails_na
     got = f.job(job_id)
     assert got.state == pb.FAILED and got.reason == "rank 1 (worker w1) sent a report as rank 0"
     assert sorted(sends(out)) == [("w0", "abort"), ("w1", "abort")]
-    assert f.state("w1") == pb.BUSY and f.ctl.rejected["done"] == 1
+    assert f.state("w1") == pb.BUSY and f.ctl.protocol.rejected["done"] == 1
     f.done("w1", job_id, 1, failure=wpb.ABORTED, error="aborted")  # its honest report frees it
     assert f.state("w1") == pb.IDLE
 
@@ -163,7 +190,7 @@ def test_a_jobdone_from_a_worker_outside_the_job_is_counted_and_frees_nobody():
     f = Fleet(3)
     job_id = f.submit(2, worker_ids=["w0", "w1"]).job.id
     assert sends(f.done("w2", job_id, 0)) == []
-    assert f.ctl.rejected["done"] == 1
+    assert f.ctl.protocol.rejected["done"] == 1
     assert (f.job(job_id).state, f.state("w0"), f.state("w2")) == (pb.RUNNING, pb.BUSY, pb.IDLE)
 
 
@@ -337,13 +364,13 @@ def test_what_waits_in_the_inbox_is_not_silence():
 
 def test_a_job_whose_workers_miss_the_restart_grace_is_requeued_then_placed_again():
     store = MemoryJobStore()
-    first = Control(store)
+    first = Placing(Control(store))
     first.handle(Register(wpb.Register(worker_id="w0", host="h1", address="10.0.0.1", backend="gloo",
                                        device=pb.Device(type="cpu", name="cpu"))))
     job_id = first.handle(Submit(jobspec.normalize(pb.JobSpec(
         world_size=1, collective=pb.CollectiveSpec(op="all_reduce", sizes=[1024], iters=1))))).job.id
     f = Fleet()  # a new coordinator over the same store
-    f.ctl = Control(store, Timings(heartbeat_timeout_s=100))
+    f.ctl = Placing(Control(store, Timings(heartbeat_timeout_s=100)))
     t0 = time.monotonic()
     f.ctl.handle(Reload(reattach_deadline=t0 + 15))
     assert f.job(job_id).state == pb.RUNNING  # waiting for its worker
@@ -381,7 +408,7 @@ def _restarted_over_a_forming_job() -> tuple[Fleet, str, list[str]]:
     """A job placed on a new group, and the coordinator that placed it gone before rank 0 reported
     its store (so it sent rank 0 its assignment only). A new coordinator over the same store."""
     store = MemoryJobStore()
-    first = Control(store)
+    first = Placing(Control(store))
     for i in range(2):
         first.handle(Register(wpb.Register(worker_id=f"w{i}", host="h1", address=f"10.0.0.{i + 1}", backend="gloo",
                                            device=pb.Device(type="cpu", index=i, name="cpu"))))
@@ -390,7 +417,7 @@ def _restarted_over_a_forming_job() -> tuple[Fleet, str, list[str]]:
     assert first.book.running[job_id].assigned == {0}
     members = [w.worker_id for w in first.book.running[job_id].job.workers]
     f = Fleet()
-    f.ctl = Control(store, Timings(heartbeat_timeout_s=100))
+    f.ctl = Placing(Control(store, Timings(heartbeat_timeout_s=100)))
     f.ctl.handle(Reload(reattach_deadline=time.monotonic() + 15))
     return f, job_id, members
 
@@ -420,7 +447,7 @@ def test_a_member_that_comes_back_without_its_job_after_a_restart_requeues_it_at
     assert f.ctl.store.events(job_id)[-1].state.reason == ("requeued: interrupted by a coordinator restart; rank 1 "
                                                       f"(worker {members[1]}) came back without it")
     assert (members[0], "abort") in sends(out)
-    assert f.ctl.awaiting == {}
+    assert f.ctl.reattach.awaiting == {}
 
 
 def test_a_member_back_without_a_job_whose_group_was_still_forming_is_assigned_to_its_store():
@@ -500,12 +527,12 @@ def test_checks_hold_at_most_their_share_of_the_fleet_oldest_first():
         world_size=2, priority=checks.CHECK_PRIORITY, placement=pb.Placement(worker_ids=[f"w{2 * k}", f"w{2 * k + 1}"]),
         gpu_check=pb.GpuCheckSpec())))).job for k in range(3)]
     f.ctl.handle(Tick(time.monotonic(), wall=max(g.created_at for g in gangs) + 61))
-    assert f.ctl.held_for_checks == {gangs[0].id}
+    assert f.ctl.check_hold.held == {gangs[0].id}
     for i in range(8):
         f.done(f"w{i}", busy[i], 0)  # every worker frees up; the held gang starts, and the others as before
     assert [f.job(g.id).state for g in gangs] == [pb.RUNNING] * 3
     f.ctl.handle(Tick(time.monotonic(), wall=max(g.created_at for g in gangs) + 62))
-    assert f.ctl.held_for_checks == set() and f.ctl.checks_waiting == {}
+    assert f.ctl.check_hold.held == set() and f.ctl.check_hold.waiting == {}
 
 
 def test_a_check_naming_a_gone_worker_is_not_held_and_takes_no_share():
@@ -519,7 +546,7 @@ def test_a_check_naming_a_gone_worker_is_not_held_and_takes_no_share():
         world_size=2, priority=checks.CHECK_PRIORITY, placement=pb.Placement(worker_ids=["w1", "w2"]),
         gpu_check=pb.GpuCheckSpec())))).job
     f.ctl.handle(Tick(time.monotonic(), wall=later.created_at + 61))
-    assert f.ctl.held_for_checks == {later.id}  # the older check cannot run: the next one's turn
+    assert f.ctl.check_hold.held == {later.id}  # the older check cannot run: the next one's turn
     f.done("w1", busy[1], 0)
     f.done("w2", busy[2], 0)
     assert f.job(later.id).state == pb.RUNNING and f.job(gone.id).state == pb.QUEUED

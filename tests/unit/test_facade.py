@@ -248,7 +248,7 @@ def test_a_running_job_is_re_attached_after_a_restart_and_its_group_adopted():
     (_, a0), = ws[0].inbox()
     # The coordinator dies; a new one over the same store reloads the running job.
     second = Coordinator(store)
-    second.control.handle(Reload(reattach_deadline=time.monotonic() + 15))
+    second._do(Reload(reattach_deadline=time.monotonic() + 15))
     back = [Worker(second, f"w{i}", i, running_job_id=job.id, running_rank=i, warm_group=a0.group_key)
             for i in range(2)]
     assert all(w.kinds() == [] for w in back)  # nothing to drop: it is the job's group

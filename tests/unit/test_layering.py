@@ -43,10 +43,6 @@ SUBLAYERS = {
 # store built on another store): the shape a class in one file replaces. The list only shrinks: a
 # new split fails, and so does an entry whose split is gone (remove it then).
 KNOWN_SPLITS = {
-    "coordinator.core.control.Control": {"coordinator.core.dispatch.WorkerProtocol",
-                                         "coordinator.core.health_inputs.HealthProtocol",
-                                         "coordinator.core.restart.Reattaching",
-                                         "coordinator.core.check_hold.CheckHolding"},
     "coordinator.store.sqlite.SqliteJobStore": {"coordinator.store.sqlite_health.SqliteBaselines",
                                                 "coordinator.store.sqlite_health.SqliteWorkerHealth",
                                                 "coordinator.store.sqlite_health.SqliteCredentials",

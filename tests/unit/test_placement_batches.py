@@ -1,5 +1,5 @@
 """Worker messages in batches: the placement pass they call for runs once, when the batch ends
-(Control.handle(place=False), then Control.place_due), and a job naming a whole fleet costs a
+(inputs handled alone, each Out saying a pass is due, then one `Place` input), and a job naming a whole fleet costs a
 pass a walk of its list, not one per host."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from coordinator.core import scheduler
 from coordinator.core.sched_index import Claims, FleetIndex, WorkerView
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
-from coordinator.core.inputs import WorkerMsg
+from coordinator.core.inputs import Place, WorkerMsg
 
 
 def test_a_deferred_pass_places_nothing_until_the_batch_ends_then_places_once():
@@ -20,22 +20,21 @@ def test_a_deferred_pass_places_nothing_until_the_batch_ends_then_places_once():
     waiting = f.submit(2).job.id
     assert f.job(waiting).state == pb.QUEUED
     for rank, wid in enumerate(("w0", "w1")):
-        out = f.ctl.handle(WorkerMsg(f.conns[wid], wpb.WorkerMessage(done=wpb.JobDone(
-            job_id=first, rank=rank, ok=True))), place=False)
-        assert out.sends == []  # freed, but nobody placed yet
+        out = f.ctl.alone(WorkerMsg(f.conns[wid], wpb.WorkerMessage(done=wpb.JobDone(
+            job_id=first, rank=rank, ok=True))))
+        assert out.sends == [] and out.place  # freed, but nobody placed yet
     assert f.job(first).state == pb.SUCCEEDED and f.job(waiting).state == pb.QUEUED
-    out = f.ctl.place_due()
-    assert f.job(waiting).state == pb.RUNNING
+    out = f.ctl.alone(Place())
+    assert f.job(waiting).state == pb.RUNNING and not out.place
     assert sends(out) == [("w0", "assignment")]  # a new group: rank 0 first, to bind its store
-    assert f.ctl.place_due().sends == []  # nothing left due
+    assert f.ctl.alone(Place()).sends == []  # nothing left due
 
 
 def test_a_user_input_runs_the_pass_a_batch_left_due():
     f = Fleet(1)
     first = f.submit(1).job.id
-    f.ctl.handle(WorkerMsg(f.conns["w0"], wpb.WorkerMessage(done=wpb.JobDone(job_id=first, rank=0, ok=True))),
-                 place=False)
-    out = f.submit(1)  # placed in its own input: the deferred pass ran there
+    f.ctl.alone(WorkerMsg(f.conns["w0"], wpb.WorkerMessage(done=wpb.JobDone(job_id=first, rank=0, ok=True))))
+    out = f.submit(1)  # the pass its Out asks for places both
     assert out.job.id and f.job(out.job.id).state == pb.RUNNING
 
 
@@ -45,15 +44,15 @@ def test_a_pass_stops_at_its_ranks_and_the_next_pass_starts_the_rest():
     f.msg("w0", store_ready=wpb.StoreReady(job_id=big, store_port=4242))
     small = [f.submit(2).job.id for _ in range(3)]
     for rank in range(6):  # the whole fleet freed in one batch
-        f.ctl.handle(WorkerMsg(f.conns[f"w{rank}"], wpb.WorkerMessage(done=wpb.JobDone(
-            job_id=big, rank=rank, ok=True))), place=False)
-    f.ctl.place_due()
+        f.ctl.alone(WorkerMsg(f.conns[f"w{rank}"], wpb.WorkerMessage(done=wpb.JobDone(
+            job_id=big, rank=rank, ok=True))))
+    out = f.ctl.alone(Place())
     states = [f.job(j).state for j in small]
     assert states == [pb.RUNNING, pb.RUNNING, pb.QUEUED]  # 2 + 2 ranks: past 3, the pass stopped
     assert f.job(small[2]).reason == "needs 2 workers: next placement pass (a pass starts at most --pass-ranks ranks)"
-    assert f.ctl.placement_due()  # and says the rest is due
-    f.ctl.place_due()
-    assert f.job(small[2]).state == pb.RUNNING and not f.ctl.placement_due()
+    assert out.place  # and says the rest is due
+    out = f.ctl.alone(Place())
+    assert f.job(small[2]).state == pb.RUNNING and not out.place
 
 
 def test_a_pass_pool_gives_the_fullest_hosts_as_a_fresh_sort_would_after_every_take():

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from cluster import ringleader_cmd
+from cluster import Cluster, ringleader_cmd
 from ringleader.v1 import jobs_pb2 as pb
 
 SLOW = "w1"
@@ -22,12 +22,23 @@ def cli(cluster, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def test_localize_names_the_delayed_worker(fresh_cluster):
-    c = fresh_cluster
-    c.start_coordinator()
+@pytest.fixture(scope="module")
+def slow_fleet(tmp_path_factory):
+    """Four CPU workers, w1 delayed: the fleet of the localize test and of the straggler test (a
+    job of three of them), started once for both; each test waits for its workers idle."""
+    c = Cluster(tmp_path_factory.mktemp("slow-fleet"))
+    try:
+        c.start_coordinator()
+        for wid in [f"w{i}" for i in range(4)]:
+            c.start_worker(wid, env=FAULTS if wid == SLOW else None)
+        yield c
+    finally:
+        c.close()
+
+
+def test_localize_names_the_delayed_worker(slow_fleet):
+    c = slow_fleet
     ids = [f"w{i}" for i in range(4)]
-    for wid in ids:
-        c.start_worker(wid, env=FAULTS if wid == SLOW else None)
     c.wait_idle(ids)
     job = c.wait_job(c.submit(world_size=4, workers=ids, op="all_reduce", sizes=[65536], iters=10).id)
     assert job.state == pb.SUCCEEDED, job.reason
@@ -69,12 +80,9 @@ def test_localize_of_a_clean_job_names_nobody(fresh_cluster):
     assert human.returncode == 0 and human.stdout.splitlines()[-1].startswith("Nobody named: "), human.stdout
 
 
-def test_job_names_the_delayed_rank_a_straggler_with_its_lag(fresh_cluster):
-    c = fresh_cluster
-    c.start_coordinator()
+def test_job_names_the_delayed_rank_a_straggler_with_its_lag(slow_fleet):
+    c = slow_fleet
     ids = ["w0", SLOW, "w2"]
-    for wid in ids:
-        c.start_worker(wid, env=FAULTS if wid == SLOW else None)
     c.wait_idle(ids)
     job = c.wait_job(c.submit(world_size=3, workers=ids, op="all_reduce", sizes=[1024, 65536], iters=10).id)
     assert job.state == pb.SUCCEEDED, job.reason

@@ -110,13 +110,29 @@ def scraped(tmp_path_factory):
             job = c.wait_job(c.submit(world_size=2, workers=pair, op="all_reduce").id)
             assert job.state == pb.SUCCEEDED, job.reason
             if STRAGGLER in pair:
-                time.sleep(2)
+                scraped_after(f"http://127.0.0.1:{port}", time.time())
         yield f"http://127.0.0.1:{port}", tmp
     finally:
         if prom is not None:
             prom.terminate()
             prom.wait(30)
         c.close()
+
+
+def scraped_after(url: str, t: float, timeout: float = 60) -> None:
+    """Until Prometheus has scraped the coordinator after `t` (so each slowed sweep's count is its
+    own sample): the scrape's time, not a fixed sleep of two scrape intervals."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.get(f"{url}/api/v1/query", params={"query": 'timestamp(up{job="ringleader-coordinator"})'}, timeout=30)
+        except httpx.TransportError:  # still starting
+            r = None
+        got = r.json()["data"]["result"] if r is not None and r.status_code == 200 else []
+        if got and float(got[0]["value"][1]) > t:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"prometheus did not scrape the coordinator within {timeout} s")
 
 
 def query(url: str, expr: str) -> list:
@@ -134,7 +150,7 @@ def test_every_panel_of_the_board_returns_series_and_the_quarantine_and_regressi
     for expr in NO_SERIES_WHEN_HEALTHY:
         query(url, expr)  # parses and runs
     while empty and time.monotonic() < deadline:
-        time.sleep(2)
+        time.sleep(0.5)
         empty = [(t, e) for t, e in empty if not query(url, e)]
     assert not empty, f"panels without series: {empty}; prometheus log: {tmp / 'prometheus.log'}"
     targets = httpx.get(f"{url}/api/v1/targets", timeout=30).json()["data"]["activeTargets"]
@@ -145,7 +161,7 @@ def test_every_panel_of_the_board_returns_series_and_the_quarantine_and_regressi
         alerts = httpx.get(f"{url}/api/v1/alerts", timeout=30).json()["data"]["alerts"]
         firing = {a["labels"]["alertname"]: a for a in alerts if a["state"] == "firing"
                   and a["labels"]["alertname"] in ("RingleaderWorkerQuarantined", "RingleaderBaselineRegression")}
-        time.sleep(1)
+        time.sleep(0.25)
     assert firing.get("RingleaderWorkerQuarantined", {}).get("annotations", {}).get("summary") == \
         "1 ringleader worker(s) quarantined", alerts
     regression = firing.get("RingleaderBaselineRegression")

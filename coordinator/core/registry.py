@@ -116,6 +116,7 @@ class WorkerRegistry:
     def __init__(self, ttl_s: float = DEFAULT_TTL_S) -> None:
         self.ttl_s = ttl_s
         self._workers: dict[str, WorkerConn] = {}
+        self.version = 0  # bumped when a worker registers, leaves or is forgotten
         self._order: list[SortKey] = []  # every listed worker's sort key, sorted
         self._connected: dict[str, WorkerConn] = {}
         self._kinds: collections.Counter[tuple] = collections.Counter()  # connected, by kind
@@ -141,6 +142,7 @@ class WorkerRegistry:
             conn.connected_at = conn.last_heartbeat_wall = wall
         self.configs.add(reg.worker_id, (reg.backend, reg.device.name), reg.fingerprint)
         self._workers[reg.worker_id] = conn
+        self.version += 1  # who is here changed (the edge's read view looks at every listing again)
         self._count(conn, 1)
         bisect.insort(self._order, conn.sort_key)
         self._connected[reg.worker_id] = conn
@@ -198,6 +200,7 @@ class WorkerRegistry:
                 self._unlist(conn)
                 self._count(conn, -1)
                 del self._workers[worker_id]
+                self.version += 1
                 gone.append(worker_id)
         return gone
 
@@ -217,6 +220,7 @@ class WorkerRegistry:
         """`conn` became DISCONNECTED (WorkerConn.transition tells the registry that made it)."""
         wid, k = conn.worker_id, kind(conn.reg)
         if self._connected.get(wid) is conn:
+            self.version += 1
             del self._connected[wid]
             self._kinds[k] -= 1
             if not self._kinds[k]:

@@ -60,6 +60,8 @@ class ReadFeed:
         self._at = 0  # the next of them to look at
         self._cycles = 0
         self._cycle_at = 0.0  # when the cycle began (perf_counter)
+        self._cycle_version = -1  # the registry's version then
+        self._done_version, self._done_at = -1, 0.0  # of the last cycle that looked at every worker
         self._reasons: dict[str, str] = {}  # per queued job: the waiting reason the view was sent
         self._reasons_at = 0.0
         self._clock: asyncio.Task | None = None
@@ -91,9 +93,9 @@ class ReadFeed:
             self.flush(share=STAMP_S / SCAN_S)
 
     def scan_behind(self) -> bool:
-        """Whether the scan's cycle is late (the core was held up): a read of workers then asks for
-        all of them at once."""
-        return time.perf_counter() - self._cycle_at > 2 * SCAN_S
+        """Whether a read of workers should have all of them looked at now: a worker registered, left
+        or was forgotten since the scan's cycle began, or the cycle is late (the core was held up)."""
+        return self.c.workers.version != self._done_version or time.perf_counter() - self._done_at > 2 * SCAN_S
 
     def flush(self, workers: bool = False, share: float = 0.0) -> None:
         """Hand the edge what changed since the last flush (`workers`: every worker's listing
@@ -147,6 +149,7 @@ class ReadFeed:
         gone since the last one leave the view."""
         if share >= 1 or self._at >= len(self._ring):
             self._ring, self._at, self._cycle_at = self.c.workers.all(), 0, now
+            self._cycle_version = self.c.workers.version
             self._cycles += 1
             for wid in self._signs.keys() - self.c.workers.ids():
                 del self._signs[wid]
@@ -164,6 +167,8 @@ class ReadFeed:
                 self._signs[wid] = sign
                 update.workers.append(ViewWorker(conn.sort_key, self._info(conn)))
         self._at += take
+        if self._at >= n:
+            self._done_version, self._done_at = self._cycle_version, self._cycle_at
 
     def _members(self, jobs, update: ViewUpdate) -> None:
         for worker_id in {ref.worker_id for job in jobs for ref in job.workers}:

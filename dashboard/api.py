@@ -26,6 +26,7 @@ import grpc
 
 from ringleader.page_token import MAX_TOKEN
 from coordinator.core.facade import Coordinator
+from coordinator.edge import usecases
 from dashboard.job_docs import View, check_fits, job_doc, results_csv, summary
 from dashboard.reads import CoreReads, Reads
 from dashboard.schemas import (
@@ -123,14 +124,9 @@ def _job_routes(r: APIRouter, core: Coordinator, reads: Reads) -> None:
                         "with another spec: 409")] = None,
         view: View = "lean",
     ) -> Response:
+        fits = None if spec.queue else (lambda: check_fits(core, spec.to_pb()))
         with domain_errors(conflicts=("request_id",)):  # a taken key conflicts with its first request
-            core.lag.check("submit")
-            if not spec.queue:
-                check_fits(core, spec.to_pb())
-            await core.prefetch(request_id=request_id or "")
-            job = core.submit(spec.to_pb(), request_id or "")  # a preflight is checked at placement
-        await core.durable(at_once=True)  # acknowledged only once stored
-        job = core.get(job.id)  # RUNNING if it started (coordinator/core/facade.py's submit says when)
+            job = await usecases.submit(core, spec.to_pb(), request_id or "", precheck=fits)
         return JSON(job_doc(job, view), status_code=201, headers={"Location": f"{r.prefix}/jobs/{job.id}"})
 
     @r.get("/jobs", tags=["jobs"], operation_id="listJobs", response_model=JobList, summary="List jobs",
@@ -169,9 +165,7 @@ def _one_job_routes(r: APIRouter, core: Coordinator, reads: Reads) -> None:
     async def cancel_job(job_id: JobId, body: Annotated[CancelIn | None, Body()] = None,
                          view: View = "lean") -> Response:
         with domain_errors():
-            await core.prefetch(job_id=job_id)
-            job = core.cancel(job_id, body.reason if body else "")
-        await core.durable(at_once=True)
+            job = await usecases.cancel(core, job_id, body.reason if body else "")
         return JSON(job_doc(job, view))
 
 

@@ -15,7 +15,7 @@ import grpc
 
 from coordinator.health import baseline_io, localizer
 
-from coordinator.edge import identity
+from coordinator.edge import identity, usecases
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.core.facade import Coordinator
 from coordinator.health.sweeper import run_check
@@ -68,12 +68,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self.c = coordinator
         self.identities = identities or WorkerIdentities(coordinator.store)
 
-    @guarded(adds_work=True)
+    @guarded()  # the use case sheds load itself
     async def SubmitJob(self, request, context):
-        await self.c.prefetch(request_id=request.request_id)
-        job = self.c.submit(request.spec, request.request_id)  # a preflight is checked at placement
-        await self.c.durable(at_once=True)  # acknowledged only once stored
-        return self.c.get(job.id)  # RUNNING if it started (coordinator/core/facade.py's submit says when)
+        return await usecases.submit(self.c, request.spec, request.request_id)
 
     @guarded()
     async def GetJob(self, request, context):
@@ -86,10 +83,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                                 before_id=request.before_id)
         return pb.ListJobsResponse(jobs=page.jobs, next_before_id=page.next_before)
 
-    @guarded(durable=True)
+    @guarded()
     async def CancelJob(self, request, context):
-        await self.c.prefetch(job_id=request.job_id)
-        return self.c.cancel(request.job_id, request.reason)
+        return await usecases.cancel(self.c, request.job_id, request.reason)
 
     @guarded()
     async def GetJobLogs(self, request, context):

@@ -178,8 +178,11 @@ class ReadFeed:
                 update.workers.append(ViewWorker(conn.sort_key, self._info(conn)))
 
     def _sign(self, conn: WorkerConn) -> tuple:
+        # Its configuration drift counts the others ("3 others: unset"): another worker joining
+        # changes it (worked out once per change of the fleet's configurations: fingerprints.py).
         return (id(conn), conn.state, conn.job_id, conn.holds, conn.executor_restarts, conn.executor_health,
-                id(self.c.control.health.peek(conn.worker_id)), conn.connected_at)
+                id(self.c.control.health.peek(conn.worker_id)), conn.connected_at,
+                self.c.workers.configs.drift(conn.worker_id))
 
     def _info(self, conn: WorkerConn) -> pb.WorkerInfo:
         """The worker as the core's ListWorkers shows it (coordinator/core/facade.py)."""

@@ -409,7 +409,7 @@ def fuzzed_operations(cl):
     # filters select differently.)
     operations = [op for op in (result.ok() for result in schema.get_all_operations())
                   if op.path.startswith("/api/v1/") and not op.path.endswith(("/events", "/fleet", "/checks"))]
-    assert len(operations) == 25, [op.label for op in operations]  # + approve, daemons/pending, hooks/log, approve-return, jobs/{id}/header, trends x3, checks/plan
+    assert len(operations) == 27, [op.label for op in operations]  # + approve, daemons/pending, hooks/log, approve-return, jobs/{id}/header, trends x5, checks/plan
     return operations
 
 

@@ -48,15 +48,8 @@ class AutoRelay:
         self._starting: asyncio.Task | None = None
         self.failed = ""  # why the first relay could not start (the streams then stay direct)
 
-    @property
-    def relay(self) -> RelayHost | None:
-        """The first relay (its metrics and tests' handle), or None."""
-        return self.relays[0] if self.relays else None
-
-    @property
-    def port(self) -> int:
-        relay = self.relay
-        return relay.port if relay is not None and relay.proto is not None else 0
+    def _live(self) -> list[RelayHost]:
+        return [r for r in self.relays if r.proto is not None]  # (one whose link ended is started again)
 
     def _load(self, relay: RelayHost, now: float) -> int:
         moves = self._moves.setdefault(id(relay), collections.deque())
@@ -72,13 +65,13 @@ class AutoRelay:
         if not self.at or direct < self.at or self.failed:
             return 0
         now = time.monotonic()
-        live = [r for r in self.relays if r.proto is not None]
+        live = self._live()
         full = not live or (self.share and min(self._load(r, now) for r in live) >= self.share)
         if full and len(self.relays) < MOST and (self._starting is None or self._starting.done()):
             self._starting = asyncio.get_running_loop().create_task(self._start())
         if not live and self._starting is not None and not self._starting.done():
             await asyncio.wait({self._starting}, timeout=START_WAIT_S)
-            live = [r for r in self.relays if r.proto is not None]
+            live = self._live()
         if not live:
             return 0  # a relay that died is started again (RelayHost does): served here meanwhile
         relay = min(live, key=lambda r: self._load(r, now))

@@ -94,7 +94,8 @@ class ReadFeed:
 
     def scan_behind(self) -> bool:
         """Whether a read of workers should have all of them looked at now: a worker registered, left
-        or was forgotten since the scan's cycle began, or the cycle is late (the core was held up)."""
+        or was forgotten since the last cycle that looked at every worker began, or that cycle is
+        older than two cycles (the core was held up)."""
         return self.c.workers.version != self._done_version or time.perf_counter() - self._done_at > 2 * SCAN_S
 
     def flush(self, workers: bool = False, share: float = 0.0) -> None:

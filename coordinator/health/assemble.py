@@ -135,7 +135,8 @@ def link_matrix(spec: pb.JobSpec, workers: list[pb.WorkerRef], models: list[str]
     size = max((x for x in recorded[0][0] if x), default=0)
     taken = iter(recorded)
 
-    def measure(spec_: pb.LinkMatrixSpec, batches: list[list[int]], box_s: float = 0.0) -> list[dict]:
+    def measure(spec_: pb.LinkMatrixSpec, batches: list[list[int]], box_s: float = 0.0,
+                check: bool = True) -> list[dict]:
         # The passes the ranks took, in order (they took the same decisions on the same figures);
         # past the last one recorded, the last again, which changes no link's best.
         sizes, reports = next(taken, recorded[-1])

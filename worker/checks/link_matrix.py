@@ -47,8 +47,9 @@ def run_link_matrix(job: ValidJob, ctx: RunContext) -> Outcome:
     sizes, reason = link_sizes.choose(s.size_bytes, everyone, links)
     evidence = wpb.H49eLinkEvidence(size_reason=reason)
 
-    def measure(spec: pb.LinkMatrixSpec, batches: list[list[int]], box_s: float = BOX_S) -> list[dict]:
-        reports = _measure(spec, sizes, ctx, links, batches, box_s)
+    def measure(spec: pb.LinkMatrixSpec, batches: list[list[int]], box_s: float = BOX_S,
+                check: bool = True) -> list[dict]:
+        reports = _measure(spec, sizes, ctx, links, batches, box_s, check)
         evidence.passes.append(own_pass(spec.iters, batches, links, sizes, reports[ctx.rank]))
         return rows(links, sizes, reports)
 
@@ -68,8 +69,9 @@ def own_pass(iters: int, batches: list[list[int]], links, sizes: list[int], mine
 
 
 def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,
-             batches: list[list[int]], box_s: float = BOX_S) -> list[dict]:
-    """Ping-pong the links of each batch at the same time, batch after batch. Every rank's own
+             batches: list[list[int]], box_s: float = BOX_S, check: bool = True) -> list[dict]:
+    """Ping-pong the links of each batch at the same time, batch after batch (their bytes checked
+    unless `check` is False). Every rank's own
     report ({link: (fastest one-way us, total us, bytes wrong, timed round trips)} for the links it is an end of), in rank order."""
     from worker.checks.pingpong import echo, initiate
     from worker.distutil import sync
@@ -83,7 +85,7 @@ def _measure(s: pb.LinkMatrixSpec, sizes: list[int], ctx: RunContext, links,
         for k in batch:
             a, b, _ = links[k]
             if ctx.rank == a:
-                mine[k] = initiate(b, sizes[k], s.iters, s.warmup, ctx.device, ctx.counter, box_s)
+                mine[k] = initiate(b, sizes[k], s.iters, s.warmup, ctx.device, ctx.counter, box_s, check)
             elif ctx.rank == b:
                 mine[k] = echo(a, sizes[k], ctx.device, ctx.counter)
     mine = {k: (us / fault.inflate_figures, total / fault.inflate_figures, wrong, n)

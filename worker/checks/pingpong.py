@@ -8,11 +8,14 @@ within 2x plus 0.5 ms where the fastest ones may not), and the bytes it found wr
 round trip of fresh data. Blocking transfers.
 
 Each link's round trips are bounded in time (`box_s`): the initiator alone decides, and tells the
-echo in the last byte of what it sends (a warm-up or a timed round trip, and whether it is the
-last), so both ends stop on the same round trip however slow the link. Past the box a link ends
-its warm-up after one round trip and its timed ones after MIN_TIMED: a pass over a link at
-50 Mbit/s takes a few round trips, not `warmup + iters` of them. The count of timed round trips
-is reported; a link cut short by its box is slow by that fact (its figure is what it reached)."""
+echo in the last byte of what it sends (a warm-up or a timed round trip, whether it is the
+last, and whether the byte check follows), so both ends stop on the same round trip however slow
+the link. A round trip that would end past the box (the last one's time from now) is the last of
+its kind: the warm-up ends after one round trip, the timed ones after the fewest that give both
+ends an interval (`_min_timed`): a pass over a link at 50 Mbit/s takes three round trips, not
+`warmup + iters` of them. The count of timed round trips is reported; a link cut short by its box
+is slow by that fact (its figure is what it reached). The byte check can be left out (`check`):
+the passes over flagged links re-time links whose bytes the first pass checked."""
 
 from __future__ import annotations
 
@@ -20,10 +23,16 @@ import time
 
 _TIMED_SEED, _CHECK_SEED = 0, 1
 _SENTINEL = 253
-# The last byte of a round trip's data: bit 0 a timed round trip (else warm-up), bit 1 the last.
-_TIMED, _LAST = 1, 2
-# Timed round trips a link makes at least, past its box: two give the echo an interval to time.
+# The last byte of a round trip's data: bit 0 a timed round trip (else warm-up), bit 1 the last,
+# bit 2 (on the last) no byte check after it.
+_TIMED, _LAST, _NO_CHECK = 1, 2, 4
+# Timed round trips a link makes at least, past its box, with no warm-up before them: two give the
+# echo an interval to time. After a warm-up one does (the echo times from the warm-up's return).
 MIN_TIMED = 2
+
+
+def _min_timed(warm: int) -> int:
+    return 1 if warm else MIN_TIMED
 
 
 def _done(device) -> None:
@@ -38,14 +47,15 @@ def _phase(warm: int, timed: int, warmup: int, iters: int, over: bool) -> int:
     """The next round trip's marker after `warm` warm-up and `timed` timed ones; `over`: past the box."""
     if warm < warmup and not (over and warm >= 1):
         return _LAST if warm + 1 >= warmup and iters < 1 else 0
-    last = timed + 1 >= iters or (over and timed + 1 >= MIN_TIMED)
+    last = timed + 1 >= iters or (over and timed + 1 >= _min_timed(warm))
     return _TIMED | (_LAST if last else 0)
 
 
 def initiate(dst: int, size: int, iters: int, warmup: int, device, counter,
-             box_s: float = float("inf")) -> tuple[float, float, int, int]:
+             box_s: float = float("inf"), check: bool = True) -> tuple[float, float, int, int]:
     """(fastest one-way us, us of the timed round trips, bytes wrong, timed round trips) of at most
-    `warmup + iters` round trips to `dst`, fewer past `box_s` seconds."""
+    `warmup + iters` round trips to `dst`, fewer past `box_s` seconds; the bytes checked on one
+    more round trip of fresh data unless `check` is False (0 wrong then)."""
     import torch
     import torch.distributed as dist
 
@@ -57,22 +67,28 @@ def initiate(dst: int, size: int, iters: int, warmup: int, device, counter,
     best, total = float("inf"), 0.0
     warm = timed = 0
     start = time.perf_counter()
+    took = 0.0  # the last round trip's seconds: the next one is expected to take as long
     while True:
         t0 = time.perf_counter()
-        phase = _phase(warm, timed, warmup, iters, t0 - start >= box_s)
+        phase = _phase(warm, timed, warmup, iters, t0 - start + took >= box_s)
+        if phase & _LAST and not check:
+            phase |= _NO_CHECK
         send[-1] = phase
         dist.send(send, dst)
         dist.recv(recv, dst)
         _done(device)
         counter.value += 2
+        took = time.perf_counter() - t0
         if phase & _TIMED:
             timed += 1
-            best = min(best, time.perf_counter() - t0)
-            total += time.perf_counter() - t0
+            best = min(best, took)
+            total += took
         else:
             warm += 1
         if phase & _LAST:
             break
+    if not check:
+        return (best * 1e6 / 2 if timed else 0.0), total * 1e6, 0, timed
     _fill(send, _CHECK_SEED)
     recv.fill_(_SENTINEL)
     dist.send(send, dst)
@@ -112,6 +128,8 @@ def echo(src: int, size: int, device, counter) -> tuple[float, float, int, int]:
         counter.value += 2
         if phase & _LAST:
             break
+    if phase & _NO_CHECK:
+        return (best * 1e6 / 2 if best < float("inf") else 0.0), (last - start) * 1e6, 0, timed
     buf.fill_(_SENTINEL)
     dist.recv(buf, src)
     dist.send(buf, src)

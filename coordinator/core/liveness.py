@@ -62,17 +62,13 @@ def verdicts(now: float, running: Iterable[Running], workers: WorkerRegistry, ti
     or its progress, count to `heard` only (a core busy with a burst of cancels left messages
     waiting 5 s, and 699 of 5,000 live workers were declared lost)."""
     heard = now if heard is None else heard
-    out: list[Input] = []
-    # The jobs that have a member reported unwell, found in the same walk: only those look at
-    # their members (a walk of every running job's members was 9 ms a tick with 1,000 jobs).
-    # A worker's job_id is cleared as it disconnects, so the connected ones are all there are.
-    unwell_jobs: set[str] = set()
-    for conn in workers.connected():
-        silent = heard - conn.last_heartbeat
-        if silent > timings.heartbeat_timeout_s:
-            out.append(Lost(conn, f"no heartbeat for {silent:.1f} s"))
-        if conn.executor_health in UNWELL and conn.job_id:
-            unwell_jobs.add(conn.job_id)
+    # The registry's indexes, not a walk of every connected worker (15-30 ms a tick at 50,000):
+    # the workers silent past the timeout, and the jobs that have a member reported unwell (only
+    # those look at their members: a walk of every running job's members was 9 ms a tick with
+    # 1,000 jobs). A worker's job_id is cleared as it disconnects, so the connected ones are all.
+    out: list[Input] = [Lost(conn, f"no heartbeat for {heard - conn.last_heartbeat:.1f} s")
+                        for conn in workers.silent(heard - timings.heartbeat_timeout_s)]
+    unwell_jobs = {conn.job_id for conn in workers.unwell.values() if conn.job_id and conn.executor_health in UNWELL}
     for rj in running:
         if (verdict := _check_job(rj, now, heard, workers, timings, rj.id in unwell_jobs)) is not None:
             out.append(verdict)

@@ -67,6 +67,13 @@ def passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hosts: list[
         if _band_share(result) > _band_share(kept[1]):
             kept = rows, result
     rows, result = kept
+    return _flagged_passes(s, links, hosts, batches, rows, result, measure, judge)
+
+
+def _flagged_passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hosts: list[str],
+                    batches: list[list[int]], rows: list[dict], result: pb.LinkMatrixResult, measure,
+                    judge) -> pb.LinkMatrixResult:
+    """The passes after the first (and its noisy ones) over the rounds that hold a flagged link."""
     # More passes over the rounds that hold a flagged link: a link that was slow only because its
     # ends waited for a CPU (a busy host) is fast now, while a slow link is slow again. A flagged
     # link is cleared when it reads at least 0.7 of its round-mates' median in the same pass (the

@@ -254,6 +254,7 @@ class Control:
         if lag > self.timings.tick_s:  # the loop was held up: nobody could have been heard
             for conn in self.workers.connected():
                 conn.last_heartbeat += lag
+            for conn in self.workers.unwell.values():  # the only ones with an unwell_since
                 conn.unwell_since = conn.unwell_since and conn.unwell_since + lag
         for worker_id in self.workers.expire(now):
             log.info("worker %s forgotten: disconnected for over %.0f s", worker_id, self.workers.ttl_s)

@@ -62,10 +62,10 @@ def verdicts(now: float, running: Iterable[Running], workers: WorkerRegistry, ti
     or its progress, count to `heard` only (a core busy with a burst of cancels left messages
     waiting 5 s, and 699 of 5,000 live workers were declared lost)."""
     heard = now if heard is None else heard
-    # The registry's indexes, not a walk of every connected worker (15-30 ms a tick at 50,000):
-    # the workers silent past the timeout, and the jobs that have a member reported unwell (only
-    # those look at their members: a walk of every running job's members was 9 ms a tick with
-    # 1,000 jobs). A worker's job_id is cleared as it disconnects, so the connected ones are all.
+    # Not a Python walk of every connected worker each tick (15-30 ms at 50,000): the registry
+    # finds the silent ones, and only the jobs that have a member reported unwell look at their
+    # members (a walk of every running job's members was 9 ms a tick with 1,000 jobs). A worker's
+    # job_id is cleared as it disconnects, so the connected ones are all there are.
     out: list[Input] = [Lost(conn, f"no heartbeat for {heard - conn.last_heartbeat:.1f} s")
                         for conn in workers.silent(heard - timings.heartbeat_timeout_s)]
     unwell_jobs = {conn.job_id for conn in workers.unwell.values() if conn.job_id and conn.executor_health in UNWELL}

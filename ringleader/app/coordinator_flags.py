@@ -42,7 +42,7 @@ def add_fleet_flags(c: argparse.ArgumentParser) -> None:
                    help="while the event loop runs this far behind, refuse calls that add work (submit, checks, "
                         "localize, imports) at once: RESOURCE_EXHAUSTED / 429 with a retry-after (default 2; 0: never)")
     c.add_argument("--gc-pace", type=argtypes.seconds_or_off, default=PACE_S, metavar="SECONDS",
-                   help="with --worker-address or --relay-at (the default): a garbage-collection pass whenever none has run for this long, so "
+                   help="with --worker-address: a garbage-collection pass whenever none has run for this long, so "
                         "a young pass walks at most that long's allocations (default 0.25; 0: CPython's count "
                         "alone)")
     c.add_argument("--stall-warn", type=argtypes.seconds_or_off, default=0.2, metavar="SECONDS",

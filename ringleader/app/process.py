@@ -281,11 +281,8 @@ async def serve(config: CoordinatorConfig) -> None:
         lease = await stand_by(config)
     running = await RunningCoordinator(config, lease).start()
     # What it holds now leaves the collector's passes; passes on a clock too, where the workers'
-    # streams are a relay's or at most --relay-at of them are its own (coordinator/core/gcpace.py
-    # says why not otherwise). Without passes on a clock, state replaced in place (the read view's
-    # listings, each worker's signature) piles up in the young generation while CPython's count
-    # stays low: one young pass at 50,000 workers took 216 ms.
-    pacer = tune_collector(config.gc_pace if running.workers_target or config.relay_at else 0)
+    # streams are the relay's (coordinator/core/gcpace.py says why not otherwise).
+    pacer = tune_collector(config.gc_pace if running.workers_target else 0)
     print(f"ringleader coordinator: gRPC {running.grpc_target}"
           + (f", HTTP {running.http_url}" if running.http_url else ""), flush=True)
     if running.workers_target:

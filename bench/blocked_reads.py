@@ -37,7 +37,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from simfleet import Stats, fleet_specs, run_fleet  # noqa: E402
 
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator  # noqa: E402
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc  # noqa: E402
 

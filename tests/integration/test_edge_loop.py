@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 

@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from coordinator.edge.k8s_identity import TokenReviewer
-from ringleader.app.config import DEFAULT
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.config import DEFAULT
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.security import ServerSecurity, bearer
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc

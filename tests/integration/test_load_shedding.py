@@ -15,7 +15,7 @@ import pytest
 
 from test_scale import coordinator, scenario, until  # noqa: I001 - tests/integration is on the path
 
-from ringleader.app.client import Client
+from ringleader_app.client import Client
 from ringleader.grpc_options import RETRY_AFTER
 from ringleader.v1 import jobs_pb2 as pb
 

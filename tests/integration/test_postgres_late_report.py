@@ -13,7 +13,7 @@ import pytest
 from test_worker_trust import USERS_TOKEN, WORKERS_TOKEN, FakeWorker, until  # noqa: I001 - on the path
 
 from coordinator.store import behind as pg_store
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.security import ServerSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb

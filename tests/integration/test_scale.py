@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from coordinator.store.sqlite import SqliteJobStore
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 from ringleader.v1 import workers_pb2 as wpb

@@ -12,8 +12,8 @@ import threading
 import grpc
 import pytest
 
-from ringleader.app.client import Client
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.client import Client
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 
 pytestmark = pytest.mark.integration

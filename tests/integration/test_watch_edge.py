@@ -11,7 +11,7 @@ import time
 import grpc
 import pytest
 
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 

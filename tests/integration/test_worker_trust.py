@@ -13,7 +13,7 @@ import time
 import grpc
 import pytest
 
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.security import ServerSecurity, bearer
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb

@@ -22,9 +22,9 @@ import pytest
 
 from integration.cluster import Cluster, executor_pid, ringleader_cmd
 from ringleader import __version__, defaults, jobspec
-from ringleader.app import config
-from ringleader.app.cli import build_parser, main
-from ringleader.app.config import CoordinatorConfig
+from ringleader_app import config
+from ringleader_app.cli import build_parser, main
+from ringleader_app.config import CoordinatorConfig
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 

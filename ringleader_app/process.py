@@ -26,7 +26,7 @@ from coordinator.store.factory import is_postgres, open_store, redacted
 from coordinator.store.lease import Lease
 from coordinator.edge.lease_metrics import LeaseCollector
 from coordinator.health.sweeper import Sweeper
-from ringleader.app.config import CoordinatorConfig, core_timings
+from ringleader_app.config import CoordinatorConfig, core_timings
 from ringleader.errors import InvalidSpec
 from ringleader.ports import refuse_if_taken
 from ringleader.security import is_loopback, with_port
@@ -104,7 +104,7 @@ class RunningCoordinator:
         self.core = Coordinator(self.store, core_timings(config), health_observers=observers,
                                 quarantine_max_share=config.quarantine_max_share, health_observe=config.health_observe)
         if config.floors:  # read and checked before anything is bound: a bad row refuses to start
-            from ringleader.app.floors_file import load_floors
+            from ringleader_app.floors_file import load_floors
             self.core.control.expectations.floors = load_floors(config.floors)
         self.metrics = CoordinatorMetrics(self.core)
         # The workers' credentials, shared by gRPC (registration, ApproveWorker) and REST (approve).
@@ -229,8 +229,8 @@ class RunningCoordinator:
 
 async def serve(config: CoordinatorConfig) -> None:
     lease = None
-    if is_postgres(config.db):  # one of several coordinators: lead first (ringleader/app/standby.py)
-        from ringleader.app.standby import stand_by
+    if is_postgres(config.db):  # one of several coordinators: lead first (ringleader_app/standby.py)
+        from ringleader_app.standby import stand_by
 
         check_ports(config)  # the standby serves on the same addresses
 

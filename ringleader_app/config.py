@@ -29,7 +29,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from coordinator.core.gcpace import PACE_S
 from ringleader import defaults
-from ringleader.app.security_flags import server_security
+from ringleader_app.security_flags import server_security
 from ringleader.security import ServerSecurity
 
 if TYPE_CHECKING:

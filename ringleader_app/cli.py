@@ -4,7 +4,7 @@ demo, completion, certs.
 
 Conventions: `--coordinator` before or after the subcommand; `-o json|table` (or `--json`) on
 every command that shows jobs, workers or logs; `--version`; every flag of the coordinator and
-the worker also from a RINGLEADER_* variable (ringleader/app/config.py); shell completion
+the worker also from a RINGLEADER_* variable (ringleader_app/config.py); shell completion
 through argcomplete (`ringleader completion bash`).
 
 Exit codes come from ringleader.errors' catalog: 0 ok, 1 a failed job or request, 2 bad usage,
@@ -24,11 +24,11 @@ import argcomplete
 import grpc
 
 from ringleader import __version__, defaults, kinds
-from ringleader.app import (argtypes, baseline_cmds, check_cmds, commands, completion, config, coordinator_flags, hints,
+from ringleader_app import (argtypes, baseline_cmds, check_cmds, commands, completion, config, coordinator_flags, hints,
                             k8s_secrets, security_flags, submit_args, validate_cmds)
-from ringleader.app import floors_file
-from ringleader.app.config import DEFAULT
-from ringleader.app.argtypes import OUTPUTS
+from ringleader_app import floors_file
+from ringleader_app.config import DEFAULT
+from ringleader_app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, InvalidSpec, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -253,7 +253,7 @@ def _rpc_message(exc: grpc.RpcError, a) -> str:
 
 def _run(a, settings: config.Settings) -> int:
     if a.command == "coordinator":
-        from ringleader.app.process import serve
+        from ringleader_app.process import serve
 
         asyncio.run(serve(config.coordinator_config(settings)))
         return 0
@@ -262,7 +262,7 @@ def _run(a, settings: config.Settings) -> int:
     if a.command == "worker":
         return run_workers(settings)
     if a.command == "demo":
-        from ringleader.app.demo import run_demo
+        from ringleader_app.demo import run_demo
 
         return asyncio.run(run_demo(max_bytes=a.max_bytes, http_address=a.http_address, serve=a.serve,
                                     shared_ranks=a.shared_ranks))
@@ -283,7 +283,7 @@ def _run(a, settings: config.Settings) -> int:
 
 
 def run_workers(settings: config.Settings) -> int:
-    from ringleader.app.worker_ids import cpu_worker_id
+    from ringleader_app.worker_ids import cpu_worker_id
     from worker import faults
     from worker.daemon import WorkerConfig, run_daemons
     from worker.ids import local_cuda_devices
@@ -305,7 +305,7 @@ def run_workers(settings: config.Settings) -> int:
     if settings.worker_id and len(devices) > 1:
         raise CliError("--worker-id: give it only with a single device", EXIT_USAGE)
     security = security_flags.worker_security(settings)
-    # A CPU daemon's default id is HOST-cpuN, kept across restarts (ringleader/app/worker_ids.py).
+    # A CPU daemon's default id is HOST-cpuN, kept across restarts (ringleader_app/worker_ids.py).
     worker_id = settings.worker_id or (cpu_worker_id() if devices == ["cpu"] else "")
     configs = [config.dataclass_from(WorkerConfig, settings, device=d, worker_id=worker_id, security=security)
                for d in devices]

@@ -1,14 +1,14 @@
 """The coordinator's flags for its fleet and its load: how long workers are kept, when a silent
 one is lost, health sweeps, the quarantine breaker, and how much worker traffic a turn of the loop
-applies (ringleader/app/cli.py's `coordinator`; each also a RINGLEADER_* variable). Each flag's
-default is the Config's (ringleader/app/config.py's CoordinatorConfig): it is written once."""
+applies (ringleader_app/cli.py's `coordinator`; each also a RINGLEADER_* variable). Each flag's
+default is the Config's (ringleader_app/config.py's CoordinatorConfig): it is written once."""
 
 from __future__ import annotations
 
 import argparse
 
-from ringleader.app import argtypes
-from ringleader.app.config import DEFAULT
+from ringleader_app import argtypes
+from ringleader_app.config import DEFAULT
 
 
 def add_fleet_flags(c: argparse.ArgumentParser) -> None:

@@ -70,8 +70,8 @@ async def run_check(core: Coordinator, request: pb.RunCheckRequest) -> pb.RunChe
 
 async def cordon(core: Coordinator, worker_id: str, on: bool, force: bool = False) -> pb.WorkerInfo:
     """Cordon a worker (keep it out of user jobs) or uncordon it (`force`: without the recheck a
-    worker whose latest verdict failed otherwise gets first); answered once stored."""
-    jobspec.check_text("worker_id", worker_id)
+    worker whose latest verdict failed otherwise gets first); answered once stored. The core
+    checks the id."""
     info = core.fleet.cordon(worker_id, on, force and not on)
     await core.durable(at_once=True)
     return info
@@ -79,7 +79,6 @@ async def cordon(core: Coordinator, worker_id: str, on: bool, force: bool = Fals
 
 async def approve_return(core: Coordinator, worker_id: str) -> pb.WorkerInfo:
     """Let a worker quarantined too often back after a passed validation; answered once stored."""
-    jobspec.check_text("worker_id", worker_id)
     info = core.fleet.approve_return(worker_id)
     await core.durable(at_once=True)
     return info

@@ -37,8 +37,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from simfleet import Stats, fleet_specs, run_fleet  # noqa: E402
 
-from coordinator.core.liveness import Timings  # noqa: E402
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator  # noqa: E402
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc  # noqa: E402
 
@@ -89,7 +88,7 @@ def pct(values: list[float], q: float) -> float:
 async def run(args) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="blocked-reads-"))
     config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="127.0.0.1:0", db=str(tmp / "jobs.db"),
-                               timings=Timings(shed_lag_s=0.0))
+                               shed_lag=0.0)
     async with RunningCoordinator(config) as rc:
         stop_fleet, stats = asyncio.Event(), Stats()
         specs = fleet_specs(args.workers)

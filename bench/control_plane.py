@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 from bench import churn, loadstats  # noqa: E402
 from bench.calls import DEADLINE_S, fill, until  # noqa: E402
 from bench.simfleet import SimFleet, fleet_specs  # noqa: E402
-from ringleader.app.argtypes import cpu_list  # noqa: E402
+from ringleader_app.argtypes import cpu_list  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 from ringleader.v1 import jobs_pb2_grpc  # noqa: E402
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import grpc  # noqa: E402
 import psycopg  # noqa: E402
 
-from ringleader.app.client import Client  # noqa: E402
+from ringleader_app.client import Client  # noqa: E402
 from ringleader.leader import pick_leader  # noqa: E402
 from ringleader.security import ClientSecurity  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402

@@ -86,7 +86,7 @@ def start(out: Path) -> tuple[subprocess.Popen, subprocess.Popen, str]:
     address = coord.stdout.readline().split()[3].rstrip(",")
     workers = subprocess.Popen(rl("--coordinator", address, "worker", "--device", "all"),
                                stdout=open(out / "workers.log", "w"), stderr=subprocess.STDOUT)
-    from ringleader.app.client import Client
+    from ringleader_app.client import Client
     from ringleader.v1 import jobs_pb2 as pb
 
     client, deadline = Client(address), time.monotonic() + 90

@@ -14,7 +14,7 @@ from google.protobuf import json_format
 
 from ringleader import algos
 from ringleader import spec as specs
-from ringleader.app.table import algo_sweep_table
+from ringleader_app.table import algo_sweep_table
 from ringleader.v1 import jobs_pb2 as pb
 
 REFERENCE = json.loads((Path(__file__).parent / "nccl_tests_reference.json").read_text())

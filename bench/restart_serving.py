@@ -41,7 +41,7 @@ def main() -> int:
     tree = a.tree.resolve()
     sys.path.insert(0, str(tree))
     env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    from ringleader.app.client import Client
+    from ringleader_app.client import Client
     from ringleader.v1 import jobs_pb2 as pb
 
     with tempfile.TemporaryDirectory(prefix="restart-serving-") as tmp:

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from report import report  # noqa: E402
 
 from ringleader import spec as specs  # noqa: E402
-from ringleader.app.client import Client  # noqa: E402
-from ringleader.app.demo import visible_gpu_count  # noqa: E402
+from ringleader_app.client import Client  # noqa: E402
+from ringleader_app.demo import visible_gpu_count  # noqa: E402
 from ringleader.jsonview import to_json  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ringleader.app.client import Client  # noqa: E402
+from ringleader_app.client import Client  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 
 DONE = (pb.SUCCEEDED, pb.FAILED, pb.CANCELLED)

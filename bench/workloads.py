@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from run import Service, machine  # noqa: E402
 
-from ringleader.app import table  # noqa: E402
-from ringleader.app.demo import visible_gpu_count  # noqa: E402
+from ringleader_app import table  # noqa: E402
+from ringleader_app.demo import visible_gpu_count  # noqa: E402
 from ringleader.jsonview import to_json  # noqa: E402
 from ringleader.v1 import jobs_pb2 as pb  # noqa: E402
 

@@ -16,8 +16,9 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from coordinator.health import baseline_io, baselines, localizer
+from coordinator.health import baseline_io, baselines
 from coordinator.core.facade import Coordinator
+from coordinator.edge import usecases
 from dashboard.api import BUSY, JSON, NOT_FOUND, Route, domain_errors
 from dashboard.schemas import Error, JobId, proto_model
 from dashboard.spec_in import Text
@@ -61,6 +62,10 @@ def table_schema() -> dict:
     return schema
 
 
+async def read_table(request: Request) -> pb.BaselineTable:
+    return await parse_table(await request.body())
+
+
 async def parse_table(body: bytes, chunk: int = 1000) -> pb.BaselineTable:
     """A request body as the table it holds, a 422 naming the field as FastAPI's own checks.
     Parsed entry by entry and checked a chunk at a time in a worker thread: a parser holds the
@@ -83,7 +88,7 @@ async def parse_table(body: bytes, chunk: int = 1000) -> pb.BaselineTable:
     return out
 
 
-ENTRIES_MAX = 100_000
+ENTRIES_MAX = usecases.BASELINE_ENTRIES_MAX
 _ENTRIES = TypeAdapter(list[BaselineEntryIn])
 _DECODER = json.JSONDecoder()
 _HEAD = re.compile(rb'\s*\{\s*"entries"\s*:\s*\[')
@@ -151,13 +156,10 @@ def router(core: Coordinator) -> APIRouter:
                            "schema": {"$ref": "#/components/schemas/HTTPValidationError"}}}}})
     async def import_baselines(request: Request) -> JSON:
         # Parsed off the loop: 100,000 entries (17 MB) took seconds of JSON and model checks that
-        # stalled every call. The body is bounded before it is read (dashboard/body_limit.py);
-        # then the same checks as gRPC's (baselines.validated).
+        # stalled every call. The body is bounded before it is read (dashboard/body_limit.py),
+        # and read only once the use case has checked the load; then the same checks as gRPC's.
         with domain_errors():
-            core.lag.check("import baselines")  # before its body is read
-        message = await parse_table(await request.body())
-        with domain_errors():
-            n = await baseline_io.import_table(core.store, message, core.durable)
+            n = await usecases.import_baselines(core, lambda: read_table(request))
         return JSON({"imported": n})
 
     @r.post("/jobs/{job_id}/localize", tags=["jobs"], operation_id="localizeJob", response_model=LocalizeResult,
@@ -172,7 +174,6 @@ def router(core: Coordinator) -> APIRouter:
         # a URL at fleet scale); gRPC and the CLI take an explicit list.
         request = pb.LocalizeRequest(job_id=job_id, tolerance=tolerance, size_bytes=size_bytes)
         with domain_errors():
-            core.lag.check("localize")
-            return JSON(to_json(await localizer.localize(core, request)))
+            return JSON(to_json(await usecases.localize(core, request)))
 
     return r

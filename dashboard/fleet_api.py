@@ -1,6 +1,7 @@
 """REST routes of fleet health under /api/v1: run checks, cordon and uncordon workers, and the
-fleet's health at a glance (docs/fleet-health.md). The same facade calls as the gRPC RPCs
-RunCheck, CordonWorker and UncordonWorker; errors through dashboard/api.py's one mapping."""
+fleet's health at a glance (docs/fleet-health.md). The writes are the use cases the gRPC RPCs
+RunCheck, CordonWorker, UncordonWorker and ApproveWorkerReturn call (coordinator/edge/usecases.py);
+errors through dashboard/api.py's one mapping."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from coordinator.health import sweeper
 from coordinator.core.facade import Coordinator
+from coordinator.edge import usecases
 from dashboard.api import BUSY, JSON, UNPARSEABLE, Route, domain_errors
 from dashboard.schemas import Error, WorkerInfo, proto_model
 from dashboard.spec_in import proto_input_model
@@ -111,8 +113,7 @@ def router(core: Coordinator) -> APIRouter:
                         "and every checked worker's health.")
     async def run_check(body: RunCheckIn) -> Response:
         with domain_errors():
-            core.lag.check("run checks")
-            answer = await sweeper.run_check(core, core.fleet, body.to_pb())
+            answer = await usecases.run_check(core, body.to_pb())
         return JSON(to_json(answer))
 
     for action in ("cordon", "uncordon"):
@@ -125,8 +126,7 @@ def router(core: Coordinator) -> APIRouter:
             summary="Let a worker quarantined 3 times within 24 h back, after a passed validation")
     async def approve_return(worker_id: WorkerId) -> Response:
         with domain_errors():
-            info = core.fleet.approve_return(worker_id)
-        await core.durable(at_once=True)
+            info = await usecases.approve_return(core, worker_id)
         return JSON(to_json(info))
 
     @r.get("/hooks/log", tags=["workers"], operation_id="getHooksLog", response_model=HooksLogAnswer,
@@ -172,8 +172,7 @@ def _cordon_route(r: APIRouter, core: Coordinator, action: str) -> None:
             description="uncordon: put back a worker whose latest verdict failed without the recheck it "
                         "otherwise gets first")] = False) -> Response:
         with domain_errors():
-            info = core.fleet.cordon(worker_id, on, force and not on)
-        await core.durable(at_once=True)
+            info = await usecases.cordon(core, worker_id, on, force)
         return JSON(to_json(info))
 
 

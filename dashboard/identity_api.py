@@ -1,7 +1,7 @@
 """REST routes of worker identity under /api/v1: the daemons refused re-claiming an id, and an
 operator's approval of one daemon's re-claim without its secret (a replaced pod, a lost state dir;
 coordinator/edge/identity.py). The same calls as the gRPC RPCs ListPendingDaemons and
-ApproveWorker; errors through dashboard/api.py's one mapping."""
+ApproveWorker (its use case, coordinator/edge/usecases.py); errors through dashboard/api.py's one mapping."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from coordinator.core.facade import Coordinator
+from coordinator.edge import usecases
 from coordinator.edge.identity import WorkerIdentities
 from dashboard.api import JSON, domain_errors
 from dashboard.fleet_api import WorkerId
@@ -32,7 +33,7 @@ def router(core: Coordinator, identities: WorkerIdentities) -> APIRouter:
             max_length=64, description="the daemon to admit (GET /api/v1/daemons/pending); empty: the only one "
                                        "waiting")] = "") -> Response:
         with domain_errors():
-            answer = identities.approve_reclaim(core.workers, worker_id, credential_fingerprint)
+            answer = await usecases.approve_reclaim(core, identities, worker_id, credential_fingerprint)
         return JSON(to_json(answer))
 
     @r.get("/daemons/pending", tags=["workers"], operation_id="listPendingDaemons", response_model=Pending,

@@ -1,3 +1,3 @@
-from ringleader.app.cli import main
+from ringleader_app.cli import main
 
 main()

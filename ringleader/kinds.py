@@ -90,8 +90,8 @@ def resolve(target: str) -> Callable[..., Any]:
 def _kind(name: str, *, result: str, help: str, ops: tuple[str, ...] = ()) -> Kind:
     """An entry whose functions follow the naming of the five kinds built in."""
     return Kind(name=name, check=f"ringleader.kindspecs:check_{name}", view=f"ringleader.kindspecs:view_{name}",
-                runner=f"worker.kinds:run_{name}", result=result, flags=f"ringleader.app.kindargs:{name}_flags",
-                from_args=f"ringleader.app.kindargs:{name}_spec", table=f"ringleader.app.table:{name}_table",
+                runner=f"worker.kinds:run_{name}", result=result, flags=f"ringleader_app.kindargs:{name}_flags",
+                from_args=f"ringleader_app.kindargs:{name}_spec", table=f"ringleader_app.table:{name}_table",
                 help=help, ops=ops)
 
 
@@ -99,10 +99,10 @@ def _check(name: str, what: str, *, verdicts: str, preflight: bool = False, modu
            verdicts_module: str = "coordinator.health.verdicts",
            assemble_module: str = "coordinator.health.assemble") -> Kind:
     """A fleet health check's entry: its spec functions in `module`, its verdict function, its
-    short settings (`short_{name}` in `module`), its CLI parts in ringleader/app/check_cmds.py."""
+    short settings (`short_{name}` in `module`), its CLI parts in ringleader_app/check_cmds.py."""
     return Kind(name=name, check=f"{module}:check_{name}", view=f"{module}:view_{name}",
                 runner=f"worker.checks.{name}:run_{name}", result=name, flags="",
-                from_args=f"ringleader.app.check_cmds:{name}_spec", table=f"ringleader.app.check_cmds:{name}_table",
+                from_args=f"ringleader_app.check_cmds:{name}_spec", table=f"ringleader_app.check_cmds:{name}_table",
                 help=f"fleet health check: {what} (also `ringleader check`)",
                 verdicts=f"{verdicts_module}:{verdicts}", short=f"{module}:short_{name}", preflight=preflight,
                 assemble=f"{assemble_module}:{name}")
@@ -110,7 +110,7 @@ def _check(name: str, what: str, *, verdicts: str, preflight: bool = False, modu
 
 TABLE: tuple[Kind, ...] = (
     replace(_kind("collective", result="", ops=OPS, help="an nccl-tests style sweep of one collective op (--op)"),
-            table="ringleader.app.table:results_table"),
+            table="ringleader_app.table:results_table"),
     _kind("p2p", result="p2p", help="point-to-point ping-pong: one-way latency and bandwidth per size"),
     _kind("gradient_average", result="gradient_average",
           help="gradient averaging on device against host staging (--size)"),

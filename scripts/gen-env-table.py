@@ -7,8 +7,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ringleader.app import config  # noqa: E402
-from ringleader.app.cli import build_parser  # noqa: E402
+from ringleader_app import config  # noqa: E402
+from ringleader_app.cli import build_parser  # noqa: E402
 
 if "--write" in sys.argv[1:]:
     readme = Path(__file__).resolve().parent.parent / "README.md"

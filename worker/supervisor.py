@@ -22,7 +22,7 @@ from typing import Callable
 from ringleader.security import USERS_TOKEN_ENV, WORKERS_TOKEN_ENV
 from worker import api
 
-# The credentials' variables (ringleader/security.py, ringleader/app/security_flags.py).
+# The credentials' variables (ringleader/security.py, ringleader_app/security_flags.py).
 SECRET_ENV = (WORKERS_TOKEN_ENV, USERS_TOKEN_ENV, "RINGLEADER_WORKER_TOKEN_FILE", "RINGLEADER_TOKEN_FILE")
 READY_TIMEOUT_S = 120  # importing torch and creating a CUDA context can take a while
 UNRESPONSIVE_S = 3.0  # no beat for this long: the executor is not responding

@@ -182,7 +182,7 @@ class WorkerIdentities:
 
     def __init__(self, store: JobStore, clock=time.monotonic, token_review=None, trusted_host: bool = False) -> None:
         self.store = store
-        # No tokens and every port on loopback (ringleader/app/process.py decides): whoever can
+        # No tokens and every port on loopback (ringleader_app/process.py decides): whoever can
         # register can already run anything as this host's users, so a restarted daemon without
         # its secret takes its id back once the id is not connected.
         self.trusted_host = trusted_host

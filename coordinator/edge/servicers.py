@@ -1,4 +1,5 @@
-"""Thin gRPC servicers: each RPC calls one Coordinator method; domain errors become statuses
+"""Thin gRPC servicers: each RPC calls one Coordinator method or one use case
+(coordinator/edge/usecases.py, the writes REST calls too); domain errors become statuses
 through ringleader.errors' catalog. Who may call is checked first (coordinator/edge/identity.py):
 a worker's certificate never reaches the users' API, and a registration reaches the control core
 only once its certificate, credential and address are the worker's own."""
@@ -13,12 +14,11 @@ import math
 import grpc
 
 
-from coordinator.health import baseline_io, localizer
+from coordinator.health import baseline_io
 
 from coordinator.edge import identity, usecases
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.core.facade import Coordinator
-from coordinator.health.sweeper import run_check
 from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
 from ringleader.errors import Overloaded, RingleaderError, answer
 from ringleader.grpc_options import RETRY_AFTER
@@ -36,27 +36,22 @@ async def abort_with(context: grpc.aio.ServicerContext, exc: RingleaderError) ->
     await context.abort(getattr(grpc.StatusCode, answer(exc).grpc_code), str(exc))
 
 
-def guarded(durable: bool = False, adds_work: bool = False):
+def guarded():
     """The one guard of every JobService RPC: who may call (a worker's certificate never reaches
-    the users' API, coordinator/edge/identity.py), domain errors to statuses (`abort_with`), and,
-    for an RPC that changes jobs or workers (`durable`), an answer only once the change is
-    committed to the store. An RPC that `adds_work` is refused at once while the coordinator is
-    saturated (coordinator/core/load.py). It takes plain methods and coroutines (WatchJob, the
-    one stream, is coordinator/edge/watch.py's)."""
+    the users' API, coordinator/edge/identity.py) and domain errors to statuses (`abort_with`).
+    A write's rules (load shedding, its durable commit) are its use case's
+    (coordinator/edge/usecases.py). It takes plain methods and coroutines (WatchJob, the one
+    stream, is coordinator/edge/watch.py's)."""
     def wrap(method):
         @functools.wraps(method)
         async def unary(self, request, context):
             try:
                 identity.caller_may_use_jobs(context)
-                if adds_work:
-                    self.c.lag.check(method.__name__)
                 answer_ = method(self, request, context)
                 if inspect.isawaitable(answer_):
                     answer_ = await answer_
             except RingleaderError as exc:
                 await abort_with(context, exc)
-            if durable:
-                await self.c.durable(at_once=True)
             return answer_
         return unary
 
@@ -68,7 +63,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self.c = coordinator
         self.identities = identities or WorkerIdentities(coordinator.store)
 
-    @guarded()  # the use case sheds load itself
+    @guarded()
     async def SubmitJob(self, request, context):
         return await usecases.submit(self.c, request.spec, request.request_id)
 
@@ -97,25 +92,25 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         page = self.c.list_workers(states=request.states, limit=request.limit, page_token=request.page_token)
         return pb.ListWorkersResponse(workers=page.workers, next_page_token=page.next_page_token)
 
-    @guarded(durable=True)
-    def CordonWorker(self, request, context):
-        return self.c.fleet.cordon(request.worker_id, True)
-
-    @guarded(durable=True)
-    def UncordonWorker(self, request, context):
-        return self.c.fleet.cordon(request.worker_id, False, request.force)
+    @guarded()
+    async def CordonWorker(self, request, context):
+        return await usecases.cordon(self.c, request.worker_id, True)
 
     @guarded()
-    def ApproveWorker(self, request, context):
-        return self.identities.approve_reclaim(self.c.workers, request.worker_id, request.credential_fingerprint)
+    async def UncordonWorker(self, request, context):
+        return await usecases.cordon(self.c, request.worker_id, False, request.force)
+
+    @guarded()
+    async def ApproveWorker(self, request, context):
+        return await usecases.approve_reclaim(self.c, self.identities, request.worker_id, request.credential_fingerprint)
 
     @guarded()
     def ListPendingDaemons(self, request, context):
         return self.identities.pending_daemons()
 
-    @guarded(durable=True)
-    def ApproveWorkerReturn(self, request, context):
-        return self.c.fleet.approve_return(request.worker_id)
+    @guarded()
+    async def ApproveWorkerReturn(self, request, context):
+        return await usecases.approve_return(self.c, request.worker_id)
 
     @guarded()
     def HooksLog(self, request, context):
@@ -125,20 +120,18 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def SweepPlan(self, request, context):
         return self.c.fleet.sweep_plan()
 
-    @guarded(adds_work=True)
+    @guarded()
     async def RunCheck(self, request, context):
-        return await run_check(self.c, self.c.fleet, request)
+        return await usecases.run_check(self.c, request)
 
-    @guarded(adds_work=True)
+    @guarded()
     async def Localize(self, request, context):
-        return await localizer.localize(self.c, request)
+        return await usecases.localize(self.c, request)
 
     @guarded()
     def ExportBaselines(self, request, context):
         return baseline_io.export_page(self.c.store, request.page_token, request.limit)
 
-    @guarded(adds_work=True)
+    @guarded()
     async def ImportBaselines(self, request, context):
-        # Validated off the loop and written in chunks: other calls go on meanwhile.
-        n = await baseline_io.import_table(self.c.store, request, self.c.durable)
-        return pb.ImportBaselinesResponse(imported=n)
+        return pb.ImportBaselinesResponse(imported=await usecases.import_baselines(self.c, request))

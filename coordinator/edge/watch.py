@@ -15,7 +15,7 @@ from typing import Callable
 
 from coordinator.core.events import is_terminal, until_terminal
 from coordinator.core.facade import Coordinator
-from coordinator.edge import identity
+from coordinator.edge import identity, usecases
 from coordinator.edge.hop import client, on
 from coordinator.edge.servicers import abort_with
 from ringleader.errors import RingleaderError
@@ -49,29 +49,28 @@ class EdgeWatch:
 
     async def SubmitAndWatchJob(self, request, context):
         """SubmitJob, then WatchJob's stream of the new job, in one call (on the edge loop): the
-        job is acknowledged as SubmitJob acknowledges it (once stored), and its watch is registered
-        in the submit's own turn of the core, so no event falls between the two. A client that
+        job is acknowledged by SubmitJob's own use case (coordinator/edge/usecases.py), and its
+        watch is registered in the submit's own turn of the core, so no event falls between the
+        two. A client that
         submits and then watches paid a second call on the job's path: its accept on the edge and
         its hop to the core, while the job's assignments went out."""
         queue: asyncio.Queue = asyncio.Queue()
         deliver = Handover(self.core, asyncio.get_running_loop(), queue)
 
+        watched: list = []  # (stored events, stop), from the submit's own turn of the core
+
+        def follow(job: pb.Job):
+            watched.append(self.c.events.follow(job.id, deliver))
+            return watched[0][1]
+
         async def submit():  # on the core, as SubmitJob's body is
-            self.c.lag.check("SubmitAndWatchJob")
-            await self.c.prefetch(request_id=request.request_id)
-            job = self.c.submit(request.spec, request.request_id)
-            stored, stop = self.c.events.follow(job.id, deliver)
-            try:
-                await self.c.durable(at_once=True)  # acknowledged only once stored
-            except BaseException:
-                stop()
-                raise
+            job = await usecases.submit(self.c, request.spec, request.request_id, accepted=follow)
             self.flush()
             # The answer waits a turn: the job's assignments (queued for the end of this turn,
             # worker_stream.Outgoing) cross to the edge first, and the edge writes them to the
             # workers before it writes this answer to the client, which is not on the job's path.
             await asyncio.sleep(0)
-            return self.c.get(job.id), stored, stop
+            return self.c.get(job.id), *watched[0]
         try:
             identity.caller_may_use_jobs(context)
             job, stored, stop = await on(self.core, submit(), client(context))

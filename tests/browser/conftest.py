@@ -7,7 +7,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
 from cluster import Cluster  # noqa: E402
 
-from ringleader.app.certs import write_cluster_files  # noqa: E402
+from ringleader_app.certs import write_cluster_files  # noqa: E402
 from ringleader.security import ClientSecurity  # noqa: E402
 from webui import WATCH_CSP, sign_in  # noqa: E402
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from selenium.webdriver.support.ui import WebDriverWait
 
-from ringleader.app import table
+from ringleader_app import table
 from ringleader.v1 import jobs_pb2 as pb
 
 WAIT_S = 60

@@ -23,7 +23,7 @@ import pytest
 from bench.simfleet import SimSpec, SimWorker, Stats, fleet_specs, run_fleet
 from bench.ui_fleet import stand_in_verdicts
 from coordinator.store.factory import open_store
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc, workers_pb2 as wpb, workers_pb2_grpc
 

@@ -12,7 +12,7 @@ import os
 
 from kept_fleet import KeptWorker, restore, start_kept, start_kept_fleet
 
-from ringleader.app.demo import visible_gpu_count
+from ringleader_app.demo import visible_gpu_count
 
 GPUS = visible_gpu_count()
 SHARED = int(os.environ.get("RINGLEADER_TEST_SHARED_GPU", "0")) if GPUS else 0

@@ -107,7 +107,7 @@ def test_algo_sweep_finds_a_winner_per_size(gpu_cluster):
     done = gpu_cluster.wait_job(job.id, timeout=900)
     assert done.state == pb.SUCCEEDED, done.reason
     r = done.algo_sweep
-    from ringleader.app.table import algo_sweep_table
+    from ringleader_app.table import algo_sweep_table
 
     print(algo_sweep_table(r))
     assert list(r.algos) == algos.default_algos("nccl"), "every algo ran (symmetric memory included)"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from ringleader.app.client import Client
+from ringleader_app.client import Client
 from ringleader.security import ClientSecurity
 from ringleader.states import TERMINAL
 from ringleader.v1 import jobs_pb2 as pb

@@ -22,8 +22,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from cluster import Cluster, executor_pid, ringleader_cmd
-from ringleader.app.certs import worker_files, write_cluster_files
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.certs import worker_files, write_cluster_files
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.security import ClientSecurity, ServerSecurity, TlsFiles
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc

@@ -25,8 +25,8 @@ import pytest
 from google.protobuf import message_factory
 
 from dashboard.guard import is_open
-from ringleader.app.certs import worker_files, write_cluster_files
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.certs import worker_files, write_cluster_files
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.security import ServerSecurity, TlsFiles, bearer
 from ringleader.v1 import jobs_pb2 as pb
 

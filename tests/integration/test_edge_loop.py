@@ -15,8 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator.core.liveness import Timings
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 
@@ -53,7 +52,7 @@ def test_concurrent_calls_cost_the_busy_core_loop_few_turns(tmp_path):
 
 async def _busy_core(tmp_path) -> tuple[int, dict]:
     config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="", db=str(tmp_path / "jobs.db"),
-                               timings=Timings(shed_lag_s=0.0))
+                               shed_lag=0.0)
     async with RunningCoordinator(config) as rc:
         loop, turns, busy = asyncio.get_running_loop(), [0], [True]
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from cluster import Cluster, ringleader_cmd, running
-from ringleader.app.certs import write_cluster_files
+from ringleader_app.certs import write_cluster_files
 from dashboard.bearer import BEARER
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -213,7 +213,7 @@ def test_openapi_declares_the_bearer_scheme_on_every_api_operation(two):
 def test_a_worker_with_the_daemonsets_shared_certificate_joins(tmp_path):
     """`ringleader certs DIR --k8s`: the coordinator's certificate and the DaemonSet's shared
     worker certificate (naming no one) let a worker register over mTLS with the workers' token."""
-    from ringleader.app.cli import main
+    from ringleader_app.cli import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["certs", str(tmp_path / "pki"), "--k8s"])

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from cluster import Cluster, ringleader_cmd
-from ringleader.app.client import Client
+from ringleader_app.client import Client
 from ringleader.v1 import jobs_pb2 as pb
 
 pytestmark = pytest.mark.integration

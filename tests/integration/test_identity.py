@@ -22,9 +22,9 @@ import grpc
 import httpx
 import pytest
 
-from coordinator.core.liveness import Timings
 from coordinator.edge.k8s_identity import TokenReviewer
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.config import DEFAULT
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.security import ServerSecurity, bearer
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
@@ -73,11 +73,10 @@ async def refused(target: str, worker_id: str, **kw) -> grpc.aio.AioRpcError:
     return err.value
 
 
-def coordinator(tmp_path, forget: tuple[str, ...] = (), timings: Timings = Timings(heartbeat_timeout_s=120)
-                ) -> RunningCoordinator:
+def coordinator(tmp_path, forget: tuple[str, ...] = (), heartbeat_timeout: float = 120) -> RunningCoordinator:
     return RunningCoordinator(CoordinatorConfig(
         grpc_address="127.0.0.1:0", http_address="", db=str(tmp_path / "jobs.db"),
-        timings=timings,
+        heartbeat_timeout=heartbeat_timeout,
         security=ServerSecurity(USERS_TOKEN, WORKERS_TOKEN, forget_workers=forget)))
 
 
@@ -228,7 +227,7 @@ def test_a_daemon_killed_at_any_step_of_its_first_registration_keeps_its_id(tmp_
     async def scenario():
         # The default heartbeat timeout, as in production: a daemon's stream the coordinator did
         # not see close is dropped after it, and the id's restarted daemon retries until then.
-        async with coordinator(tmp_path, timings=Timings()) as coord:
+        async with coordinator(tmp_path, heartbeat_timeout=DEFAULT.heartbeat_timeout) as coord:
             killed = [start_registrant(coord.grpc_target, wid, state, kill_at=step) for wid in ids]
             for p in killed:
                 while p.poll() is None:
@@ -257,7 +256,7 @@ def test_a_daemon_killed_at_any_step_of_its_first_registration_keeps_its_id(tmp_
 def test_an_operator_approves_a_reclaim_without_a_coordinator_restart(tmp_path):
     async def scenario():
         config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                   db=str(tmp_path / "jobs.db"), timings=Timings(heartbeat_timeout_s=120),
+                                   db=str(tmp_path / "jobs.db"), heartbeat_timeout=120,
                                    security=ServerSecurity(USERS_TOKEN, WORKERS_TOKEN))
         async with RunningCoordinator(config) as coord:
             target = coord.grpc_target
@@ -396,7 +395,7 @@ async def cli(*args: str, env: dict | None = None) -> tuple[int, str]:
 def test_on_a_trusted_single_host_a_restarted_worker_takes_its_id_back(tmp_path):
     async def scenario():
         config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                                   db=str(tmp_path / "jobs.db"), timings=Timings(heartbeat_timeout_s=120))
+                                   db=str(tmp_path / "jobs.db"), heartbeat_timeout=120)
         async with RunningCoordinator(config) as coord:  # no tokens, every port on loopback
             target = coord.grpc_target
             channel, first = await register(target, "w0")

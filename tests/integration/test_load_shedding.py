@@ -15,7 +15,7 @@ import pytest
 
 from test_scale import coordinator, scenario, until  # noqa: I001 - tests/integration is on the path
 
-from ringleader.app.client import Client
+from ringleader_app.client import Client
 from ringleader.grpc_options import RETRY_AFTER
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -32,7 +32,7 @@ QUEUED = pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce", 
 
 @scenario
 async def test_a_saturated_coordinator_refuses_added_work_at_once_and_answers_reads(tmp_path):
-    async with coordinator(tmp_path, shed_lag_s=0.3) as rc:
+    async with coordinator(tmp_path, shed_lag=0.3) as rc:
         await keeping_up(rc)
         first = await rc.stub.SubmitJob(pb.SubmitJobRequest(spec=QUEUED))  # a loop on time: accepted
         time.sleep(STALL_S)  # the loop stalls (what thousands of worker messages at once do)
@@ -71,7 +71,7 @@ async def saturate(seconds: float) -> None:
 
 @scenario
 async def test_the_client_waits_as_asked_and_tries_again(tmp_path):
-    async with coordinator(tmp_path, shed_lag_s=0.3) as rc:
+    async with coordinator(tmp_path, shed_lag=0.3) as rc:
         await keeping_up(rc)
         client = Client(rc.grpc_target, busy_tries=5)
         loop = asyncio.get_running_loop()
@@ -91,7 +91,7 @@ async def test_the_client_waits_as_asked_and_tries_again(tmp_path):
 
 @scenario
 async def test_shedding_off_never_refuses(tmp_path):
-    async with coordinator(tmp_path, shed_lag_s=0.0) as rc:
+    async with coordinator(tmp_path, shed_lag=0.0) as rc:
         time.sleep(STALL_S)
         assert (await rc.stub.SubmitJob(pb.SubmitJobRequest(spec=QUEUED))).state == pb.QUEUED
         assert rc.core.lag.shed == 0

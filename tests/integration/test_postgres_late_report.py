@@ -12,9 +12,8 @@ import traceback
 import pytest
 from test_worker_trust import USERS_TOKEN, WORKERS_TOKEN, FakeWorker, until  # noqa: I001 - on the path
 
-from coordinator.core.liveness import Timings
 from coordinator.store import behind as pg_store
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.security import ServerSecurity
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -35,7 +34,7 @@ def test_a_late_report_of_a_job_no_longer_in_memory_is_read_off_the_loop(postgre
 
     async def scenario():
         coord = RunningCoordinator(CoordinatorConfig(
-            grpc_address="127.0.0.1:0", http_address="", db=dsn, timings=Timings(heartbeat_timeout_s=120),
+            grpc_address="127.0.0.1:0", http_address="", db=dsn, heartbeat_timeout=120,
             security=ServerSecurity(USERS_TOKEN, WORKERS_TOKEN)))
         async with coord:
             record = coord.store._record

@@ -17,9 +17,8 @@ import grpc
 import httpx
 import pytest
 
-from coordinator.core.liveness import Timings
 from coordinator.store.sqlite import SqliteJobStore
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 from ringleader.v1 import workers_pb2 as wpb
@@ -40,12 +39,12 @@ def scenario(test):
 
 
 @contextlib.asynccontextmanager
-async def coordinator(tmp_path: Path, **timings):
+async def coordinator(tmp_path: Path, **knobs):
     # Load shedding off unless a test asks for it (test_load_shedding.py): these tests stall the
     # loop on purpose (100,000-entry imports, thousands of simulated daemons) and check other things.
-    timings.setdefault("shed_lag_s", 0.0)
+    knobs.setdefault("shed_lag", 0.0)
     config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                               db=str(tmp_path / "jobs.db"), timings=Timings(**timings))
+                               db=str(tmp_path / "jobs.db"), **knobs)
     async with RunningCoordinator(config) as rc:
         async with grpc.aio.insecure_channel(rc.grpc_target) as channel:
             rc.stub = jobs_pb2_grpc.JobServiceStub(channel)
@@ -108,7 +107,7 @@ async def test_mixed_fleet_gang_that_cannot_run_reserves_nobody(tmp_path):
 @scenario
 async def test_disconnected_workers_leave_registry_and_metrics_after_ttl(tmp_path):
     specs = [SimSpec(f"w{i}", "h1", i) for i in range(3)]
-    async with coordinator(tmp_path, worker_ttl_s=1.0, tick_s=0.1) as rc:
+    async with coordinator(tmp_path, worker_ttl=1.0, tick=0.1) as rc:
         async with fleet(rc, specs):
             pass  # registered, then gone
         await until(lambda: not rc.core.workers.connected(), "workers disconnected")

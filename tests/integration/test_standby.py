@@ -16,7 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.failover import start_coordinator, stop
-from ringleader.app.standby import DEPOSED_EXIT
+from ringleader_app.standby import DEPOSED_EXIT
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 

@@ -12,9 +12,8 @@ import threading
 import grpc
 import pytest
 
-from coordinator.core.liveness import Timings
-from ringleader.app.client import Client
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.client import Client
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 
 pytestmark = pytest.mark.integration
@@ -30,7 +29,7 @@ def _stored(db: str, job_id: str) -> bool:
 
 async def _scenario(tmp_path) -> dict:
     db = str(tmp_path / "jobs.db")
-    config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="", db=db, timings=Timings(shed_lag_s=0.0))
+    config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="", db=db, shed_lag=0.0)
     out: dict = {}
     async with RunningCoordinator(config) as rc:
         loop = asyncio.get_running_loop()

@@ -11,8 +11,7 @@ import time
 import grpc
 import pytest
 
-from coordinator.core.liveness import Timings
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 
@@ -36,7 +35,7 @@ def _watch(target: str, job_id: str, seen: list, cancel_after_first: bool = Fals
 
 async def _scenario(tmp_path) -> dict:
     config = CoordinatorConfig(grpc_address="127.0.0.1:0", http_address="", db=str(tmp_path / "jobs.db"),
-                               timings=Timings(shed_lag_s=0.0))
+                               shed_lag=0.0)
     out: dict = {}
     async with RunningCoordinator(config) as rc:
         c = rc.core

@@ -79,7 +79,7 @@ def test_with_mtls_a_workers_certificate_is_its_identity(tmp_path, relay):
     """A daemon restarted with no state dir but its own certificate (`ringleader certs --worker ID`)
     comes back under its id; one with the DaemonSet's shared certificate (naming no one) is refused.
     The same through the worker relay: TLS, the token and the client certificate checked there."""
-    from ringleader.app.cli import main
+    from ringleader_app.cli import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["certs", str(tmp_path / "pki"), "--k8s", "--worker", "w1"])

@@ -13,8 +13,7 @@ import time
 import grpc
 import pytest
 
-from coordinator.core.liveness import Timings
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.security import ServerSecurity, bearer
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
@@ -138,4 +137,4 @@ def running(tmp_path) -> RunningCoordinator:
     # Fakes send no heartbeats: a long timeout keeps them registered for the whole scenario.
     return RunningCoordinator(CoordinatorConfig(
         grpc_address="127.0.0.1:0", http_address="", db=str(tmp_path / "jobs.db"),
-        timings=Timings(heartbeat_timeout_s=120), security=ServerSecurity(USERS_TOKEN, WORKERS_TOKEN)))
+        heartbeat_timeout=120, security=ServerSecurity(USERS_TOKEN, WORKERS_TOKEN)))

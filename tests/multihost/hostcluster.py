@@ -19,7 +19,7 @@ import pytest
 
 from cluster import Cluster
 from netbed import NetBed, unavailable
-from ringleader.app.certs import worker_files, write_cluster_files
+from ringleader_app.certs import worker_files, write_cluster_files
 from ringleader.security import ClientSecurity, TlsFiles
 from ringleader.v1 import jobs_pb2 as pb
 

@@ -22,7 +22,7 @@ import pytest
 
 from cluster import Cluster, ringleader_cmd
 from hostcluster import bed_cluster, cert_flags, wait_until, worker_state
-from ringleader.app.certs import worker_files
+from ringleader_app.certs import worker_files
 from ringleader.v1 import jobs_pb2 as pb
 
 pytestmark = pytest.mark.multihost

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from hostcluster import MODES, TIMINGS, bed_cluster, cut_off_mid_job
-from ringleader.app.demo import visible_gpu_count
+from ringleader_app.demo import visible_gpu_count
 from ringleader.v1 import jobs_pb2 as pb
 
 pytestmark = pytest.mark.multihost

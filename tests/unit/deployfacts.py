@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ringleader.app.cli import build_parser
+from ringleader_app.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -22,9 +22,9 @@ import pytest
 
 from integration.cluster import Cluster, executor_pid, ringleader_cmd
 from ringleader import __version__, defaults, jobspec
-from ringleader.app import config
-from ringleader.app.cli import build_parser, main
-from ringleader.app.process import CoordinatorConfig
+from ringleader_app import config
+from ringleader_app.cli import build_parser, main
+from ringleader_app.config import CoordinatorConfig
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb
 
@@ -230,21 +230,46 @@ def test_one_settings_object_reaches_the_coordinator_and_worker_configs(monkeypa
 
 def test_every_coordinator_flag_reaches_the_running_coordinator(monkeypatch):
     """A flag whose value the coordinator never sees is worse than none (`--stall-warn` was such a
-    one once): each lands in CoordinatorConfig, its timings or the server's security."""
-    from ringleader.app import security_flags
-    from ringleader.app.process import timings_of
-
+    one once): each lands in the Config, its core's timings or the server's security."""
+    monkeypatch.setenv("RINGLEADER_SHED_LAG", "7")
     _, settings = load(["coordinator", "--stall-warn", "0.05", "--check-hold-after", "30", "--check-hold-share",
                         "0.5", "--heartbeat-timeout", "9", "--forget-worker", "w1", "--insecure"])
-    cfg = config.dataclass_from(CoordinatorConfig, settings, security=security_flags.server_security(settings))
-    t = timings_of(cfg)
+    cfg = config.coordinator_config(settings)
+    t = config.core_timings(cfg)
     assert (t.stall_warn_s, t.check_hold_after_s, t.check_hold_share, t.heartbeat_timeout_s) == (0.05, 30.0, 0.5, 9.0)
+    assert t.shed_lag_s == 7.0  # from the environment
     assert cfg.security.forget_workers == ("w1",) and cfg.security.insecure
     fields = {f.name for f in dataclasses.fields(CoordinatorConfig)}
     security = {"token_file", "worker_token_file", "tls_cert", "tls_key", "tls_client_ca", "insecure",
                 "metrics_auth", "forget_worker"}  # read by security_flags.server_security
     assert [a.dest for a in config.own_env_actions(build_parser(), "coordinator")
             if a.dest not in fields | security] == []
+
+
+def test_the_flags_defaults_are_the_configs(monkeypatch):
+    """The Config holds each default once: a coordinator started with no flag and no variable
+    is configured as CoordinatorConfig() is."""
+    for name in [n for n in os.environ if n.startswith(config.ENV_PREFIX)]:
+        monkeypatch.delenv(name)
+    _, settings = load(["coordinator"])
+    assert config.coordinator_config(settings) == CoordinatorConfig()
+
+
+def test_the_cores_timings_are_built_from_every_knob_of_the_config():
+    """core_timings is the one place the control core's Timings come from: each of its fields
+    takes a Config knob (a Timings field the Config cannot set would be a constant nobody can
+    change, or a second copy)."""
+    from coordinator.core.liveness import Timings
+
+    knobs = {"heartbeat_interval": 1.5, "heartbeat_timeout": 6.5, "reconcile_grace": 16.5, "blame_grace": 3.5,
+             "unwell_after": 4.5, "tick": 0.25, "worker_ttl": 601.5, "worker_msgs_per_turn": 257, "pass_ranks": 129,
+             "shed_lag": 2.5, "stall_warn": 0.5, "check_hold_after": 61.5, "check_hold_share": 0.25}
+    t = config.core_timings(CoordinatorConfig(**knobs))
+    defaults = Timings()
+    unset = [f.name for f in dataclasses.fields(Timings) if getattr(t, f.name) == getattr(defaults, f.name)]
+    assert unset == []
+    assert sorted(dataclasses.asdict(t).values()) == sorted(knobs.values())
+    assert config.core_timings(CoordinatorConfig()) == Timings()  # the same defaults on both sides
 
 
 def test_readme_table_of_variables_matches_the_parser():

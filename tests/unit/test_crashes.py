@@ -97,7 +97,7 @@ def test_crashes_older_than_the_window_are_forgotten():
 
 
 def test_check_never_sums_a_failed_check_job_up_as_healthy():
-    from ringleader.app.check_cmds import check_text, unfinished
+    from ringleader_app.check_cmds import check_text, unfinished
 
     healthy = pb.WorkerHealth(verdict=pb.HEALTHY, check="gpu_check", job_id="older")
     failed = pb.Job(id="c1", state=pb.FAILED, reason="rank 0 (worker g0) failed: executor process killed by signal 11",

@@ -148,7 +148,7 @@ def test_a_cpu_worker_is_below_its_history_only_past_a_wider_band():
 
 
 def test_check_output_shows_the_finding_and_an_unjudged_worker():
-    from ringleader.app.check_cmds import check_doc, check_text
+    from ringleader_app.check_cmds import check_doc, check_text
 
     finding = "every worker below expectation: 2 of 2 workers judged by gpu_check (hosts a) ..."
     r = pb.RunCheckResponse(findings=[finding], workers=[

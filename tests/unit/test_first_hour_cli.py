@@ -18,10 +18,10 @@ import pytest
 from ringleader import jobspec
 from ringleader import spec as specs
 from ringleader import fleet_fit
-from ringleader.app import hints, listing, render, table
-from ringleader.app.cli import build_parser, main
-from ringleader.app.commands import spec_from_args
-from ringleader.app.worker_ids import cpu_worker_id
+from ringleader_app import hints, listing, render, table
+from ringleader_app.cli import build_parser, main
+from ringleader_app.commands import spec_from_args
+from ringleader_app.worker_ids import cpu_worker_id
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -176,7 +176,7 @@ def test_worker_takes_worker_token_file(tmp_path):
 
 def test_cpu_worker_ids_are_stable_and_distinct_without_a_pid(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    script = ("import sys; from ringleader.app.worker_ids import cpu_worker_id; print(cpu_worker_id('hostx'));"
+    script = ("import sys; from ringleader_app.worker_ids import cpu_worker_id; print(cpu_worker_id('hostx'));"
               "sys.stdout.flush(); sys.stdin.read()")
     first = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env=_env(tmp_path))
@@ -229,7 +229,7 @@ def test_ui_placement_label_matches_the_cli_rule():
 
 
 def test_demo_plan_shares_one_gpu_between_labelled_ranks():
-    from ringleader.app.demo import plan
+    from ringleader_app.demo import plan
 
     one = plan(1)
     assert [d for d, _, _ in one.workers] == ["cuda:0"] * 4
@@ -243,7 +243,7 @@ def test_demo_plan_shares_one_gpu_between_labelled_ranks():
 
 
 def test_gpus_are_counted_by_a_child_only_where_a_gpu_driver_node_exists(monkeypatch):
-    from ringleader.app import demo
+    from ringleader_app import demo
 
     asked = []
 
@@ -302,7 +302,7 @@ def test_wide_is_not_offered_where_nothing_is_wider(capsys, command):
 
 
 def test_baselines_print_as_a_table_when_asked():
-    from ringleader.app.baseline_cmds import baselines_table
+    from ringleader_app.baseline_cmds import baselines_table
 
     assert baselines_table(pb.BaselineTable()) == "No baselines found.\n"
     entry = pb.BaselineEntry(gpu_model="H200", op="all_reduce", dtype="float32", size_bucket=1 << 20, ranks=8,
@@ -323,7 +323,7 @@ def test_auto_iters_read_auto_in_documents():
 
 
 def test_p2p_without_pairwise_on_three_ranks_is_warned_about():
-    from ringleader.app.commands import idle_ranks
+    from ringleader_app.commands import idle_ranks
 
     three = jobspec.normalize(submit("--kind", "p2p", "--world-size", "3"))
     assert idle_ranks(three) == ("p2p without --pairwise measures ranks 0 and 1 only; 1 of 3 ranks stay idle: "
@@ -340,7 +340,7 @@ def test_wait_does_not_begin_with_a_queue_the_job_never_waited_in(monkeypatch):
     import io
     import time
 
-    from ringleader.app import follow
+    from ringleader_app import follow
 
     monkeypatch.setattr(follow, "QUEUED_GRACE_S", 0.05)
     out = io.StringIO()
@@ -357,7 +357,7 @@ def test_wait_does_not_begin_with_a_queue_the_job_never_waited_in(monkeypatch):
 def test_sweep_progress_names_every_size_as_it_starts():
     import io
 
-    from ringleader.app import follow
+    from ringleader_app import follow
 
     out = io.StringIO()
     printer = follow._Printer("j", out)
@@ -368,7 +368,7 @@ def test_sweep_progress_names_every_size_as_it_starts():
 
 
 def test_check_json_is_lean_like_job_json():
-    from ringleader.app.check_cmds import check_doc
+    from ringleader_app.check_cmds import check_doc
 
     job = pb.Job(id="c1", created_at=86400.0, link_matrix=pb.LinkMatrixResult(size_bytes=512 << 10),
                  spec=pb.JobSpec(world_size=2, link_matrix=pb.LinkMatrixSpec()))
@@ -414,14 +414,14 @@ def test_a_heartbeat_timeout_shorter_than_two_beats_is_refused_and_a_longer_one_
         main(["coordinator", "--heartbeat-timeout", "1"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "at least 2 seconds" in err and len(err.strip().splitlines()) <= 2, err
-    from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+    from ringleader_app.process import CoordinatorConfig, RunningCoordinator
     coord = RunningCoordinator(CoordinatorConfig(db=":memory:", heartbeat_timeout=30))
     assert coord.core.timings.heartbeat_timeout_s == 30
     coord.store.close()
 
 
 def test_the_baselines_table_lists_sizes_in_numeric_order():
-    from ringleader.app.baseline_cmds import baselines_table
+    from ringleader_app.baseline_cmds import baselines_table
 
     entries = [pb.BaselineEntry(gpu_model="H200", op="all_reduce", dtype="float32", size_bucket=size, ranks=2,
                                 hosts=1, link="nvl", mode="eager") for size in (1024, 64 << 20, 8, 512, 1 << 20)]

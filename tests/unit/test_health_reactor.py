@@ -379,7 +379,7 @@ def test_the_odd_worker_is_listed_with_its_setting_before_any_job_and_a_gang_nev
 
 
 def test_observe_mode_taints_no_node_even_when_asked_to():
-    from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+    from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 
     rc = RunningCoordinator(CoordinatorConfig(db=":memory:", http_address="", k8s_taint_nodes=True, health_observe=True))
     try:

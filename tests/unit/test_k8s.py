@@ -476,7 +476,7 @@ def test_readme_creates_the_secrets_the_pods_mount(tmp_path, capsys):
     manifest written, and compares the Secrets with what the rendered pods mount."""
     from cryptography import x509
 
-    from ringleader.app.cli import main
+    from ringleader_app.cli import main
 
     (certs,) = [c for c in readme_commands("ringleader") if c[1] == "certs"]
     (apply,) = [c for c in readme_commands("kubectl") if c[1:3] == ["apply", "-f"]]
@@ -560,8 +560,8 @@ def test_node_taints_component_grants_nodes_get_patch_and_turns_the_flag_on(tmp_
     assert env["RINGLEADER_K8S_TAINT_NODES"] == "1"
     a = parse_cli(exec_form(dockerfile("Dockerfile.coordinator"), "ENTRYPOINT") + c["args"])
     assert a.command == "coordinator" and not a.k8s_taint_nodes  # on through its variable:
-    from ringleader.app import config
-    from ringleader.app.cli import build_parser
+    from ringleader_app import config
+    from ringleader_app.cli import build_parser
 
     (flag,) = [x for x in config.subparsers(build_parser())["coordinator"]._actions if x.dest == "k8s_taint_nodes"]
     assert config.env_name(flag) in env
@@ -572,8 +572,8 @@ def test_node_taints_component_grants_nodes_get_patch_and_turns_the_flag_on(tmp_
 @needs_kubectl
 def test_k8s_identity_component_gives_worker_pods_a_node_token_and_the_coordinator_token_review(tmp_path):
     from coordinator.edge.k8s_identity import AUDIENCE, DEFAULT_ACCOUNT
-    from ringleader.app import config
-    from ringleader.app.cli import build_parser
+    from ringleader_app import config
+    from ringleader_app.cli import build_parser
 
     docs = with_component(tmp_path, "k8s-identity")
     sa = one(docs, "ServiceAccount", "ringleader-worker")

@@ -17,8 +17,8 @@ import yaml
 
 from deployfacts import dockerfile, exec_form, parse_cli
 from test_k8s import K8S_VERSIONS, needs_kubectl, one, pod_templates, render, required_level
-from ringleader.app.config import env_name
-from ringleader.app.cli import build_parser
+from ringleader_app.config import env_name
+from ringleader_app.cli import build_parser
 
 HA = ("ha", "ha-postgres", "ha-postgres-trial")
 OPERATOR_KINDS = {"Cluster"}  # CloudNativePG's custom resource: no Kubernetes schema

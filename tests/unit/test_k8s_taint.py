@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from coordinator.health.k8s_taint import CONDITION, LABEL, TAINT, NodeTainter
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 
 FOREIGN = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}

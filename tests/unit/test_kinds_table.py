@@ -17,7 +17,7 @@ from coordinator.core.facade import Coordinator
 from coordinator.store.memory import MemoryJobStore
 from dashboard import api, spec_in
 from ringleader import jobspec, kinds
-from ringleader.app import cli, commands, table
+from ringleader_app import cli, commands, table
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb

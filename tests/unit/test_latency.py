@@ -12,9 +12,9 @@ from coordinator.core.facade import Coordinator
 from coordinator.store.memory import MemoryJobStore
 from ringleader import algos, jobspec
 from ringleader import spec as specs
-from ringleader.app import table
-from ringleader.app.cli import build_parser
-from ringleader.app.commands import spec_from_args
+from ringleader_app import table
+from ringleader_app.cli import build_parser
+from ringleader_app.commands import spec_from_args
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb

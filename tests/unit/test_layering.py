@@ -5,8 +5,10 @@ line cap). Imports are read from the source (module level and inside functions a
 import counts as an arrow too.
 
 Layers, lowest first: ringleader (the shared vocabulary) < coordinator, worker < dashboard
-< ringleader.app (the entry points), which alone may import everything. Inside the coordinator
-(DESIGN.md: one subpackage per role): store < health < core < edge, as SUBLAYERS states.
+< ringleader_app (the entry points), which alone may import everything; every package of the
+tree has its row. Inside the coordinator (DESIGN.md: one subpackage per role): store < health <
+core < edge, as SUBLAYERS states. The one module of the vocabulary package that imports the entry
+points is ringleader/__main__.py, which `python -m ringleader` needs there and nothing imports.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("ringleader", "coordinator", "worker", "dashboard")
+PACKAGES = ("ringleader", "coordinator", "worker", "dashboard", "ringleader_app")
 GENERATED = ROOT / "ringleader" / "v1"
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 600, 60  # a ceiling for outliers, not a design target
 
@@ -27,7 +29,7 @@ ALLOWED = {
     "coordinator": {"ringleader"},
     "worker": {"ringleader"},
     "dashboard": {"ringleader", "coordinator"},
-    "ringleader.app": {"ringleader", "coordinator", "worker", "dashboard"},
+    "ringleader_app": {"ringleader", "coordinator", "worker", "dashboard"},  # the entry points
 }
 
 
@@ -69,8 +71,8 @@ def upward_role_arrows(g: dict[str, set[str]]) -> list[str]:
 
 
 def layer(module: str) -> str:
-    if module.startswith("ringleader.app") or module == "ringleader.__main__":  # entry points
-        return "ringleader.app"
+    if module == "ringleader.__main__":  # `python -m ringleader`: an entry point
+        return "ringleader_app"
     return module.split(".")[0]
 
 
@@ -119,6 +121,21 @@ def test_no_module_imports_a_higher_layer():
             if layer(dep) != layer(mod) and layer(dep) not in ALLOWED[layer(mod)]:
                 upward.append(f"{mod} -> {dep}")
     assert not upward, upward
+
+
+def test_every_package_of_the_tree_has_a_layer():
+    """A package added at the top of the tree is checked too (bench, tests and scripts are not
+    packages of the product)."""
+    tops = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists() and p.name not in ("bench", "tests")}
+    assert tops == set(PACKAGES) == set(ALLOWED)
+
+
+def test_the_vocabulary_imports_no_other_package():
+    """Only its `python -m` entry (layer() says why) reaches above it."""
+    g = graph()
+    assert not sorted(f"{m} -> {d}" for m, deps in g.items() for d in deps
+                      if m.split(".")[0] == "ringleader" and m != "ringleader.__main__"
+                      and d.split(".")[0] != "ringleader")
 
 
 def test_no_coordinator_role_imports_a_higher_one():

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ringleader import jobspec
-from ringleader.app.cli import build_parser
-from ringleader.app.commands import spec_from_args
+from ringleader_app.cli import build_parser
+from ringleader_app.commands import spec_from_args
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

@@ -11,8 +11,8 @@ from cryptography import x509
 from coordinator.edge.auth import USERS, WORKERS, Access, role_of
 from coordinator.edge.identity import CertIdentity, cert_identity
 from dashboard.guard import Guard, GuardConfig, cross_origin, host_is_local
-from ringleader.app.certs import write_cluster_files
-from ringleader.app.process import CoordinatorConfig, check_exposure
+from ringleader_app.certs import write_cluster_files
+from ringleader_app.process import CoordinatorConfig, check_exposure
 from ringleader.errors import InvalidSpec, PermissionDenied, Unauthenticated
 from ringleader.security import (
     ClientSecurity, ServerSecurity, TlsFiles, bearer, bearer_token, is_loopback, read_token,

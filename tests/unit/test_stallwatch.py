@@ -127,7 +127,7 @@ def test_the_bench_reads_the_warning_as_the_coordinator_logs_it(caplog):
     caplog.set_level(logging.WARNING, "ringleader.coordinator")
     since = time.time()
     asyncio.run(watched(lambda: collect_for(0.3)))
-    form = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")  # ringleader/app/cli.py's
+    form = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")  # ringleader_app/cli.py's
     log = "\n".join(form.format(r) for r in caplog.records)
     found = max(loadstats.stalls(log, since - 1, time.time() + 1), key=lambda f: f["gc_ms"])  # the collection's
     (message,) = stall_lines(caplog, f"garbage collection {found['gc_ms']} ms ")

@@ -1,12 +1,12 @@
 """`ringleader workers uncordon --force ID` (as the docs write it) and `uncordon ID --force` parse to
-the same request; a worker shown held by the circuit breaker is marked so (ringleader/app)."""
+the same request; a worker shown held by the circuit breaker is marked so (ringleader_app)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ringleader.app import check_cmds, config, listing
-from ringleader.app.cli import build_parser
+from ringleader_app import check_cmds, config, listing
+from ringleader_app.cli import build_parser
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 

@@ -8,8 +8,8 @@ import argparse
 
 import grpc
 
-from ringleader.app.client import Client
-from ringleader.app.security_flags import client_security
+from ringleader_app.client import Client
+from ringleader_app.security_flags import client_security
 from ringleader.errors import RingleaderError
 
 DEADLINE_S = 2.0

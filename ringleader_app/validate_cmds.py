@@ -18,9 +18,9 @@ import argparse
 import time
 
 from ringleader import checks
-from ringleader.app.client import Client
-from ringleader.app.render import dump
-from ringleader.app.security_flags import client_security
+from ringleader_app.client import Client
+from ringleader_app.render import dump
+from ringleader_app.security_flags import client_security
 from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb

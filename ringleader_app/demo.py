@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from ringleader.app import table
-from ringleader.app.process import CoordinatorConfig, RunningCoordinator
+from ringleader_app import table
+from ringleader_app.process import CoordinatorConfig, RunningCoordinator
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import jobs_pb2_grpc
 

@@ -3,7 +3,7 @@ argparse group), `KIND_spec` builds its spec message from the parsed flags. The 
 (ringleader/kinds.py) names them.
 
 Flags several kinds share (the sweep's --sizes/--min-bytes/--max-bytes/--factor, --iters,
---warmup, --dtype, --graph, --algo) are the command's own (ringleader/app/cli.py). Unset flags
+--warmup, --dtype, --graph, --algo) are the command's own (ringleader_app/cli.py). Unset flags
 stay None, so the spec's defaults apply and an explicit 0 still reaches validation.
 """
 
@@ -13,7 +13,7 @@ import argparse
 
 from ringleader import jobspec
 from ringleader import spec as specs
-from ringleader.app.argtypes import size
+from ringleader_app.argtypes import size
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
 

@@ -40,7 +40,7 @@ def add_flag(certs_parser: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from ringleader.app import certs  # cryptography loads only for this command
+    from ringleader_app import certs  # cryptography loads only for this command
 
     if not a.k8s:
         return certs.run(a)

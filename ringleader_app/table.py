@@ -1,6 +1,6 @@
 """nccl-tests-style text tables and the JSON documents for results, jobs, workers and logs (used
 by the CLI and the demo). The JSON shapes are the REST API's where it has one (`to_json` of the
-messages), with times as RFC 3339 and only the job's own kind (ringleader/app/render.py)."""
+messages), with times as RFC 3339 and only the job's own kind (ringleader_app/render.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 from ringleader import kinds
 from ringleader import spec as specs
-from ringleader.app.render import times
+from ringleader_app.render import times
 from ringleader.jobspec import op_name
 from ringleader.leanjson import lean_job
 from ringleader.jsonview import to_json

@@ -4,7 +4,7 @@
                                  --forget-worker (reset worker credentials: coordinator/edge/identity.py)
     add_worker_security(parser)  worker: the workers' token, TLS to the coordinator, --state-dir
     add_client_security(parser)  submit, jobs, job, watch, cancel, workers: the users' token, TLS
-    add_certs_command(sub)       `ringleader certs DIR` (ringleader/app/certs.py)
+    add_certs_command(sub)       `ringleader certs DIR` (ringleader_app/certs.py)
 
 The tokens themselves come from a file (--token-file, --worker-token-file) or from
 RINGLEADER_TOKEN / RINGLEADER_WORKER_TOKEN, never from a flag's value (a command line is visible

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from ringleader.app.render import rfc3339
+from ringleader_app.render import rfc3339
 from ringleader.jobspec import op_name
 from ringleader.v1 import jobs_pb2 as pb
 

@@ -8,7 +8,6 @@ import asyncio
 import logging
 import os
 import socket
-from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -21,16 +20,16 @@ from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.relay import settings_env
 from coordinator.edge.relay_metrics import RelayCollector
 from coordinator.edge.server import EdgeServer, start_server
-from coordinator.core.facade import Coordinator, Timings
-from coordinator.core.gcpace import PACE_S, tune_collector
+from coordinator.core.facade import Coordinator
+from coordinator.core.gcpace import tune_collector
 from coordinator.store.factory import is_postgres, open_store, redacted
 from coordinator.store.lease import Lease
 from coordinator.edge.lease_metrics import LeaseCollector
 from coordinator.health.sweeper import Sweeper
-from ringleader import defaults
+from ringleader_app.config import CoordinatorConfig, core_timings
 from ringleader.errors import InvalidSpec
 from ringleader.ports import refuse_if_taken
-from ringleader.security import ServerSecurity, is_loopback, with_port
+from ringleader.security import is_loopback, with_port
 from ringleader.signals import on_stop_signals
 
 log = logging.getLogger("ringleader.coordinator")
@@ -39,49 +38,6 @@ log = logging.getLogger("ringleader.coordinator")
 def default_db_path() -> str:
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return str(Path(state) / "ringleader" / "jobs.db")
-
-
-@dataclass
-class CoordinatorConfig:
-    grpc_address: str = defaults.COORDINATOR_ADDRESS
-    http_address: str = defaults.HTTP_ADDRESS  # "" disables the HTTP side
-    worker_address: str = ""  # the workers' streams also served here, by a relay process (--worker-address)
-    floors: str = ""  # an edited table of expectation floors (JSON) over the shipped one (--floors FILE)
-    relay_at: int = 512  # without --worker-address: past this many direct streams, a relay of its own (--relay-at; 0: never)
-    relay_share: int = 10_000  # streams per automatic relay before another starts (--relay-share; 0: one relay)
-    relay_cpus: tuple[int, ...] = ()  # the CPUs relay processes run on (--relay-cpus; default: the coordinator's)
-    db: str = ""
-    timings: Timings | None = None  # None: the defaults, with worker_ttl
-    worker_ttl: float = 600.0  # seconds a disconnected worker stays listed (--worker-ttl)
-    heartbeat_timeout: float = 5.0  # seconds of silence before a worker is declared lost (--heartbeat-timeout)
-    drain_s: float = 5.0
-    security: ServerSecurity = field(default_factory=ServerSecurity)
-    insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
-    check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
-    k8s_taint_nodes: bool = False  # taint the Kubernetes Node of a failed worker (--k8s-taint-nodes)
-    k8s_taint_devices: bool = False  # taint a failed GPU's DRA device, its node only host-wide (--k8s-taint-devices)
-    quarantine_max_share: float = 0.1  # the circuit breaker's share of a GPU model (--quarantine-max-share)
-    health_observe: bool = False  # verdicts, alerts and metrics, but no quarantine or taint (--health-observe)
-    webhook: list[str] = field(default_factory=list)  # remediation hooks' URLs (--webhook)
-    k8s_token_review: bool = False  # worker pods' tokens vouch for their node's ids (--k8s-token-review)
-    lease_ttl: float = 5.0  # on PostgreSQL: seconds a leader's lease lasts unrenewed (--lease-ttl)
-    advertise_address: str = ""  # on PostgreSQL: the address standbys name as the leader's (--advertise-address)
-    worker_msgs_per_turn: int = 256  # worker messages applied per turn of the loop (--worker-msgs-per-turn; 0: no bound)
-    pass_ranks: int = 128  # ranks one placement pass starts at most (--pass-ranks; 0: no bound)
-    shed_lag: float = 2.0  # loop lag past which calls that add work are refused (--shed-lag; 0: never)
-    stall_warn: float = 0.2  # a stall of the loop this long is logged (--stall-warn; 0: never)
-    gc_pace: float = PACE_S  # with a relay: a collection pass when none ran this long (--gc-pace; 0: none)
-    check_hold_after: float = 60.0  # a check queued this long holds its workers (--check-hold-after; 0: never)
-    check_hold_share: float = 0.05  # the most of the fleet checks hold at once (--check-hold-share)
-
-
-def timings_of(config: CoordinatorConfig) -> Timings:
-    """The core's timings: `config.timings` where given, else the defaults with the flags' values."""
-    return config.timings or Timings(
-        worker_ttl_s=config.worker_ttl, heartbeat_timeout_s=config.heartbeat_timeout,
-        worker_msgs_per_turn=config.worker_msgs_per_turn, pass_ranks=config.pass_ranks,
-        shed_lag_s=config.shed_lag, stall_warn_s=config.stall_warn, check_hold_after_s=config.check_hold_after,
-        check_hold_share=config.check_hold_share)
 
 
 def exposed(config: CoordinatorConfig) -> list[tuple[str, str]]:
@@ -145,10 +101,10 @@ class RunningCoordinator:
                                 source=f"//ringleader/{socket.gethostname()}", start=False) if urls else None
         self._loop: asyncio.AbstractEventLoop | None = None
         observers = [o.observe for o in (self.tainter, self.hooks) if o is not None]
-        self.core = Coordinator(self.store, timings_of(config), health_observers=observers,
+        self.core = Coordinator(self.store, core_timings(config), health_observers=observers,
                                 quarantine_max_share=config.quarantine_max_share, health_observe=config.health_observe)
         if config.floors:  # read and checked before anything is bound: a bad row refuses to start
-            from ringleader.app.floors_file import load_floors
+            from ringleader_app.floors_file import load_floors
             self.core.control.expectations.floors = load_floors(config.floors)
         self.metrics = CoordinatorMetrics(self.core)
         # The workers' credentials, shared by gRPC (registration, ApproveWorker) and REST (approve).
@@ -273,8 +229,8 @@ class RunningCoordinator:
 
 async def serve(config: CoordinatorConfig) -> None:
     lease = None
-    if is_postgres(config.db):  # one of several coordinators: lead first (ringleader/app/standby.py)
-        from ringleader.app.standby import stand_by
+    if is_postgres(config.db):  # one of several coordinators: lead first (ringleader_app/standby.py)
+        from ringleader_app.standby import stand_by
 
         check_ports(config)  # the standby serves on the same addresses
 

@@ -25,7 +25,7 @@ import argparse
 
 from ringleader import kinds
 from ringleader import spec as specs
-from ringleader.app import argtypes
+from ringleader_app import argtypes
 from ringleader.jobspec import MAX_WORLD_SIZE
 
 # short flag -> why it is refused and what to use instead
@@ -53,7 +53,7 @@ class _Moved(argparse.Action):
 def add_submit(s: argparse.ArgumentParser, completer) -> None:
     """Unset flags stay None so that the spec's own defaults (ringleader/spec.py) apply; op, dtype
     and reduce op are checked by the spec validation, for a one-line error naming the field. The
-    flags of one kind only are the kind's (ringleader/kinds.py, ringleader/app/kindargs.py)."""
+    flags of one kind only are the kind's (ringleader/kinds.py, ringleader_app/kindargs.py)."""
     s.epilog = ("Short flags as in nccl-tests: -b -e -f, -n iterations, -w warm-up, -d dtype, -r root. "
                 "-o is the output format (nccl-tests' -o is --reduce-op here), nccl-tests' -G is --graph.")
     s.add_argument("--kind", default="collective", choices=[k.cli_name for k in kinds.TABLE],

@@ -1,13 +1,17 @@
-"""Settings of the ringleader command: every flag of the coordinator and the worker, and the global
-flags, also read from a RINGLEADER_* environment variable. Precedence: flag > environment > default.
+"""The ringleader command's configuration: every flag of the coordinator and the worker, and the
+global flags, also read from a RINGLEADER_* environment variable (precedence: flag > environment >
+default), and the one object the coordinator is configured by, `CoordinatorConfig`.
 
 The settings model is generated from the argparse parser, not written beside it: each long option
 `--some-flag` of the global parser and of the subcommands in ENV_COMMANDS becomes a field read from
 RINGLEADER_SOME_FLAG, converted and checked as argparse converts the flag (its `type` and
 `choices`); a client command's option that the worker has too (the connection's) reads the same
 variable. A flag added to those subcommands later gets its variable with no change here. One
-settings object results (uvicorn's style: one Config from flags or environment, passed
-explicitly); `dataclass_from` turns it into the coordinator's or a worker's config.
+settings object results; `coordinator_config` turns it into the coordinator's Config, which is
+handed down to its parts (uvicorn's style: one Config from flags or environment, passed
+explicitly, no global settings), and `dataclass_from` into a worker's. The Config holds each
+knob's default (the flags take theirs from it); the control core's own view of it, its Timings,
+is built from it in one place, `core_timings`.
 
     scripts/gen-env-table.py [--write]    print (or rewrite in README.md) the table of variables
 """
@@ -16,11 +20,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import TYPE_CHECKING, Annotated, Any, Callable
 
 from pydantic import BeforeValidator, Field, ValidationError, create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from coordinator.core.gcpace import PACE_S
+from ringleader import defaults
+from ringleader_app.security_flags import server_security
+from ringleader.security import ServerSecurity
+
+if TYPE_CHECKING:
+    from coordinator.core.liveness import Timings
 
 ENV_PREFIX = "RINGLEADER_"
 ENV_COMMANDS = ("coordinator", "worker")  # every option of these has a variable; global options always do
@@ -168,6 +181,72 @@ def dataclass_from(cls: type, settings: Settings, **overrides: Any):
     names = {f.name for f in dataclasses.fields(cls)}
     values = {n: getattr(settings, n) for n in names if n in type(settings).model_fields}
     return cls(**{**values, **overrides})
+
+
+# ---- the coordinator's Config -----------------------------------------------------------------
+
+
+@dataclass
+class CoordinatorConfig:
+    """Everything the coordinator is configured by: a field per flag of `ringleader coordinator`
+    (named as the flag's destination; its default is the flag's), and the knobs no flag sets."""
+
+    grpc_address: str = defaults.COORDINATOR_ADDRESS
+    http_address: str = defaults.HTTP_ADDRESS  # "" disables the HTTP side
+    worker_address: str = ""  # the workers' streams also served here, by a relay process (--worker-address)
+    floors: str = ""  # an edited table of expectation floors (JSON) over the shipped one (--floors FILE)
+    relay_at: int = 512  # without --worker-address: past this many direct streams, a relay of its own (--relay-at; 0: never)
+    relay_share: int = 10_000  # streams per automatic relay before another starts (--relay-share; 0: one relay)
+    relay_cpus: tuple[int, ...] = ()  # the CPUs relay processes run on (--relay-cpus; default: the coordinator's)
+    db: str = ""
+    worker_ttl: float = 600.0  # seconds a disconnected worker stays listed (--worker-ttl)
+    heartbeat_timeout: float = 5.0  # seconds of silence before a worker is declared lost (--heartbeat-timeout)
+    drain_s: float = 5.0
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
+    check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
+    k8s_taint_nodes: bool = False  # taint the Kubernetes Node of a failed worker (--k8s-taint-nodes)
+    k8s_taint_devices: bool = False  # taint a failed GPU's DRA device, its node only host-wide (--k8s-taint-devices)
+    quarantine_max_share: float = 0.1  # the circuit breaker's share of a GPU model (--quarantine-max-share)
+    health_observe: bool = False  # verdicts, alerts and metrics, but no quarantine or taint (--health-observe)
+    webhook: list[str] = field(default_factory=list)  # remediation hooks' URLs (--webhook)
+    k8s_token_review: bool = False  # worker pods' tokens vouch for their node's ids (--k8s-token-review)
+    lease_ttl: float = 5.0  # on PostgreSQL: seconds a leader's lease lasts unrenewed (--lease-ttl)
+    advertise_address: str = ""  # on PostgreSQL: the address standbys name as the leader's (--advertise-address)
+    worker_msgs_per_turn: int = 256  # worker messages applied per turn of the loop (--worker-msgs-per-turn; 0: no bound)
+    pass_ranks: int = 128  # ranks one placement pass starts at most (--pass-ranks; 0: no bound)
+    shed_lag: float = 2.0  # loop lag past which calls that add work are refused (--shed-lag; 0: never)
+    stall_warn: float = 0.2  # a stall of the loop this long is logged (--stall-warn; 0: never)
+    gc_pace: float = PACE_S  # with a relay: a collection pass when none ran this long (--gc-pace; 0: none)
+    check_hold_after: float = 60.0  # a check queued this long holds its workers (--check-hold-after; 0: never)
+    check_hold_share: float = 0.05  # the most of the fleet checks hold at once (--check-hold-share)
+    # No flag sets these (tests and benches do): the core's clock, in seconds.
+    heartbeat_interval: float = 1.0  # how often workers are told to beat
+    reconcile_grace: float = 15.0  # after a restart, how long RUNNING jobs wait for their workers
+    blame_grace: float = 3.0  # after a rank's communication error, how long to wait for its cause
+    unwell_after: float = 4.0  # a rank's executor reported stopped or unresponsive this long fails its job
+    tick: float = 0.5  # the liveness clock's period
+
+
+DEFAULT = CoordinatorConfig()  # the flags' defaults
+
+
+def coordinator_config(settings: Settings) -> CoordinatorConfig:
+    """The Config of `ringleader coordinator`, from its parsed flags and variables."""
+    return dataclass_from(CoordinatorConfig, settings, security=server_security(settings))
+
+
+def core_timings(config: CoordinatorConfig) -> "Timings":
+    """The control core's view of the Config (coordinator/core/liveness.py's Timings): the one
+    place it is built. Imported here, not above: a client command loads no control core."""
+    from coordinator.core.liveness import Timings
+
+    return Timings(
+        heartbeat_interval_s=config.heartbeat_interval, heartbeat_timeout_s=config.heartbeat_timeout,
+        reconcile_grace_s=config.reconcile_grace, blame_grace_s=config.blame_grace, unwell_s=config.unwell_after,
+        tick_s=config.tick, worker_ttl_s=config.worker_ttl, worker_msgs_per_turn=config.worker_msgs_per_turn,
+        pass_ranks=config.pass_ranks, shed_lag_s=config.shed_lag, stall_warn_s=config.stall_warn,
+        check_hold_after_s=config.check_hold_after, check_hold_share=config.check_hold_share)
 
 
 # ---- documentation -------------------------------------------------------------------------

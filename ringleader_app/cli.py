@@ -4,7 +4,7 @@ demo, completion, certs.
 
 Conventions: `--coordinator` before or after the subcommand; `-o json|table` (or `--json`) on
 every command that shows jobs, workers or logs; `--version`; every flag of the coordinator and
-the worker also from a RINGLEADER_* variable (ringleader/app/config.py); shell completion
+the worker also from a RINGLEADER_* variable (ringleader_app/config.py); shell completion
 through argcomplete (`ringleader completion bash`).
 
 Exit codes come from ringleader.errors' catalog: 0 ok, 1 a failed job or request, 2 bad usage,
@@ -24,10 +24,11 @@ import argcomplete
 import grpc
 
 from ringleader import __version__, defaults, kinds
-from ringleader.app import (argtypes, baseline_cmds, check_cmds, commands, completion, config, coordinator_flags, hints,
+from ringleader_app import (argtypes, baseline_cmds, check_cmds, commands, completion, config, coordinator_flags, hints,
                             k8s_secrets, security_flags, submit_args, validate_cmds)
-from ringleader.app import floors_file
-from ringleader.app.argtypes import OUTPUTS
+from ringleader_app import floors_file
+from ringleader_app.config import DEFAULT
+from ringleader_app.argtypes import OUTPUTS
 from ringleader.errors import EXIT_FAILED, EXIT_USAGE, InvalidSpec, RingleaderError, answer, exit_code_for_status
 from ringleader.v1 import jobs_pb2 as pb
 
@@ -104,34 +105,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_servers(sub) -> None:
-    c = sub.add_parser("coordinator", help="run the coordinator (gRPC and HTTP)")
-    c.add_argument("--grpc-address", default=defaults.COORDINATOR_ADDRESS, metavar="HOST:PORT",
+    c = sub.add_parser("coordinator", help="run the coordinator (gRPC and HTTP)")  # its defaults: the Config's
+    c.add_argument("--grpc-address", default=DEFAULT.grpc_address, metavar="HOST:PORT",
                    help="where the gRPC API listens (port 0: a free one)")
-    c.add_argument("--worker-address", default="", metavar="HOST:PORT",
+    c.add_argument("--worker-address", default=DEFAULT.worker_address, metavar="HOST:PORT",
                    help="also serve the workers' streams here, from a relay process of their own: with thousands of "
                         "workers, their gRPC work and garbage collection leave the process that answers users "
                         "(port 0: a free one; default: none, workers use --grpc-address)")
-    c.add_argument("--floors", default="", metavar="FILE",
+    c.add_argument("--floors", default=DEFAULT.floors, metavar="FILE",
                    help="judge check figures by this edited table of expectation floors (JSON, as `ringleader "
                         "floors export` prints) over the shipped one; a bad row refuses to start naming the field")
-    c.add_argument("--relay-at", type=argtypes.non_negative, default=512, metavar="N",
+    c.add_argument("--relay-at", type=argtypes.non_negative, default=DEFAULT.relay_at, metavar="N",
                    help="without --worker-address: once N workers' streams are served on the gRPC port, the "
                         "coordinator starts a worker relay of its own beside it and new workers move there by "
                         "themselves (default 512; 0: never)")
-    c.add_argument("--relay-share", type=argtypes.non_negative, default=10_000, metavar="N",
+    c.add_argument("--relay-share", type=argtypes.non_negative, default=DEFAULT.relay_share, metavar="N",
                    help="the automatic relays: once every relay carries N workers' streams, another starts beside "
                         "them (at most 16), each new worker going to the least loaded (default 10000; 0: one relay)")
-    c.add_argument("--relay-cpus", type=argtypes.cpu_list, default=(), metavar="LIST",
+    c.add_argument("--relay-cpus", type=argtypes.cpu_list, default=DEFAULT.relay_cpus, metavar="LIST",
                    help="the CPUs worker relay processes run on, e.g. 2-31 (default: the coordinator's): a relay "
                         "does the workers' stream work the coordinator would, as a rack's relay host would")
-    c.add_argument("--http-address", default=defaults.HTTP_ADDRESS, metavar="HOST:PORT",
+    c.add_argument("--http-address", default=DEFAULT.http_address, metavar="HOST:PORT",
                    help='where the REST API, web UI and /metrics listen ("" disables them)')
-    c.add_argument("--db", default="", metavar="PATH|URL",
+    c.add_argument("--db", default=DEFAULT.db, metavar="PATH|URL",
                    help="SQLite path (default ~/.local/state/ringleader/jobs.db; :memory: keeps nothing), or "
                         "postgresql://... : several coordinators share it, one leads, the others stand by")
-    c.add_argument("--lease-ttl", type=argtypes.seconds, default=5.0, metavar="SECONDS",
+    c.add_argument("--lease-ttl", type=argtypes.seconds, default=DEFAULT.lease_ttl, metavar="SECONDS",
                    help="on PostgreSQL: a leader that cannot renew its lease for this long is replaced (default 5)")
-    c.add_argument("--advertise-address", default="", metavar="HOST:PORT",
+    c.add_argument("--advertise-address", default=DEFAULT.advertise_address, metavar="HOST:PORT",
                    help="on PostgreSQL: the gRPC address standbys send clients to while this one leads "
                         "(default: --grpc-address, a wildcard host replaced by this machine's name)")
     coordinator_flags.add_fleet_flags(c)
@@ -140,7 +141,7 @@ def _add_servers(sub) -> None:
                         "untaint it when healthy (needs deploy/k8s/components/node-taints)")
     c.add_argument("--k8s-taint-devices", action="store_true", help="in Kubernetes with NVIDIA's DRA driver: a failed "
                    "GPU gets a DeviceTaintRule, its node a taint only when all its workers failed (components/device-taints)")
-    c.add_argument("--webhook", action=argtypes.Extend, type=argtypes.url_list, default=[], metavar="URL",
+    c.add_argument("--webhook", action=argtypes.Extend, type=argtypes.url_list, default=list(DEFAULT.webhook), metavar="URL",
                    help="remediation hook: POST each worker's verdict change there as a CloudEvents JSON event, "
                         "retried with backoff (repeatable, or URLs separated by commas; docs/hooks.md)")
     c.add_argument("--k8s-token-review", action="store_true",
@@ -252,17 +253,16 @@ def _rpc_message(exc: grpc.RpcError, a) -> str:
 
 def _run(a, settings: config.Settings) -> int:
     if a.command == "coordinator":
-        from ringleader.app.process import CoordinatorConfig, serve
+        from ringleader_app.process import serve
 
-        asyncio.run(serve(config.dataclass_from(CoordinatorConfig, settings,
-                                                security=security_flags.server_security(settings))))
+        asyncio.run(serve(config.coordinator_config(settings)))
         return 0
     if a.command == "certs":
         return k8s_secrets.run(a)
     if a.command == "worker":
         return run_workers(settings)
     if a.command == "demo":
-        from ringleader.app.demo import run_demo
+        from ringleader_app.demo import run_demo
 
         return asyncio.run(run_demo(max_bytes=a.max_bytes, http_address=a.http_address, serve=a.serve,
                                     shared_ranks=a.shared_ranks))
@@ -283,7 +283,7 @@ def _run(a, settings: config.Settings) -> int:
 
 
 def run_workers(settings: config.Settings) -> int:
-    from ringleader.app.worker_ids import cpu_worker_id
+    from ringleader_app.worker_ids import cpu_worker_id
     from worker import faults
     from worker.daemon import WorkerConfig, run_daemons
     from worker.ids import local_cuda_devices
@@ -305,7 +305,7 @@ def run_workers(settings: config.Settings) -> int:
     if settings.worker_id and len(devices) > 1:
         raise CliError("--worker-id: give it only with a single device", EXIT_USAGE)
     security = security_flags.worker_security(settings)
-    # A CPU daemon's default id is HOST-cpuN, kept across restarts (ringleader/app/worker_ids.py).
+    # A CPU daemon's default id is HOST-cpuN, kept across restarts (ringleader_app/worker_ids.py).
     worker_id = settings.worker_id or (cpu_worker_id() if devices == ["cpu"] else "")
     configs = [config.dataclass_from(WorkerConfig, settings, device=d, worker_id=worker_id, security=security)
                for d in devices]

@@ -17,11 +17,11 @@ import argparse
 import time
 
 from ringleader import checks
-from ringleader.app import argtypes
-from ringleader.app.client import Client
-from ringleader.app.kindargs import given
-from ringleader.app.render import dump, job_body, times
-from ringleader.app.security_flags import client_security
+from ringleader_app import argtypes
+from ringleader_app.client import Client
+from ringleader_app.kindargs import given
+from ringleader_app.render import dump, job_body, times
+from ringleader_app.security_flags import client_security
 from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb
@@ -47,7 +47,7 @@ def add_commands(sub, talker, client_options) -> None:
     client_options(c, '{"jobs": [Job, ...], "named_hosts": [...], "workers": [WorkerInfo, ...]}', outputs=DOCS)
     w = sub.choices["workers"]
     # Checked in run(), not by argparse: an optional positional with choices trips argparse when
-    # ringleader/app/config.py re-parses with every default suppressed.
+    # ringleader_app/config.py re-parses with every default suppressed.
     w.add_argument("action", nargs="?", metavar="{cordon,uncordon,approve,approve-return,pending}", help="cordon: keep "
                    "the worker out of user jobs; uncordon: put it back; pending: the daemons refused re-claiming an "
                    "id, with their fingerprints; approve: let one such daemon (a replaced pod, a lost --state-dir) "

@@ -15,8 +15,8 @@ import time
 
 import grpc
 
-from ringleader.app import table
-from ringleader.app.client import Client
+from ringleader_app import table
+from ringleader_app.client import Client
 from ringleader.v1 import jobs_pb2 as pb
 
 POLL_S = 2.0

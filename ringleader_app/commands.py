@@ -10,12 +10,12 @@ import argparse
 import sys
 
 from ringleader import fleet_fit, jobspec, kinds
-from ringleader.app import listing, table
-from ringleader.app.client import Client
-from ringleader.app.follow import follow, follow_logs
-from ringleader.app.render import dump
-from ringleader.app.security_flags import client_security
-from ringleader.app.submit_args import world_size
+from ringleader_app import listing, table
+from ringleader_app.client import Client
+from ringleader_app.follow import follow, follow_logs
+from ringleader_app.render import dump
+from ringleader_app.security_flags import client_security
+from ringleader_app.submit_args import world_size
 from ringleader.jsonview import to_json
 from ringleader.errors import EXIT_FAILED, InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb
@@ -30,7 +30,7 @@ def spec_from_args(a: argparse.Namespace) -> pb.JobSpec:
                       placement=pb.Placement(host=a.host, gpu_model=a.gpu_model, worker_ids=worker_ids,
                                              device_type=a.device_type))
     kind = kinds.by_cli_name(a.kind)
-    getattr(spec, kind.name).CopyFrom(kind.resolve("from_args")(a))  # the kind's flags (ringleader/app/kindargs.py)
+    getattr(spec, kind.name).CopyFrom(kind.resolve("from_args")(a))  # the kind's flags (ringleader_app/kindargs.py)
     return spec
 
 
@@ -109,7 +109,7 @@ def _refused_daemons(client: Client) -> str:
     """The daemons refused re-claiming an id, and the command that admits each ("" when none)."""
     import grpc
 
-    from ringleader.app.check_cmds import pending_text
+    from ringleader_app.check_cmds import pending_text
 
     try:
         pending = client.pending_daemons()

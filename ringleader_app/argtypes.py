@@ -133,7 +133,7 @@ def url_list(text: str) -> list[str]:
 
 
 class Extend(argparse._StoreAction):
-    """A repeatable option that its variable can set too (a store action, so ringleader/app/config.py
+    """A repeatable option that its variable can set too (a store action, so ringleader_app/config.py
     gives it one): each use adds its list (the option's `type` returns one) to the earlier ones."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:

@@ -13,11 +13,11 @@ import sys
 
 from google.protobuf import json_format
 
-from ringleader.app import argtypes
-from ringleader.app.client import Client
-from ringleader.app.render import dump, times
-from ringleader.app.table import size_label
-from ringleader.app.security_flags import client_security
+from ringleader_app import argtypes
+from ringleader_app.client import Client
+from ringleader_app.render import dump, times
+from ringleader_app.table import size_label
+from ringleader_app.security_flags import client_security
 from ringleader.errors import InvalidSpec
 from ringleader.jsonview import to_json
 from ringleader.v1 import jobs_pb2 as pb

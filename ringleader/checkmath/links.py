@@ -29,6 +29,11 @@ AGAIN = 2
 # host at 200 Mbit/s kept every round of these passes 0.4 s, and its default check took 3.5x a
 # clean one (11.7 s against 3.3, medians of 10, beside a unit-test loop).
 AGAIN_BOX_S = 0.1
+# A link far below its median in the first pass (flags.CEILING) and below this share of its
+# round-mates' in a pass over its round is slow beyond doubt: no more passes for it. A rank
+# waiting for a CPU read 0.24 of the median at worst, on one pass, at load 12; a host at
+# 200 Mbit/s reads 0.03 of the bed's clean links, one at 50 Mbit/s 0.007.
+SETTLED = 0.1
 # Passes over every link, at most, after a first pass too noisy to judge (below). Under bursts of
 # two busy processes on the 2-core machine beside the namespace bed one more was not enough: the
 # band stayed wider than the floor after it in 3 checks of 4 at half rate.
@@ -89,8 +94,7 @@ def _flagged_passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hos
     # Three times the round trips: a rank starved of CPU for a moment gets more chances to run.
     # No byte check: the first pass checked every link's bytes, and its round trip is the longest
     # part of a slow link's pass. A link below CEILING x its median in the first pass and below
-    # CEILING x its round-mates' in one of these is slow beyond doubt (a rank waiting for a CPU
-    # read 0.24 of the median at worst, on one pass, at load 12): it is not measured again.
+    # SETTLED x its round-mates' in one of these is slow beyond doubt: it is not measured again.
     # The result keeps the first pass's reference (median and bound) for its ratios.
     longer = pb.LinkMatrixSpec(iters=3 * s.iters, warmup=s.warmup)
     reference = (result.median_same_host_gbps, result.flag_same_host_gbps,
@@ -114,7 +118,7 @@ def _flagged_passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hos
         rows = _best_of(rows, now, pending)
         slow = settled | {k for k in pending if _still_slow(now[k], rows[k], *limits[_same(links[k], hosts)])}
         settled |= {k for k in pending & slow & far if not now[k].get("ends_disagree")
-                    and now[k]["gbps"] < flags.CEILING * mate_median[_same(links[k], hosts)]}
+                    and now[k]["gbps"] < SETTLED * mate_median[_same(links[k], hosts)]}
         result = judge(rows, reference, slow)
     return result
 

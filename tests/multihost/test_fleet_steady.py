@@ -87,7 +87,8 @@ def test_the_default_check_names_a_slow_host_alone_clean_checks_nobody(fleet):
                 rate_limit(bed, SLOW_HOST, on=False, rate=rate)
             slow = _figures(answer, took)
             REPORT["default"].append({"rate": rate, "clean_s": clean["seconds"], "slow_s": slow["seconds"],
-                                      "named_hosts": slow["named_hosts"], "not_healthy": slow["not_healthy"]})
+                                      "named_hosts": slow["named_hosts"], "not_healthy": slow["not_healthy"],
+                                      "evidence": slow["evidence"]})
             assert slow["named_hosts"] == [SLOW_HOST] and slow["not_healthy"] == [SLOW_WORKER], slow
             assert code == 1
 

@@ -133,7 +133,7 @@ STALL = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \S+ \S+ event loo
 
 
 def stalls(log: str, since: float = 0.0, until: float = float("inf")) -> list[dict]:
-    """The stall watch's warnings (coordinator/core/stallwatch.py) in a coordinator's log that
+    """The stall watch's warnings (coordinator/shell/stallwatch.py) in a coordinator's log that
     ended between `since` and `until` (time.time()): when, how long, how much of it collection."""
     out = []
     for m in STALL.finditer(log):

@@ -85,7 +85,7 @@ def _patch(m) -> None:
             orig_t(self, job, to, reason)
             _stamp("c_end" if to in (3, 4, 5) else f"c_state{to}")  # SUCCEEDED, FAILED, CANCELLED
         m.JobBook.transition = transition
-    elif n == "coordinator.core.facade":
+    elif n == "coordinator.shell.facade":
         _around(m.Coordinator, "submit", "c_submit")
         _around(m.Coordinator, "_commit", "c_commit")
     elif n == "coordinator.edge.worker_stream":
@@ -112,7 +112,7 @@ def _patch(m) -> None:
 
 
 MODULES = {"worker.executor", "worker.daemon", "worker.collectives", "worker.kinds", "coordinator.core.jobs",
-           "coordinator.core.facade", "coordinator.edge.worker_stream", "coordinator.edge.watch"}
+           "coordinator.shell.facade", "coordinator.edge.worker_stream", "coordinator.edge.watch"}
 
 
 class _Hook(importlib.abc.MetaPathFinder):

@@ -24,7 +24,7 @@ bookkeeping), `health_inputs` (health_inputs.HealthInputs: verdicts, cordons, pr
 (check_hold.CheckHold: checks moved ahead of user jobs). Control itself applies users' calls,
 registrations, departures and ticks, keeps each worker's state and the scheduler's indexes, and
 places jobs. Store writes happen as the change is applied;
-the caller (facade.Coordinator, coordinator/core/facade.py) awaits their commit before it acknowledges a user.
+the caller (facade.Coordinator, coordinator/shell/facade.py) awaits their commit before it acknowledges a user.
 
 Hooks for other parts:
 - health: a check job's verdicts are applied as it ends, cordons are inputs (`Cordon`); both in

@@ -188,13 +188,13 @@ class LagMeter:
 
     def take_longest(self) -> tuple[float, float]:
         """(when, how late) of the longest sample since the last call, from another thread
-        (coordinator/core/stallwatch.py: a stall it did not see while it lasted)."""
+        (coordinator/shell/stallwatch.py: a stall it did not see while it lasted)."""
         got, self._longest = self._longest, (0.0, 0.0)
         return got
 
     def overdue_s(self, now: float | None = None) -> float:
         """How late the sample in flight already is (negative while it is not yet due; 0 before
-        sampling started): read from another thread by coordinator/core/stallwatch.py too."""
+        sampling started): read from another thread by coordinator/shell/stallwatch.py too."""
         now = time.monotonic() if now is None else now
         return now - self._pending_since if self._pending_since else 0.0
 

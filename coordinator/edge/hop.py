@@ -32,7 +32,7 @@ from typing import Awaitable, Callable, Coroutine
 import grpc
 
 from coordinator.core.load import LagMeter
-from coordinator.core.stallwatch import StallWatch
+from coordinator.shell.stallwatch import StallWatch
 
 
 def on(loop: asyncio.AbstractEventLoop, coro: Coroutine, key: str = "") -> asyncio.Future:
@@ -215,7 +215,7 @@ class EdgeLoop:
         self.stalls: StallWatch | None = None
 
     def watch_stalls(self, threshold_s: float) -> None:
-        """Log this loop's stalls as the core's are (coordinator/core/stallwatch.py; 0: not). Without
+        """Log this loop's stalls as the core's are (coordinator/shell/stallwatch.py; 0: not). Without
         the worker relay every worker's stream is read and written here, and a stall here holds
         every user call while the core loop, and its own watch, run on."""
         if threshold_s <= 0:

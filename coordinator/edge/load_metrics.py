@@ -8,7 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from coordinator.core.load import IntakeGate, LagMeter
-from coordinator.core.stallwatch import StallWatch
+from coordinator.shell.stallwatch import StallWatch
 
 
 class LoadCollector(Collector):

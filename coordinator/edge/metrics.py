@@ -28,7 +28,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from coordinator.edge.baseline_metrics import BaselineRegressionsCollector
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.edge.fleet_metrics import FleetHealthCollector
 from coordinator.edge.rpc_metrics import RpcMetricsInterceptor
 from coordinator.edge.trend_metrics import TrendCollector

@@ -15,7 +15,7 @@ import asyncio
 import math
 import time
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.core.registry import WorkerConn
 from coordinator.edge.hop import on
 from coordinator.edge.read_view import FRESH_WAIT_S, ReadView, ViewUpdate, ViewWorker
@@ -186,7 +186,7 @@ class ReadFeed:
                 self.c.workers.configs.drift(conn.worker_id))
 
     def _info(self, conn: WorkerConn) -> pb.WorkerInfo:
-        """The worker as the core's ListWorkers shows it (coordinator/core/facade.py)."""
+        """The worker as the core's ListWorkers shows it (coordinator/shell/facade.py)."""
         info = conn.info()
         info.state = self.c.listed_state(conn)
         info.health.CopyFrom(self.c.control.health.shown(conn.worker_id))

@@ -175,7 +175,7 @@ class ReadView:
     async def list_jobs(self, states_: Iterable[int] = (), op: str = "", limit: int = 0,
                         before_id: str = "") -> tuple[Page, int]:
         """ListJobs' page (the store's rows, read on a thread) and the view's age; the same
-        checks and byte bound as the core's listing (coordinator/core/facade.py's list_jobs)."""
+        checks and byte bound as the core's listing (coordinator/shell/facade.py's list_jobs)."""
         kinds.check_listed(op)
         jobspec.check_text("before_id", before_id)
         await self._freshen(False)

@@ -31,7 +31,7 @@ import struct
 import grpc
 from google.protobuf.message import DecodeError
 
-from coordinator.core.gcpace import tune_collector
+from coordinator.shell.gcpace import tune_collector
 from coordinator.edge import relay_link as link
 from coordinator.edge.auth import Access, AuthInterceptor
 from coordinator.edge.hop import retrieved
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
                               tls=TlsFiles(cert=s.get("cert", ""), key=s.get("key", ""), ca=s.get("ca", ""),
                                            ca_flag="--tls-client-ca"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator stops it (its link closes), not the terminal
-    tune_collector(pace_s=0, full_passes=True)  # no passes on a clock where the streams are: coordinator/core/gcpace.py
+    tune_collector(pace_s=0, full_passes=True)  # no passes on a clock where the streams are: coordinator/shell/gcpace.py
     relay = Relay(a.listen, security)
     try:
         asyncio.run(relay.run(a.link))

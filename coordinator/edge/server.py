@@ -18,7 +18,7 @@ from coordinator.edge.identity import WorkerIdentities
 from coordinator.edge.auto_relay import AutoRelay
 from coordinator.edge.relay_host import RelayHost
 from coordinator.edge.rpc_parse import MalformedRequestInterceptor
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.edge.servicers import JobServicer
 from coordinator.edge.watch import EdgeWatch
 from coordinator.edge.worker_stream import WorkerServicer

@@ -18,7 +18,7 @@ from coordinator.health import baseline_io
 
 from coordinator.edge import identity, usecases
 from coordinator.edge.identity import WorkerIdentities
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from ringleader.defaults import PAGE_DEFAULT, PAGE_MAX
 from ringleader.errors import Overloaded, RingleaderError, answer
 from ringleader.grpc_options import RETRY_AFTER

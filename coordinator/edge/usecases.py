@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.edge.identity import WorkerIdentities
 from coordinator.health import baseline_io, localizer, sweeper
 from ringleader import jobspec
@@ -44,7 +44,7 @@ async def submit(core: Coordinator, spec: pb.JobSpec, request_id: str,
         if undo is not None:
             undo()
         raise
-    return core.get(job.id)  # RUNNING if it started (coordinator/core/facade.py's submit says when)
+    return core.get(job.id)  # RUNNING if it started (coordinator/shell/facade.py's submit says when)
 
 
 async def cancel(core: Coordinator, job_id: str, reason: str) -> pb.Job:

@@ -14,7 +14,7 @@ import asyncio
 from typing import Callable
 
 from coordinator.core.events import is_terminal, until_terminal
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.edge import identity, usecases
 from coordinator.edge.hop import client, on
 from coordinator.edge.servicers import abort_with

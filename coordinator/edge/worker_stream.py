@@ -17,7 +17,7 @@ import time
 import grpc
 
 from coordinator.core import admission
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.edge import identity
 from coordinator.edge.hop import EdgeContext, client, lane, on, retrieved
 from coordinator.edge.identity import WorkerIdentities
@@ -123,7 +123,7 @@ class Backlog:
     cyclic collector tracks: relayed messages wait as their bytes, and their connections, reasons
     and arrival times each in a deque of their own, not as a tuple. In a drain thousands wait for
     seconds, so each would survive young collection passes and be walked again by the middle ones:
-    with the collector on a clock (coordinator/core/gcpace.py), 11,000-14,500 waiting messages, two
+    with the collector on a clock (coordinator/shell/gcpace.py), 11,000-14,500 waiting messages, two
     objects each, were three quarters of the middle generation (3,000 workers, the development VM)."""
 
     __slots__ = ("conns", "msgs", "whys", "since")

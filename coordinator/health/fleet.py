@@ -30,7 +30,7 @@ Observer = Callable[[pb.WorkerInfo], None]
 
 
 class FleetHealth:
-    """The health side of a coordinator facade (`core`: coordinator/core/facade.py's Coordinator),
+    """The health side of a coordinator facade (`core`: coordinator/shell/facade.py's Coordinator),
     through its public API only: list_workers, workers, listed_state, cordon."""
 
     def __init__(self, core, observers: Iterable[Observer] = ()) -> None:

@@ -15,7 +15,7 @@ coordinator/store/sqlite.py, on a connection of its own). Listings and trends fi
 groups already written, so they show every write made before them. Trends are downsampled by the
 writer, a share with a group (coordinator/store/behind_trends.py). `resident()` tells whether a
 read would go to the database; `prefetch()` does that read, off the loop, beforehand
-(coordinator/core/facade.py). A request id never seen (coordinator/store/seen.py) needs no read.
+(coordinator/shell/facade.py). A request id never seen (coordinator/store/seen.py) needs no read.
 
 The one rule that differs: `create` fails at once (AlreadyExists) for an id or request id in
 memory; one known only to the database (an old job) is refused by its unique index at commit,

@@ -7,7 +7,7 @@ module, coordinator/store/api.py.
 
 The event loop is never held up by the disk: with `defer_commits` (what the coordinator uses)
 writes are grouped into one open transaction until its owner commits (the facade paces it:
-coordinator/core/facade.py, COMMIT_EVERY_S), and WAL checkpoints, the only step that waits for
+coordinator/shell/facade.py, COMMIT_EVERY_S), and WAL checkpoints, the only step that waits for
 fsync in WAL mode with synchronous=NORMAL, run on a thread of their own (sqlite_checkpoint.py).
 """
 

@@ -71,7 +71,7 @@ def test_workers_that_name_a_job_ended_before_the_restart_are_free_at_once(fresh
     c.start(["e0", "e1"])
     job = c.submit(world_size=2, workers=["e0", "e1"], op="all_reduce")
     assert c.wait_job(job.id).state == pb.SUCCEEDED
-    time.sleep(0.5)  # well past the paced commit (coordinator/core/facade.py COMMIT_EVERY_S)
+    time.sleep(0.5)  # well past the paced commit (coordinator/shell/facade.py COMMIT_EVERY_S)
     before = states(c.db, job.id)
     c.stop_coordinator(signal.SIGKILL)
     c.start_coordinator(port=int(c.address.rsplit(":", 1)[1]), http=True)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.health import sweeper
 from coordinator.store.memory import MemoryJobStore
 from dashboard import fleet_api

@@ -1,4 +1,4 @@
-"""When the facade commits the store's open group of writes (coordinator/core/facade.py): worker
+"""When the facade commits the store's open group of writes (coordinator/shell/facade.py): worker
 traffic alone at most every COMMIT_EVERY_S, a caller of `durable()` at the end of its turn, a
 user's acknowledgement (`durable(at_once=True)`) at once."""
 
@@ -9,8 +9,8 @@ import contextlib
 import sqlite3
 import time
 
-from coordinator.core import facade
-from coordinator.core.facade import Coordinator
+from coordinator.shell import facade
+from coordinator.shell.facade import Coordinator
 from coordinator.store.sqlite import SqliteJobStore
 from ringleader.v1 import jobs_pb2 as pb
 from ringleader.v1 import workers_pb2 as wpb

@@ -4,7 +4,7 @@ through the control core)."""
 
 from __future__ import annotations
 
-from coordinator.core.facade import Coordinator, Timings
+from coordinator.shell.facade import Coordinator, Timings
 from coordinator.health import crashes
 from coordinator.store.memory import MemoryJobStore
 from ringleader.v1 import jobs_pb2 as pb

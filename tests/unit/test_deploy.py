@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.core.jobs import Queued
 from coordinator.edge.metrics import CoordinatorMetrics
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.store.memory import MemoryJobStore
 from coordinator.store.trends import TrendPoint
 from dashboard.app import create_app

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from coordinator.core.inputs import Reload
-from coordinator.core.facade import Coordinator, Timings
+from coordinator.shell.facade import Coordinator, Timings
 from coordinator.store.memory import MemoryJobStore
 from ringleader.defaults import PAGE_MAX
 from ringleader.states import BROKEN, WARM

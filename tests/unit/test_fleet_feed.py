@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 from starlette.middleware.gzip import GZipMiddleware
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.store.memory import MemoryJobStore
 from dashboard import fleet_view, server
 from dashboard.fleet_view import POLL_S, STALE_S, FleetFeed, by_host, record

@@ -3,7 +3,7 @@ workers listed at once held the loop 40-60 ms), and gets the whole listing."""
 
 import asyncio
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.store.memory import MemoryJobStore
 from test_facade import Worker
 

@@ -1,4 +1,4 @@
-"""The collector on a clock (coordinator/core/gcpace.py): a pass comes when none has run for the
+"""The collector on a clock (coordinator/shell/gcpace.py): a pass comes when none has run for the
 pacer's interval, whatever CPython's count says, and it is the pass CPython's count would pick."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from coordinator.core.gcpace import GC_YOUNG, CollectorPacer, tune_collector
+from coordinator.shell.gcpace import GC_YOUNG, CollectorPacer, tune_collector
 
 
 class Node:
@@ -134,7 +134,7 @@ def test_cpython_starts_no_full_pass_in_a_tuned_process(monkeypatch):
         assert full_passes_while_the_heap_grows(600_000) >= 1, "the control: CPython starts full passes here"
 
         gc.collect()
-        monkeypatch.setattr("coordinator.core.gcpace.GC_YOUNG", 500)
+        monkeypatch.setattr("coordinator.shell.gcpace.GC_YOUNG", 500)
         assert tune_collector(pace_s=0) is None
         assert full_passes_while_the_heap_grows(600_000) == 0
     finally:
@@ -149,7 +149,7 @@ def test_the_relay_keeps_cpythons_full_passes(monkeypatch):
     try:
         gc.collect()
         gc.set_threshold(500, 10, 10)
-        monkeypatch.setattr("coordinator.core.gcpace.GC_YOUNG", 500)
+        monkeypatch.setattr("coordinator.shell.gcpace.GC_YOUNG", 500)
         assert tune_collector(pace_s=0, full_passes=True) is None
         assert full_passes_while_the_heap_grows(600_000) >= 1
     finally:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.core.reentry import ReentryError
-from coordinator.core.facade import Coordinator, Timings
+from coordinator.shell.facade import Coordinator, Timings
 from coordinator.store.memory import MemoryJobStore
 from ringleader import checks
 from ringleader.v1 import jobs_pb2 as pb

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from coordinator.core.facade import Coordinator, Timings
+from coordinator.shell.facade import Coordinator, Timings
 from coordinator.health.hooks import DELIVERED, GAVE_UP, PENDING, VERDICT_CHANGED, HookSender
 from ringleader.errors import InvalidSpec
 from ringleader.v1 import jobs_pb2 as pb

@@ -146,7 +146,7 @@ def test_an_api_error_is_logged_once_per_node_and_error_and_never_raised(fake_ap
 
 
 def test_fleet_health_tells_its_observers_of_quarantine_changes_with_the_host(tmp_path):
-    from coordinator.core.facade import Coordinator
+    from coordinator.shell.facade import Coordinator
     from coordinator.store.factory import open_store
     from ringleader.v1 import workers_pb2 as wpb
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.store.memory import MemoryJobStore
 from dashboard import api, spec_in
 from ringleader import jobspec, kinds

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from coordinator.core import admission
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.store.memory import MemoryJobStore
 from ringleader import algos, jobspec
 from ringleader import spec as specs

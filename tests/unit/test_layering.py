@@ -7,7 +7,7 @@ import counts as an arrow too.
 Layers, lowest first: ringleader (the shared vocabulary) < coordinator, worker < dashboard
 < ringleader_app (the entry points), which alone may import everything; every package of the
 tree has its row. Inside the coordinator (DESIGN.md: one subpackage per role): store < health <
-core < edge, as SUBLAYERS states. The one module of the vocabulary package that imports the entry
+core < shell (the core's async shell) < edge, as SUBLAYERS states. The one module of the vocabulary package that imports the entry
 points is ringleader/__main__.py, which `python -m ringleader` needs there and nothing imports.
 """
 
@@ -38,7 +38,8 @@ SUBLAYERS = {
     "coordinator.store": set(),  # persistence: the contract (api.py) and its implementations
     "coordinator.health": {"coordinator.store"},  # verdicts, baselines, planners: pure or store-backed
     "coordinator.core": {"coordinator.store", "coordinator.health"},  # the reactor and its state
-    "coordinator.edge": {"coordinator.store", "coordinator.health", "coordinator.core"},  # transport, trust, metrics
+    "coordinator.shell": {"coordinator.store", "coordinator.health", "coordinator.core"},  # the core's async shell
+    "coordinator.edge": {"coordinator.store", "coordinator.health", "coordinator.core", "coordinator.shell"},  # transport, trust, metrics
 }
 
 # Classes whose implementation is inherited from a concrete class of another file (mixins, or a

@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI
 from pgserver import schema_name
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.store import postgres_trends
 from coordinator.store.factory import open_store
 from coordinator.store.lease import Deposed, Lease

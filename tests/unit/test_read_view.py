@@ -10,7 +10,7 @@ import functools
 
 import pytest
 
-from coordinator.core.facade import Coordinator, Timings
+from coordinator.shell.facade import Coordinator, Timings
 from coordinator.edge import read_view
 from coordinator.edge.read_feed import ReadFeed
 from coordinator.edge.read_view import ReadView

@@ -128,7 +128,7 @@ ONE_RANK = pb.JobSpec(world_size=1, collective=pb.CollectiveSpec(op="all_reduce"
 def coordinator(store, workers: int):
     """The facade over `store` with CPU workers w0.. registered (no loop: each input's placement
     pass runs at once); returns it and their connections."""
-    from coordinator.core.facade import Coordinator
+    from coordinator.shell.facade import Coordinator
 
     core = Coordinator(store)
     return core, [core.register(wpb.Register(worker_id=f"w{i}", host="h1", address=f"10.0.0.{i + 1}", backend="gloo",

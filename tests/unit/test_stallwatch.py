@@ -1,4 +1,4 @@
-"""The stall watch (coordinator/core/stallwatch.py) names what stalled the loop: a callback that
+"""The stall watch (coordinator/shell/stallwatch.py) names what stalled the loop: a callback that
 holds it (its stack), garbage collection (its passes), and stays quiet on a loop that runs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 from typing import NamedTuple
 
 from coordinator.core.load import LagMeter
-from coordinator.core.stallwatch import StallWatch
+from coordinator.shell.stallwatch import StallWatch
 
 
 def hold_the_loop(seconds: float) -> None:

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from coordinator.core.facade import Coordinator, Timings
+from coordinator.shell.facade import Coordinator, Timings
 from coordinator.edge import usecases
 from coordinator.store.memory import MemoryJobStore
 from ringleader.errors import InvalidSpec, NotFound, Overloaded

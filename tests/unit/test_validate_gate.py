@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.core.facade import Coordinator, Timings
+from coordinator.shell.facade import Coordinator, Timings
 from coordinator.health.book import REPEAT_WINDOW_S, HealthBook
 from coordinator.store.memory import MemoryJobStore
 from ringleader.errors import FailedPrecondition

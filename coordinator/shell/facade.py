@@ -33,7 +33,7 @@ from coordinator.core.inputs import (Alive, Cancel, Cordon, Disconnect, Input, O
                                      Tick, WorkerMsg)
 from coordinator.core.jobs import Page
 from coordinator.core.liveness import Timings
-from coordinator.core.stallwatch import StallWatch
+from coordinator.shell.stallwatch import StallWatch
 from coordinator.core.load import IntakeGate, LagMeter, PassPacer
 from coordinator.core.registry import WorkerConn, encode_token
 from ringleader import jobspec, kinds

@@ -299,12 +299,12 @@ def test_flagged_links_are_measured_again_in_their_rounds_and_judged_against_the
     assert result.median_cross_host_gbps == pytest.approx(1.0, abs=0.05)  # the first pass's, held
 
 
-def test_a_link_far_below_its_peers_sits_out_the_noisy_passes_and_is_settled_by_one_more():
+def test_a_link_far_below_its_peers_sits_out_the_noisy_passes():
     """Host 5's links at 0.03 of the others' (200 Mbit/s against 1.8 GB/s on the namespace bed), the
     other links noisy enough that the first pass's band is wider than the floor's. Host 5's links
     are flagged whatever the band, so the noisy passes measure every other link and leave them out
-    (a slow link holds its round for its time box); one pass over their rounds, without the byte
-    check, finds them below a quarter of their round-mates again: no second one."""
+    (a slow link holds its round for its time box); the two passes over their rounds, without the
+    byte check, keep them flagged."""
     hosts = [f"h{i}" for i in range(8)]
     links = [(a, b, r) for r, pairs in enumerate(roundrobin.rounds(8)) for a, b in pairs]
     draw, calls = random.Random(7), []  # a first pass too noisy to judge a 2x slower link
@@ -328,4 +328,4 @@ def test_a_link_far_below_its_peers_sits_out_the_noisy_passes_and_is_settled_by_
     noisy = [ks for ks, check in calls[1:] if check]
     assert noisy and all(not h5 & set(ks) for ks in noisy)  # the noisy passes left host 5 out
     again = [ks for ks, check in calls if not check]
-    assert len(again) == 1 and h5 <= set(again[0])  # one pass over host 5's rounds, no byte check
+    assert len(again) == 2 and all(h5 <= set(ks) for ks in again)  # over host 5's rounds, no byte check

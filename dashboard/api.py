@@ -25,7 +25,7 @@ import google.protobuf
 import grpc
 
 from ringleader.page_token import MAX_TOKEN
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.edge import usecases
 from dashboard.job_docs import View, check_fits, job_doc, results_csv, summary
 from dashboard.reads import CoreReads, Reads

@@ -9,7 +9,7 @@ from typing import Callable
 from fastapi import FastAPI, Security
 from fastapi.responses import PlainTextResponse, Response
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.auth import USERS, Access
 from coordinator.edge.identity import WorkerIdentities

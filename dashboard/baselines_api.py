@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from coordinator.health import baseline_io, baselines
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.edge import usecases
 from dashboard.api import BUSY, JSON, NOT_FOUND, Route, domain_errors
 from dashboard.schemas import Error, JobId, proto_model

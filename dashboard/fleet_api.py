@@ -13,7 +13,7 @@ from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from coordinator.health import sweeper
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.edge import usecases
 from dashboard.api import BUSY, JSON, UNPARSEABLE, Route, domain_errors
 from dashboard.schemas import Error, WorkerInfo, proto_model

@@ -33,7 +33,7 @@ from typing import Annotated, Any, Callable
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.core.registry import WorkerConn
 from dashboard.api import JSON
 from dashboard.schemas import json_safe

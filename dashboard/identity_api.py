@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.edge import usecases
 from coordinator.edge.identity import WorkerIdentities
 from dashboard.api import JSON, domain_errors

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Query
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from dashboard.schemas import RESULT_FIELDS
 from ringleader import jobspec
 from ringleader.defaults import PAGE_MAX

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Protocol
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.core.jobs import Page
 from ringleader.v1 import jobs_pb2 as pb
 

@@ -23,7 +23,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 
-from coordinator.core.facade import Coordinator
+from coordinator.shell.facade import Coordinator
 from coordinator.health import baselines
 from coordinator.store.trends import HOUR_S, TrendBucket, TrendHour, TrendQuery
 from dashboard import link_history

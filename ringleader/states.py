@@ -13,7 +13,7 @@ Jobs (JobState):
 Worker connections (WorkerState); a reconnecting worker gets a new connection:
     IDLE <-> BUSY;  IDLE | BUSY -> DISCONNECTED
     QUARANTINED is never a connection's state: a listing shows an idle worker QUARANTINED when its
-    health record keeps it out of user jobs (coordinator/core/facade.py, `listed_state`).
+    health record keeps it out of user jobs (coordinator/shell/facade.py, `listed_state`).
 Warm groups (an initialised process group held by the executors of its members):
     FORMING -> WARM        its first job finished on every rank
     FORMING | WARM -> BROKEN   a member left, failed, restarted or was taken into another gang,

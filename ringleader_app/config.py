@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable
 from pydantic import BeforeValidator, Field, ValidationError, create_model
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from coordinator.core.gcpace import PACE_S
+from coordinator.shell.gcpace import PACE_S
 from ringleader import defaults
 from ringleader_app.security_flags import server_security
 from ringleader.security import ServerSecurity

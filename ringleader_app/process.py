@@ -20,8 +20,8 @@ from coordinator.edge.metrics import CoordinatorMetrics
 from coordinator.edge.relay import settings_env
 from coordinator.edge.relay_metrics import RelayCollector
 from coordinator.edge.server import EdgeServer, start_server
-from coordinator.core.facade import Coordinator
-from coordinator.core.gcpace import tune_collector
+from coordinator.shell.facade import Coordinator
+from coordinator.shell.gcpace import tune_collector
 from coordinator.store.factory import is_postgres, open_store, redacted
 from coordinator.store.lease import Lease
 from coordinator.edge.lease_metrics import LeaseCollector
@@ -237,7 +237,7 @@ async def serve(config: CoordinatorConfig) -> None:
         lease = await stand_by(config)
     running = await RunningCoordinator(config, lease).start()
     # What it holds now leaves the collector's passes; passes on a clock too, where the workers'
-    # streams are the relay's (coordinator/core/gcpace.py says why not otherwise).
+    # streams are the relay's (coordinator/shell/gcpace.py says why not otherwise).
     pacer = tune_collector(config.gc_pace if running.workers_target else 0)
     print(f"ringleader coordinator: gRPC {running.grpc_target}"
           + (f", HTTP {running.http_url}" if running.http_url else ""), flush=True)

@@ -1,6 +1,5 @@
 """The link check's ping-pong bounded in time (worker/checks/pingpong.py), on a real gloo pair
-over loopback: past its box a link stops after the fewest timed round trips that give both ends an
-interval (one after a warm-up, MIN_TIMED without), both ends on the same one (a disagreement would
+over loopback: past its box a link stops after MIN_TIMED timed round trips, both ends on the same one (a disagreement would
 hang or garble the next transfer); within it, every round trip runs; the byte check's round trip
 is left out when asked, by both ends."""
 
@@ -58,13 +57,13 @@ def test_both_ends_stop_on_the_same_round_trip_past_the_box(pair):
     # (fastest us, total us, wrong, timed round trips) at each end
     unboxed, boxed, cold, single, unchecked = zip(initiator, echoer)
     assert unboxed[0][3] == unboxed[1][3] == 12
-    assert boxed[0][3] == boxed[1][3] == 1  # the box was spent: warm-up cut to one, then one timed
-    assert cold[0][3] == cold[1][3] == MIN_TIMED  # no warm-up: the echo needs two returns
+    assert boxed[0][3] == boxed[1][3] == MIN_TIMED  # the box was spent: warm-up cut to one, timed to MIN_TIMED
+    assert cold[0][3] == cold[1][3] == MIN_TIMED  # no warm-up
     assert single[0][3] == single[1][3] == 1  # fewer iters than MIN_TIMED: the spec's count stands
-    assert unchecked[0][3] == unchecked[1][3] == 1
+    assert unchecked[0][3] == unchecked[1][3] == MIN_TIMED
     for ends in (unboxed, boxed, cold, unchecked):
         assert all(e[0] > 0 and e[1] > 0 and e[2] == 0 for e in ends)
     assert single[0][0] > 0 and single[0][2] == single[1][2] == 0
-    # Every round trip is two ops on both ends: 3 + 12 + 1 check, 1 + 1 + 1, 0 + 2 + 1, 0 + 1 + 1,
-    # 1 + 1 and no check: the last case would hang or garble if one end still checked.
-    assert pair[0]["ops"] == pair[1]["ops"] == 2 * (16 + 3 + MIN_TIMED + 1 + 2 + 2)
+    # Every round trip is two ops on both ends: 3 + 12 + 1 check, 1 + 2 + 1, 0 + 2 + 1, 0 + 1 + 1,
+    # 1 + 2 and no check: the last case would hang or garble if one end still checked.
+    assert pair[0]["ops"] == pair[1]["ops"] == 2 * (16 + 1 + MIN_TIMED + 1 + MIN_TIMED + 1 + 2 + 1 + MIN_TIMED)

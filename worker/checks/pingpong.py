@@ -11,9 +11,8 @@ Each link's round trips are bounded in time (`box_s`): the initiator alone decid
 echo in the last byte of what it sends (a warm-up or a timed round trip, whether it is the
 last, and whether the byte check follows), so both ends stop on the same round trip however slow
 the link. A round trip that would end past the box (the last one's time from now) is the last of
-its kind: the warm-up ends after one round trip, the timed ones after the fewest that give both
-ends an interval (`_min_timed`): a pass over a link at 50 Mbit/s takes three round trips, not
-`warmup + iters` of them. The count of timed round trips is reported; a link cut short by its box
+its kind: the warm-up ends after one round trip, the timed ones after MIN_TIMED: a pass over a
+link at 50 Mbit/s takes four round trips, not `warmup + iters` of them. The count of timed round trips is reported; a link cut short by its box
 is slow by that fact (its figure is what it reached). The byte check can be left out (`check`):
 the passes over flagged links re-time links whose bytes the first pass checked."""
 
@@ -26,13 +25,11 @@ _SENTINEL = 253
 # The last byte of a round trip's data: bit 0 a timed round trip (else warm-up), bit 1 the last,
 # bit 2 (on the last) no byte check after it.
 _TIMED, _LAST, _NO_CHECK = 1, 2, 4
-# Timed round trips a link makes at least, past its box, with no warm-up before them: two give the
-# echo an interval to time. After a warm-up one does (the echo times from the warm-up's return).
+# Timed round trips a link makes at least, past its box: two give the echo an interval to time
+# without a warm-up, and a rank that waited for a CPU on one a second chance (one after a warm-up
+# was enough for the interval, and beside a test suite at load 25 clean links read 0.02-0.09 of
+# their median).
 MIN_TIMED = 2
-
-
-def _min_timed(warm: int) -> int:
-    return 1 if warm else MIN_TIMED
 
 
 def _done(device) -> None:
@@ -47,7 +44,7 @@ def _phase(warm: int, timed: int, warmup: int, iters: int, over: bool) -> int:
     """The next round trip's marker after `warm` warm-up and `timed` timed ones; `over`: past the box."""
     if warm < warmup and not (over and warm >= 1):
         return _LAST if warm + 1 >= warmup and iters < 1 else 0
-    last = timed + 1 >= iters or (over and timed + 1 >= _min_timed(warm))
+    last = timed + 1 >= iters or (over and timed + 1 >= MIN_TIMED)
     return _TIMED | (_LAST if last else 0)
 
 

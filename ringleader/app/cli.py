@@ -162,6 +162,10 @@ def _add_servers(sub) -> None:
     w.add_argument("--metrics-address", type=argtypes.metrics_address, default="", metavar="HOST:PORT",
                    help='serve Prometheus /metrics here, one port for all devices of this process '
                         '(e.g. 0.0.0.0:9401; default "": off)')
+    w.add_argument("--reconnect-max", type=argtypes.seconds, default=5.0, metavar="SECONDS",
+                   help="the longest wait between two attempts to reach the coordinator after the link is lost "
+                        "(exponential backoff with jitter up to this; default 5: smaller, back sooner after a "
+                        "coordinator restart, more dials while it is down)")
     security_flags.add_worker_security(w)
 
 

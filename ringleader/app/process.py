@@ -54,7 +54,7 @@ class CoordinatorConfig:
     timings: Timings | None = None  # None: the defaults, with worker_ttl
     worker_ttl: float = 600.0  # seconds a disconnected worker stays listed (--worker-ttl)
     heartbeat_timeout: float = 5.0  # seconds of silence before a worker is declared lost (--heartbeat-timeout)
-    drain_s: float = 5.0
+    drain_timeout: float = 5.0  # at SIGTERM, the gRPC server's grace for calls in flight (--drain-timeout)
     security: ServerSecurity = field(default_factory=ServerSecurity)
     insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
     check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)
@@ -254,7 +254,7 @@ class RunningCoordinator:
         if self.http:
             await self.http.stop()
         if self.server:
-            await self.server.stop(self.config.drain_s if grace is None else grace)
+            await self.server.stop(self.config.drain_timeout if grace is None else grace)
         if self.hooks:  # before the store: its last records are written by the loop
             await asyncio.to_thread(self.hooks.close)
             await asyncio.sleep(0)

@@ -160,10 +160,19 @@ def _add_servers(sub) -> None:
     w.add_argument("--k8s-token-file", default="", metavar="PATH",
                    help="in Kubernetes: the pod's projected ServiceAccount token (audience ringleader), sent at "
                         "registration so a replaced pod keeps its node's worker ids (coordinator --k8s-token-review)")
+    _add_worker_ports(w)
+    security_flags.add_worker_security(w)
+
+
+def _add_worker_ports(w) -> None:
+    """What the worker serves (its metrics) and how it keeps its link to the coordinator."""
     w.add_argument("--metrics-address", type=argtypes.metrics_address, default="", metavar="HOST:PORT",
                    help='serve Prometheus /metrics here, one port for all devices of this process '
                         '(e.g. 0.0.0.0:9401; default "": off)')
-    security_flags.add_worker_security(w)
+    w.add_argument("--reconnect-max", type=argtypes.seconds, default=5.0, metavar="SECONDS",
+                   help="the longest wait between two attempts to reach the coordinator after the link is lost "
+                        "(exponential backoff with jitter up to this; default 5: smaller, back sooner after a "
+                        "coordinator restart, more dials while it is down)")
 
 
 def _add_clients(sub) -> None:

@@ -201,7 +201,7 @@ class CoordinatorConfig:
     db: str = ""
     worker_ttl: float = 600.0  # seconds a disconnected worker stays listed (--worker-ttl)
     heartbeat_timeout: float = 5.0  # seconds of silence before a worker is declared lost (--heartbeat-timeout)
-    drain_s: float = 5.0
+    drain_timeout: float = 5.0  # at SIGTERM, the gRPC server's grace for calls in flight (--drain-timeout)
     security: ServerSecurity = field(default_factory=ServerSecurity)
     insecure_warning_s: float = 3600.0  # how often an --insecure coordinator says so again
     check_every: float = 0.0  # seconds between fleet health sweeps (--check-every; 0: none)

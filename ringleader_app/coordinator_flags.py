@@ -17,6 +17,9 @@ def add_fleet_flags(c: argparse.ArgumentParser) -> None:
     c.add_argument("--heartbeat-timeout", type=argtypes.heartbeat_timeout, default=DEFAULT.heartbeat_timeout, metavar="SECONDS",
                    help="a connected worker silent this long is declared lost and its job failed, naming it "
                         "(workers beat every second; at least 2; default 5: raise it where hosts are overloaded)")
+    c.add_argument("--drain-timeout", type=argtypes.seconds, default=DEFAULT.drain_timeout, metavar="SECONDS",
+                   help="at SIGTERM, wait at most this long for calls in flight before closing the gRPC server "
+                        "(workers' streams stay open until then, and reconnect to the next coordinator; default 5)")
     c.add_argument("--check-every", type=argtypes.seconds, default=DEFAULT.check_every, metavar="SECONDS",
                    help="sweep the fleet's health checks over idle workers this often (e.g. 300; default 0: off)")
     c.add_argument("--check-hold-after", type=argtypes.seconds_or_off, default=DEFAULT.check_hold_after, metavar="SECONDS",

@@ -210,7 +210,7 @@ class RunningCoordinator:
         if self.http:
             await self.http.stop()
         if self.server:
-            await self.server.stop(self.config.drain_s if grace is None else grace)
+            await self.server.stop(self.config.drain_timeout if grace is None else grace)
         if self.hooks:  # before the store: its last records are written by the loop
             await asyncio.to_thread(self.hooks.close)
             await asyncio.sleep(0)

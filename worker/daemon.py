@@ -43,7 +43,7 @@ class WorkerConfig:
     device: str = "cpu"  # cpu or cuda:N
     worker_id: str = ""
     advertise_host: str = ""  # where peers reach this worker's TCP store; default: the route to the coordinator
-    max_backoff_s: float = 5.0
+    reconnect_max: float = 5.0  # seconds: the reconnect backoff's cap (--reconnect-max)
     security: ClientSecurity = field(default_factory=ClientSecurity)  # the workers' token, TLS
     state_dir: str = ""  # where this worker keeps its credential across restarts (worker/credential.py)
     host_name: str = ""  # the host it registers with; default: socket.gethostname() (in Kubernetes: the node)
@@ -66,7 +66,7 @@ class WorkerDaemon:
         self.ops_retired = 0
         self._stats_lock = threading.Lock()
         self.link = CoordinatorLink(config.coordinator, self.worker_id, self.register_message,
-                                    self.heartbeat_message, self.on_coordinator, config.max_backoff_s,
+                                    self.heartbeat_message, self.on_coordinator, config.reconnect_max,
                                     config.security, WorkerSecret(self.worker_id, config.state_dir))
         self.loop_alive_at = time.monotonic()  # stamped by _tick; worker/health.py's liveness
         self._lock = asyncio.Lock()  # one executor operation at a time

@@ -20,6 +20,13 @@ from ringleader.v1 import jobs_pb2 as pb
 # Between two looks at the coordinator while waiting for a state: a look costs it well under a
 # millisecond, and a test of 200 cancels waited out 0.1 s each time.
 POLL_S = 0.02
+# The workers' reconnect backoff cap (--reconnect-max; 5 s by default): on loopback a dial costs
+# little, and the tests that restart a coordinator or admit a refused daemon wait for its workers
+# to come back, up to the cap each time.
+RECONNECT_MAX_S = "0.5"
+# A coordinator's grace at SIGTERM (--drain-timeout; 5 s by default): the workers' streams are
+# calls in flight until it ends, so every graceful stop with workers connected waits all of it.
+DRAIN_S = "1"
 
 
 def ringleader_cmd(*args: str) -> list[str]:
@@ -66,7 +73,8 @@ class Cluster:
         log = open(self.tmp / "coordinator.log", "ab")
         self.coordinator = subprocess.Popen(
             [*prefix, *ringleader_cmd("coordinator", "--grpc-address", f"{host}:{port}",
-                                      "--http-address", f"{host}:0" if http else "", "--db", self.db, *extra)],
+                                      "--http-address", f"{host}:0" if http else "", "--db", self.db,
+                                      "--drain-timeout", DRAIN_S, *extra)],
             stdout=subprocess.PIPE, stderr=log, text=True)
         log.close()
         line = _readline_with_timeout(self.coordinator, 60)
@@ -110,7 +118,8 @@ class Cluster:
         """`extra`: flags beyond self.worker_flags; `prefix`, as for the coordinator; `env`:
         variables over this process's environment."""
         log = open(self.tmp / f"{worker_id}.log", "ab")
-        extra = [*(["--metrics-address", metrics_address] if metrics_address else []), *self.worker_flags, *extra]
+        extra = [*(["--metrics-address", metrics_address] if metrics_address else []), "--reconnect-max", RECONNECT_MAX_S,
+                 *self.worker_flags, *extra]
         p = subprocess.Popen([*prefix, *ringleader_cmd("--coordinator", self.worker_address or self.address, "worker", "--device", device,
                                                        "--worker-id", worker_id, *extra)],
                              stdout=log, stderr=log, start_new_session=True,

@@ -110,27 +110,34 @@ def test_coordinator_restart_keeps_queued_jobs(fresh_cluster):
         assert all(r.wrong == 0 for r in done.results)
 
 
-def test_workers_reconnect_after_coordinator_restart(fresh_cluster):
-    c = fresh_cluster
-    address = c.start(["r0", "r1"])
-    c.stop_coordinator()
-    c.start_coordinator(port=int(address.rsplit(":", 1)[1]))
-    c.wait_idle(["r0", "r1"], timeout=60)
+def _restart_coordinator(c, sig: int = signal.SIGTERM) -> None:
+    """Stop the module's coordinator and start it again on its port and database: its workers
+    stay up and must find it again by themselves."""
+    port = int(c.address.rsplit(":", 1)[1])
+    c.stop_coordinator(sig)
+    c.start_coordinator(port=port)
+
+
+def test_workers_reconnect_after_coordinator_restart(cluster):
+    c = cluster  # the module's own: its daemons stay up across the restart, as a fleet's would
+    ids = sorted(c.workers)  # those the module's earlier tests left running (one was killed)
+    c.wait_idle(ids)
+    _restart_coordinator(c)
+    c.wait_idle(ids, timeout=60)
     done = c.wait_job(c.submit(op="broadcast").id)
     assert done.state == pb.SUCCEEDED, done.reason
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
-def test_running_job_survives_coordinator_restart(fresh_cluster, sig):
+def test_running_job_survives_coordinator_restart(cluster, sig):
     """Killed or stopped: a coordinator that stops drops its streams, and their ends must not fail
     the running job in the store (a graceful stop once did, after the core had stopped)."""
-    c = fresh_cluster
-    address = c.start(["r0", "r1"])
-    job = c.submit(op="all_reduce", sizes=[1 << 20, 2 << 20], iters=2000, warmup=0)
+    c = cluster
+    c.wait_idle(["w0", "w1"])
+    job = c.submit(workers=["w0", "w1"], op="all_reduce", sizes=[1 << 20, 2 << 20], iters=2000, warmup=0)
     c.wait_job(job.id, states=(pb.RUNNING,))
     time.sleep(1)
-    c.stop_coordinator(sig)
-    c.start_coordinator(port=int(address.rsplit(":", 1)[1]))
+    _restart_coordinator(c, sig)
     # The workers re-register with the job they are running; the coordinator re-attaches it.
     done = c.wait_job(job.id, timeout=120)
     assert done.state == pb.SUCCEEDED, done.reason

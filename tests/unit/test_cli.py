@@ -121,6 +121,8 @@ SAMPLES = {
     "gc_pace": ("0.5", 0.5),
     "check_hold_after": ("0", 0.0),
     "check_hold_share": ("0.5", 0.5),
+    "drain_timeout": ("2", 2.0),
+    "reconnect_max": ("0.5", 0.5),
 }
 
 
@@ -226,6 +228,22 @@ def test_one_settings_object_reaches_the_coordinator_and_worker_configs(monkeypa
     _, settings = load(["worker", "--worker-id", "w9"])
     assert config.dataclass_from(WorkerConfig, settings, device="cuda:3") == WorkerConfig(
         coordinator="coord:50051", device="cuda:3", worker_id="w9", advertise_host="10.0.0.7")
+
+
+def test_the_timing_knobs_tests_set_reach_the_configs_and_refuse_nonsense_naming_the_flag(capsys):
+    """--drain-timeout (the coordinator's grace at SIGTERM) and --reconnect-max (the worker's
+    backoff cap): what tests/integration/cluster.py sets to keep restarts short."""
+    from worker.daemon import WorkerConfig
+
+    _, settings = load(["coordinator", "--drain-timeout", "1"])
+    assert config.dataclass_from(CoordinatorConfig, settings).drain_timeout == 1.0
+    assert CoordinatorConfig().drain_timeout == 5.0
+    _, settings = load(["worker", "--reconnect-max", "0.5"])
+    assert config.dataclass_from(WorkerConfig, settings, coordinator="c:1").reconnect_max == 0.5
+    assert WorkerConfig(coordinator="c:1").reconnect_max == 5.0
+    for argv in (["coordinator", "--drain-timeout", "0"], ["worker", "--reconnect-max", "-1"]):
+        code, _, err = cli(capsys, *argv)
+        assert code == 2 and argv[1] in err and "positive number of seconds" in err, err
 
 
 def test_every_coordinator_flag_reaches_the_running_coordinator(monkeypatch):

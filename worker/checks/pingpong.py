@@ -12,9 +12,10 @@ echo in the last byte of what it sends (a warm-up or a timed round trip, whether
 last, and whether the byte check follows), so both ends stop on the same round trip however slow
 the link. A round trip that would end past the box (the last one's time from now) is the last of
 its kind: the warm-up ends after one round trip, the timed ones after MIN_TIMED: a pass over a
-link at 50 Mbit/s takes four round trips, not `warmup + iters` of them. The count of timed round trips is reported; a link cut short by its box
-is slow by that fact (its figure is what it reached). The byte check can be left out (`check`):
-the passes over flagged links re-time links whose bytes the first pass checked."""
+link at 50 Mbit/s takes four round trips, not `warmup + iters` of them. The count of timed round
+trips is reported; a link cut short by its box is slow by that fact (its figure is what it
+reached). The byte check can be left out (`check`): the passes over flagged links re-time links
+whose bytes the first pass checked."""
 
 from __future__ import annotations
 
@@ -84,14 +85,15 @@ def initiate(dst: int, size: int, iters: int, warmup: int, device, counter,
             warm += 1
         if phase & _LAST:
             break
-    if not check:
-        return (best * 1e6 / 2 if timed else 0.0), total * 1e6, 0, timed
-    _fill(send, _CHECK_SEED)
-    recv.fill_(_SENTINEL)
-    dist.send(send, dst)
-    dist.recv(recv, dst)
-    counter.value += 2
-    return (best * 1e6 / 2 if timed else 0.0), total * 1e6, _count_wrong(recv, _CHECK_SEED), timed
+    wrong = 0
+    if check:
+        _fill(send, _CHECK_SEED)
+        recv.fill_(_SENTINEL)
+        dist.send(send, dst)
+        dist.recv(recv, dst)
+        counter.value += 2
+        wrong = _count_wrong(recv, _CHECK_SEED)
+    return (best * 1e6 / 2 if timed else 0.0), total * 1e6, wrong, timed
 
 
 def echo(src: int, size: int, device, counter) -> tuple[float, float, int, int]:
@@ -125,12 +127,12 @@ def echo(src: int, size: int, device, counter) -> tuple[float, float, int, int]:
         counter.value += 2
         if phase & _LAST:
             break
-    if phase & _NO_CHECK:
-        return (best * 1e6 / 2 if best < float("inf") else 0.0), (last - start) * 1e6, 0, timed
-    buf.fill_(_SENTINEL)
-    dist.recv(buf, src)
-    dist.send(buf, src)
-    counter.value += 2
-    # Counted after the echo, so it adds no delay; 0 us: no interval timed (one round trip).
-    return ((best * 1e6 / 2 if best < float("inf") else 0.0), (last - start) * 1e6, _count_wrong(buf, _CHECK_SEED),
-            timed)
+    wrong = 0
+    if not phase & _NO_CHECK:
+        buf.fill_(_SENTINEL)
+        dist.recv(buf, src)
+        dist.send(buf, src)
+        counter.value += 2
+        wrong = _count_wrong(buf, _CHECK_SEED)  # counted after the echo, so it adds no delay
+    # 0 us: no interval timed (one round trip).
+    return (best * 1e6 / 2 if best < float("inf") else 0.0), (last - start) * 1e6, wrong, timed

@@ -124,11 +124,7 @@ class WorkerProtocol:
         elif health not in UNWELL:
             conn.unwell_since = 0.0
         conn.executor_health, conn.executor_detail = health, clip(hb.executor_detail)
-        unwell = self.core.workers.unwell
-        if health in UNWELL and conn.connected and self.core.workers.get(conn.worker_id) is conn:
-            unwell[conn.worker_id] = conn
-        elif unwell.get(conn.worker_id) is conn:
-            del unwell[conn.worker_id]
+        self.core.workers.mark_unwell(conn, health in UNWELL)
         conn.op_seq = hb.op_seq
         if hb.HasField("telemetry"):
             self.core.health_inputs.telemetry(conn.worker_id, hb.telemetry)  # coordinator/core/health_inputs.py

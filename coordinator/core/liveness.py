@@ -68,7 +68,7 @@ def verdicts(now: float, running: Iterable[Running], workers: WorkerRegistry, ti
     # job_id is cleared as it disconnects, so the connected ones are all there are.
     out: list[Input] = [Lost(conn, f"no heartbeat for {heard - conn.last_heartbeat:.1f} s")
                         for conn in workers.silent(heard - timings.heartbeat_timeout_s)]
-    unwell_jobs = {conn.job_id for conn in workers.unwell.values() if conn.job_id and conn.executor_health in UNWELL}
+    unwell_jobs = {conn.job_id for conn in workers.unwell.values() if conn.job_id}
     for rj in running:
         if (verdict := _check_job(rj, now, heard, workers, timings, rj.id in unwell_jobs)) is not None:
             out.append(verdict)

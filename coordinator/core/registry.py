@@ -167,6 +167,14 @@ class WorkerRegistry:
             return []
         return [conn for conn in self._connected.values() if conn.last_heartbeat < before]
 
+    def mark_unwell(self, conn: WorkerConn, unwell: bool) -> None:
+        """Keep `unwell` (connected workers whose executor was last reported stopped or
+        unresponsive) as a heartbeat reports `conn`'s executor."""
+        if unwell and self._connected.get(conn.worker_id) is conn:
+            self.unwell[conn.worker_id] = conn
+        elif self.unwell.get(conn.worker_id) is conn:
+            del self.unwell[conn.worker_id]
+
     def n_connected(self) -> int:
         return len(self._connected)
 

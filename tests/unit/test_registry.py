@@ -125,7 +125,7 @@ def test_silent_finds_exactly_the_connected_workers_silent_past_a_time():
                 conn.last_heartbeat = now - draw.uniform(0, 0.5)
             elif roll < 0.95 and conn.connected:
                 conn.unwell_since = now
-                r.unwell[wid] = conn
+                r.mark_unwell(conn, True)
                 conn.transition(pb.DISCONNECTED, at=now)
             elif not conn.connected:
                 r.add(reg(wid, host=f"h{wid}"), mono=now)

@@ -38,6 +38,8 @@ STEPS_H = (1, 2, 3, 6, 12, 24, 48, 168)
 MAX_KEYS = 64  # keys answered, those with a marked point first
 Filter = Annotated[str, Query(max_length=128, pattern=r"^[^|\x00-\x1f]*$")]
 KeyFilter = Annotated[str, Query(max_length=600, pattern=r"^[^\x00-\x1f]*$", description="one baseline key")]
+Days = Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")]
+Until = Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")]
 
 
 def step_for(since: float, until: float) -> int:
@@ -128,9 +130,15 @@ def worst_hosts(store, key: str, since: float, until: float) -> dict:
             "hosts": sorted(out.values(), key=lambda e: (e["min_gbps"], -e["low_hours"], e["host"]))}
 
 
-def query(days: float, until: float | None, **filters) -> TrendQuery:
+def window(days: float, until: float | None) -> tuple[float, float]:
+    """(since, until) of a route's `days` back from `until` (default: now): at least an hour, the
+    rollups' grain."""
     end = until if until is not None else time.time()
-    since = end - max(days * 86400, HOUR_S)  # at least an hour: the rollups' grain
+    return end - max(days * 86400, HOUR_S), end
+
+
+def query(days: float, until: float | None, **filters) -> TrendQuery:
+    since, end = window(days, until)
     return TrendQuery(since=since, until=end, step_s=step_for(since, end), **filters)
 
 
@@ -140,8 +148,8 @@ def router(core: Coordinator) -> APIRouter:
     @r.get("/trends", tags=["baselines"], operation_id="getTrends",
            summary="Busbw over time per baseline key, against its baseline band, low points marked")
     async def get_trends(
-        days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")] = 7,
-        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
+        days: Days = 7,
+        until: Until = None,
         host: Filter = "", gpu_model: Filter = "", op: Filter = "", link: Filter = "", key: KeyFilter = "",
     ) -> JSON:
         q = query(days, until, host=host, gpu_model=gpu_model, op=op, link=link, key=key)
@@ -172,12 +180,11 @@ def router(core: Coordinator) -> APIRouter:
            summary="The link matrix over time for one host: its links in each finished link_matrix check")
     async def host_link_history(
         host: Annotated[str, Query(min_length=1, max_length=128, pattern=r"^[^|\x00-\x1f]*$")],
-        days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")] = 7,
-        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
+        days: Days = 7,
+        until: Until = None,
     ) -> JSON:
-        end = until if until is not None else time.time()
         # Only the store is read (its listings), so a thread may: off the loop, as the jobs' pages.
-        return JSON(await asyncio.to_thread(link_history.history, core.store, host, end - max(days * 86400, HOUR_S), end))
+        return JSON(await asyncio.to_thread(link_history.history, core.store, host, *window(days, until)))
 
     _where_routes(r, core)
     return r
@@ -190,11 +197,10 @@ def _where_routes(r: APIRouter, core: Coordinator) -> None:
            summary="The hosts behind a key's low results, the host of the lowest first")
     async def trend_hosts(
         key: Annotated[str, Query(min_length=1, max_length=600, pattern=r"^[^\x00-\x1f]*$")],
-        days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="how far back")] = 7,
-        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
+        days: Days = 7,
+        until: Until = None,
     ) -> JSON:
-        end = until if until is not None else time.time()
-        return JSON(await asyncio.to_thread(worst_hosts, core.store, key, end - max(days * 86400, HOUR_S), end))
+        return JSON(await asyncio.to_thread(worst_hosts, core.store, key, *window(days, until)))
 
     kept: dict = {"checks": 0}  # the last matrix answered, by what it was read from; finished checks counted
 
@@ -209,9 +215,8 @@ def _where_routes(r: APIRouter, core: Coordinator) -> None:
            summary="The fleet's latest link matrix, host by host: each pair's newest figures against their expectation")
     async def link_matrix(
         days: Annotated[float, Query(gt=0, le=MAX_DAYS, description="checks of how far back")] = 7,
-        until: Annotated[float | None, Query(ge=0, le=MAX_TIME, description="end of the range, unix seconds (default: now)")] = None,
+        until: Until = None,
     ) -> JSON:
-        end = until if until is not None else time.time()
         # What judges a link, read here on the loop (the core's state): each worker's registered
         # model and the expectations' history medians; the store is read on a thread.
         models = {c.worker_id: c.reg.device.name for c in core.workers.connected()}
@@ -221,7 +226,6 @@ def _where_routes(r: APIRouter, core: Coordinator) -> None:
         asked = (kept["checks"], days, until, history.medians)
         if kept.get("asked") == asked and time.monotonic() - kept["at"] < MATRIX_FRESH_S:
             return JSON(kept["answer"], headers={"Cache-Control": "no-store"})
-        answer = await asyncio.to_thread(link_history.fleet_matrix, core.store, end - max(days * 86400, HOUR_S), end,
-                                         models, history)
+        answer = await asyncio.to_thread(link_history.fleet_matrix, core.store, *window(days, until), models, history)
         kept.update(asked=asked, at=time.monotonic(), answer=answer)
         return JSON(answer, headers={"Cache-Control": "no-store"})

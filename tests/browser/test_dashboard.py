@@ -17,6 +17,7 @@ import pytest
 from ringleader.v1 import jobs_pb2 as pb
 
 pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
+from webui import wait_for  # noqa: E402
 from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
@@ -58,10 +59,6 @@ def jobs(web_cluster):
         ids.append(job.id)
     return [get_json(f"{web_cluster.http_url}/api/v1/jobs/{i}", web_cluster.users_token) for i in ids]
 
-
-def wait_for(browser, script: str, timeout: float = WAIT_S):
-    """Poll a JS expression until it is truthy; return its value."""
-    return WebDriverWait(browser, timeout).until(lambda d: d.execute_script(f"return {script}"))
 
 
 def chart(browser, name: str) -> dict:

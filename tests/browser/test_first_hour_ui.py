@@ -4,17 +4,16 @@ job's row shows its live waiting reason (a worker joining changes it without a s
 
 from __future__ import annotations
 
-import pytest
-from selenium.webdriver.support.ui import WebDriverWait
+from functools import partial
 
+import pytest
+
+import webui
 from ringleader_app import table
 from ringleader.v1 import jobs_pb2 as pb
 
 WAIT_S = 60
-
-
-def wait_for(browser, script: str):
-    return WebDriverWait(browser, WAIT_S).until(lambda d: d.execute_script(f"return {script}"))
+wait_for = partial(webui.wait_for, timeout=WAIT_S)  # this file's wait, not webui's
 
 
 def test_the_job_page_labels_placement_as_the_cli_does(web_cluster, browser):

@@ -30,7 +30,8 @@ from ringleader.v1 import jobs_pb2_grpc, workers_pb2 as wpb, workers_pb2_grpc
 pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
 from conftest import chromium  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select  # noqa: E402
+from webui import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -136,10 +137,6 @@ def page(served, tmp_path_factory):
         yield driver
     finally:
         driver.quit()
-
-
-def wait_for(driver, script: str, timeout: float = WAIT_S):
-    return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(f"return {script}"))
 
 
 def cell_class(driver, worker_id: str) -> str:

@@ -7,6 +7,8 @@ regressed key's worst host stands beside its chart; a bad bucket's hours link to
 
 from __future__ import annotations
 
+from functools import partial
+
 import time
 
 import pytest
@@ -16,6 +18,7 @@ from cluster import running
 from coordinator.store.sqlite import SqliteJobStore
 
 pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
+import webui  # noqa: E402
 from conftest import chromium  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -25,10 +28,7 @@ pytestmark = pytest.mark.integration
 
 WAIT_S = 60
 MAX_CLICKS = 2
-
-
-def wait_for(driver, script: str, timeout: float = WAIT_S):
-    return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(f"return {script}"))
+wait_for = partial(webui.wait_for, timeout=WAIT_S)  # this file\'s wait, not webui\'s
 
 
 @pytest.fixture(scope="module")

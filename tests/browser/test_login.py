@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from webui import WAIT_S, sign_in
+from webui import WAIT_S, sign_in, wait_for
 
 pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 pytestmark = pytest.mark.integration
-
-
-def wait_for(browser, script: str):
-    return WebDriverWait(browser, WAIT_S).until(lambda d: d.execute_script(f"return {script}"))
 
 
 def login_error(browser) -> str:

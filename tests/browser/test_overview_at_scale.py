@@ -8,6 +8,8 @@ wrong has a mark as well as a colour.
 
 from __future__ import annotations
 
+from functools import partial
+
 import time
 
 import pytest
@@ -15,17 +17,14 @@ import pytest
 from ringleader.v1 import jobs_pb2 as pb
 
 pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
+import webui  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
 WAIT_S = 60
 ROWS = "[...document.querySelectorAll('#jobs-body tr[data-job]')]"
-
-
-def wait_for(driver, script: str, timeout: float = WAIT_S):
-    return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(f"return {script}"))
+wait_for = partial(webui.wait_for, timeout=WAIT_S)  # this file\'s wait, not webui\'s
 
 
 def quick_job(c) -> str:

@@ -6,11 +6,14 @@ the job it names, opens that job's page."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from cluster import running
 
 pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[dev]')")
+import webui  # noqa: E402
 from conftest import chromium  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
@@ -18,10 +21,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 pytestmark = pytest.mark.integration
 
 WAIT_S = 60
-
-
-def wait_for(driver, script: str, timeout: float = WAIT_S):
-    return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(f"return {script}"))
+wait_for = partial(webui.wait_for, timeout=WAIT_S)  # this file\'s wait, not webui\'s
 
 
 @pytest.fixture(scope="module")

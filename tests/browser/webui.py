@@ -1,4 +1,5 @@
-"""Helpers of the browser tests: signing in, and watching for Content-Security-Policy violations."""
+"""Helpers of the browser tests: signing in, waiting for the page, and watching for
+Content-Security-Policy violations."""
 
 from __future__ import annotations
 
@@ -28,3 +29,10 @@ def sign_in(driver, url: str, token: str) -> None:
     WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script(
         "return document.readyState === 'complete' && document.getElementById('login-view').hidden"
         " && !document.getElementById('overview-view').hidden"))
+
+
+def wait_for(driver, script: str, timeout: float = WAIT_S):
+    """Poll a JS expression until it is truthy; return its value."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(f"return {script}"))

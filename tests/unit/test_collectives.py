@@ -18,8 +18,7 @@ from ringleader import spec
 from ringleader.v1 import jobs_pb2 as pb
 from worker import calibrate, collectives, datacheck
 from worker.algos import Method
-from ports import free_port
-from ranks import rank_context
+from ranks import run_ranks
 
 SIZES = (1000, 150_000)  # requested bytes; rounded by spec.effective_size per world size
 ITERS, WARMUP = 3, 1
@@ -67,7 +66,7 @@ def _case_id(c: dict) -> str:
                      *(["graph"] if c["graph"] else []), *([c["algo"]] if c["algo"] else [])])
 
 
-def _rank_main(rank: int, n: int, port: int, cases: list[dict], path: str) -> None:
+def _rank_main(rank: int, port: int, path: str, n: int, cases: list[dict]) -> None:
     """One rank: run every case, write what it saw as JSON (spawn target, so module level)."""
     import warnings
 
@@ -102,28 +101,7 @@ def _rank_main(rank: int, n: int, port: int, cases: list[dict], path: str) -> No
 
 
 def _run_group(n: int, cases: list[dict], tmp_path) -> list[dict]:
-    ctx = rank_context()
-    port = free_port("127.0.0.1")
-    paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
-    procs = [ctx.Process(target=_rank_main, args=(r, n, port, cases, paths[r])) for r in range(n)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
-    payloads = []
-    for r, path in enumerate(paths):
-        try:
-            with open(path) as f:
-                payloads.append(json.load(f))
-        except FileNotFoundError:
-            pytest.fail(f"rank {r} of {n} wrote nothing (exit code {procs[r].exitcode})")
-    for r, payload in enumerate(payloads):
-        assert "traceback" not in payload, f"rank {r} of {n} failed:\n{payload['traceback']}"
-    return payloads
+    return run_ranks(_rank_main, n, tmp_path, args=(n, cases))
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"world{n}")
@@ -328,7 +306,7 @@ def test_vocabulary_maps_to_torch():
 
 # ---- the algo-sweep runner on gloo (spawned ranks, as the executor runs it) -----------------
 
-def _sweep_main(rank: int, n: int, port: int, path: str) -> None:
+def _sweep_main(rank: int, port: int, path: str, n: int) -> None:
     import torch.distributed as dist
 
     from ringleader import jobspec
@@ -352,19 +330,7 @@ def _sweep_main(rank: int, n: int, port: int, path: str) -> None:
 
 
 def test_algo_sweep_runner_on_gloo(tmp_path):
-    ctx = rank_context()
-    port, n = free_port("127.0.0.1"), 2
-    paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
-    procs = [ctx.Process(target=_sweep_main, args=(r, n, port, paths[r])) for r in range(n)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    payloads = []
-    for path in paths:
-        with open(path) as f:
-            payloads.append(json.load(f))
-    assert all("traceback" not in p for p in payloads), payloads
+    payloads = run_ranks(_sweep_main, 2, tmp_path, args=(2,))
     assert payloads[0]["result"] == payloads[1]["result"], "every rank reports the same outcome"
     assert payloads[0]["kind"] == "algo_sweep"
     r = pb.AlgoSweepResult.FromString(bytes.fromhex(payloads[0]["result"]))
@@ -377,7 +343,7 @@ def test_algo_sweep_runner_on_gloo(tmp_path):
 
 # ---- a one-op job: the timed op is the checked op --------------------------------------------
 
-def _one_op_main(rank: int, n: int, port: int, path: str) -> None:
+def _one_op_main(rank: int, port: int, path: str, n: int) -> None:
     """One rank: a one-op measurement (iters 1, no warm-up) of all_reduce and of reduce (root 1),
     clean, then with rank 1's op writing one wrong element after it ran (a corrupting device)."""
     import torch.distributed as dist
@@ -467,19 +433,7 @@ def _one_op_main(rank: int, n: int, port: int, path: str) -> None:
 def test_a_one_op_measurement_checks_its_timed_op_and_issues_no_other(tmp_path):
     """iters 1 and no warm-up (a warm start's trivial job): one op in all, on the check's inputs,
     and its output is checked: a wrong element on rank 1 is counted in every rank's row."""
-    ctx = rank_context()
-    port, n = free_port("127.0.0.1"), 2
-    paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
-    procs = [ctx.Process(target=_one_op_main, args=(r, n, port, paths[r])) for r in range(n)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    payloads = []
-    for path in paths:
-        with open(path) as f:
-            payloads.append(json.load(f))
-    assert all("traceback" not in p for p in payloads), payloads
+    payloads = run_ranks(_one_op_main, 2, tmp_path, args=(2,))
     for rank, payload in enumerate(payloads):
         for run in payload["runs"]:
             assert (run["ops"], run["iters"]) == (1, 1), run  # no op beyond the timed one

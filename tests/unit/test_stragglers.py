@@ -10,8 +10,7 @@ import traceback
 
 import pytest
 
-from ports import free_port
-from ranks import rank_context
+from ranks import run_ranks
 from worker.stragglers import StragglerTally
 
 
@@ -43,7 +42,7 @@ def test_rooted_ops_and_empty_jobs_name_nobody():
         t.add("all_reduce", [[1.0], [2.0], [3.0]])
 
 
-def _rank_main(rank: int, n: int, port: int, slow: int, path: str) -> None:
+def _rank_main(rank: int, port: int, path: str, n: int, slow: int) -> None:
     import torch
     import torch.distributed as dist
 
@@ -71,21 +70,7 @@ def _rank_main(rank: int, n: int, port: int, slow: int, path: str) -> None:
 
 def test_fault_injected_straggler_named_with_its_lag_on_gloo(tmp_path):
     n, slow = 3, 1
-    ctx = rank_context()
-    port = free_port("127.0.0.1")
-    paths = [str(tmp_path / f"rank{r}.json") for r in range(n)]
-    procs = [ctx.Process(target=_rank_main, args=(r, n, port, slow, paths[r])) for r in range(n)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-        if p.is_alive():
-            p.kill()
-    outs = []
-    for path in paths:
-        with open(path) as f:
-            outs.append(json.load(f))
-    assert all("traceback" not in o for o in outs), outs
+    outs = run_ranks(_rank_main, n, tmp_path, args=(n, slow))
     s = outs[0]["summary"]
     assert all(o["summary"]["straggler"] == s["straggler"] for o in outs)  # every rank agrees
     print(f"straggler rank {s['straggler']}, lag {s['straggler_lag_us'] / 1e3:.1f} ms; ranks {s['ranks']}")

@@ -112,6 +112,12 @@ LINK_FLOORS: tuple[Floor, ...] = (
 SHIPPED: tuple[Floor, ...] = FLOORS + LINK_FLOORS  # what judges when an operator gave no table of their own
 
 
+def _one_gpu(device_a: str, device_b: str) -> bool:
+    """Whether two ends on one host are one GPU (the shared-GPU fleet: each its own NCCL_HOSTID,
+    so NCCL links them by socket): the same CUDA device string, as the coordinator writes it."""
+    return device_a == device_b and device_a.startswith("cuda")
+
+
 def link_floor_of(model_a: str, model_b: str, same_host: bool, size_bytes: int,
                   floors: tuple[Floor, ...] = LINK_FLOORS) -> Floor | None:
     """The shipped floor of a same-host link between two GPUs of one model, at the link check's
@@ -200,6 +206,8 @@ def figures(job: pb.Job, models: Mapping[str, str], floors: tuple[Floor, ...] | 
             if x.a not in ranks or x.b not in ranks or x.wrong or x.gbps <= 0 or x.ends_disagree:
                 continue
             where = "same-host" if host[x.a] == host[x.b] else "cross-host"
+            if where == "same-host" and _one_gpu(ranks[x.a].device, ranks[x.b].device):
+                where = "same-gpu"  # two workers sharing one GPU: no NVLink path between them, no link floor
             pair = "+".join(sorted({model[x.a], model[x.b]}))
             key = f"link_matrix|gbps|{pair}|{where}|{r.size_bytes}"
             floor = link_floor_of(model[x.a], model[x.b], where == "same-host", r.size_bytes, floors)

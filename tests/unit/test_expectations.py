@@ -218,6 +218,22 @@ def test_a_same_host_nvlink_pair_that_lost_its_path_is_below_its_shipped_floor_f
         assert _by_verdict(quiet[0])[pb.UNHEALTHY] == []
 
 
+def test_two_workers_on_one_gpu_are_not_judged_by_the_nvlink_floor():
+    """The shared-GPU fleet: two workers on cuda:0 of one host link by socket (their own
+    NCCL_HOSTIDs), 2.3 GB/s on an H200; no NVLink path, so no NVLink floor. Two GPUs of that
+    host at the same figure are below it."""
+    rows = [dict(a=0, b=1, round=0, latency_us=1.0, gbps=2.3, wrong=0)]
+
+    def run(devices):
+        job = _job("link_matrix", link_matrix.link_result(rows, ["a", "a"], 256 << 20, 1), ["a", "a"])
+        for w, d in zip(job.workers, devices):
+            w.device = d
+        return verdicts.of_job(job, _expect(job))
+
+    assert _by_verdict(run(["cuda:0", "cuda:0"]))[pb.UNHEALTHY] == []
+    assert _by_verdict(run(["cuda:0", "cuda:1"]))[pb.UNHEALTHY] == ["w0", "w1"]
+
+
 def test_an_operators_edited_floors_replace_the_shipped_rows_and_judge_by_them():
     """`ringleader floors export`, edited, then `coordinator --floors FILE`: a row of the same model
     and figure replaces the shipped one (here a stricter TFLOP/s floor), a value of 0 removes it."""

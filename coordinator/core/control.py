@@ -80,6 +80,7 @@ class Control:
         self.workers = WorkerRegistry(ttl_s=self.timings.worker_ttl_s)
         self.groups = Groups()
         self.health = HealthBook(self.store, clock=lambda: self.clock.wall, max_share=quarantine_max_share, observe=health_observe)
+        self.health.changed = self.workers.touch_id  # a new verdict or cordon is listed at once
         self.expectations = History()  # each check key's passing figures (coordinator/health/expectations.py)
         self.scheduler = scheduler.Scheduler(cordoned_ids=self.health.cordoned_ids)  # counted apart when waiting
         self._out = Out()

@@ -104,10 +104,13 @@ class WorkerProtocol:
                         self.assign(rj, rank)
 
     def alive(self, inp: Alive) -> None:
-        clock = self.core.clock
-        for conn in inp.conns:  # a stream that ended meanwhile is no longer the worker's connection
-            if conn.connected and self.core.workers.get(conn.worker_id) is conn:
-                conn.last_heartbeat, conn.last_heartbeat_wall = clock.mono, clock.wall
+        mono, wall, gone = self.core.clock.mono, self.core.clock.wall, pb.DISCONNECTED
+        # A stream that ended meanwhile is DISCONNECTED, for good; one that is not is its worker's
+        # connection (the registry holds one connected per worker). 50,000 of these a second at
+        # 50,000 workers: no more than that is looked at.
+        for conn in inp.conns:
+            if conn.state != gone:
+                conn.last_heartbeat, conn.last_heartbeat_wall = mono, wall
 
     def _member_job(self, conn: WorkerConn, kind: str, job_id: str) -> Running | None:
         """The running job a report is about, if `conn` is its member at the rank it was given."""
@@ -118,6 +121,7 @@ class WorkerProtocol:
         return None
 
     def _on_heartbeat(self, conn: WorkerConn, hb: wpb.Heartbeat) -> None:
+        self.core.workers.touch(conn)  # a changed heartbeat (an unchanged one is an Alive): listed at once
         health = hb.executor or pb.EXECUTOR_OK
         if health in UNWELL and conn.executor_health not in UNWELL:
             conn.unwell_since = self.core.clock.mono

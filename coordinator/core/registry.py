@@ -34,7 +34,7 @@ _HEARD = operator.attrgetter("last_heartbeat")
 
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a heartbeat batch sets two fields on each of 50,000 a second
 class WorkerConn:
     """One registered daemon's connection."""
 
@@ -118,7 +118,6 @@ class WorkerRegistry:
     def __init__(self, ttl_s: float = DEFAULT_TTL_S) -> None:
         self.ttl_s = ttl_s
         self._workers: dict[str, WorkerConn] = {}
-        self.version = 0  # bumped when a worker registers, leaves or is forgotten
         self._order: list[SortKey] = []  # every listed worker's sort key, sorted
         self._connected: dict[str, WorkerConn] = {}
         # Connected workers whose executor was last reported stopped or unresponsive (liveness.py).
@@ -129,6 +128,10 @@ class WorkerRegistry:
         # walk of 5,000 workers each time held the loop (coordinator/edge/metrics.py).
         self.by_state: collections.Counter[tuple[int, str]] = collections.Counter()
         self.configs = fingerprints.FleetConfig()  # connected workers' fingerprints, by backend and model
+        # Workers whose listing changed in a way a reader must see at once (registered, left,
+        # forgotten: None, a state changed, a changed heartbeat, a new health record), by id, while someone follows (the edge's read
+        # feed: `follow`, `take_touched`); None: nobody does.
+        self._touched: dict[str, WorkerConn | None] | None = None
 
     def add(self, reg: wpb.Register, mono: float | None = None, wall: float | None = None) -> WorkerConn:
         """`mono`, `wall`: when it connected (the control core's clock; None: read the clocks)."""
@@ -146,12 +149,31 @@ class WorkerRegistry:
             conn.connected_at = conn.last_heartbeat_wall = wall
         self.configs.add(reg.worker_id, (reg.backend, reg.device.name), reg.fingerprint)
         self._workers[reg.worker_id] = conn
-        self.version += 1  # who is here changed (the edge's read view looks at every listing again)
         self._count(conn, 1)
         bisect.insort(self._order, conn.sort_key)
         self._connected[reg.worker_id] = conn
         self._kinds[kind(reg)] += 1
+        self.touch(conn)
         return conn
+
+    def follow(self) -> None:
+        """Keep the touched workers from now on, for `take_touched` (one follower: the read feed)."""
+        self._touched = {}
+
+    def touch(self, conn: WorkerConn) -> None:
+        """`conn`'s listing changed (a changed heartbeat, its registration, its leaving)."""
+        if self._touched is not None:
+            self._touched[conn.worker_id] = conn
+
+    def touch_id(self, worker_id: str) -> None:
+        """`touch` the worker of that id, if it is held here (its health record changed)."""
+        if self._touched is not None and (conn := self._workers.get(worker_id)) is not None:
+            self._touched[worker_id] = conn
+
+    def take_touched(self) -> dict[str, WorkerConn | None]:
+        """The workers touched since the last take, by id (None: forgotten); empty when nobody follows."""
+        out, self._touched = self._touched or {}, ({} if self._touched is not None else None)
+        return out
 
     def get(self, worker_id: str) -> WorkerConn | None:
         return self._workers.get(worker_id)
@@ -174,6 +196,9 @@ class WorkerRegistry:
             self.unwell[conn.worker_id] = conn
         elif self.unwell.get(conn.worker_id) is conn:
             del self.unwell[conn.worker_id]
+
+    def n_listed(self) -> int:
+        return len(self._workers)
 
     def n_connected(self) -> int:
         return len(self._connected)
@@ -220,7 +245,8 @@ class WorkerRegistry:
                 self._unlist(conn)
                 self._count(conn, -1)
                 del self._workers[worker_id]
-                self.version += 1
+                if self._touched is not None:
+                    self._touched[worker_id] = None
                 gone.append(worker_id)
         return gone
 
@@ -229,6 +255,7 @@ class WorkerRegistry:
         if self._workers.get(conn.worker_id) is conn:
             self._count(conn, -1)
             self.by_state[(to, conn.reg.backend)] += 1
+            self.touch(conn)
 
     def _count(self, conn: WorkerConn, n: int) -> None:
         key = (conn.state, conn.reg.backend)
@@ -240,7 +267,6 @@ class WorkerRegistry:
         """`conn` became DISCONNECTED (WorkerConn.transition tells the registry that made it)."""
         wid, k = conn.worker_id, kind(conn.reg)
         if self._connected.get(wid) is conn:
-            self.version += 1
             del self._connected[wid]
             self._kinds[k] -= 1
             if not self._kinds[k]:
@@ -248,6 +274,7 @@ class WorkerRegistry:
             self._gone.append((conn.disconnected_at, wid))
             self.configs.remove(wid)
             self.unwell.pop(wid, None)
+            self.touch(conn)
 
     def _unlist(self, conn: WorkerConn) -> None:
         i = bisect.bisect_left(self._order, conn.sort_key)

@@ -2,10 +2,13 @@
 over in one hop per turn of the core that changed something, and a stamp on a clock (STAMP_S).
 
 It only reads the core: the jobs the turn's events named (an event listener; a job is copied
-once a turn however many events it had) and the workers those jobs name; every SCAN_S (or when a
-read asks: Freshen) the workers whose listing changed, told by a cheap signature per worker
-(state, job, warm group, executor, health record by identity), and each worker's full listing
-again every ROLL_S (its heartbeat time), a share a scan; every REASON_S the queued jobs whose
+once a turn however many events it had) and the workers those jobs name; at every flush the
+workers the registry marked touched (registered, left, forgotten, a state changed, a changed
+heartbeat, a new health record); and, as a net under the rest, a scan that looks at every worker
+once a cycle (SCAN_S, longer on a fleet larger than SCAN_RATE a second), a share at each STAMP_S,
+for a listing whose cheap signature (state, job, warm group, executor, health record by identity,
+configuration drift) changed with no event of its own. Heartbeat times are not handed over: the
+view reads them off the worker's connection when it answers. Every REASON_S the queued jobs whose
 waiting reason changed. A write answered through the edge calls `flush` before its answer leaves
 (read-your-writes). `cost` keeps the core's time spent here (the bench prints it)."""
 
@@ -28,7 +31,11 @@ STAMP_S = 0.05  # the view's age when the core is idle stays under this (plus a 
 # and one look at all of them at once holds the core 20-40 ms at 10,000); the members of a job
 # that starts or ends are sent with its events, a write on workers looks at all at once.
 SCAN_S = 1.0
-ROLL_S = 5.0  # every worker's listing (its heartbeat time) sent again at least this often
+# ... and at most this many a second: at 50,000 workers the scan's 50,000 signatures a second (and
+# the 10,000 listings a second it sent again for their heartbeat times) were a quarter of the
+# core's time under the GIL, and a read that found the cycle behind looked at all 50,000 at once
+# (0.5-0.9 s on 2 loaded cores, every 2 s). The touched workers go at once whatever the scan.
+SCAN_RATE = 10_000
 REASON_S = 0.25  # queued jobs' waiting reasons looked at again at most this often
 
 
@@ -58,10 +65,7 @@ class ReadFeed:
         self._signs: dict[str, tuple] = {}  # per worker id: what its listing was made from
         self._ring: list[WorkerConn] = []  # the workers of this cycle of the scan, in turn
         self._at = 0  # the next of them to look at
-        self._cycles = 0
-        self._cycle_at = 0.0  # when the cycle began (perf_counter)
-        self._cycle_version = -1  # the registry's version then
-        self._done_version, self._done_at = -1, 0.0  # of the last cycle that looked at every worker
+        self._ticked = 0.0  # when the clock last flushed (perf_counter)
         self._reasons: dict[str, str] = {}  # per queued job: the waiting reason the view was sent
         self._reasons_at = 0.0
         self._clock: asyncio.Task | None = None
@@ -72,6 +76,7 @@ class ReadFeed:
         for job in [*self.c.queued_jobs(), *(rj.job for rj in self.c.book.running.values())]:
             self._changed[job.id] = job
         self.c.add_listener(self._heard)
+        self.c.workers.follow()
         self.flush(workers=True)
         self._clock = asyncio.get_running_loop().create_task(self._tick())
 
@@ -88,15 +93,17 @@ class ReadFeed:
             asyncio.get_running_loop().call_soon(self.flush)
 
     async def _tick(self) -> None:
+        self._ticked = time.perf_counter()
         while True:
             await asyncio.sleep(STAMP_S)
-            self.flush(share=STAMP_S / SCAN_S)
+            self.flush(share=self._share())
 
-    def scan_behind(self) -> bool:
-        """Whether a read of workers should have all of them looked at now: a worker registered, left
-        or was forgotten since the last cycle that looked at every worker began, or that cycle is
-        older than two cycles (the core was held up)."""
-        return self.c.workers.version != self._done_version or time.perf_counter() - self._done_at > 2 * SCAN_S
+    def _share(self) -> float:
+        """The scan's share for this tick: the time since the last one over the cycle's length,
+        so a cycle keeps its length while the core's turns run late, at most four ticks' worth."""
+        now = time.perf_counter()
+        elapsed, self._ticked = min(now - self._ticked, 4 * STAMP_S), now
+        return max(elapsed, 1e-3) / max(SCAN_S, self.c.workers.n_listed() / SCAN_RATE)
 
     def flush(self, workers: bool = False, share: float = 0.0) -> None:
         """Hand the edge what changed since the last flush (`workers`: every worker's listing
@@ -109,6 +116,7 @@ class ReadFeed:
         changed, self._changed = self._changed, {}
         update = ViewUpdate(stamp=time.monotonic(), jobs=[self._copy(job) for job in changed.values()])
         self._members(changed.values(), update)  # started, ended: their states changed with them
+        self._touched(update)
         if workers or share:
             self._workers(update, 1.0 if workers else share, began)
         self.edge.call_soon_threadsafe(self.view.apply, update)
@@ -145,38 +153,41 @@ class ReadFeed:
 
     def _workers(self, update: ViewUpdate, share: float, now: float) -> None:
         """Look at `share` of the workers, the next in turn (1: every one now): those whose
-        signature changed go to the view, and each cycle's ROLL_S / SCAN_S-th part of them again
-        (their heartbeat time). A cycle starts from the registry's workers of its start: those
-        gone since the last one leave the view."""
+        signature changed go to the view. A cycle starts from the registry's workers of its start:
+        those gone since the last one leave the view."""
         if share >= 1 or self._at >= len(self._ring):
-            self._ring, self._at, self._cycle_at = self.c.workers.all(), 0, now
-            self._cycle_version = self.c.workers.version
-            self._cycles += 1
+            self._ring, self._at = self.c.workers.all(), 0
             for wid in self._signs.keys() - self.c.workers.ids():
                 del self._signs[wid]
                 update.gone.append(wid)
         n = len(self._ring)
         take = n if share >= 1 else max(1, math.ceil(n * share))
-        every = max(1, round(ROLL_S / SCAN_S))
         for i in range(self._at, min(n, self._at + take)):
             conn = self._ring[i]
-            wid = conn.worker_id
-            if self.c.workers.get(wid) is not conn:
-                continue  # gone or back on a new stream since the cycle began: the next cycle has it
-            sign = self._sign(conn)
-            if self._signs.get(wid) != sign or (i + self._cycles) % every == 0:
-                self._signs[wid] = sign
-                update.workers.append(ViewWorker(conn.sort_key, self._info(conn)))
+            if self.c.workers.get(conn.worker_id) is conn:  # else gone or back on a new stream: the next cycle has it
+                self._send(conn, update)
         self._at += take
-        if self._at >= n:
-            self._done_version, self._done_at = self._cycle_version, self._cycle_at
+
+    def _touched(self, update: ViewUpdate) -> None:
+        """The workers the registry marked since the last flush: sent now (the current connection
+        of each; one forgotten leaves the view)."""
+        for wid in self.c.workers.take_touched():
+            conn = self.c.workers.get(wid)
+            if conn is not None:
+                self._send(conn, update)
+            elif self._signs.pop(wid, None) is not None:
+                update.gone.append(wid)
+
+    def _send(self, conn: WorkerConn, update: ViewUpdate) -> None:
+        """`conn`'s listing to the view, if its signature changed since it was last sent."""
+        if self._signs.get(wid := conn.worker_id) != (sign := self._sign(conn)):
+            self._signs[wid] = sign
+            update.workers.append(ViewWorker(conn.sort_key, self._info(conn), conn))
 
     def _members(self, jobs, update: ViewUpdate) -> None:
         for worker_id in {ref.worker_id for job in jobs for ref in job.workers}:
-            conn = self.c.workers.get(worker_id)
-            if conn is not None and self._signs.get(worker_id) != (sign := self._sign(conn)):
-                self._signs[worker_id] = sign
-                update.workers.append(ViewWorker(conn.sort_key, self._info(conn)))
+            if (conn := self.c.workers.get(worker_id)) is not None:
+                self._send(conn, update)
 
     def _sign(self, conn: WorkerConn) -> tuple:
         # Its configuration drift counts the others ("3 others: unset"): another worker joining
@@ -195,30 +206,29 @@ class ReadFeed:
 
 class Freshen:
     """On the edge: a read's ask that the core hand over what it has (ReadView's `fresh`). Reads
-    share an ask that has not started on the core yet (a held-up core gets one per kind, however
-    many reads wait); one that has started may have flushed before the change a new read follows,
-    so that read asks again. Each waits at most `wait_s` from when the ask was sent: while the core
-is held up, reads after the first answer at once. An ask left behind still lands."""
+    share an ask that has not started on the core yet (a held-up core gets one, however many reads
+    wait); one that has started may have flushed before the change a new read follows, so that
+    read asks again. Each waits at most `wait_s` from when the ask was sent: while the core is
+    held up, reads after the first answer at once. An ask left behind still lands."""
 
     def __init__(self, feed: ReadFeed, core: asyncio.AbstractEventLoop, wait_s: float = FRESH_WAIT_S) -> None:
         self.feed, self.core, self.wait_s = feed, core, wait_s
-        self._waiting: dict[bool, tuple[asyncio.Future, list[bool], float]] = {}  # per kind: (ask, [started], when)
+        self._waiting: tuple[asyncio.Future, list[bool], float] | None = None  # (ask, [started], when)
         self.asked = 0  # asks sent to the core (a test's and the bench's count)
 
-    async def __call__(self, workers: bool) -> None:
+    async def __call__(self) -> None:
         now = time.monotonic()
-        found = self._waiting.get(workers)
+        found = self._waiting
         if found is None or found[1][0]:
             started = [False]
 
             async def flush() -> None:  # on the core
                 started[0] = True  # read on the edge: a benign cross-thread flag
-                # Workers: the scan's slices keep them within SCAN_S while the core turns; all of
-                # them at once only when it fell behind (a look at 50,000 holds the core 0.1 s).
-                self.feed.flush(workers=workers and self.feed.scan_behind())
+                # Workers too: the touched ones go with every flush, the rest within the scan's cycle.
+                self.feed.flush()
             ask = on(self.core, flush())
             ask.add_done_callback(lambda f: f.cancelled() or f.exception())  # a stopping core: nobody waits
-            found = self._waiting[workers] = (ask, started, now)
+            found = self._waiting = (ask, started, now)
             self.asked += 1
         # An ask the core has left waiting longer than that: it is held up; answer as the view is.
         left = self.wait_s - (now - found[2])

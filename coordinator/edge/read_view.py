@@ -54,6 +54,9 @@ KEEP_ENDED = 2000  # ended jobs kept (their listing fields; GetJob reads their r
 class ViewWorker:
     key: SortKey  # (host, device index, worker id): the registry's listing order
     info: pb.WorkerInfo  # as ListWorkers shows it: listed state, health
+    # The core's connection, whose heartbeat time an answer reads as it is (a float the core
+    # writes, read whole: a benign cross-thread read); None: the time in `info`.
+    conn: object = None
 
 
 @dataclass
@@ -66,7 +69,7 @@ class ViewUpdate:
     full: bool = False  # `workers` is every worker: any other is gone
 
 
-Fresh = Callable[[bool], Awaitable[None]]  # bring the view up to date (True: the workers too)
+Fresh = Callable[[], Awaitable[None]]  # bring the view up to date
 
 
 class ReadView:
@@ -128,9 +131,9 @@ class ReadView:
             if i < len(self._order) and self._order[i] == old.key:
                 del self._order[i]
 
-    async def _freshen(self, workers: bool) -> None:
+    async def _freshen(self) -> None:
         if self.fresh is not None:
-            await self.fresh(workers)
+            await self.fresh()
 
     def age_ms(self) -> int:
         """Milliseconds since the core last brought the view up to date."""
@@ -141,7 +144,7 @@ class ReadView:
     async def get_job(self, job_id: str) -> pb.Job:
         """GetJob's answer (NotFound as the store says it), with `read_view_age_ms`."""
         jobspec.check_text("job_id", job_id)
-        await self._freshen(False)
+        await self._freshen()
         age, held = self.age_ms(), self._jobs.get(job_id)
         if held is not None and job_id not in self._rows and not states.is_terminal(held.state):
             out = pb.Job()
@@ -178,7 +181,7 @@ class ReadView:
         checks and byte bound as the core's listing (coordinator/shell/facade.py's list_jobs)."""
         kinds.check_listed(op)
         jobspec.check_text("before_id", before_id)
-        await self._freshen(False)
+        await self._freshen()
         age, n, wanted = self.age_ms(), page_limit(limit), list(states_)
         # One more than asked tells whether another page exists (the store allows a page + 1).
         rows = await asyncio.get_running_loop().run_in_executor(
@@ -200,7 +203,7 @@ class ReadView:
         """ListWorkers' page (workers, next token, the view's age), in the registry's order and
         with its tokens (InvalidSpec naming page_token for one it never issued)."""
         after = decode_token(page_token) if page_token else None
-        await self._freshen(True)
+        await self._freshen()
         age, wanted, n = self.age_ms(), set(states_), page_limit(limit)
         start = bisect.bisect_right(self._order, after) if after else 0
         picked: list[ViewWorker] = []
@@ -220,5 +223,7 @@ class ReadView:
         infos = []
         for w in picked:
             (info := pb.WorkerInfo()).CopyFrom(w.info)
+            if w.conn is not None:
+                info.last_heartbeat = w.conn.last_heartbeat_wall
             infos.append(info)
         return infos, token, age

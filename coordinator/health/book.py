@@ -76,6 +76,7 @@ class HealthBook:
         # answer of a RunCheck that waited (`ringleader validate` prints these, not a recompute).
         self.by_job: collections.OrderedDict[str, dict[str, pb.WorkerHealth]] = collections.OrderedDict()
         self.crashes = CrashLog()  # each worker's recent crashes, its own reports (coordinator/health/crashes.py)
+        self.changed: Callable[[str], None] = lambda worker_id: None  # told each record replaced (by id)
 
     def get(self, worker_id: str) -> pb.WorkerHealth:
         """A copy of the worker's health (VERDICT_UNSPECIFIED when never checked)."""
@@ -244,6 +245,7 @@ class HealthBook:
         self._repeats(old, new, approved)
         self._by_worker[worker_id] = new
         self.store.set_worker_health(worker_id, new)
+        self.changed(worker_id)
         return [(worker_id, self._held(new))] if self._held(new) != self._held(old) else []
 
 

@@ -127,3 +127,43 @@ async def test_a_queued_jobs_reason_follows_the_fleet_without_an_event_of_its_ow
         assert after == core.get(waiting.id).reason and after != before
     finally:
         await feed.stop()
+
+
+@run
+async def test_a_workers_change_without_a_job_event_is_read_at_once_and_the_scan_looks_at_a_share(monkeypatch):
+    """A worker that registers, or whose changed heartbeat says its executor stopped, is in the
+    next read (the registry marks it touched; no look at the whole fleet); its heartbeat time is
+    read as the core last heard it; and the clock's scan looks at a share of the fleet per tick,
+    at most SCAN_RATE workers a second, however late the tick."""
+    from coordinator.edge import read_feed
+    from coordinator.edge.read_feed import Freshen
+
+    core = Coordinator(MemoryJobStore(), Timings())
+    for i in range(300):
+        register(core, f"w{i:03}", f"h{i % 30}", i // 30)
+    view = ReadView(core.store)
+    feed = ReadFeed(core, view, asyncio.get_running_loop())
+    feed.start()
+    view.fresh = Freshen(feed, asyncio.get_running_loop())
+    looked: list[str] = []
+    sign = feed._sign
+    feed._sign = lambda conn: looked.append(conn.worker_id) or sign(conn)
+    try:
+        await settled()
+        looked.clear()
+        register(core, "new", "h99", 0)
+        conn = core.workers.get("w007")
+        core.on_message(conn, wpb.WorkerMessage(heartbeat=wpb.Heartbeat(executor=pb.EXECUTOR_STOPPED)))
+        got = {w.worker_id: w for w in (await view.list_workers((), 1000))[0]}
+        assert "new" in got and got["w007"].executor_health == pb.EXECUTOR_STOPPED
+        assert len(looked) <= 5, looked  # the touched ones (and the clock's share, if it ticked)
+        conn.last_heartbeat_wall = 12345.0  # as an unchanged heartbeat (Alive) sets it
+        assert {w.worker_id: w for w in (await view.list_workers((), 1000))[0]}["w007"].last_heartbeat == 12345.0
+
+        monkeypatch.setattr(read_feed, "SCAN_RATE", 100)  # 301 workers: a 3 s cycle
+        looked.clear()
+        feed._ticked -= 10.0  # a tick 10 s late (the core was held up)
+        feed.flush(share=feed._share())
+        assert 0 < len(looked) <= 4 * read_feed.STAMP_S * 100 + 1  # four ticks' worth, not the fleet
+    finally:
+        await feed.stop()

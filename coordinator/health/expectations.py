@@ -25,8 +25,8 @@ is below (and not all of the run), a host-wide finding; each affected verdict ca
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict, deque
-from dataclasses import dataclass
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 from ringleader.errors import InvalidSpec
@@ -187,16 +187,21 @@ def figures(job: pb.Job, models: Mapping[str, str], floors: tuple[Floor, ...] | 
     out: list[Figure] = []
     if kind == "gpu_check":
         r = job.gpu_check
+        # Ranks of this check on one GPU (the shared-GPU fleet) run their products at once, each
+        # on its share: judged against their share of the floor, and their history kept apart.
+        gpu = {k: (w.host, w.device) for k, w in ranks.items()}
+        sharing = Counter(g for g in gpu.values() if g[1].startswith("cuda"))
         for w in r.workers:
             if w.rank not in ranks or w.refused or w.wrong:
                 continue  # an untrusted or wrong figure is judged by the peers' rules only
-            m = model[w.rank]
-            out.append(Figure(w.rank, f"gpu_check|tflops|{m}|{r.dtype}|n{r.matmul_n}",
-                              f"TFLOP/s ({r.dtype} n={r.matmul_n})", w.tflops, floor_of(m, "tflops", r.dtype, r.matmul_n, floors=floors),
-                              band=band[w.rank]))
-            out.append(Figure(w.rank, f"gpu_check|copy_gbps|{m}|{r.copy_bytes}",
+            m, k = model[w.rank], sharing.get(gpu[w.rank], 1)
+            shared = f"|shared{k}" if k > 1 else ""
+            out.append(Figure(w.rank, f"gpu_check|tflops|{m}|{r.dtype}|n{r.matmul_n}{shared}",
+                              f"TFLOP/s ({r.dtype} n={r.matmul_n})", w.tflops,
+                              _share(floor_of(m, "tflops", r.dtype, r.matmul_n, floors=floors), k), band=band[w.rank]))
+            out.append(Figure(w.rank, f"gpu_check|copy_gbps|{m}|{r.copy_bytes}{shared}",
                               f"copy GB/s ({r.copy_bytes} bytes)", w.copy_gbps,
-                              floor_of(m, "copy_gbps", r.dtype, copy_bytes=r.copy_bytes, floors=floors),
+                              _share(floor_of(m, "copy_gbps", r.dtype, copy_bytes=r.copy_bytes, floors=floors), k),
                               band=band[w.rank]))
     elif kind == "link_matrix":
         r = job.link_matrix
@@ -215,6 +220,13 @@ def figures(job: pb.Job, models: Mapping[str, str], floors: tuple[Floor, ...] | 
                 out.append(Figure(rank, key, f"{where} link {x.a}-{x.b} GB/s ({r.size_bytes} bytes)", x.gbps, floor,
                                   f"{x.a}-{x.b}", min(band[x.a], band[x.b])))
     return out
+
+
+def _share(floor: Floor | None, k: int) -> Floor | None:
+    """A GPU's floor for one of `k` ranks of a check running on it at once."""
+    if floor is None or k <= 1:
+        return floor
+    return replace(floor, value=floor.value / k, source=f"{floor.source}; 1/{k}: {k} ranks of this check share the GPU")
 
 
 def judge(job: pb.Job, found: Found, models: Mapping[str, str], history: History) -> Judged:

@@ -234,6 +234,25 @@ def test_two_workers_on_one_gpu_are_not_judged_by_the_nvlink_floor():
     assert _by_verdict(run(["cuda:0", "cuda:1"]))[pb.UNHEALTHY] == ["w0", "w1"]
 
 
+def test_ranks_sharing_one_gpu_are_judged_against_their_share_of_its_floor():
+    """The shared-GPU fleet's check: two ranks on cuda:0 of one H200 run their products at once,
+    367 and 355 TFLOP/s, 1,914 GB/s copies (half the GPU each): above half the floor. Two GPUs
+    reading that are below it; a history learnt on a whole GPU does not judge a shared one."""
+    def run(devices, history=None):
+        job = _gpu_job([367.0, 355.0], copy=1914.0)
+        for w, d in zip(job.workers, devices):
+            w.device = d
+        return verdicts.of_job(job, _expect(job, history=history))
+
+    assert _by_verdict(run(["cuda:0", "cuda:0"]))[pb.UNHEALTHY] == []
+    found = run(["cuda:0", "cuda:1"])
+    assert _by_verdict(found)[pb.UNHEALTHY] == ["w0", "w1"] and "shipped floor: TFLOP/s" in found["w0"].expected
+    whole = expectations.History()
+    for _ in range(3):
+        whole.learn("gpu_check|tflops|NVIDIA H200|bfloat16|n8192", 800.0)
+    assert _by_verdict(run(["cuda:0", "cuda:0"], whole))[pb.UNHEALTHY] == []
+
+
 def test_an_operators_edited_floors_replace_the_shipped_rows_and_judge_by_them():
     """`ringleader floors export`, edited, then `coordinator --floors FILE`: a row of the same model
     and figure replaces the shipped one (here a stricter TFLOP/s floor), a value of 0 removes it."""

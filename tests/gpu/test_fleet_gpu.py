@@ -57,7 +57,8 @@ def test_ten_clean_sweeps_give_no_false_verdict(gpu_cluster):
     false = 0
     for sweep in range(10):
         ans = _check(gpu_cluster, ids)
-        bad = {w: pb.Verdict.Name(v) for w, v in _verdicts(ans).items() if v != pb.HEALTHY}
+        bad = {w.worker_id: f"{pb.Verdict.Name(w.health.verdict)} by {w.health.check}: {w.health.figure} "
+               f"(expected {w.health.expected})" for w in ans.workers if w.health.verdict != pb.HEALTHY}
         false += len(bad)
         print(f"sweep {sweep}: {len(ans.jobs)} checks, not healthy: {bad or 'none'}; {_figures(ans)}", flush=True)
     assert false == 0

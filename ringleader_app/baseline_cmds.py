@@ -110,13 +110,21 @@ def _localize(a: argparse.Namespace, client: Client) -> int:
     if a.output in ("json", "yaml"):
         print(dump(times(to_json(result)), a.output))
         return 0
+    print(localize_text(result), end="")
+    return 0
+
+
+def localize_text(result: pb.LocalizeResult) -> str:
+    """`ringleader localize`'s table: each round's groups, the verdict, and a last line when
+    nobody was named."""
+    lines = []
     for r in result.history:
-        print(f"round {r.round} (clean groups reach {r.reference_gbps:.3g} GB/s)")
+        lines.append(f"round {r.round} (clean groups reach {r.reference_gbps:.3g} GB/s)")
         for g in r.groups:
             tested = ",".join(g.suspects) or "control"
-            print(f"  {'SLOW' if g.slow else 'ok  '} {g.busbw_gbps:10.3f} GB/s  {tested}  (job {g.job_id})")
-    print(result.verdict)
+            lines.append(f"  {'SLOW' if g.slow else 'ok  '} {g.busbw_gbps:10.3f} GB/s  {tested}  (job {g.job_id})")
+    lines.append(result.verdict)
     if not result.culprits:  # a finding, not an error: the search ran and every group kept up
-        print("Nobody named: no worker or host of the gang was slow on its own at this size "
-              "(exit 0; --size or a lower --tolerance look closer)")
-    return 0
+        lines.append("Nobody named: no worker or host of the gang was slow on its own at this size "
+                     "(exit 0; --size or a lower --tolerance look closer)")
+    return "\n".join(lines) + "\n"

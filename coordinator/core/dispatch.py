@@ -121,8 +121,9 @@ class WorkerProtocol:
         return None
 
     def _on_heartbeat(self, conn: WorkerConn, hb: wpb.Heartbeat) -> None:
-        self.core.workers.touch(conn)  # a changed heartbeat (an unchanged one is an Alive): listed at once
         health = hb.executor or pb.EXECUTOR_OK
+        if health != conn.executor_health:  # listed at once; a GPU's heartbeat carries telemetry each time
+            self.core.workers.touch(conn)
         if health in UNWELL and conn.executor_health not in UNWELL:
             conn.unwell_since = self.core.clock.mono
         elif health not in UNWELL:

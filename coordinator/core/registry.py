@@ -129,8 +129,8 @@ class WorkerRegistry:
         self.by_state: collections.Counter[tuple[int, str]] = collections.Counter()
         self.configs = fingerprints.FleetConfig()  # connected workers' fingerprints, by backend and model
         # Workers whose listing changed in a way a reader must see at once (registered, left,
-        # forgotten: None, a state changed, a changed heartbeat, a new health record), by id, while someone follows (the edge's read
-        # feed: `follow`, `take_touched`); None: nobody does.
+        # forgotten: None, a state changed, its executor's health, a new health record), by id,
+        # while someone follows (the edge's read feed: `follow`, `take_touched`); None: nobody does.
         self._touched: dict[str, WorkerConn | None] | None = None
 
     def add(self, reg: wpb.Register, mono: float | None = None, wall: float | None = None) -> WorkerConn:
@@ -161,14 +161,14 @@ class WorkerRegistry:
         self._touched = {}
 
     def touch(self, conn: WorkerConn) -> None:
-        """`conn`'s listing changed (a changed heartbeat, its registration, its leaving)."""
+        """`conn`'s listing changed (its registration, state, leaving, executor's health)."""
         if self._touched is not None:
             self._touched[conn.worker_id] = conn
 
     def touch_id(self, worker_id: str) -> None:
         """`touch` the worker of that id, if it is held here (its health record changed)."""
-        if self._touched is not None and (conn := self._workers.get(worker_id)) is not None:
-            self._touched[worker_id] = conn
+        if (conn := self._workers.get(worker_id)) is not None:
+            self.touch(conn)
 
     def take_touched(self) -> dict[str, WorkerConn | None]:
         """The workers touched since the last take, by id (None: forgotten); empty when nobody follows."""

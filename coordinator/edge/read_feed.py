@@ -3,8 +3,8 @@ over in one hop per turn of the core that changed something, and a stamp on a cl
 
 It only reads the core: the jobs the turn's events named (an event listener; a job is copied
 once a turn however many events it had) and the workers those jobs name; at every flush the
-workers the registry marked touched (registered, left, forgotten, a state changed, a changed
-heartbeat, a new health record); and, as a net under the rest, a scan that looks at every worker
+workers the registry marked touched (registered, left, forgotten, a state changed, its executor's
+health, a new health record); and, as a net under the rest, a scan that looks at every worker
 once a cycle (SCAN_S, longer on a fleet larger than SCAN_RATE a second), a share at each STAMP_S,
 for a listing whose cheap signature (state, job, warm group, executor, health record by identity,
 configuration drift) changed with no event of its own. Heartbeat times are not handed over: the

@@ -112,10 +112,11 @@ LINK_FLOORS: tuple[Floor, ...] = (
 SHIPPED: tuple[Floor, ...] = FLOORS + LINK_FLOORS  # what judges when an operator gave no table of their own
 
 
-def _one_gpu(device_a: str, device_b: str) -> bool:
-    """Whether two ends on one host are one GPU (the shared-GPU fleet: each its own NCCL_HOSTID,
-    so NCCL links them by socket): the same CUDA device string, as the coordinator writes it."""
-    return device_a == device_b and device_a.startswith("cuda")
+def _gpu_of(w: pb.WorkerRef) -> tuple[str, str] | None:
+    """The GPU a member runs on: its host and CUDA device, as the coordinator writes them (None: a
+    CPU). Workers of the shared-GPU fleet share one (each its own NCCL_HOSTID: NCCL links them by
+    socket, and their products run at once)."""
+    return (w.host, w.device) if w.device.startswith("cuda") else None
 
 
 def link_floor_of(model_a: str, model_b: str, same_host: bool, size_bytes: int,
@@ -189,8 +190,8 @@ def figures(job: pb.Job, models: Mapping[str, str], floors: tuple[Floor, ...] | 
         r = job.gpu_check
         # Ranks of this check on one GPU (the shared-GPU fleet) run their products at once, each
         # on its share: judged against their share of the floor, and their history kept apart.
-        gpu = {k: (w.host, w.device) for k, w in ranks.items()}
-        sharing = Counter(g for g in gpu.values() if g[1].startswith("cuda"))
+        gpu = {k: _gpu_of(w) for k, w in ranks.items()}
+        sharing = Counter(g for g in gpu.values() if g is not None)
         for w in r.workers:
             if w.rank not in ranks or w.refused or w.wrong:
                 continue  # an untrusted or wrong figure is judged by the peers' rules only
@@ -211,7 +212,7 @@ def figures(job: pb.Job, models: Mapping[str, str], floors: tuple[Floor, ...] | 
             if x.a not in ranks or x.b not in ranks or x.wrong or x.gbps <= 0 or x.ends_disagree:
                 continue
             where = "same-host" if host[x.a] == host[x.b] else "cross-host"
-            if where == "same-host" and _one_gpu(ranks[x.a].device, ranks[x.b].device):
+            if (gpu := _gpu_of(ranks[x.a])) is not None and gpu == _gpu_of(ranks[x.b]):
                 where = "same-gpu"  # two workers sharing one GPU: no NVLink path between them, no link floor
             pair = "+".join(sorted({model[x.a], model[x.b]}))
             key = f"link_matrix|gbps|{pair}|{where}|{r.size_bytes}"

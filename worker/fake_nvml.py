@@ -9,6 +9,7 @@ GPU develop a fault at a moment it knows (and clears it again):
     xid=79                 an XID critical-error event (each new value is one event)
     throttle=0x40          clocks event reasons (0x40: HW thermal slowdown, 0x80: power brake)
     foreign_mib=2048       a process that is not the worker's holds this much memory
+    own_mib=500            the process reading NVML (the worker's own) holds this much memory
     pcie_width=8           the PCIe link trained at x8 (of x16)
     ecc_dbe=1              uncorrected (double bit) ECC errors, volatile
     nvlink_down=1          NVLink links not active
@@ -19,6 +20,7 @@ Named FAKE everywhere it is used: the readings it gives carry GpuTelemetry.fake 
 
 from __future__ import annotations
 
+import os
 import time
 from types import SimpleNamespace
 
@@ -110,8 +112,10 @@ class FakeNvml:
         return 0
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
-        mib = self._faults().get("foreign_mib", 0)
-        return [SimpleNamespace(pid=FOREIGN_PID, usedGpuMemory=mib << 20)] if mib else []
+        f = self._faults()
+        own = [SimpleNamespace(pid=os.getpid(), usedGpuMemory=f["own_mib"] << 20)] if f.get("own_mib") else []
+        mib = f.get("foreign_mib", 0)
+        return own + ([SimpleNamespace(pid=FOREIGN_PID, usedGpuMemory=mib << 20)] if mib else [])
 
     def nvmlEventSetCreate(self):
         return object()

@@ -34,6 +34,7 @@ class Telemetry:
         self.nvml, self.handle, self.fake = nvml, handle, fake
         self.own_pid = own_pid or os.getpid()
         self._own: set[int] = set()
+        self._walked_for: set[int] = set()  # the pids NVML listed when the tree was last walked
         self._latest: wpb.GpuTelemetry | None = None
         self._xids: list[wpb.XidEvent] = []
         self._nvlink_base: int | None = None  # counters are since boot: report what grew since we started
@@ -134,13 +135,18 @@ class Telemetry:
             return
         if not procs:
             return
-        # The daemon's tree is walked again only when NVML lists a pid outside the last walk (a new
-        # executor, or a foreign process): each walk reads every /proc entry with the GIL held,
-        # 0.6 s in 10 s of a busy daemon on a 64-core host (py-spy).
-        if any(int(p.pid) not in self._own for p in procs):
+        # The daemon's tree is walked again only when NVML lists a pid it did not list at the last
+        # walk (a new executor, or a new foreign process): each walk reads every /proc entry with
+        # the GIL held, 0.6 s in 10 s of a busy daemon on a 64-core host (py-spy). A process that
+        # stays (a co-tenant's executor on a shared GPU) is not a reason to walk again.
+        listed = {int(p.pid) for p in procs}
+        if not listed <= self._walked_for:
             self._own = own_pids(self.own_pid)
+        self._walked_for = listed  # a pid gone and listed again (reused, perhaps) is walked for again
         for p in procs:
-            if int(p.pid) not in self._own:
+            if int(p.pid) in self._own:
+                t.own_pids.append(int(p.pid))
+            else:
                 t.foreign.add(pid=int(p.pid), used_bytes=int(getattr(p, "usedGpuMemory", 0) or 0))
 
 

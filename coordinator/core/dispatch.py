@@ -132,7 +132,8 @@ class WorkerProtocol:
         self.core.workers.mark_unwell(conn, health in UNWELL)
         conn.op_seq = hb.op_seq
         if hb.HasField("telemetry"):
-            self.core.health_inputs.telemetry(conn.worker_id, hb.telemetry)  # coordinator/core/health_inputs.py
+            conn.gpu_pids = tuple(hb.telemetry.own_pids)
+            self.core.health_inputs.telemetry(conn, hb.telemetry)  # coordinator/core/health_inputs.py
         rj = self.core.book.running.get(hb.job_id)
         if rj and conn.job_id == rj.id and rj.seqs.get(conn.rank) != hb.op_seq:
             rj.seqs[conn.rank] = hb.op_seq

@@ -20,6 +20,7 @@ from coordinator.health import recheck, telemetry_rules, verdicts
 from coordinator.health.sweeper import short
 from coordinator.health.book import Change, HealthBook
 from coordinator.health.expectations import History
+from coordinator.core.registry import WorkerConn
 from ringleader.errors import NotFound
 from ringleader import checks, jobspec
 from ringleader.jobspec import check_text
@@ -71,17 +72,34 @@ class HealthInputs:
             log.error("check %s: %s", rj.id, text)
             self.core._out.alerts.append(f"check {rj.id}: {text}")
 
-    def telemetry(self, worker_id: str, readings: wpb.GpuTelemetry) -> None:
+    def telemetry(self, conn: WorkerConn, readings: wpb.GpuTelemetry) -> None:
         """A heartbeat's GPU telemetry, judged by the rule table (coordinator/health/telemetry_rules.py)
         in the same input: a verdict is recorded when the rules that fire change (not on every
         heartbeat), so an idle GPU that develops a fault is suspect at once."""
-        found = telemetry_rules.verdicts(worker_id, readings)
+        worker_id = conn.worker_id
+        found = telemetry_rules.verdicts(worker_id, self._cotenants_excused(conn, readings))
         fired = tuple((f.rule, f.verdict) for f in found)
         before = self.health.telemetry_fired.get(worker_id)
         self.health.telemetry_fired[worker_id] = fired
         if fired == before or (before is None and not fired and self.health.get(worker_id).check != "telemetry"):
             return
         self.record({worker_id: telemetry_rules.health(found, self.health.clock())})
+
+    def _cotenants_excused(self, conn: WorkerConn, readings: wpb.GpuTelemetry) -> wpb.GpuTelemetry:
+        """`readings` without the foreign processes that a worker sharing the GPU by registration
+        (same host and CUDA device: the shared-GPU fleet) lists as its own: that worker's executor,
+        not a stranger. The other worker's word can only excuse a process here, never accuse
+        `conn`; a process nobody sharing the GPU claims stays foreign."""
+        if not readings.foreign:
+            return readings
+        theirs = {pid for other in self.core.workers.sharing(conn) for pid in other.gpu_pids}
+        if not any(p.pid in theirs for p in readings.foreign):
+            return readings
+        kept = wpb.GpuTelemetry()
+        kept.CopyFrom(readings)
+        del kept.foreign[:]
+        kept.foreign.extend(p for p in readings.foreign if p.pid not in theirs)
+        return kept
 
     def crashed(self, rj: Running, rank: int, failure: int, error: str) -> None:
         """A rank's own report of its failure ended the job: evidence on its worker (a SUSPECT or,

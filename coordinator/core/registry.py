@@ -58,6 +58,7 @@ class WorkerConn:
     # core sends goes straight to the edge, with no task per worker waiting on `outbox`.
     route: "Callable[[object], None] | None" = field(default=None, repr=False)
     gang: str = ""  # what a gang needs equal of its fingerprint (coordinator/health/fingerprints.py)
+    gpu_pids: tuple[int, ...] = ()  # its own processes on its GPU, as its last telemetry said (its word)
 
     def send(self, msg) -> None:
         """To the worker's stream (None ends it): by its route once attached, else into `outbox`."""
@@ -180,6 +181,20 @@ class WorkerRegistry:
 
     def connected(self) -> list[WorkerConn]:
         return list(self._connected.values())
+
+    def sharing(self, conn: WorkerConn) -> list[WorkerConn]:
+        """The other connected workers registered on `conn`'s host and CUDA device (a shared GPU),
+        found in the listing order (host, device index, id) rather than a walk of the fleet."""
+        d, host = conn.reg.device, conn.reg.host
+        if d.type != "cuda":
+            return []
+        out, i = [], bisect.bisect_left(self._order, (host, d.index, ""))
+        while i < len(self._order) and self._order[i][:2] == (host, d.index):
+            other = self._workers[self._order[i][2]]
+            if other is not conn and other.connected and other.reg.device.type == "cuda":
+                out.append(other)
+            i += 1
+        return out
 
     def silent(self, before: float) -> list[WorkerConn]:
         """The connected workers last heard before `before` (monotonic). The oldest heartbeat is

@@ -207,7 +207,10 @@ Global___XidEvent: _TypeAlias = XidEvent  # noqa: Y015
 
 @_typing.final
 class ForeignProcess(_message.Message):
-    """A process on the GPU that is not the worker's own (its daemon and executor)."""
+    """A process on the GPU that is not the worker's own (its daemon and executor). One that another
+    worker registered on the same host and CUDA device lists among its own (GpuTelemetry.own_pids)
+    is that worker's, not a stranger: the coordinator excuses it (coordinator/core/health_inputs.py).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -264,6 +267,7 @@ class GpuTelemetry(_message.Message):
     FOREIGN_FIELD_NUMBER: _builtins.int
     UTILIZATION_PCT_FIELD_NUMBER: _builtins.int
     FAKE_FIELD_NUMBER: _builtins.int
+    OWN_PIDS_FIELD_NUMBER: _builtins.int
     at: _builtins.float
     """unix seconds of the sample"""
     error: _builtins.str
@@ -311,6 +315,12 @@ class GpuTelemetry(_message.Message):
 
     @_builtins.property
     def foreign(self) -> _containers.RepeatedCompositeFieldContainer[Global___ForeignProcess]: ...
+    @_builtins.property
+    def own_pids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The worker's own processes (its daemon's tree) that NVML lists on the GPU: its word about
+        itself, which excuses them only in the telemetry of a worker sharing the GPU by registration.
+        """
+
     def __init__(
         self,
         *,
@@ -341,10 +351,11 @@ class GpuTelemetry(_message.Message):
         foreign: _abc.Iterable[Global___ForeignProcess] | None = ...,
         utilization_pct: _builtins.int = ...,
         fake: _builtins.bool = ...,
+        own_pids: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "ecc_aggregate_dbe", b"ecc_aggregate_dbe", "ecc_aggregate_sbe", b"ecc_aggregate_sbe", "ecc_volatile_dbe", b"ecc_volatile_dbe", "ecc_volatile_sbe", b"ecc_volatile_sbe", "error", b"error", "fake", b"fake", "foreign", b"foreign", "max_sm_clock_mhz", b"max_sm_clock_mhz", "nvlink_down", b"nvlink_down", "nvlink_errors", b"nvlink_errors", "nvlink_links", b"nvlink_links", "pcie_gen", b"pcie_gen", "pcie_max_gen", b"pcie_max_gen", "pcie_max_width", b"pcie_max_width", "pcie_width", b"pcie_width", "power_limit_w", b"power_limit_w", "power_w", b"power_w", "remapped_rows_failed", b"remapped_rows_failed", "remapped_rows_pending", b"remapped_rows_pending", "retired_pages_pending", b"retired_pages_pending", "slowdown_temperature_c", b"slowdown_temperature_c", "sm_clock_mhz", b"sm_clock_mhz", "temperature_c", b"temperature_c", "throttle_reasons", b"throttle_reasons", "utilization_pct", b"utilization_pct", "xids", b"xids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "ecc_aggregate_dbe", b"ecc_aggregate_dbe", "ecc_aggregate_sbe", b"ecc_aggregate_sbe", "ecc_volatile_dbe", b"ecc_volatile_dbe", "ecc_volatile_sbe", b"ecc_volatile_sbe", "error", b"error", "fake", b"fake", "foreign", b"foreign", "max_sm_clock_mhz", b"max_sm_clock_mhz", "nvlink_down", b"nvlink_down", "nvlink_errors", b"nvlink_errors", "nvlink_links", b"nvlink_links", "own_pids", b"own_pids", "pcie_gen", b"pcie_gen", "pcie_max_gen", b"pcie_max_gen", "pcie_max_width", b"pcie_max_width", "pcie_width", b"pcie_width", "power_limit_w", b"power_limit_w", "power_w", b"power_w", "remapped_rows_failed", b"remapped_rows_failed", "remapped_rows_pending", b"remapped_rows_pending", "retired_pages_pending", b"retired_pages_pending", "slowdown_temperature_c", b"slowdown_temperature_c", "sm_clock_mhz", b"sm_clock_mhz", "temperature_c", b"temperature_c", "throttle_reasons", b"throttle_reasons", "utilization_pct", b"utilization_pct", "xids", b"xids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

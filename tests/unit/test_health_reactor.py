@@ -397,3 +397,42 @@ def test_observe_mode_runs_a_preflight_job_after_its_checks_whatever_they_found(
     assert core.fleet.book.get("w1").verdict == pb.UNHEALTHY
     finish_check(core, ws)  # the next preflight kind
     assert core.get(job).state == pb.RUNNING and placed(core, job) == ["w0", "w1"]
+
+
+def _gpu_worker(core, worker_id: str, host: str, index: int) -> Worker:
+    """A GPU worker daemon played by the test: registered as cuda:`index` on `host`."""
+    w = Worker.__new__(Worker)
+    w.core, w.id = core, worker_id
+    w.conn = core.register(wpb.Register(
+        worker_id=worker_id, host=host, address=f"10.1.0.{index + 1}", backend="nccl", version="test",
+        device=pb.Device(type="cuda", index=index, name="NVIDIA H200", memory_bytes=1 << 37)))
+    assert w.conn.outbox.get_nowait().WhichOneof("msg") == "registered"
+    return w
+
+
+def _beat(w: Worker, foreign: tuple[int, ...] = (), own: tuple[int, ...] = ()) -> pb.WorkerHealth:
+    """`w` heartbeats with these processes on its GPU (others', its own); returns its health after."""
+    t = wpb.GpuTelemetry(at=1.0, own_pids=own, foreign=[wpb.ForeignProcess(pid=p, used_bytes=600 << 20) for p in foreign])
+    w.send(heartbeat=wpb.Heartbeat(executor=pb.EXECUTOR_OK, telemetry=t))
+    return w.core.control.health.get(w.id)
+
+
+def test_a_co_tenants_executor_on_a_shared_gpu_is_not_a_foreign_process_but_a_stranger_still_is(core):
+    """The shared-GPU fleet: two workers registered on one host's cuda:0 each see the other's
+    executor on the GPU. The process its co-tenant lists as its own is excused; one it does not
+    list, one on another GPU, or one a worker of another host claims, stays foreign (SUSPECT)."""
+    g0, g1 = _gpu_worker(core, "g0", "h1", 0), _gpu_worker(core, "g1", "h1", 0)
+    g2, far = _gpu_worker(core, "g2", "h1", 1), _gpu_worker(core, "far", "h2", 0)
+    # Before g1 has said which processes are its own, g0 sees a stranger: suspect at once.
+    assert _beat(g0, foreign=(684,)).verdict == pb.SUSPECT
+    assert _beat(g1, foreign=(649,), own=(684,)).verdict == pb.SUSPECT
+    assert _beat(g0, foreign=(684,), own=(649,)).verdict == pb.HEALTHY  # g1's word now excuses it
+    assert _beat(g1, foreign=(649,), own=(684,)).verdict == pb.HEALTHY
+    h = _beat(g0, foreign=(684, 999), own=(649,))  # a stranger beside the co-tenant
+    assert h.verdict == pb.SUSPECT and "pid 999" in h.figure and "pid 684" not in h.figure
+    _beat(far, own=(999,))  # another host's word about the stranger: not a co-tenant's
+    assert _beat(g0, foreign=(684, 999), own=(649,)).verdict == pb.SUSPECT
+    h = _beat(g2, foreign=(684,))  # g1's executor on cuda:1 is not g1's to explain there
+    assert h.verdict == pb.SUSPECT and "pid 684" in h.figure
+    g1.conn.transition(pb.DISCONNECTED)  # a co-tenant gone says nothing for anyone
+    assert _beat(g0, foreign=(684,), own=(649,)).verdict == pb.SUSPECT

@@ -114,3 +114,21 @@ def test_readings_as_gauges_with_the_device_labels(tmp_path):
     assert families["ringleader_worker_gpu_clocks_event_reasons"].samples[0].value == 0x80
     assert families["ringleader_worker_gpu_power_limit_watts"].samples[0].labels == {"device": "cuda:0", "gpu": "0",
                                                                                      "UUID": "GPU-x"}
+
+
+def test_the_workers_own_process_is_reported_apart_and_a_staying_stranger_costs_one_walk(tmp_path, monkeypatch):
+    """The worker's own process on the GPU goes in own_pids (what excuses it in a co-tenant's
+    telemetry), a stranger in foreign; the daemon's tree is walked again only when a pid NVML did
+    not list at the last walk appears, not at every sample while a co-tenant stays on the GPU."""
+    walks = []
+    real = telemetry.own_pids
+    monkeypatch.setattr(telemetry, "own_pids", lambda root: walks.append(root) or real(root))
+    s, path = _sampler(tmp_path, "own_mib=500,foreign_mib=2048")
+    for _ in range(3):
+        t = s.sample()
+        assert list(t.own_pids) == [s.own_pid] and [p.pid for p in t.foreign] == [fake_nvml.FOREIGN_PID]
+    assert len(walks) == 1
+    path.write_text("own_mib=500")  # the stranger left: nothing new listed, no walk
+    assert not s.sample().foreign and len(walks) == 1
+    path.write_text("own_mib=500,foreign_mib=64")  # it came back: listed again, walked again
+    assert [p.pid for p in s.sample().foreign] == [fake_nvml.FOREIGN_PID] and len(walks) == 2

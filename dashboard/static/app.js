@@ -67,9 +67,19 @@
     return token ? { ...headers, Authorization: `Bearer ${token}` } : { ...headers };
   }
 
+  // Every request of this page ends when the page goes away. Left to the browser, a left page's
+  // long poll (the fleet's, 25 s) or event stream kept one of the 6 connections a browser opens
+  // to one host, and the next pages' requests waited behind them: 15-22 s for the trends tab
+  // after a few page loads in headless Chromium (tests/browser/test_link_matrix_page.py). A page
+  // brought back from the back/forward cache is read again.
+  const leaving = new AbortController();
+  window.addEventListener("pagehide", () => leaving.abort());
+  window.addEventListener("pageshow", (e) => { if (e.persisted) location.reload(); });
+
   // Every API call: with the token; a refusal (401, or 403 for a token of the wrong role)
   // shows the sign-in form instead of the page.
   async function apiFetch(path, headers, signal) {
+    signal = signal ? AbortSignal.any([signal, leaving.signal]) : leaving.signal;
     const response = await fetch(path, { headers: authHeaders(headers), cache: "no-store", signal });
     if (response.status === 401 || response.status === 403) askForToken(response.clone());
     return response;

@@ -17,9 +17,6 @@ from ringleader.v1 import jobs_pb2 as pb
 
 READS = ("GetJob", "ListJobs", "ListWorkers")
 # Calls whose changes are to workers' listings: the view's workers are brought up to date too.
-WORKER_WRITES = ("CordonWorker", "UncordonWorker", "ApproveWorker", "ApproveWorkerReturn")
-
-
 class EdgeReads:
     """The read RPCs, on the edge loop: the same caller check and error statuses as the hopped
     ones (coordinator/edge/servicers.py's `guarded`)."""
@@ -51,14 +48,16 @@ class EdgeReads:
         return pb.ListWorkersResponse(workers=workers, next_page_token=token, read_view_age_ms=age)
 
 
-def then_flush(method: Callable, feed: ReadFeed, workers: bool) -> Callable:
+def then_flush(method: Callable, feed: ReadFeed) -> Callable:
     """`method` (a servicer's, run on the core), then the feed's flush, before its answer leaves
-    for the edge: the edge applies the view's update first."""
+    for the edge: the edge applies the view's update first. A worker write (cordon, uncordon,
+    approve) needs no look at every worker: what it changes is in the health book, whose every
+    new record touches its worker (registry.touch_id), and a flush sends the touched workers."""
     @functools.wraps(method)
     async def body(request, context):
         answer = method(request, context)
         if inspect.isawaitable(answer):
             answer = await answer
-        feed.flush(workers=workers)
+        feed.flush()
         return answer
     return body

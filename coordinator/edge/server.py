@@ -10,7 +10,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from coordinator.edge.edge_reads import READS, WORKER_WRITES, EdgeReads, then_flush
+from coordinator.edge.edge_reads import READS, EdgeReads, then_flush
 from coordinator.edge.hop import EdgeLoop, HoppedServicer, service_methods
 from coordinator.edge.read_feed import Freshen, ReadFeed
 from coordinator.edge.read_view import ReadView
@@ -96,7 +96,7 @@ def job_service(coordinator: Coordinator, identities: WorkerIdentities, core: as
     servicer = JobServicer(coordinator, identities)
     streams = ("WatchJob", "SubmitAndWatchJob")  # on the edge, events pushed from the core (watch.py)
     hopped = [m for m in service_methods(JOBS) if m not in (*streams, *READS)]
-    flushing = types.SimpleNamespace(**{m: then_flush(getattr(servicer, m), feed, m in WORKER_WRITES) for m in hopped})
+    flushing = types.SimpleNamespace(**{m: then_flush(getattr(servicer, m), feed) for m in hopped})
     jobs = HoppedServicer(flushing, hopped, core, edge)
     reads = EdgeReads(view)
     for name in READS:

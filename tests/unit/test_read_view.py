@@ -167,3 +167,36 @@ async def test_a_workers_change_without_a_job_event_is_read_at_once_and_the_scan
         assert 0 < len(looked) <= 4 * read_feed.STAMP_S * 100 + 1  # four ticks' worth, not the fleet
     finally:
         await feed.stop()
+
+
+@run
+async def test_a_cordon_and_an_uncordon_are_read_at_once_without_a_look_at_the_fleet():
+    """A worker write, as the edge serves it (the write on the core, then the feed's flush before
+    the answer leaves): the cordoned worker's listing is in the next read, after a look at that
+    worker alone (its new health record touches it), not at all 300."""
+    from coordinator.edge import usecases
+    from coordinator.edge.edge_reads import then_flush
+    from coordinator.edge.read_feed import Freshen
+
+    core = Coordinator(MemoryJobStore(), Timings())
+    for i in range(300):
+        register(core, f"w{i:03}", f"h{i % 30}", i // 30)
+    view = ReadView(core.store)
+    feed = ReadFeed(core, view, asyncio.get_running_loop())
+    feed.start()
+    view.fresh = Freshen(feed, asyncio.get_running_loop())
+    looked: list[str] = []
+    sign = feed._sign
+    feed._sign = lambda conn: looked.append(conn.worker_id) or sign(conn)
+    write = then_flush(lambda req, ctx: usecases.cordon(core, req[0], req[1]), feed)
+    try:
+        await settled()
+        for on in (True, False):
+            looked.clear()
+            await write(("w123", on), None)
+            await settled()
+            assert looked == ["w123"]
+            shown = {w.worker_id: w for w in (await view.list_workers((), 1000))[0]}["w123"]
+            assert shown.health.cordoned == on and (shown.state == pb.QUARANTINED) == on
+    finally:
+        await feed.stop()

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
-from cluster import executor_pid
+from cluster import descendants, executor_pid
 from fleet import FLEET, SHARED
 
 from ringleader.v1 import jobs_pb2 as pb
@@ -106,3 +106,44 @@ def test_a_worker_starved_of_cpu_is_named_by_its_socket_links_and_unblamed_on_nv
     assert named == ([victim] if SHARED else [])
     for w in ids:  # put it back for the other tests
         c.client.cordon(w, on=False, force=True)  # over a failed verdict: no recheck first
+
+
+def test_a_stray_process_on_a_gpu_is_named_by_its_workers_and_no_co_tenant_is(gpu_cluster):
+    """A real process holding memory on cuda:0 (not the fault injector): every worker on cuda:0
+    is SUSPECT by telemetry naming its pid within seconds, and no other; on the shared-GPU fleet
+    the workers' own executors, on the GPU all along, are named by nobody (each is excused by the
+    co-tenant that lists it as its own). Once it exits, every worker is HEALTHY again."""
+    import subprocess
+    import sys
+    import time
+
+    c = gpu_cluster
+    ids = [f"g{i}" for i in range(len(FLEET))]
+    c.wait_idle(ids, timeout=300)
+    _check(c, ids, kinds=["gpu_check"])  # every executor has touched its GPU
+    on_0 = {w.worker_id for w in c.client.workers() if w.device.type == "cuda" and w.device.index == 0}
+    env = {**os.environ, "NCCL_NVLS_ENABLE": "0"}
+    stray = subprocess.Popen([sys.executable, "-c", "import sys, time, torch\n"
+                              "x = torch.empty(256 << 20, dtype=torch.uint8, device='cuda:0')\n"
+                              "print('ready', flush=True)\ntime.sleep(300)"], stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert stray.stdout.readline().strip() == "ready"
+        t0 = time.monotonic()
+        while True:
+            health = {w.worker_id: w.health for w in c.client.workers()}
+            named = {w for w, h in health.items() if f"pid {stray.pid} " in h.figure and h.verdict == pb.SUSPECT}
+            if named == on_0 or time.monotonic() - t0 > 20:
+                break
+            time.sleep(0.2)
+        print(f"stray pid {stray.pid} named by {sorted(named)} in {time.monotonic() - t0:.1f} s; "
+              f"health {({w: h.figure for w, h in health.items()})}", flush=True)
+        assert named == on_0
+        others = [pid for w in c.workers.values() for pid in descendants(w.pid)]
+        assert not any(f"pid {p} " in h.figure for h in health.values() for p in others), health
+    finally:
+        stray.kill()
+        stray.wait()
+    t0 = time.monotonic()
+    while any(w.health.verdict != pb.HEALTHY for w in c.client.workers() if w.worker_id in ids):
+        assert time.monotonic() - t0 < 20, {w.worker_id: w.health.figure for w in c.client.workers()}
+        time.sleep(0.2)

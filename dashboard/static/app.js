@@ -75,12 +75,18 @@
   const leaving = new AbortController();
   window.addEventListener("pagehide", () => leaving.abort());
   window.addEventListener("pageshow", (e) => { if (e.persisted) location.reload(); });
+  function untilLeaving(signal) {  // AbortSignal.any where the browser has it (2023 and on)
+    if (!signal) return leaving.signal;
+    if (AbortSignal.any) return AbortSignal.any([signal, leaving.signal]);
+    const either = new AbortController();
+    for (const s of [signal, leaving.signal]) s.addEventListener("abort", () => either.abort(), { once: true });
+    return either.signal;
+  }
 
   // Every API call: with the token; a refusal (401, or 403 for a token of the wrong role)
   // shows the sign-in form instead of the page.
   async function apiFetch(path, headers, signal) {
-    signal = signal ? AbortSignal.any([signal, leaving.signal]) : leaving.signal;
-    const response = await fetch(path, { headers: authHeaders(headers), cache: "no-store", signal });
+    const response = await fetch(path, { headers: authHeaders(headers), cache: "no-store", signal: untilLeaving(signal) });
     if (response.status === 401 || response.status === 403) askForToken(response.clone());
     return response;
   }

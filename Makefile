@@ -1,6 +1,6 @@
 # Everything a fresh machine needs, from the project's own files.
 #   make demo   - set up, then run `ringleader demo` (coordinator + local workers + one sweep)
-#   make test   - set up, check the generated stubs, run the tests a change needs (about 8 minutes
+#   make test   - set up, check the generated stubs, run the tests a change needs (about 7 minutes
 #                 on two quiet cores): all but the long fuzzing (marker slow) and the multihost beds
 #   make test-all - the same, then those too: what CI runs (.ci/run, as root)
 #   make images - build the coordinator and worker images (docker with BuildKit)

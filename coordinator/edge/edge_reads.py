@@ -16,7 +16,8 @@ from ringleader.errors import RingleaderError
 from ringleader.v1 import jobs_pb2 as pb
 
 READS = ("GetJob", "ListJobs", "ListWorkers")
-# Calls whose changes are to workers' listings: the view's workers are brought up to date too.
+
+
 class EdgeReads:
     """The read RPCs, on the edge loop: the same caller check and error statuses as the hopped
     ones (coordinator/edge/servicers.py's `guarded`)."""

@@ -200,3 +200,27 @@ async def test_a_cordon_and_an_uncordon_are_read_at_once_without_a_look_at_the_f
             assert shown.health.cordoned == on and (shown.state == pb.QUARANTINED) == on
     finally:
         await feed.stop()
+
+
+@run
+async def test_a_job_the_view_has_seen_end_is_read_as_stored_until_its_end_and_last_rows_are():
+    """The view hears a job end before the paced commit stores its end and its last rows: a
+    GetJob in between was answered SUCCEEDED with 1 of its 2 sizes' rows (a make test run under
+    load). It is answered as stored (RUNNING, its first row) until the commit, then whole."""
+    import time
+
+    from coordinator.edge.read_view import ViewUpdate
+
+    store = MemoryJobStore()
+    running = pb.Job(id="j1", state=pb.RUNNING, spec=spec(2))
+    store.create(running)
+    store.add_result("j1", pb.SizeResult(op="all_reduce", size_bytes=1024, world_size=2))
+    view = ReadView(store)
+    ended = pb.Job(id="j1", state=pb.SUCCEEDED, reason="all ranks finished", spec=spec(2))
+    view.apply(ViewUpdate(stamp=time.monotonic(), jobs=[(ended, True)]))
+    got = await view.get_job("j1")
+    assert (got.state, len(got.results)) == (pb.RUNNING, 1)
+    store.add_result("j1", pb.SizeResult(op="all_reduce", size_bytes=65536, world_size=2))  # the commit
+    store.update(ended)
+    got = await view.get_job("j1")
+    assert (got.state, [r.size_bytes for r in got.results]) == (pb.SUCCEEDED, [1024, 65536])

@@ -70,15 +70,14 @@ window.fetch = async (url, options) => {
 def test_a_job_that_ends_before_the_live_stream_starts_is_not_left_stale(web_cluster, browser):
     job = web_cluster.client.submit(pb.JobSpec(world_size=4, collective=pb.CollectiveSpec(op="all_reduce")))
     row = f"document.querySelector('tr[data-job=\"{job.id}\"]')"
-    held = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": HOLD_EVENTS})
     try:
-        browser.get(f"{web_cluster.http_url}/")
-        assert "QUEUED" in wait_for(browser, f"{row} && {row}.textContent")
-        web_cluster.client.cancel(job.id)  # its event reaches no stream: none has started
-        assert web_cluster.client.get(job.id).state == pb.CANCELLED
-        browser.execute_script("window.__holdEvents = false;")
-        assert wait_for(browser, f"{row}.textContent.includes('CANCELLED')")
+        with webui.before_scripts(browser, HOLD_EVENTS):
+            browser.get(f"{web_cluster.http_url}/")
+            assert "QUEUED" in wait_for(browser, f"{row} && {row}.textContent")
+            web_cluster.client.cancel(job.id)  # its event reaches no stream: none has started
+            assert web_cluster.client.get(job.id).state == pb.CANCELLED
+            browser.execute_script("window.__holdEvents = false;")
+            assert wait_for(browser, f"{row}.textContent.includes('CANCELLED')")
     finally:
-        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": held["identifier"]})
         if web_cluster.client.get(job.id).state == pb.QUEUED:
             web_cluster.client.cancel(job.id)

@@ -112,12 +112,8 @@ def test_the_slow_links_two_hosts_are_one_click_from_the_bandwidth_view(served, 
 def test_the_matrix_is_read_again_while_the_tab_is_open(served, page):
     c, _, _ = served
     # The page's period (15 s) made short for this page load only, as a test hook the page reads.
-    hook = page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
-                                {"source": "window.RINGLEADER_MATRIX_REFRESH_MS = 1500"})
-    try:
+    with webui.before_scripts(page, "window.RINGLEADER_MATRIX_REFRESH_MS = 1500"):
         open_trends(page, c.http_url)
-    finally:
-        page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": hook["identifier"]})
     first = page.execute_script("return window.ringleaderTrends.matrixReadAt")
     wait_for(page, f"window.ringleaderTrends.matrixReadAt > {first}", timeout=20)
     assert "read" in page.find_element(By.ID, "trend-matrix-asof").text
@@ -153,14 +149,9 @@ def test_pages_left_behind_hold_no_connection_the_next_page_waits_for(served, pa
     in a browser without AbortSignal.any (before 2023), removed here before the page loads."""
     c, _, _ = served
     slowest = []
-    hook = None if any_signal else page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
-                                                        {"source": "delete AbortSignal.any"})
-    try:
+    with webui.before_scripts(page, "" if any_signal else "delete AbortSignal.any"):
         for _ in range(4):
             _load_and_leave_a_pair(page, c.http_url, slowest)
-    finally:
-        if hook:
-            page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": hook["identifier"]})
     worst = max(slowest)
     assert worst[0] < 10_000, f"a request of a new page waited {worst[0]} ms: {worst[1]} (each load's slowest: {slowest})"
 

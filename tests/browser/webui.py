@@ -1,7 +1,9 @@
-"""Helpers of the browser tests: signing in, waiting for the page, and watching for
-Content-Security-Policy violations."""
+"""Helpers of the browser tests: signing in, waiting for the page, watching for
+Content-Security-Policy violations, and scripts run before a page's own."""
 
 from __future__ import annotations
+
+import contextlib
 
 WAIT_S = 30
 
@@ -36,3 +38,14 @@ def wait_for(driver, script: str, timeout: float = WAIT_S):
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, timeout).until(lambda d: d.execute_script(f"return {script}"))
+
+
+@contextlib.contextmanager
+def before_scripts(driver, source: str):
+    """`source` runs before the page's own scripts on every page load inside the block ("": none)."""
+    hook = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": source}) if source else None
+    try:
+        yield
+    finally:
+        if hook:
+            driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": hook["identifier"]})

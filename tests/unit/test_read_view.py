@@ -129,13 +129,9 @@ async def test_a_queued_jobs_reason_follows_the_fleet_without_an_event_of_its_ow
         await feed.stop()
 
 
-@run
-async def test_a_workers_change_without_a_job_event_is_read_at_once_and_the_scan_looks_at_a_share(monkeypatch):
-    """A worker that registers, or whose changed heartbeat says its executor stopped, is in the
-    next read (the registry marks it touched; no look at the whole fleet); its heartbeat time is
-    read as the core last heard it; and the clock's scan looks at a share of the fleet per tick,
-    at most SCAN_RATE workers a second, however late the tick."""
-    from coordinator.edge import read_feed
+def _fleet_watched() -> tuple[Coordinator, ReadView, ReadFeed, list[str]]:
+    """A core with 300 workers, its view fed and freshened on this loop, and the ids of the
+    workers the feed looks at (signs), in order, from now on (on the running loop)."""
     from coordinator.edge.read_feed import Freshen
 
     core = Coordinator(MemoryJobStore(), Timings())
@@ -148,6 +144,18 @@ async def test_a_workers_change_without_a_job_event_is_read_at_once_and_the_scan
     looked: list[str] = []
     sign = feed._sign
     feed._sign = lambda conn: looked.append(conn.worker_id) or sign(conn)
+    return core, view, feed, looked
+
+
+@run
+async def test_a_workers_change_without_a_job_event_is_read_at_once_and_the_scan_looks_at_a_share(monkeypatch):
+    """A worker that registers, or whose changed heartbeat says its executor stopped, is in the
+    next read (the registry marks it touched; no look at the whole fleet); its heartbeat time is
+    read as the core last heard it; and the clock's scan looks at a share of the fleet per tick,
+    at most SCAN_RATE workers a second, however late the tick."""
+    from coordinator.edge import read_feed
+
+    core, view, feed, looked = _fleet_watched()
     try:
         await settled()
         looked.clear()
@@ -176,18 +184,8 @@ async def test_a_cordon_and_an_uncordon_are_read_at_once_without_a_look_at_the_f
     worker alone (its new health record touches it), not at all 300."""
     from coordinator.edge import usecases
     from coordinator.edge.edge_reads import then_flush
-    from coordinator.edge.read_feed import Freshen
 
-    core = Coordinator(MemoryJobStore(), Timings())
-    for i in range(300):
-        register(core, f"w{i:03}", f"h{i % 30}", i // 30)
-    view = ReadView(core.store)
-    feed = ReadFeed(core, view, asyncio.get_running_loop())
-    feed.start()
-    view.fresh = Freshen(feed, asyncio.get_running_loop())
-    looked: list[str] = []
-    sign = feed._sign
-    feed._sign = lambda conn: looked.append(conn.worker_id) or sign(conn)
+    core, view, feed, looked = _fleet_watched()
     write = then_flush(lambda req, ctx: usecases.cordon(core, req[0], req[1]), feed)
     try:
         await settled()

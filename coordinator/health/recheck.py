@@ -68,10 +68,11 @@ def hold_unfounded_releases(job: pb.Job, found: dict[str, pb.WorkerHealth],
                             standing: Callable[[str], pb.WorkerHealth]) -> dict[str, pb.WorkerHealth]:
     """`found` (verdicts.of_job's) with every release of a worker failed by a link check that the
     check cannot support turned back into a failure of the same check: released only by evidence as
-    strong as what condemned it. A link check releases a worker only when each of its links reads
-    at least RELEASE_SHARE of the median of the links of that kind that do not touch it and whose
-    two ends agree; with no such link (a 3-worker recheck whose one peer link was dropped for
-    ends_disagree) the suspect's own links would set the median and it could pass itself.
+    strong as what condemned it. A link check releases a worker only when more than half of its
+    links read at least RELEASE_SHARE of the median of the links of that kind that do not touch it
+    and whose two ends agree (_unfounded); with no such link (a 3-worker recheck whose one peer
+    link was dropped for ends_disagree) the suspect's own links would set the median and it could
+    pass itself.
     `standing(worker_id)`: the book's current verdict."""
     if job.spec.WhichOneof("kind") != "link_matrix" or not job.HasField("link_matrix"):
         return found
@@ -94,12 +95,17 @@ def hold_unfounded_releases(job: pb.Job, found: dict[str, pb.WorkerHealth],
 
 
 def _unfounded(r: pb.LinkMatrixResult, rank: int | None, host_of: dict[int, str]) -> str:
-    """Why this result cannot release `rank` ('' when it can)."""
+    """Why this result cannot release `rank` ('' when it can): held while at least half of its links
+    read below RELEASE_SHARE of the median of comparable links without it. The mirror of what
+    condemned it (most of its links flagged), with a band between the two where it stays as it is:
+    a constant fault keeps one verdict, and one link of seven that noise on a busy host slowed does
+    not keep a recovered host out (a 2-link recheck still needs both)."""
     if rank is None:
         return "the worker is not in the check"
     own = [x for x in r.links if rank in (x.a, x.b)]
     if not own:
         return "the check measured none of its links"
+    below = []  # (share of the median, link, median)
     for x in own:
         same = host_of.get(x.a) == host_of.get(x.b)
         ref = [y.gbps for y in r.links if rank not in (y.a, y.b) and not y.ends_disagree and y.gbps > 0
@@ -109,6 +115,9 @@ def _unfounded(r: pb.LinkMatrixResult, rank: int | None, host_of: dict[int, str]
             return f"no {kind} link without it whose two ends agree, to judge its links against"
         median = statistics.median(ref)
         if x.gbps < RELEASE_SHARE * median:
-            return (f"link {x.a}-{x.b} at {x.gbps:.4g} GB/s, {x.gbps / median:.2f} of the median {median:.4g} of "
-                    f"{len(ref)} link(s) without it (at least {RELEASE_SHARE:.2f} to release)")
-    return ""
+            below.append((x.gbps / median, x, median))
+    if 2 * len(below) < len(own):
+        return ""
+    share, x, median = min(below, key=lambda b: b[0])
+    return (f"{len(below)} of {len(own)} links below {RELEASE_SHARE:.2f} of the median without it (fewer than half "
+            f"to release); slowest {x.a}-{x.b} at {x.gbps:.4g} GB/s, {share:.2f} of the median {median:.4g}")

@@ -79,7 +79,7 @@ def test_the_default_check_names_a_slow_host_alone_clean_checks_nobody(fleet):
         for _ in range(RUNS):
             answer, took, code = check(c, DEFAULT)
             clean = _figures(answer, took)
-            assert clean["not_healthy"] == [] and code == 0, clean
+            assert clean["not_healthy"] == [] and code == 0, str(clean)
             rate_limit(bed, SLOW_HOST, on=True, rate=rate)
             try:
                 answer, took, code = check(c, DEFAULT)
@@ -89,7 +89,7 @@ def test_the_default_check_names_a_slow_host_alone_clean_checks_nobody(fleet):
             REPORT["default"].append({"rate": rate, "clean_s": clean["seconds"], "slow_s": slow["seconds"],
                                       "named_hosts": slow["named_hosts"], "not_healthy": slow["not_healthy"],
                                       "evidence": slow["evidence"]})
-            assert slow["named_hosts"] == [SLOW_HOST] and slow["not_healthy"] == [SLOW_WORKER], slow
+            assert slow["named_hosts"] == [SLOW_HOST] and slow["not_healthy"] == [SLOW_WORKER], str(slow)
             assert code == 1
 
 

@@ -72,6 +72,39 @@ def test_a_recovered_host_is_released():
     assert book.get("w0").verdict == pb.HEALTHY
 
 
+def _fleet_check(suspect_gbps: list[float]) -> pb.Job:
+    """A clean check of 8 hosts (the fleet beds' default check) on a busy machine: w0's 7 links at
+    `suspect_gbps`, the other 21 spread over 0.6-1.4 GB/s (a median of 1.0)."""
+    hosts = [f"h{i}" for i in range(8)]
+    pairs = [(a, b) for a in range(8) for b in range(a + 1, 8)]
+    rows = [dict(a=a, b=b, round=k, latency_us=1.0, wrong=0, gbps=suspect_gbps[b - 1] if a == 0 else 1.0 + 0.1 * ((3 * a + 5 * b) % 9 - 4))
+            for k, (a, b) in enumerate(pairs)]
+    job = pb.Job(id="check-1", state=pb.SUCCEEDED, finished_at=200.0)
+    job.spec.link_matrix.SetInParent()
+    job.spec.world_size = 8
+    job.link_matrix.CopyFrom(link_matrix.link_result(rows, hosts, 1 << 19, 7))
+    for r, h in enumerate(hosts):
+        job.workers.add(worker_id=f"w{r}", rank=r, host=h)
+    return job
+
+
+def test_one_slow_link_of_seven_does_not_hold_a_recovered_host():
+    # A busy host slows one link of a clean check (CI: one of w5's 7 links read under 0.7 of the
+    # median and the recovered host stayed UNHEALTHY). It was condemned by most of its links.
+    book = _condemned_book()
+    assert _apply(book, _fleet_check([0.6, 1.0, 0.95, 1.0, 1.05, 1.0, 0.9])) == [("w0", False)]
+    assert book.get("w0").verdict == pb.HEALTHY
+
+
+def test_a_host_with_half_its_links_slow_stays_out():
+    # 4 of 7 under the share: as many as would condemn it (most links) are not evidence to release.
+    book = _condemned_book()
+    job = _fleet_check([0.6, 0.5, 0.65, 0.6, 1.0, 1.0, 1.0])
+    assert verdicts.of_job(job)["w0"].verdict == pb.HEALTHY  # inside the noisy check's own band
+    assert _apply(book, job) == []
+    assert book.quarantined("w0") and "4 of 7 links below 0.70" in book.get("w0").figure
+
+
 def test_other_workers_and_fresh_verdicts_are_left_alone():
     # A worker not condemned by a link check is judged by the check as it is (nothing to release).
     job = _recheck(0.2, peer_link_disagrees=True)

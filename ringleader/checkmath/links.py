@@ -98,10 +98,17 @@ def _flagged_passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hos
                  result.median_cross_host_gbps, result.flag_cross_host_gbps)
     first_low = {True: reference[1], False: reference[3]}  # by same-host or not
     slow = {k for k, x in enumerate(result.links) if x.flagged and not x.wrong}
+    # The links whose two ends disagree are timed again with them: a dispute stands only while the
+    # ends disagree in every pass. A rank that lies about its ends does so each time; ends that a
+    # scheduling delay set apart agree when timed again (an honest rank of 4 beside a busy test
+    # suite, load 8, was named for 2 of its 3 links disputed), and the link then keeps the figures
+    # both ends agree on. It is not flagged on them (as a disputed link was not): flagging takes
+    # the first pass and every later one.
+    disputed = {k for k, x in enumerate(result.links) if x.ends_disagree}
     for _ in range(AGAIN):
-        if not slow:
+        if not slow and not disputed:
             break
-        again = [batches[r] for r in sorted({links[k][2] for k in slow})]
+        again = [batches[r] for r in sorted({links[k][2] for k in slow | disputed})]
         now = measure(longer, again, AGAIN_BOX_S, False)
         mates = [now[k] for batch in again for k in batch if k not in slow and not now[k].get("ends_disagree")]
         # Cleared at the floor's share of the mates' median, not their noise band: a pass of 3x
@@ -110,6 +117,9 @@ def _flagged_passes(s: pb.LinkMatrixSpec, links: list[tuple[int, int, int]], hos
         limits = {same: ((1 - flags.FLOOR) * _reference(mates, hosts, same)[0], first_low[same])
                   for same in (True, False)}
         rows = _best_of(rows, now, slow)
+        settled = {k for k in disputed if not now[k].get("ends_disagree")}
+        rows = [{**now[k], "wrong": row["wrong"] + now[k]["wrong"]} if k in settled else row for k, row in enumerate(rows)]
+        disputed -= settled
         slow = {k for k in slow if _still_slow(now[k], rows[k], *limits[_same(links[k], hosts)])}
         result = judge(rows, reference, slow)
     return result

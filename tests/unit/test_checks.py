@@ -15,6 +15,7 @@ from ringleader.checkmath import flags
 from ringleader.checkmath import links as link_matrix
 from ringleader.checkmath.sdc import sdc_result
 from ringleader.checkmath import gpu as gpu_math
+from coordinator.health import verdicts
 from worker.checks import gpu_check, peers
 
 
@@ -297,6 +298,46 @@ def test_flagged_links_are_measured_again_in_their_rounds_and_judged_against_the
     assert [c[0] for c in calls] == [20, 60, 60] and all(c[1] == first_rounds for c in calls[1:])  # whole rounds, 3x
     assert [c[2] for c in calls] == [None, link_matrix.AGAIN_BOX_S, link_matrix.AGAIN_BOX_S]  # a shorter box past the first
     assert result.median_cross_host_gbps == pytest.approx(1.0, abs=0.05)  # the first pass's, held
+
+
+def test_a_dispute_stands_only_when_the_ends_disagree_again():
+    """Rank 3 lies about every end it times (its links disagree in every pass); link (0, 1) read
+    apart once, in the first pass (an end that waited for a CPU). The rounds of disputed links are
+    timed again: (0, 1) agrees and keeps the figures both ends agree on, rank 3's stay disputed,
+    and no link is flagged on a disputed figure."""
+    hosts = [f"h{i}" for i in range(8)]
+    links = [(a, b, r) for r, pairs in enumerate(roundrobin.rounds(8)) for a, b in pairs]
+    calls = []
+
+    def measure(spec, batches, box_s=None, check=True):
+        calls.append(sorted(k for b in batches for k in b))
+        rows = [dict(a=a, b=b, round=r, latency_us=1.0, gbps=0.0, wrong=0, ends_disagree=True) for a, b, r in links]
+        for k in (k for b in batches for k in b):
+            a, b, _ = links[k]
+            noise = (a, b) == (0, 1) and len(calls) == 1
+            rows[k].update(gbps=0.2 if noise else 1.0 + 0.02 * ((a + b) % 3), ends_disagree=noise or 3 in (a, b))
+        return rows
+
+    def judge(rows, reference=None, slow=None):
+        return link_matrix.link_result(rows, hosts, 8, 7, "given", reference, slow)
+
+    result = link_matrix.passes(pb.LinkMatrixSpec(iters=20, warmup=2), links, hosts, 7, measure, judge)
+    disputed = sorted((x.a, x.b) for x in result.links if x.ends_disagree)
+    assert disputed == sorted((a, b) for a, b, _ in links if 3 in (a, b))
+    assert not any(x.flagged for x in result.links)
+    settled = next(x for x in result.links if (x.a, x.b) == (0, 1))
+    assert settled.gbps == pytest.approx(1.02) and not settled.ends_disagree
+    assert len(calls) == 1 + link_matrix.AGAIN  # rank 3 has a link in every round: all timed again
+    assert verdicts.of_job(_job_of(result, hosts))["w3"].verdict == pb.SUSPECT
+
+
+def _job_of(result: pb.LinkMatrixResult, hosts: list[str]) -> pb.Job:
+    job = pb.Job(id="j", state=pb.SUCCEEDED)
+    job.spec.link_matrix.SetInParent()
+    job.link_matrix.CopyFrom(result)
+    for r, h in enumerate(hosts):
+        job.workers.add(worker_id=f"w{r}", rank=r, host=h)
+    return job
 
 
 def test_a_link_far_below_its_peers_sits_out_the_noisy_passes():

@@ -253,8 +253,10 @@ def test_a_worker_inflating_its_link_figures_is_disputed_by_its_peers(rogues):
     # verdict needs; none of its links is flagged slow on its inflated word.
     assert len(mine) == 3 and sum(x.ends_disagree for x in mine) >= 2 and not any(x.flagged for x in mine)
     assert health["r-inflate"].verdict == pb.SUSPECT and "disagree" in health["r-inflate"].figure
-    # An honest worker named here (once in 10 make test runs on 3 processes: "disagree on 3 of 3
-    # links") says which ends read apart, for the rule's next look (coordinator/health/verdicts.py).
+    # An honest worker was named here once in 10 make test runs on 3 processes ("disagree on 3 of 3
+    # links"): ends a scheduling delay set apart. Disputed links are now timed again, and a dispute
+    # stands only while the ends disagree in every pass (ringleader/checkmath/links.py). Should one
+    # be named again, the message says which ends read apart.
     assert all(health[w].verdict == pb.HEALTHY for w in HONEST), (
         {w: (pb.Verdict.Name(h.verdict), h.figure) for w, h in health.items() if h.verdict != pb.HEALTHY},
         rank, [(x.a, x.b, round(x.gbps_a, 3), round(x.gbps_b, 3), x.ends_disagree) for x in job.link_matrix.links])

@@ -17,11 +17,16 @@ def _recheck(suspect_gbps: float, peer_link_disagrees: bool) -> pb.Job:
     """The three links of a recheck: w0's two at `suspect_gbps`, the peers' one at 1.0 GB/s."""
     rows = [dict(a=a, b=b, round=r, latency_us=1.0, wrong=0, gbps=1.0 if a else suspect_gbps,
                  ends_disagree=peer_link_disagrees and a == 1) for r, (a, b) in enumerate([(0, 1), (0, 2), (1, 2)])]
-    job = pb.Job(id="recheck-1", state=pb.SUCCEEDED, finished_at=200.0)
+    return _link_job("recheck-1", rows, HOSTS)
+
+
+def _link_job(job_id: str, rows: list[dict], hosts: list[str]) -> pb.Job:
+    """A finished link check of these measured rows, one worker w<rank> on each host."""
+    job = pb.Job(id=job_id, state=pb.SUCCEEDED, finished_at=200.0)
     job.spec.link_matrix.SetInParent()
-    job.spec.world_size = 3
-    job.link_matrix.CopyFrom(link_matrix.link_result(rows, HOSTS, 1 << 19, 3))
-    for r, h in enumerate(HOSTS):
+    job.spec.world_size = len(hosts)
+    job.link_matrix.CopyFrom(link_matrix.link_result(rows, hosts, 1 << 19, len(hosts) - 1 + len(hosts) % 2))
+    for r, h in enumerate(hosts):
         job.workers.add(worker_id=f"w{r}", rank=r, host=h)
     return job
 
@@ -77,15 +82,10 @@ def _fleet_check(suspect_gbps: list[float]) -> pb.Job:
     `suspect_gbps`, the other 21 spread over 0.6-1.4 GB/s (a median of 1.0)."""
     hosts = [f"h{i}" for i in range(8)]
     pairs = [(a, b) for a in range(8) for b in range(a + 1, 8)]
-    rows = [dict(a=a, b=b, round=k, latency_us=1.0, wrong=0, gbps=suspect_gbps[b - 1] if a == 0 else 1.0 + 0.1 * ((3 * a + 5 * b) % 9 - 4))
+    rows = [dict(a=a, b=b, round=k, latency_us=1.0, wrong=0,
+                 gbps=suspect_gbps[b - 1] if a == 0 else 1.0 + 0.1 * ((3 * a + 5 * b) % 9 - 4))
             for k, (a, b) in enumerate(pairs)]
-    job = pb.Job(id="check-1", state=pb.SUCCEEDED, finished_at=200.0)
-    job.spec.link_matrix.SetInParent()
-    job.spec.world_size = 8
-    job.link_matrix.CopyFrom(link_matrix.link_result(rows, hosts, 1 << 19, 7))
-    for r, h in enumerate(hosts):
-        job.workers.add(worker_id=f"w{r}", rank=r, host=h)
-    return job
+    return _link_job("check-1", rows, hosts)
 
 
 def test_one_slow_link_of_seven_does_not_hold_a_recovered_host():

@@ -26,10 +26,9 @@ IMAGES := coordinator worker
 QUICK_TESTS ?= -m "not slow and not multihost"
 # make test runs the files on this many processes (pytest-xdist), a file's tests together in one
 # (module fixtures stay shared): one process keeps two cores half idle while its daemons start or
-# its tests wait (10:39 alone, 668 CPU-s). On 2 cores, 3 processes were faster (6:33-6:59 against
-# 7:14, 2026-11-29) but loaded each test more: the loopback link checks of tests/integration/
-# test_blame.py named an honest worker in 2 of 12 such runs (0 of 2 on 2 processes), so 2 it is
-# until those checks hold under that load. TEST_PROCS=0: one process.
+# its tests wait (10:39 alone, 668 CPU-s). On 2 cores a third process no longer pays: 6:53-7:15
+# against 7:10-7:28 on 2 (3 runs each, 2026-11-29): the cores are 86-88 % busy on 2 already
+# (docs/results/2026-11-29-local-make-test-cpu), and it loads each test more. TEST_PROCS=0: one process.
 TEST_PROCS ?= 2
 
 .PHONY: setup demo test test-slow test-all tools protos images push-images

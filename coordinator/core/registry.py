@@ -149,6 +149,7 @@ class WorkerRegistry:
         if wall is not None:
             conn.connected_at = conn.last_heartbeat_wall = wall
         self.configs.add(reg.worker_id, (reg.backend, reg.device.name), reg.fingerprint)
+        self._reworded((reg.backend, reg.device.name))
         self._workers[reg.worker_id] = conn
         self._count(conn, 1)
         bisect.insort(self._order, conn.sort_key)
@@ -165,6 +166,12 @@ class WorkerRegistry:
         """`conn`'s listing changed (its registration, state, leaving, executor's health)."""
         if self._touched is not None:
             self._touched[conn.worker_id] = conn
+
+    def _reworded(self, group: tuple[str, str]) -> None:
+        """A worker joined or left `group`: the words of those that differ from it count the others."""
+        if self._touched is not None:
+            for wid in self.configs.drifters(group):
+                self.touch_id(wid)
 
     def touch_id(self, worker_id: str) -> None:
         """`touch` the worker of that id, if it is held here (its health record changed)."""
@@ -288,6 +295,7 @@ class WorkerRegistry:
                 del self._kinds[k]
             self._gone.append((conn.disconnected_at, wid))
             self.configs.remove(wid)
+            self._reworded((conn.reg.backend, conn.reg.device.name))
             self.unwell.pop(wid, None)
             self.touch(conn)
 

@@ -86,6 +86,9 @@ class FleetConfig:
         self._changes = 0
         self._drifting: tuple[int, Counter[str]] | None = None  # (at change, counts): a scrape's
         self._drift: tuple[int, dict[str, str]] = (0, {})  # (at change, worker -> words): a listing's
+        # Per group, the workers last said to differ: a worker joining or leaving the group changes
+        # their words ("2 others" -> "3 others"), and the registry touches them for the readers.
+        self._drifters: dict[tuple[str, str], set[str]] = {}
 
     def add(self, worker_id: str, group: tuple[str, str], fp: pb.ConfigFingerprint) -> None:
         self.remove(worker_id)
@@ -103,6 +106,7 @@ class FleetConfig:
             return
         self._changes += 1
         group, mine = found
+        self._drifters.get(group, set()).discard(worker_id)
         g = self._groups[group]
         g.n -= 1
         for entry, value in mine.items():
@@ -152,7 +156,15 @@ class FleetConfig:
         for (part, key), mine, theirs, n in self.odd(worker_id):
             words.append(f"{key}={mine} ({n} other{'s' if n > 1 else ''}: {theirs})")
         said = memo[worker_id] = "; ".join(words)
+        if (found := self._of.get(worker_id)) is not None:
+            drifters = self._drifters.setdefault(found[0], set())
+            (drifters.add if said else drifters.discard)(worker_id)
         return said
+
+    def drifters(self, group: tuple[str, str]) -> list[str]:
+        """The workers of `group` whose words last said they differ (those a change of the group
+        rewords; one that starts to differ on a change is found by the readers' next look)."""
+        return list(self._drifters.get(group, ()))
 
     def drifting(self) -> Counter[str]:
         """Connected workers unlike their group, by the part they differ in (the metric), counted

@@ -134,3 +134,26 @@ def test_silent_finds_exactly_the_connected_workers_silent_past_a_time():
         assert all(c.connected for c in r.unwell.values())  # a worker that left leaves the index
         found += bool(walk)
     assert found > 20  # the draw made silent workers often
+
+
+def test_a_worker_joining_or_leaving_touches_the_workers_whose_drift_counts_it():
+    # c2 runs NCCL_PROTO=LL among peers without it: its words count the others. When c3 joins,
+    # "2 others" becomes "3 others", and a reader following the touched workers must hear of c2
+    # at once (the read view's next scan came up to 1 s late: make test read "2 others").
+    r = WorkerRegistry()
+    r.follow()
+    settings = {"c2": {"NCCL_PROTO": "LL"}}
+    for wid in ("c0", "c1", "c2"):
+        r.add(wpb.Register(worker_id=wid, host=wid, address="127.0.0.1", backend="gloo",
+                           device=pb.Device(type="cpu", name="cpu"),
+                           fingerprint=pb.ConfigFingerprint(settings=settings.get(wid, {}))))
+    assert r.get("c2").info().config_drift == "NCCL_PROTO=LL (2 others: unset)"
+    assert r.get("c0").info().config_drift == ""
+    r.take_touched()
+    r.add(wpb.Register(worker_id="c3", host="c3", address="127.0.0.1", backend="gloo",
+                       device=pb.Device(type="cpu", name="cpu")))
+    assert set(r.take_touched()) == {"c2", "c3"}  # not c0 or c1: their words did not change
+    assert r.get("c2").info().config_drift == "NCCL_PROTO=LL (3 others: unset)"
+    r.get("c3").transition(pb.DISCONNECTED, "", 0)
+    assert set(r.take_touched()) == {"c2", "c3"}
+    assert r.get("c2").info().config_drift == "NCCL_PROTO=LL (2 others: unset)"
